@@ -1,0 +1,49 @@
+"""What ``convert()`` returns: the new code and everything the user is told about it."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from ddpify.diagnostics import Change, Diagnostic, Severity
+
+
+class Status(enum.Enum):
+    CONVERTED = "converted"  # code changed; warnings may have been found
+    UNCHANGED = "unchanged"  # nothing to do, or the script is already distributed
+    REFUSED = "refused"  # an error diagnostic: the script cannot be converted safely
+    INVALID = "invalid"  # the input is not valid Python 3 (or cannot round-trip)
+    INTERNAL_ERROR = "internal-error"  # a bug in ddpify
+
+
+@dataclass(frozen=True)
+class Options:
+    """Choices a user can make about the conversion."""
+
+    # Divide each training DataLoader's batch_size by the world size so that the
+    # global batch stays what the single-GPU script used.
+    keep_global_batch: bool = False
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """The outcome of converting one script.
+
+    ``code`` has the same type as the source given to ``convert()`` (``str`` or
+    ``bytes``); for bytes, encoding, BOM and line endings are those of the input.
+    When the status is not ``CONVERTED``, ``code`` is the source unchanged.
+    """
+
+    source: str | bytes
+    code: str | bytes
+    status: Status
+    diagnostics: tuple[Diagnostic, ...] = ()
+    changes: tuple[Change, ...] = field(default=())
+
+    @property
+    def changed(self) -> bool:
+        return self.code != self.source
+
+    @property
+    def errors(self) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity is Severity.ERROR)
