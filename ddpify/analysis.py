@@ -1,0 +1,651 @@
+"""Read-only analysis: the anatomy of a training script, as a frozen object.
+
+``analyse()`` runs once per script and answers every question the rewrite
+passes ask -- which models an optimizer trains and where each one is on its
+device, which DataLoaders feed training and which loop is the epoch loop,
+which statements print or save -- so that the passes only *rewrite* and never
+re-discover facts. Objects are found by what they are (see :mod:`ddpify.flow`),
+never by variable names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import PositionProvider
+
+from ddpify import torch_api
+from ddpify.diagnostics import Diagnostic, Severity
+from ddpify.flow import Index, Ref, Scope, _walk, build_index
+
+
+@dataclass(frozen=True)
+class Names:
+    """Names the generated code uses, chosen so they clash with nothing in the script."""
+
+    dist: str
+    ddp: str
+    sampler: str
+    setup: str
+    os: str
+    atexit: str
+
+
+@dataclass(frozen=True)
+class Model:
+    """A trained model: what the optimizer at ``optimizer`` steps."""
+
+    ref: Ref
+    expression: str  # how the model is written where the wrap goes: ``model``, ``self.model``
+    insert_after: cst.BaseStatement  # the wrap goes right after this statement
+    on_cuda: bool  # put on its GPU by an unconditional ``.cuda()``
+    placed: bool  # moved to a device at all (otherwise DDP runs it where it was built)
+    unwrap: tuple[cst.BaseExpression, ...]  # reads of the wrapper that must go to ``.module``
+    optimizer: cst.Call
+
+
+@dataclass(frozen=True)
+class EpochLoop:
+    loop: cst.For
+    loader: str  # the loader as written in the loop's scope: ``train_loader``, ``self.train_data``
+
+
+@dataclass(frozen=True)
+class Loader:
+    call: cst.Call
+    training: bool
+    epoch_loops: tuple[EpochLoop, ...]
+    # ``DataLoader(ds, **kwargs)``: the ``**kwargs`` argument and the keys it may
+    # hold (None when they cannot be known from the script).
+    spread: cst.Arg | None = None
+    spread_keys: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class Anatomy:
+    index: Index
+    names: Names
+    trains: bool
+    models: tuple[Model, ...]
+    loaders: tuple[Loader, ...]
+    prints: tuple[cst.SimpleStatementLine, ...]  # print statements that are safe to run on rank 0 only
+    saves: tuple[cst.SimpleStatementLine, ...]  # torch.save statements
+    setup_at_module_level: bool  # training objects are built outside the main guard's call tree
+    diagnostics: tuple[Diagnostic, ...]
+
+
+def analyse(wrapper: cst.MetadataWrapper, path: str) -> Anatomy:
+    index = build_index(wrapper)
+    finder = _Finder(index, path)
+    return finder.anatomy()
+
+
+def distributed_use(module: cst.Module) -> str | None:
+    """The first distributed API the script uses (by qualified name), or None.
+
+    Runs before any metadata is computed, so that already-converted scripts --
+    ddpify's own output among them -- are recognised cheaply.
+    """
+    aliases: dict[str, str] = {}
+    for node in _walk(module):
+        names: list[str] = []
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = alias.evaluated_name
+                aliases[alias.evaluated_alias or full.split(".")[0]] = full if alias.asname else full.split(".")[0]
+                names.append(full)
+        elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+            base = dotted(node.module)
+            for alias in () if isinstance(node.names, cst.ImportStar) else node.names:
+                full = f"{base}.{alias.evaluated_name}"
+                aliases[alias.evaluated_alias or alias.evaluated_name] = full
+                names.append(full)
+        elif isinstance(node, cst.Attribute):
+            root, _, rest = dotted(node).partition(".")
+            if root in aliases and rest:
+                names.append(f"{aliases[root]}.{rest}")
+        for name in names:
+            if name.startswith(torch_api.DISTRIBUTED_PREFIXES):
+                return name
+    return None
+
+
+def dotted(expr: cst.BaseExpression) -> str:
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        return f"{dotted(expr.value)}.{expr.attr.value}"
+    return ""
+
+
+class _Finder:
+    def __init__(self, index: Index, path: str) -> None:
+        self.index = index
+        self.path = path
+        self.diagnostics: list[Diagnostic] = []
+
+    def report(self, node: cst.CSTNode, code: str, severity: Severity, message: str) -> None:
+        line, column = self.index.position(node)
+        self.diagnostics.append(Diagnostic(line, column, code, severity, message, self.path))
+
+    # -- the whole script --------------------------------------------------
+    def anatomy(self) -> Anatomy:
+        index = self.index
+        trains = any(m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in index.calls)
+        names = self._names()
+        if not trains:
+            return Anatomy(index, names, False, (), (), (), (), False, ())
+        models = tuple(self._models())
+        loaders = tuple(self._loaders(models))
+        saves = tuple(self._statements_calling(torch_api.SAVE))
+        prints = tuple(self._gateable_prints(models))
+        return Anatomy(
+            index=index,
+            names=names,
+            trains=True,
+            models=models,
+            loaders=loaders,
+            prints=prints,
+            saves=saves,
+            setup_at_module_level=self._setup_at_module_level(models, loaders),
+            diagnostics=tuple(self.diagnostics),
+        )
+
+    def _names(self) -> Names:
+        used = self.index.identifiers
+
+        def fresh(base: str, fallback: str) -> str:
+            return base if base not in used else fallback
+
+        module_binds = self.index.bound[self.index.module]
+        os_name = "os" if "os" not in used or "os" in module_binds and self._imports_module("os") else "os_"
+        atexit_name = "atexit" if "atexit" not in used or self._imports_module("atexit") else "atexit_"
+        return Names(
+            dist=fresh("dist", "torch_dist"),
+            ddp=fresh("DDP", "DistributedDataParallel"),
+            sampler=fresh("DistributedSampler", "DistributedSampler_"),
+            setup=fresh("setup_distributed", "setup_ddp_process_group"),
+            os=os_name,
+            atexit=atexit_name,
+        )
+
+    def _imports_module(self, name: str) -> bool:
+        """Whether the script has a plain top-level ``import <name>``."""
+        for stmt in self.index.module.body:
+            for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.Import) and any(
+                    alias.evaluated_name == name and alias.asname is None for alias in small.names
+                ):
+                    return True
+        return False
+
+    # -- models ------------------------------------------------------------
+    def _optimizers(self) -> Iterator[cst.Call]:
+        for call in self.index.calls:
+            for name in self.index.qualified_names(call.func):
+                parts = name.split(".")
+                if (
+                    name.startswith(torch_api.OPTIMIZER_MODULE + ".")
+                    and not set(parts[2:]) & torch_api.NOT_OPTIMIZERS
+                    and parts[-1][:1].isupper()
+                ):
+                    yield call
+                    break
+
+    def _trained_refs(self, optimizer: cst.Call) -> list[Ref]:
+        scope = self.index.scope_of(optimizer)
+        params = next((a.value for a in optimizer.args if a.keyword is None or a.keyword.value == "params"), None)
+        if params is None:
+            return []
+        sources = [params]
+        ref = self.index.ref_of(params, scope)
+        if ref is not None:  # params = list(model.parameters()); optim.SGD(params)
+            sources += [flowless.value for flowless in self._assigned_values(ref)]
+        refs: list[Ref] = []
+        for source in sources:
+            for node in _walk(source):
+                if m.matches(node, m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, torch_api.PARAMETER_METHODS))))):
+                    found = self.index.root_ref(node.func.value, self.index.scope_of(node))
+                    if found is not None and found not in refs:
+                        refs.append(found)
+        return refs
+
+    def _assigned_values(self, ref: Ref) -> Iterator[cst.Assign]:
+        for stmt in self.index.statements:
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and any(
+                    self.index.ref_of(t.target, self.index.scope_of(small)) == ref for t in small.targets
+                ):
+                    yield small
+
+    def _models(self) -> Iterator[Model]:
+        seen: set[cst.CSTNode] = set()
+        for optimizer in self._optimizers():
+            refs = self._trained_refs(optimizer)
+            if not refs:
+                self.report(
+                    optimizer,
+                    "DDP301",
+                    Severity.ERROR,
+                    "cannot tell which model this optimizer trains (expected `model.parameters()` in its arguments)",
+                )
+                continue
+            for ref in refs:
+                model = self._model(ref, optimizer)
+                if model is not None and model.insert_after not in seen:
+                    seen.add(model.insert_after)
+                    yield model
+
+    def _model(self, ref: Ref, optimizer: cst.Call) -> Model | None:
+        index = self.index
+        lineage = index.lineage(ref)
+        moves: list[tuple[cst.SimpleStatementLine, Ref, bool]] = []
+        creations: list[tuple[cst.SimpleStatementLine, Ref]] = []
+        for stmt in index.statements:
+            if len(stmt.body) != 1:
+                continue
+            small = stmt.body[0]
+            scope = index.scope_of(stmt)
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target = index.ref_of(small.targets[0].target, scope)
+                if target in lineage:
+                    move = _device_move(small.value)
+                    if move is not None:
+                        moves.append((stmt, target, move))
+                    elif index.carried_ref(small.value, scope) is None:
+                        creations.append((stmt, target))
+            elif isinstance(small, cst.Expr) and (move := _device_move(small.value)) is not None:
+                target = index.carried_ref(small.value, scope)
+                if target in lineage:
+                    moves.append((stmt, target, move))
+        depth = self._depths(lineage)
+        if moves:
+            stmt, target, cuda = max(moves, key=lambda c: (depth.get(c[1], 0), index.position(c[0])))
+            placed = True
+        elif creations:
+            stmt, target = max(creations, key=lambda c: (depth.get(c[1], 0), index.position(c[0])))
+            cuda, placed = False, False
+        else:
+            self.report(
+                optimizer,
+                "DDP302",
+                Severity.ERROR,
+                "cannot find where the model this optimizer trains is built or put on its device",
+            )
+            return None
+        anchor = self._climb_conditionals(stmt)
+        on_cuda = cuda and anchor is stmt
+        insert_after = self._after_setup(anchor, target)
+        expression = target.path
+        if expression.startswith("self."):
+            expression = f"{index.self_name(index.scope_of(stmt))}{expression[4:]}"
+        unwrap = tuple(self._wrapper_reads(target, insert_after))
+        return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer)
+
+    def _depths(self, lineage: set[Ref]) -> dict[Ref, int]:
+        """How far each place is from where the value started (following flows)."""
+        roots = [r for r in lineage if not any(f.src in lineage for f in self.index.flows_into(r))]
+        depth = {r: 0 for r in roots}
+        frontier = list(roots)
+        while frontier:
+            nxt = []
+            for ref in frontier:
+                for flow in self.index.flows_from(ref):
+                    if flow.dst in lineage and depth.get(flow.dst, -1) < depth[ref] + 1 <= len(lineage):
+                        depth[flow.dst] = depth[ref] + 1
+                        nxt.append(flow.dst)
+            frontier = nxt
+        return depth
+
+    def _climb_conditionals(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
+        """``if use_cuda: model.cuda()``: the wrap goes after the whole ``if``."""
+        current = stmt
+        while True:
+            block = self.index.parent(current)
+            owner = self.index.parent(block) if block is not None else None
+            if isinstance(owner, cst.Else):
+                owner = self.index.parent(owner)
+            if isinstance(owner, cst.If) and owner is not self.index.main_guard:
+                current = owner
+            else:
+                return current
+
+    def _after_setup(self, anchor: cst.BaseStatement, target: Ref) -> cst.BaseStatement:
+        """The last statement after ``anchor`` that still prepares the model (a checkpoint load, a move)."""
+        block = self.index.parent(anchor)
+        siblings = list(block.body) if block is not None else []
+        last = anchor
+        for stmt in siblings[siblings.index(anchor) + 1 :]:
+            kinds = {self._read_kind(read) for read in self.index.mentions(stmt, target, self.index.scope_of(anchor))}
+            if not kinds:
+                continue
+            if kinds <= {"setup", "parameters"}:
+                if "setup" in kinds:
+                    last = stmt
+                continue
+            break
+        return last
+
+    def _read_kind(self, read: cst.BaseExpression) -> str:
+        parent = self.index.parent(read)
+        if isinstance(parent, cst.AssignTarget):
+            return "setup"
+        if isinstance(parent, cst.Attribute) and parent.value is read:
+            attr = parent.attr.value
+            if attr == "load_state_dict" or attr in torch_api.DEVICE_MOVES:
+                return "setup"
+            if attr in torch_api.PARAMETER_METHODS:
+                return "parameters"
+        return "use"
+
+    def _wrapper_reads(self, target: Ref, wrap: cst.BaseStatement) -> Iterator[cst.BaseExpression]:
+        """Reads of the model after it is wrapped that the wrapper does not answer for the module."""
+        index = self.index
+        wrap_scope = index.scope_of(wrap)
+        wrap_end = index.metadata[PositionProvider][wrap].end
+        wrap_end = (wrap_end.line, wrap_end.column)
+
+        def after_wrap(node: cst.CSTNode) -> bool:
+            if index.scope_of(node) is not wrap_scope and not _inside(index, node, wrap_scope):
+                return True
+            start = index.metadata[PositionProvider][node].start
+            return (start.line, start.column) > wrap_end
+
+        wrapped = {target}
+        queue = [target]
+        while queue:
+            ref = queue.pop()
+            for flow in index.flows_from(ref):
+                if flow.dst not in wrapped and (ref is not target or after_wrap(flow.stmt)):
+                    wrapped.add(flow.dst)
+                    queue.append(flow.dst)
+        for ref in wrapped:
+            for scope in _scopes_reading(index, ref):
+                for read in index.mentions(scope, ref, scope):
+                    if ref is target and not after_wrap(read):
+                        continue
+                    if self._needs_module(read):
+                        yield read
+
+    def _needs_module(self, read: cst.BaseExpression) -> bool:
+        parent = self.index.parent(read)
+        if isinstance(parent, cst.Attribute) and parent.value is read:
+            return parent.attr.value not in torch_api.WRAPPER_SAFE_ATTRIBUTES
+        if isinstance(parent, cst.Arg):
+            call = self.index.parent(parent)
+            return self.index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
+        return False
+
+    # -- data --------------------------------------------------------------
+    def _origin(self, call: cst.Call) -> Ref | None:
+        index = self.index
+        parent = index.parent(call)
+        scope = index.scope_of(call)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            return index.ref_of(parent.targets[0].target, scope)
+        if isinstance(parent, cst.Return) and isinstance(scope, cst.FunctionDef):
+            return Ref(scope, "<return>")
+        if isinstance(parent, cst.Element) and isinstance(index.parent(parent), cst.Tuple):
+            ret = index.parent(index.parent(parent))
+            if isinstance(ret, cst.Return) and isinstance(scope, cst.FunctionDef):
+                slot = [e for e in index.parent(parent).elements].index(parent)
+                return Ref(scope, f"<return {slot}>")
+        return None
+
+    def _loaders(self, models: tuple[Model, ...]) -> Iterator[Loader]:
+        index = self.index
+        found_training = False
+        for call in index.calls:
+            if not index.is_call_to(call, torch_api.DATALOADER):
+                continue
+            origin = self._origin(call)
+            refs = index.downstream(origin) if origin is not None else set()
+            sites = [site for site in self._iterations(refs) if self._site_trains(site[0])]
+            training = bool(sites)
+            epoch_loops: list[EpochLoop] = []
+            if training:
+                found_training = True
+                for node, ref in sites:
+                    loop = self._epoch_loop(node, ref)
+                    if loop is not None and loop not in epoch_loops:
+                        epoch_loops.append(loop)
+                if not epoch_loops:
+                    self.report(
+                        call,
+                        "DDP203",
+                        Severity.WARNING,
+                        "no epoch loop found around the training loop: call `loader.sampler.set_epoch(epoch)` "
+                        "at the start of each epoch, or every epoch shuffles the same way",
+                    )
+                self._check_sampling_arguments(call)
+            elif origin is None or not self._iterations(refs):
+                self.report(
+                    call,
+                    "DDP204",
+                    Severity.WARNING,
+                    "cannot follow this DataLoader to a loop: left without a DistributedSampler",
+                )
+            spread = next((a for a in call.args if a.star == "**"), None)
+            keys = self._dict_keys(spread.value, index.scope_of(call)) if spread is not None else None
+            if training and keys is not None and keys & torch_api.DATALOADER_SAMPLING_KEYWORDS:
+                self.report(
+                    spread,
+                    "DDP202",
+                    Severity.ERROR,
+                    "the training DataLoader already has its own sampler; a DistributedSampler would replace it",
+                )
+            yield Loader(call, training, tuple(epoch_loops), spread, keys)
+        if not found_training:
+            loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
+            self.report(
+                loop or index.module,
+                "DDP201",
+                Severity.ERROR,
+                "the training loop does not draw its batches from a torch DataLoader that ddpify can follow; "
+                "every rank would train on the same samples",
+            )
+
+    def _check_sampling_arguments(self, call: cst.Call) -> None:
+        for position, arg in enumerate(call.args):
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS or (
+                keyword is None and not arg.star and position >= torch_api.DATALOADER_POSITIONS["sampler"]
+            ):
+                self.report(
+                    arg,
+                    "DDP202",
+                    Severity.ERROR,
+                    "the training DataLoader already has its own sampler; a DistributedSampler would replace it",
+                )
+            elif arg.star == "*":
+                self.report(arg, "DDP205", Severity.ERROR, "cannot add a sampler to a DataLoader built from `*args`")
+
+    def _dict_keys(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> frozenset[str] | None:
+        """The keys a ``**kwargs`` dict can hold, from its literal definitions and updates; None if unknown."""
+        if depth > 3:
+            return None
+        if isinstance(expr, cst.Dict):
+            keys = set()
+            for element in expr.elements:
+                if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
+                    keys.add(element.key.evaluated_value)
+                elif isinstance(element, cst.StarredDictElement):
+                    inner = self._dict_keys(element.value, scope, depth + 1)
+                    if inner is None:
+                        return None
+                    keys |= inner
+                else:
+                    return None
+            return frozenset(keys)
+        if isinstance(expr, cst.IfExp):
+            body, orelse = self._dict_keys(expr.body, scope, depth + 1), self._dict_keys(expr.orelse, scope, depth + 1)
+            return None if body is None or orelse is None else body | orelse
+        if isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("dict")):
+            if any(a.keyword is None for a in expr.args):
+                return None
+            return frozenset(a.keyword.value for a in expr.args)
+        ref = self.index.ref_of(expr, scope)
+        if ref is None or self.index.flows_into(ref):
+            return None
+        keys: set[str] = set()
+        assigned = False
+        for assign in self._assigned_values(ref):
+            found = self._dict_keys(assign.value, self.index.scope_of(assign), depth + 1)
+            if found is None:
+                return None
+            keys |= found
+            assigned = True
+        for read in self.index.mentions(ref.scope if not isinstance(ref.scope, cst.ClassDef) else self.index.module, ref, scope):
+            parent = self.index.parent(read)
+            if isinstance(parent, cst.Attribute) and parent.value is read:
+                call = self.index.parent(parent)
+                if parent.attr.value == "update" and isinstance(call, cst.Call) and len(call.args) == 1:
+                    found = self._dict_keys(call.args[0].value, self.index.scope_of(call), depth + 1)
+                    if found is None:
+                        return None
+                    keys |= found
+                elif parent.attr.value not in {"get", "copy", "items", "keys", "values"}:
+                    return None
+            elif isinstance(parent, cst.Subscript):
+                element = parent.slice[0].slice if parent.slice else None
+                if isinstance(self.index.parent(parent), cst.AssignTarget):
+                    if isinstance(element, cst.Index) and isinstance(element.value, cst.SimpleString):
+                        keys.add(element.value.evaluated_value)
+                    else:
+                        return None
+        return frozenset(keys) if assigned else None
+
+    def _iterations(self, refs: set[Ref]) -> list[tuple[cst.CSTNode, Ref]]:
+        """Where batches are drawn from the loader: ``for ... in loader`` loops and ``next(it)`` calls."""
+        index = self.index
+        sites: list[tuple[cst.CSTNode, Ref]] = []
+        for loop in index.loops:
+            if isinstance(loop, cst.For):
+                ref = self._iterated_ref(loop.iter, index.scope_of(loop), refs)
+                if ref is not None:
+                    sites.append((loop, ref))
+        for call in index.calls:
+            if m.matches(call.func, m.Name("next")) and call.args:
+                ref = index.carried_ref(call.args[0].value, index.scope_of(call))
+                if ref in refs:
+                    sites.append((call, ref))
+        return sites
+
+    def _iterated_ref(self, expr: cst.BaseExpression, scope: Scope, refs: set[Ref]) -> Ref | None:
+        ref = self.index.carried_ref(expr, scope)
+        if ref in refs:
+            return ref
+        if isinstance(expr, cst.Call) and not m.matches(expr.func, m.Name("len") | m.Name("range")):
+            for arg in expr.args:
+                if arg.keyword is None:
+                    found = self._iterated_ref(arg.value, scope, refs)
+                    if found is not None:
+                        return found
+        return None
+
+    def _site_trains(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.For):
+            return self.index.trains(node.body)
+        return any(self.index.trains(loop.body) for loop in self.index.enclosing_loops(node))
+
+    def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0) -> EpochLoop | None:
+        index = self.index
+        loops = [lp for lp in index.enclosing_loops(site) if lp is not site]
+        if depth == 0 and isinstance(site, cst.Call):  # next(it): the loop drawing batches is the innermost one
+            loops = loops[1:]
+        for loop in loops:
+            if isinstance(loop, cst.For):
+                return EpochLoop(loop, self._expression(ref, index.scope_of(loop)))
+            return None  # a `while` loop counts steps, not epochs
+        scope = index.scope_of(site)
+        if not isinstance(scope, cst.FunctionDef) or depth > 4:
+            return None
+        for call in index.callers(scope):
+            caller_scope = index.scope_of(call)
+            caller_ref = self._ref_at_call(ref, scope, call, caller_scope)
+            if caller_ref is not None:
+                found = self._epoch_loop(call, caller_ref, depth + 1)
+                if found is not None:
+                    return found
+        return None
+
+    def _ref_at_call(self, ref: Ref, callee: cst.FunctionDef, call: cst.Call, caller: Scope) -> Ref | None:
+        """How the caller names the value that the callee knows as ``ref``."""
+        index = self.index
+        if isinstance(ref.scope, cst.Module):
+            return ref
+        if isinstance(ref.scope, cst.ClassDef):
+            owner = index._method_scope(caller)
+            return ref if owner is not None and index.class_of.get(owner) is ref.scope else None
+        stmt = index.statement_of(call)
+        return next((flow.src for flow in index.flows_into(ref) if flow.stmt is stmt), None)
+
+    def _expression(self, ref: Ref, scope: Scope) -> str:
+        if ref.path.startswith("self."):
+            return f"{self.index.self_name(self.index._method_scope(scope))}{ref.path[4:]}"
+        return ref.path
+
+    # -- side effects --------------------------------------------------------
+    def _statements_calling(self, names: frozenset[str]) -> Iterator[cst.SimpleStatementLine]:
+        for stmt in self.index.statements:
+            if all(isinstance(s, cst.Expr) and self.index.is_call_to(s.value, names) for s in stmt.body):
+                yield stmt
+
+    def _gateable_prints(self, models: tuple[Model, ...]) -> Iterator[cst.SimpleStatementLine]:
+        model_refs = set().union(*(self.index.lineage(model.ref) for model in models)) if models else set()
+        for stmt in self._statements_calling(frozenset({"builtins.print"})):
+            if self._runs_collectives(stmt, model_refs):
+                self.report(
+                    stmt,
+                    "DDP501",
+                    Severity.WARNING,
+                    "print() computes its value with the model or the script's own functions: "
+                    "left on every rank, so the line is printed once per process",
+                )
+                continue
+            yield stmt
+
+    def _runs_collectives(self, stmt: cst.CSTNode, model_refs: set[Ref]) -> bool:
+        for node in _walk(stmt):
+            if isinstance(node, cst.Call):
+                scope = self.index.scope_of(node)
+                if self.index.resolve_callee(node, scope) is not None:
+                    return True
+                if self.index.carried_ref(node.func, scope) in model_refs:
+                    return True
+        return False
+
+    def _setup_at_module_level(self, models: tuple[Model, ...], loaders: tuple[Loader, ...]) -> bool:
+        """Whether training objects are built by module-level code (outside every function)."""
+        index = self.index
+        guard = index.main_guard
+        if guard is None:
+            return True
+        nodes = [model.insert_after for model in models] + [loader.call for loader in loaders]
+        return any(index.scope_of(node) is index.module and not _inside(index, node, guard) for node in nodes)
+
+
+def _device_move(value: cst.BaseExpression) -> bool | None:
+    """For ``x.to(d)`` / ``x.cuda()`` chains: ``True`` if it is ``.cuda()``, ``False`` for ``.to()``; else None."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        attr = value.func.attr.value
+        if attr == "cuda":
+            return True
+        if attr == "to":
+            return False
+        value = value.func.value
+    return None
+
+
+def _inside(index: Index, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return any(ancestor is container for ancestor in index.ancestors(node))
+
+
+def _scopes_reading(index: Index, ref: Ref) -> list[cst.CSTNode]:
+    """The function bodies in which ``ref`` can be read."""
+    if isinstance(ref.scope, cst.ClassDef):
+        return [f for f, cls in index.class_of.items() if cls is ref.scope]
+    return [ref.scope]

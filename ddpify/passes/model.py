@@ -1,0 +1,50 @@
+"""Model: each trained model is wrapped in DistributedDataParallel once it is on its device.
+
+The wrap goes right after the statement that puts the model on its device
+(after a checkpoint load that follows it, if any), and is written back to the
+same name, so the training step -- ``model(x)``, ``loss.backward()``,
+``optimizer.step()`` -- is unchanged and DDP synchronises gradients::
+
+    model = Net().to(device)       ->   model = Net().to(device)
+                                        model = DDP(model)
+
+``device_ids`` is passed only when the model is put on the GPU with ``.cuda()``;
+for ``.to(device)`` DDP takes the device from the module itself, which works
+on GPU and CPU alike. Everything that is not a forward call -- ``state_dict``,
+``load_state_dict``, custom methods and submodules -- goes to the wrapped
+module, so checkpoints keep their keys (no ``module.`` prefix)::
+
+    torch.save(model.state_dict(), path)  ->  torch.save(model.module.state_dict(), path)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.analysis import Anatomy
+from ddpify.edits import EditPlan
+from ddpify.result import Options
+
+
+def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
+    ddp = anatomy.names.ddp
+    for model in anatomy.models:
+        device_ids = ", device_ids=[torch.cuda.current_device()]" if model.on_cuda else ""
+        wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{device_ids})\n")
+        plan.insert_after(model.insert_after, wrap)
+        plan.change(model.insert_after, f"wrap `{model.expression}` in DistributedDataParallel")
+        for read in model.unwrap:
+            plan.replace(read, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+            parent = anatomy.index.parent(read)
+            attribute = parent.attr.value if isinstance(parent, cst.Attribute) else None
+            text = _text(anatomy, read)
+            plan.change(
+                read,
+                f"`{text}.{attribute}` -> `{text}.module.{attribute}`" if attribute else f"save `{text}.module`",
+            )
+    if anatomy.models:
+        plan.need_import("torch.nn.parallel", "DistributedDataParallel", ddp if ddp != "DistributedDataParallel" else None)
+
+
+def _text(anatomy: Anatomy, node: cst.CSTNode) -> str:
+    return anatomy.index.module.code_for_node(node)

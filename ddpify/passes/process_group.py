@@ -1,0 +1,122 @@
+"""Process group: join torchrun's group before any training object is built; destroy it at the end.
+
+A small setup function is added after the imports. It picks this process's GPU
+from ``LOCAL_RANK`` *before* ``init_process_group`` (so NCCL binds the right
+device, and plain ``"cuda"`` in the script now means this rank's GPU), uses
+NCCL with CUDA and Gloo without, and -- when the script is run with plain
+``python`` rather than ``torchrun`` -- forms a group of one through an
+in-process store, so no port is needed::
+
+    if __name__ == "__main__":          if __name__ == "__main__":
+        main()                     ->       setup_distributed()
+                                            try:
+                                                main()
+                                            finally:
+                                                dist.destroy_process_group()
+
+Scripts that build their model or data at module level call the setup right
+after it is defined and register the teardown with ``atexit``, which runs on
+every rank also when training raises.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.analysis import Anatomy
+from ddpify.edits import EditPlan
+from ddpify.flow import _walk
+from ddpify.result import Options
+
+SETUP = '''
+def {setup}():
+    """Join the process group started by torchrun, or form a group of one under plain `python`."""
+    if torch.cuda.is_available():
+        # Before init_process_group, so that NCCL binds this process to its own GPU.
+        torch.cuda.set_device(int({os}.environ.get("LOCAL_RANK", 0)))
+        backend = "nccl"
+    else:
+        backend = "gloo"
+    if "RANK" in {os}.environ:
+        {dist}.init_process_group(backend)
+    else:  # not launched by torchrun: a group of one, which needs no rendezvous port
+        {dist}.init_process_group(backend, store={dist}.HashStore(), rank=0, world_size=1)
+'''
+
+
+def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
+    names = anatomy.names
+    module = anatomy.index.module
+    setup = cst.parse_module(SETUP.format(setup=names.setup, os=names.os, dist=names.dist)).body[0]
+    setup = setup.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    anchor = _first_statement_after_imports(module)
+    plan.insert_before(anchor, setup)
+    plan.need_import("os", asname=None if names.os == "os" else names.os)
+    plan.need_import("torch")
+    plan.need_import("torch.distributed", asname=names.dist)
+    guard = anatomy.index.main_guard
+    if anatomy.setup_at_module_level or guard is None:
+        call = cst.parse_statement(f"{names.setup}()\n").with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        teardown = cst.parse_statement(
+            f"{names.atexit}.register({names.dist}.destroy_process_group)"
+            "  # every rank, also when training raises\n"
+        )
+        plan.insert_before(anchor, call, teardown)
+        plan.need_import("atexit", asname=None if names.atexit == "atexit" else names.atexit)
+        plan.change(anchor, "join the process group here; destroy it at exit on every rank")
+    else:
+        start = _first_training_statement(anatomy, guard)
+        plan.replace(guard, lambda node: _with_process_group(node, start, names.setup, names.dist))
+        plan.change(guard, "join the process group before training; destroy it in `finally` on every rank")
+    plan.change(anchor, f"add `{names.setup}()`: device from LOCAL_RANK, NCCL on CUDA / Gloo on CPU")
+
+
+def _first_statement_after_imports(module: cst.Module) -> cst.BaseStatement:
+    body = list(module.body)
+    for position, stmt in enumerate(body):
+        if position == 0 and _is_docstring(stmt):
+            continue
+        if isinstance(stmt, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+        ):
+            continue
+        if isinstance(stmt, cst.Try) and all(
+            isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)
+            for s in stmt.body.body
+        ):
+            continue
+        return stmt
+    return body[-1]
+
+
+def _is_docstring(stmt: cst.BaseStatement) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _first_training_statement(anatomy: Anatomy, guard: cst.If) -> int:
+    """Where the main guard starts running the script's own code; argument parsing before it stays as it is."""
+    index = anatomy.index
+    body = guard.body.body
+    for position, stmt in enumerate(body):
+        for node in _walk(stmt):
+            if isinstance(node, cst.Call) and index.resolve_callee(node, index.module) is not None:
+                return position
+    return 0
+
+
+def _with_process_group(guard: cst.If, start: int, setup: str, dist: str) -> cst.If:
+    body = guard.body
+    if isinstance(body, cst.SimpleStatementSuite):  # if __name__ == "__main__": main()
+        line = cst.SimpleStatementLine(body=[s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in body.body])
+        body = cst.IndentedBlock(body=[line])
+        guard = guard.with_changes(whitespace_before_colon=cst.SimpleWhitespace(""))
+    teardown = cst.Finally(body=cst.IndentedBlock(body=[cst.parse_statement(f"{dist}.destroy_process_group()\n")]))
+    kept, (first, *rest) = body.body[:start], body.body[start:]
+    attempt = cst.Try(body=cst.IndentedBlock(body=[first.with_changes(leading_lines=()), *rest]), finalbody=teardown)
+    call = cst.parse_statement(f"{setup}()\n").with_changes(leading_lines=first.leading_lines)
+    return guard.with_changes(body=body.with_changes(body=[*kept, call, attempt]))

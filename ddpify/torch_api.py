@@ -1,0 +1,99 @@
+"""Facts about the torch API that the converter relies on, kept as data.
+
+``tests/test_torch_api.py`` checks each fact against the installed torch, so a
+torch release that moves or renames something fails the test suite instead of
+silently producing wrong scripts.
+"""
+
+from __future__ import annotations
+
+DATALOADER = frozenset(
+    {
+        "torch.utils.data.DataLoader",
+        "torch.utils.data.dataloader.DataLoader",
+    }
+)
+
+# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...): positions
+# of the parameters the data pass reads or moves.
+DATALOADER_POSITIONS = {"dataset": 0, "batch_size": 1, "shuffle": 2, "sampler": 3, "batch_sampler": 4}
+
+# Keywords that choose the order of samples themselves: a DistributedSampler
+# cannot be added next to them without losing what they do.
+DATALOADER_SAMPLING_KEYWORDS = frozenset({"sampler", "batch_sampler"})
+
+OPTIMIZER_MODULE = "torch.optim"
+# Names under torch.optim that are not optimizers.
+NOT_OPTIMIZERS = frozenset({"lr_scheduler", "swa_utils", "Optimizer", "optimizer"})
+
+SAVE = frozenset({"torch.save"})
+LOAD = frozenset({"torch.load"})
+
+DATA_PARALLEL = frozenset(
+    {
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+        "torch.nn.parallel.data_parallel.DataParallel",
+    }
+)
+
+# Any use of these means the script already runs distributed (or spawns its own
+# workers): ddpify leaves it alone.
+DISTRIBUTED_PREFIXES = (
+    "torch.distributed",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed",
+    "torch.multiprocessing.spawn",
+    "torch.utils.data.distributed",
+    "torch.utils.data.DistributedSampler",
+    "accelerate",
+    "lightning",
+    "pytorch_lightning",
+    "deepspeed",
+    "horovod",
+)
+
+# Methods that return the module itself, so ``m2 = m.to(device)`` is still the model.
+MODULE_CHAINING_METHODS = frozenset(
+    {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval", "requires_grad_", "type", "apply"}
+)
+DEVICE_MOVES = frozenset({"to", "cuda"})
+
+# Attributes that behave the same on a DistributedDataParallel wrapper as on the
+# module it wraps. Every other attribute (state_dict, custom methods, submodules)
+# must be reached through ``.module``.
+WRAPPER_SAFE_ATTRIBUTES = frozenset(
+    {
+        "forward",
+        "parameters",
+        "named_parameters",
+        "buffers",
+        "named_buffers",
+        "children",
+        "named_children",
+        "modules",
+        "named_modules",
+        "train",
+        "eval",
+        "training",
+        "zero_grad",
+        "to",
+        "cuda",
+        "cpu",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "type",
+        "apply",
+        "requires_grad_",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_full_backward_hook",
+        "module",
+        "no_sync",
+    }
+)
+
+# The parameters of a module, as the optimizer sees them.
+PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
