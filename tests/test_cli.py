@@ -1,0 +1,646 @@
+"""The command-line shell: files, streams and exit codes.
+
+The converter is replaced through the one seam the shell has, ``ddpify.cli.convert``,
+by a fake that returns a chosen ``Conversion``; the conversion itself is tested
+elsewhere.  Every test runs in its own empty folder, so "nothing left behind"
+means the folder holds exactly the files the test put there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+import pytest
+
+from ddpify import __version__, cli
+from ddpify.diagnostics import Change, Diagnostic, Severity
+from ddpify.result import Conversion, Options, Status
+
+SOURCE = b"import torch\n\nmodel = Net()\ntrain(model)\n"
+CONVERTED = b"import torch\n\nmodel = DDP(Net())\ntrain(model)\n"
+BUG_REPORT = "please report a bug at the ddpify issue tracker with the input attached"
+
+
+def to_ddp(source: bytes) -> bytes:
+    return source.replace(b"model = Net()", b"model = DDP(Net())")
+
+
+@dataclass
+class FakeConverter:
+    """Stands in for ``ddpify.core.convert``; records every call."""
+
+    status: Status = Status.CONVERTED
+    diagnostics: tuple[tuple[int, int, str, Severity, str], ...] = ()
+    changes: tuple[Change, ...] = ()
+    raises: Exception | None = None
+    calls: list[tuple[bytes, str, Options]] = field(default_factory=list)
+
+    def __call__(self, source: bytes, *, path: str, options: Options) -> Conversion:
+        self.calls.append((source, path, options))
+        if self.raises is not None:
+            raise self.raises
+        return Conversion(
+            source=source,
+            code=to_ddp(source) if self.status is Status.CONVERTED else source,
+            status=self.status,
+            diagnostics=tuple(Diagnostic(*spec, path=path) for spec in self.diagnostics),
+            changes=self.changes,
+        )
+
+
+@pytest.fixture(autouse=True)
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def converter(monkeypatch) -> FakeConverter:
+    fake = FakeConverter()
+    monkeypatch.setattr(cli, "convert", fake)
+    return fake
+
+
+@pytest.fixture
+def script(workdir):
+    path = workdir / "train.py"
+    path.write_bytes(SOURCE)
+    return path
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def files(folder) -> list[str]:
+    """Every entry in ``folder``, hidden ones (temporary files) included."""
+    return sorted(os.listdir(folder))
+
+
+def stderr_lines(captured) -> list[str]:
+    return captured.err.splitlines()
+
+
+WARNING = (3, 9, "DDP201", Severity.WARNING, "custom sampler: check that each rank sees different data")
+ERROR = (3, 1, "DDP301", Severity.ERROR, "model is created inside the training loop")
+CHANGES = (Change(3, "wrap the model in DistributedDataParallel"), Change(4, "train on the local device"))
+
+
+# ----------------------------------------------------------------------------
+# Exit code 0
+
+
+def test_converted_to_output_file(converter, script, workdir, capsys):
+    converter.diagnostics = (WARNING,)
+    converter.changes = CHANGES
+    before = sha256(script)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py"]) == 0
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert stderr_lines(captured) == [
+        "train.py:3:9: DDP201 custom sampler: check that each rank sees different data",
+        "train.py:3: wrap the model in DistributedDataParallel",
+        "train.py:4: train on the local device",
+        "converted train.py -> train_ddp.py (2 changes, 1 warning)",
+    ]
+    assert (workdir / "train_ddp.py").read_bytes() == CONVERTED
+    assert sha256(script) == before
+    assert files(workdir) == ["train.py", "train_ddp.py"]
+
+
+def test_converted_to_stdout(converter, script, workdir, capsysbinary):
+    converter.changes = CHANGES[:1]
+
+    assert cli.main(["train.py"]) == 0
+
+    captured = capsysbinary.readouterr()
+    assert captured.out == CONVERTED
+    assert captured.err.decode().splitlines() == [
+        "train.py:3: wrap the model in DistributedDataParallel",
+        "converted train.py -> <stdout> (1 change)",
+    ]
+    assert files(workdir) == ["train.py"]
+
+
+def test_passes_path_as_given_and_options(converter, script, capsys):
+    cli.main(["./train.py", "--keep-global-batch", "-q"])
+    cli.main(["train.py", "-q"])
+
+    assert converter.calls == [
+        (SOURCE, "./train.py", Options(keep_global_batch=True)),
+        (SOURCE, "train.py", Options(keep_global_batch=False)),
+    ]
+
+
+def test_unchanged_goes_to_stdout_unchanged(converter, script, capsysbinary):
+    converter.status = Status.UNCHANGED
+
+    assert cli.main(["train.py"]) == 0
+
+    captured = capsysbinary.readouterr()
+    assert captured.out == SOURCE
+    assert captured.err == b"train.py: nothing to do\n"
+
+
+def test_unchanged_with_output_writes_the_script_as_is(converter, script, workdir, capsys):
+    # So that `torchrun train_ddp.py` works and `--check` agrees.
+    converter.status = Status.UNCHANGED
+
+    assert cli.main(["train.py", "-o", "train_ddp.py"]) == 0
+
+    assert stderr_lines(capsys.readouterr()) == ["train.py: nothing to do"]
+    assert (workdir / "train_ddp.py").read_bytes() == SOURCE
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--check"]) == 0
+
+
+def test_quiet_prints_nothing_on_success(converter, script, capsys):
+    converter.diagnostics = (WARNING,)
+    converter.changes = CHANGES
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "-q"]) == 0
+
+    assert capsys.readouterr() == ("", "")
+
+
+def test_stdin_to_stdout(converter, monkeypatch, workdir, capsysbinary):
+    converter.diagnostics = (WARNING,)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(SOURCE)))
+
+    assert cli.main(["-"]) == 0
+
+    captured = capsysbinary.readouterr()
+    assert captured.out == CONVERTED
+    assert captured.err.decode().splitlines() == [
+        "<stdin>:3:9: DDP201 custom sampler: check that each rank sees different data",
+        "converted <stdin> -> <stdout> (0 changes, 1 warning)",
+    ]
+    assert converter.calls[0][:2] == (SOURCE, "<stdin>")
+    assert files(workdir) == []
+
+
+def test_in_place_rewrites_the_input_and_keeps_its_mode(converter, script, workdir, capsys):
+    script.chmod(0o750)
+
+    assert cli.main(["train.py", "--in-place"]) == 0
+
+    assert stderr_lines(capsys.readouterr()) == ["converted train.py in place (0 changes)"]
+    assert script.read_bytes() == CONVERTED
+    assert stat.S_IMODE(script.stat().st_mode) == 0o750
+    assert files(workdir) == ["train.py"]
+
+
+def test_in_place_with_output_naming_the_input(converter, script, capsys):
+    assert cli.main(["train.py", "-o", "./train.py", "--in-place", "-q"]) == 0
+    assert script.read_bytes() == CONVERTED
+
+
+# ----------------------------------------------------------------------------
+# --check
+
+
+def test_check_current(converter, script, workdir, capsys):
+    (workdir / "train_ddp.py").write_bytes(CONVERTED)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--check"]) == 0
+
+    assert capsys.readouterr() == ("", "train_ddp.py is up to date\n")
+
+
+def test_check_stale(converter, script, workdir, capsys):
+    stale = workdir / "train_ddp.py"
+    stale.write_bytes(SOURCE)
+    before = sha256(stale), sha256(script)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--check"]) == 1
+
+    assert capsys.readouterr() == ("", "would rewrite train_ddp.py\n")
+    assert (sha256(stale), sha256(script)) == before
+    assert files(workdir) == ["train.py", "train_ddp.py"]
+
+
+def test_check_missing(converter, script, workdir, capsys):
+    before = sha256(script)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--check", "--quiet"]) == 1
+
+    assert capsys.readouterr() == ("", "would rewrite train_ddp.py\n")
+    assert sha256(script) == before
+    assert files(workdir) == ["train.py"]
+
+
+def test_check_with_diff_prints_the_diff_then_fails(converter, script, workdir, capsys):
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--check", "--diff"]) == 1
+
+    captured = capsys.readouterr()
+    assert "+model = DDP(Net())\n" in captured.out
+    assert captured.err == "would rewrite train_ddp.py\n"
+    assert files(workdir) == ["train.py"]
+
+
+# ----------------------------------------------------------------------------
+# Exit code 2: bad usage, unreadable input, unwritable output
+
+
+def test_missing_input(converter, workdir, capsys):
+    assert cli.main(["missing.py", "-o", "out.py"]) == 2
+
+    assert capsys.readouterr() == ("", "error: missing.py: No such file or directory\n")
+    assert converter.calls == []
+    assert files(workdir) == []
+
+
+def test_input_is_a_directory(converter, workdir, capsys):
+    (workdir / "scripts").mkdir()
+
+    assert cli.main(["scripts", "-o", "out.py"]) == 2
+
+    assert capsys.readouterr() == ("", "error: scripts: Is a directory\n")
+    assert files(workdir) == ["scripts"]
+
+
+def test_output_folder_missing(converter, script, workdir, capsys):
+    before = sha256(script)
+
+    assert cli.main(["train.py", "-o", "nowhere/train_ddp.py"]) == 2
+
+    assert capsys.readouterr() == ("", "error: cannot write nowhere/train_ddp.py: No such file or directory\n")
+    assert sha256(script) == before
+    assert files(workdir) == ["train.py"]
+
+
+def test_output_is_a_directory(converter, script, workdir, capsys):
+    (workdir / "out").mkdir()
+
+    assert cli.main(["train.py", "-o", "out", "-q"]) == 2
+
+    assert capsys.readouterr() == ("", "error: out: Is a directory\n")
+    assert files(workdir) == ["out", "train.py"]
+    assert files(workdir / "out") == []
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="needs POSIX permissions and a non-root user")
+def test_output_folder_not_writable(converter, script, workdir, capsys):
+    locked = workdir / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        assert cli.main(["train.py", "-o", "locked/train_ddp.py"]) == 2
+    finally:
+        locked.chmod(0o700)
+
+    assert capsys.readouterr() == ("", "error: cannot write locked/train_ddp.py: Permission denied\n")
+    assert files(locked) == []
+
+
+@pytest.mark.parametrize("output", ["train.py", "./train.py", "link.py"])
+def test_output_equal_to_input_is_refused(converter, script, workdir, capsys, output):
+    (workdir / "link.py").symlink_to("train.py")
+    before = sha256(script)
+
+    assert cli.main(["train.py", "-o", output]) == 2
+
+    assert capsys.readouterr() == ("", f"error: {output} is the input file; pass --in-place to rewrite it\n")
+    assert sha256(script) == before
+    assert converter.calls == []
+    assert files(workdir) == ["link.py", "train.py"]
+
+
+def test_invalid_input(converter, script, workdir, capsys):
+    converter.status = Status.INVALID
+    converter.diagnostics = ((2, 5, "DDP001", Severity.ERROR, "invalid syntax"),)
+    before = sha256(script)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py"]) == 2
+
+    assert capsys.readouterr() == ("", "train.py:2:5: DDP001 invalid syntax\n")
+    assert sha256(script) == before
+    assert files(workdir) == ["train.py"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train.py", "--frobnicate"], "error: No such option: --frobnicate; see 'ddpify --help'"),
+        ([], "error: Missing argument 'SRC'; see 'ddpify --help'"),
+        (["train.py", "-o"], "error: Option '-o' requires an argument; see 'ddpify --help'"),
+        (["train.py", "--check"], "error: --check needs -o OUT"),
+        (
+            ["train.py", "--in-place", "-o", "other.py"],
+            "error: --in-place rewrites SRC; it cannot be combined with -o OUT",
+        ),
+        (["-", "--in-place"], "error: --in-place needs a file, not stdin"),
+    ],
+)
+def test_bad_usage(converter, script, workdir, capsys, argv, message):
+    assert cli.main(argv) == 2
+
+    assert capsys.readouterr() == ("", message + "\n")
+    assert converter.calls == []
+    assert files(workdir) == ["train.py"]
+
+
+# ----------------------------------------------------------------------------
+# Exit code 3: refused
+
+
+def test_refused(converter, script, workdir, capsys):
+    converter.status = Status.REFUSED
+    converter.diagnostics = (ERROR, WARNING)
+    before = sha256(script)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py"]) == 3
+
+    assert capsys.readouterr() == (
+        "",
+        "train.py:3:1: DDP301 model is created inside the training loop\n"
+        "train.py:3:9: DDP201 custom sampler: check that each rank sees different data\n"
+        "train.py: not converted (1 error, 1 warning); nothing written\n",
+    )
+    assert sha256(script) == before
+    assert files(workdir) == ["train.py"]
+
+
+def test_refused_quiet_prints_only_errors(converter, script, workdir, capsys):
+    converter.status = Status.REFUSED
+    converter.diagnostics = (ERROR, WARNING)
+
+    assert cli.main(["train.py", "-q"]) == 3
+
+    assert capsys.readouterr() == ("", "train.py:3:1: DDP301 model is created inside the training loop\n")
+
+
+# ----------------------------------------------------------------------------
+# Exit code 123: internal error
+
+
+def test_internal_error_status(converter, script, workdir, capsys):
+    converter.status = Status.INTERNAL_ERROR
+    converter.diagnostics = ((1, 1, "DDP000", Severity.ERROR, "the converted script does not compile"),)
+    before = sha256(script)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py"]) == 123
+
+    assert capsys.readouterr() == (
+        "",
+        f"error: internal error while converting train.py: the converted script does not compile; {BUG_REPORT}\n",
+    )
+    assert sha256(script) == before
+    assert files(workdir) == ["train.py"]
+
+
+def test_unexpected_exception_in_converter(converter, script, workdir, capsys):
+    converter.raises = RuntimeError("boom")
+    before = sha256(script)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py"]) == 123
+
+    assert capsys.readouterr() == (
+        "",
+        f"error: internal error while converting train.py: RuntimeError: boom; {BUG_REPORT}\n",
+    )
+    assert sha256(script) == before
+    assert files(workdir) == ["train.py"]
+
+
+def test_crash_while_writing_leaves_no_temporary_file(converter, script, workdir, monkeypatch, capsys):
+    existing = workdir / "train_ddp.py"
+    existing.write_bytes(b"old\n")
+
+    def crash(src, dst):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(os, "replace", crash)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "-q"]) == 123
+
+    assert capsys.readouterr().err == (
+        f"error: internal error while converting train.py: RuntimeError: disk on fire; {BUG_REPORT}\n"
+    )
+    assert existing.read_bytes() == b"old\n"
+    assert files(workdir) == ["train.py", "train_ddp.py"]
+
+
+def test_failed_write_is_a_usage_error_and_leaves_no_temporary_file(converter, script, workdir, monkeypatch, capsys):
+    # What an unwritable target looks like, also where the tests run as root.
+    existing = workdir / "train_ddp.py"
+    existing.write_bytes(b"old\n")
+
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py"]) == 2
+
+    assert capsys.readouterr() == ("", "error: cannot write train_ddp.py: Permission denied\n")
+    assert existing.read_bytes() == b"old\n"
+    assert files(workdir) == ["train.py", "train_ddp.py"]
+
+
+# ----------------------------------------------------------------------------
+# Writing files
+
+
+def test_overwrite_keeps_the_existing_mode(converter, script, workdir):
+    existing = workdir / "train_ddp.py"
+    existing.write_bytes(b"old\n")
+    existing.chmod(0o755)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "-q"]) == 0
+
+    assert existing.read_bytes() == CONVERTED
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o755
+    assert files(workdir) == ["train.py", "train_ddp.py"]
+
+
+def test_new_file_gets_the_usual_mode(converter, script, workdir):
+    umask = os.umask(0o027)
+    try:
+        assert cli.main(["train.py", "-o", "train_ddp.py", "-q"]) == 0
+    finally:
+        os.umask(umask)
+
+    assert stat.S_IMODE((workdir / "train_ddp.py").stat().st_mode) == 0o640
+
+
+def test_output_symlink_is_followed(converter, script, workdir):
+    (workdir / "real.py").write_bytes(b"old\n")
+    (workdir / "link.py").symlink_to("real.py")
+
+    assert cli.main(["train.py", "-o", "link.py", "-q"]) == 0
+
+    assert (workdir / "link.py").is_symlink()
+    assert (workdir / "real.py").read_bytes() == CONVERTED
+
+
+BOM_CRLF = b"\xef\xbb\xbf# caf\xc3\xa9\r\nimport torch\r\n\r\nmodel = Net()\r\ntrain(model)"
+
+
+def test_bytes_round_trip_to_file(converter, workdir):
+    (workdir / "train.py").write_bytes(BOM_CRLF)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "-q"]) == 0
+
+    assert (workdir / "train_ddp.py").read_bytes() == to_ddp(BOM_CRLF)
+    assert converter.calls[0][0] == BOM_CRLF
+
+
+def test_bytes_round_trip_to_stdout(converter, workdir, capsysbinary):
+    (workdir / "train.py").write_bytes(BOM_CRLF)
+
+    assert cli.main(["train.py", "-q"]) == 0
+
+    assert capsysbinary.readouterr() == (to_ddp(BOM_CRLF), b"")
+
+
+# ----------------------------------------------------------------------------
+# --diff
+
+EXPECTED_DIFF = """\
+--- train.py
++++ train_ddp.py
+@@ -1,4 +1,4 @@
+ import torch
+ 
+-model = Net()
++model = DDP(Net())
+ train(model)
+"""
+
+
+def test_diff_writes_nothing(converter, script, workdir, capsys):
+    converter.changes = CHANGES[:1]
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--diff"]) == 0
+
+    captured = capsys.readouterr()
+    assert captured.out == EXPECTED_DIFF
+    assert "\x1b" not in captured.out
+    assert stderr_lines(captured) == [
+        "train.py:3: wrap the model in DistributedDataParallel",
+        "would convert train.py -> train_ddp.py (1 change)",
+    ]
+    assert files(workdir) == ["train.py"]
+
+
+def test_diff_without_output_names_the_input_twice(converter, script, capsys):
+    assert cli.main(["train.py", "--diff", "-q"]) == 0
+
+    assert capsys.readouterr().out.splitlines()[:2] == ["--- train.py", "+++ train.py"]
+
+
+def test_diff_of_unchanged_script_is_empty(converter, script, capsys):
+    converter.status = Status.UNCHANGED
+
+    assert cli.main(["train.py", "--diff"]) == 0
+
+    assert capsys.readouterr() == ("", "train.py: nothing to do\n")
+
+
+def test_diff_is_coloured_on_a_terminal(converter, script, monkeypatch, capsys):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--diff", "-q"]) == 0
+
+    out = capsys.readouterr().out
+    assert "\x1b[1m--- train.py\x1b[0m\n" in out
+    assert "\x1b[36m@@ -1,4 +1,4 @@\x1b[0m\n" in out
+    assert "\x1b[31m-model = Net()\x1b[0m\n" in out
+    assert "\x1b[32m+model = DDP(Net())\x1b[0m\n" in out
+    assert " import torch\n" in out
+
+
+@pytest.mark.parametrize("how", ["NO_COLOR", "--no-color"])
+def test_diff_colour_can_be_turned_off(converter, script, monkeypatch, capsys, how):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    argv = ["train.py", "-o", "train_ddp.py", "--diff", "-q"]
+    if how == "NO_COLOR":
+        monkeypatch.setenv("NO_COLOR", "1")
+    else:
+        argv.append(how)
+
+    assert cli.main(argv) == 0
+
+    assert capsys.readouterr().out == EXPECTED_DIFF
+
+
+def test_diff_marks_a_missing_final_newline():
+    lines = list(cli.unified_diff("a\nb", "a\nc", from_name="x", to_name="y"))
+
+    assert lines == [
+        "--- x\n",
+        "+++ y\n",
+        "@@ -1,2 +1,2 @@\n",
+        " a\n",
+        "-b\n",
+        "\\ No newline at end of file\n",
+        "+c\n",
+        "\\ No newline at end of file\n",
+    ]
+
+
+def test_diff_keeps_crlf_and_drops_the_bom(converter, workdir, capsysbinary):
+    (workdir / "train.py").write_bytes(BOM_CRLF)
+
+    assert cli.main(["train.py", "--diff", "-q"]) == 0
+
+    out = capsysbinary.readouterr().out
+    assert not out.startswith(b"\xef\xbb\xbf")
+    assert b"-model = Net()\r\n+model = DDP(Net())\r\n" in out
+    assert b" # caf\xc3\xa9\r\n" in out
+
+
+# ----------------------------------------------------------------------------
+# --version, --help, start-up cost and the entry points
+
+
+def test_version(capsys):
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr() == (f"ddpify {__version__}\n", "")
+
+
+def test_help(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Usage: ddpify [OPTIONS]")
+    for option in ("--output", "--in-place", "--diff", "--check", "--keep-global-batch", "--no-color", "--quiet"):
+        assert option in out
+
+
+def test_main_reads_sys_argv_by_default(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["ddpify", "--version"])
+    assert cli.main() == 0
+    assert capsys.readouterr().out.startswith("ddpify ")
+
+
+@pytest.mark.parametrize("option", ["--version", "--help"])
+def test_version_and_help_do_not_import_the_converter(option):
+    probe = (
+        "import sys, ddpify.cli\n"
+        f"code = ddpify.cli.main([{option!r}])\n"
+        "heavy = sorted(m for m in ('libcst', 'ddpify.core', 'rich') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+        "sys.exit(code)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_python_dash_m_exit_status(workdir):
+    def ddpify(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ddpify", *argv], capture_output=True, text=True, check=False)
+
+    version = ddpify("--version")
+    missing = ddpify("missing.py")
+
+    assert (version.returncode, version.stdout) == (0, f"ddpify {__version__}\n")
+    assert (missing.returncode, missing.stderr) == (2, "error: missing.py: No such file or directory\n")
