@@ -45,6 +45,8 @@ class Model:
     placed: bool  # moved to a device at all (otherwise DDP runs it where it was built)
     unwrap: tuple[cst.BaseExpression, ...]  # reads of the wrapper that must go to ``.module``
     optimizer: cst.Call
+    data_parallel: cst.Call | None = None  # ``nn.DataParallel(model)``, replaced by the DDP wrap
+    data_parallel_if: cst.If | None = None  # ``if torch.cuda.device_count() > 1:`` around it
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,12 @@ class Anatomy:
     trains: bool
     models: tuple[Model, ...]
     loaders: tuple[Loader, ...]
-    prints: tuple[cst.SimpleStatementLine, ...]  # print statements that are safe to run on rank 0 only
+    outputs: tuple[tuple[cst.BaseStatement, str], ...]  # (statement, what it is) safe to run on rank 0 only
+    trackers: tuple[cst.Call, ...]  # SummaryWriter(...) / wandb.init(...) assigned to a name
+    progress_bars: tuple[cst.Call, ...]  # tqdm(...) calls without ``disable=``
+    makedirs: tuple[cst.Call, ...]  # os.makedirs(...) without ``exist_ok=``
     saves: tuple[cst.SimpleStatementLine, ...]  # torch.save statements
+    data_parallel: tuple[cst.Call, ...]  # every nn.DataParallel(...) call
     setup_at_module_level: bool  # training objects are built outside the main guard's call tree
     diagnostics: tuple[Diagnostic, ...]
 
@@ -137,19 +143,31 @@ class _Finder:
         trains = any(m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in index.calls)
         names = self._names()
         if not trains:
-            return Anatomy(index, names, False, (), (), (), (), False, ())
+            return Anatomy(index, names, False, (), (), (), (), (), (), (), (), False, ())
         models = tuple(self._models())
         loaders = tuple(self._loaders(models))
         saves = tuple(self._statements_calling(torch_api.SAVE))
-        prints = tuple(self._gateable_prints(models))
+        trackers = tuple(self._trackers())
+        outputs = tuple(self._outputs(models, trackers))
         return Anatomy(
             index=index,
             names=names,
             trains=True,
             models=models,
             loaders=loaders,
-            prints=prints,
+            outputs=outputs,
+            trackers=trackers,
+            progress_bars=tuple(
+                c for c in index.calls
+                if index.is_call_to(c, torch_api.PROGRESS_BARS) and not any(a.keyword and a.keyword.value == "disable" for a in c.args)
+            ),
+            makedirs=tuple(
+                c for c in index.calls
+                if index.is_call_to(c, torch_api.MAKEDIRS) and not any(a.keyword and a.keyword.value == "exist_ok" for a in c.args)
+                and len(c.args) < 3
+            ),
             saves=saves,
+            data_parallel=tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL)),
             setup_at_module_level=self._setup_at_module_level(models, loaders),
             diagnostics=tuple(self.diagnostics),
         )
@@ -244,6 +262,7 @@ class _Finder:
         lineage = index.lineage(ref)
         moves: list[tuple[cst.SimpleStatementLine, Ref, bool]] = []
         creations: list[tuple[cst.SimpleStatementLine, Ref]] = []
+        wraps: list[tuple[cst.SimpleStatementLine, Ref]] = []
         for stmt in index.statements:
             if len(stmt.body) != 1:
                 continue
@@ -253,7 +272,9 @@ class _Finder:
                 target = index.ref_of(small.targets[0].target, scope)
                 if target in lineage:
                     move = _device_move(small.value)
-                    if move is not None:
+                    if index.is_call_to(small.value, torch_api.DATA_PARALLEL):
+                        wraps.append((stmt, target))
+                    elif move is not None:
                         moves.append((stmt, target, move))
                     elif index.carried_ref(small.value, scope) is None:
                         creations.append((stmt, target))
@@ -262,6 +283,9 @@ class _Finder:
                 if target in lineage:
                     moves.append((stmt, target, move))
         depth = self._depths(lineage)
+        if wraps:
+            stmt, target = max(wraps, key=lambda c: (depth.get(c[1], 0), index.position(c[0])))
+            return self._data_parallel_model(stmt, target, moves, optimizer)
         if moves:
             stmt, target, cuda = max(moves, key=lambda c: (depth.get(c[1], 0), index.position(c[0])))
             placed = True
@@ -284,6 +308,26 @@ class _Finder:
             expression = f"{index.self_name(index.scope_of(stmt))}{expression[4:]}"
         unwrap = tuple(self._wrapper_reads(target, insert_after))
         return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer)
+
+    def _data_parallel_model(
+        self, stmt: cst.SimpleStatementLine, target: Ref, moves: list, optimizer: cst.Call
+    ) -> Model:
+        """``model = nn.DataParallel(model)`` is where the model is ready: DDP takes its place."""
+        index = self.index
+        anchor = self._climb_conditionals(stmt)
+        condition = index.parent(index.parent(stmt))
+        data_parallel_if = None
+        if (
+            anchor is not stmt
+            and isinstance(condition, cst.If)
+            and condition.orelse is None
+            and any(m.matches(n, m.Name("device_count") | m.Name("is_available")) for n in _walk(condition.test))
+        ):
+            data_parallel_if = condition
+        on_cuda = any(cuda and self._climb_conditionals(s) is s for s, _, cuda in moves)
+        expression = self._expression(target, index.scope_of(stmt))
+        unwrap = tuple(self._wrapper_reads(target, stmt))
+        return Model(target, expression, stmt, on_cuda, True, unwrap, optimizer, stmt.body[0].value, data_parallel_if)
 
     def _depths(self, lineage: set[Ref]) -> dict[Ref, int]:
         """How far each place is from where the value started (following flows)."""
@@ -594,19 +638,82 @@ class _Finder:
             if all(isinstance(s, cst.Expr) and self.index.is_call_to(s.value, names) for s in stmt.body):
                 yield stmt
 
-    def _gateable_prints(self, models: tuple[Model, ...]) -> Iterator[cst.SimpleStatementLine]:
-        model_refs = set().union(*(self.index.lineage(model.ref) for model in models)) if models else set()
-        for stmt in self._statements_calling(frozenset({"builtins.print"})):
-            if self._runs_collectives(stmt, model_refs):
-                self.report(
-                    stmt,
-                    "DDP501",
-                    Severity.WARNING,
-                    "print() computes its value with the model or the script's own functions: "
-                    "left on every rank, so the line is printed once per process",
-                )
-                continue
-            yield stmt
+    def _trackers(self) -> Iterator[cst.Call]:
+        for call in self.index.calls:
+            parent = self.index.parent(call)
+            if self.index.is_call_to(call, torch_api.TRACKER_FACTORIES) and isinstance(parent, cst.Assign):
+                yield call
+
+    def _outputs(
+        self, models: tuple[Model, ...], trackers: tuple[cst.Call, ...]
+    ) -> Iterator[tuple[cst.BaseStatement, str]]:
+        """Statements whose only effect is output: printing, logging, plots, trackers, files written."""
+        index = self.index
+        model_refs = set().union(*(index.lineage(model.ref) for model in models)) if models else set()
+        tracker_refs: set[Ref] = set()
+        for call in trackers:
+            assign = index.parent(call)
+            ref = index.ref_of(assign.targets[0].target, index.scope_of(call))
+            if ref is not None:
+                tracker_refs |= index.downstream(ref)
+        logger_refs: set[Ref] = set()
+        for call in index.calls:
+            if index.is_call_to(call, torch_api.LOGGER_FACTORIES) and isinstance(index.parent(call), cst.Assign):
+                ref = index.ref_of(index.parent(call).targets[0].target, index.scope_of(call))
+                if ref is not None:
+                    logger_refs |= index.downstream(ref)
+        for stmt in index.statements:
+            kinds = {self._output_kind(small, tracker_refs, logger_refs) for small in stmt.body}
+            if len(kinds) == 1 and None not in kinds:
+                kind = kinds.pop()
+                if self._runs_collectives(stmt, model_refs):
+                    self.report(
+                        stmt,
+                        "DDP501",
+                        Severity.WARNING,
+                        f"this {kind} also runs the model or the script's own functions: left on every rank, "
+                        "so it happens once per process",
+                    )
+                    continue
+                yield stmt, kind
+        for node in _walk(index.module):
+            if isinstance(node, cst.With) and self._writes_file(node) and not self._runs_collectives(node, model_refs):
+                yield node, "file write"
+
+    def _output_kind(self, small: cst.BaseSmallStatement, trackers: set[Ref], loggers: set[Ref]) -> str | None:
+        if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
+            return None
+        index = self.index
+        call = small.value
+        names = index.qualified_names(call.func)
+        if "builtins.print" in names:
+            return "print"
+        if names & torch_api.LOGGING_FUNCTIONS:
+            return "logging call"
+        if names & torch_api.OUTPUT_FUNCTIONS:
+            return "output call"
+        if names & torch_api.TRACKER_FACTORIES or any(n.startswith(torch_api.TRACKER_MODULES) for n in names):
+            return "tracker call"
+        if isinstance(call.func, cst.Attribute):
+            receiver = index.carried_ref(call.func.value, index.scope_of(call))
+            if receiver in trackers:
+                return "tracker call"
+            if receiver in loggers and call.func.attr.value in torch_api.LOGGER_METHODS:
+                return "logging call"
+            if call.func.attr.value in torch_api.OUTPUT_METHODS:
+                return "output call"
+        return None
+
+    def _writes_file(self, node: cst.With) -> bool:
+        """``with open(path, "w") as f:`` (or "a", "x")."""
+        for item in node.items:
+            call = item.item
+            if isinstance(call, cst.Call) and "builtins.open" in self.index.qualified_names(call.func):
+                mode = next((a.value for i, a in enumerate(call.args) if (a.keyword is None and i == 1)
+                             or (a.keyword and a.keyword.value == "mode")), None)
+                if isinstance(mode, cst.SimpleString) and set(mode.evaluated_value) & set("wax"):
+                    return True
+        return False
 
     def _runs_collectives(self, stmt: cst.CSTNode, model_refs: set[Ref]) -> bool:
         for node in _walk(stmt):

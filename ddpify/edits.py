@@ -39,7 +39,9 @@ class EditPlan:
     )
     before: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=lambda: defaultdict(list))
     after: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=lambda: defaultdict(list))
-    rank_zero_only: list[cst.SimpleStatementLine] = field(default_factory=list)
+    rank_zero_only: list[cst.BaseStatement] = field(default_factory=list)
+    removed: set[cst.BaseStatement] = field(default_factory=set)
+    inlined: set[cst.If] = field(default_factory=set)  # an ``if`` replaced by its own body
     imports: list[Import] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
@@ -53,7 +55,14 @@ class EditPlan:
     def insert_after(self, anchor: cst.BaseStatement, *stmts: cst.BaseStatement) -> None:
         self.after[anchor].extend(stmts)
 
-    def on_rank_zero(self, stmt: cst.SimpleStatementLine) -> None:
+    def remove(self, stmt: cst.BaseStatement) -> None:
+        self.removed.add(stmt)
+
+    def inline(self, stmt: cst.If) -> None:
+        """Run the body of ``stmt`` unconditionally (its test and any ``else`` are dropped)."""
+        self.inlined.add(stmt)
+
+    def on_rank_zero(self, stmt: cst.BaseStatement) -> None:
         if stmt not in self.rank_zero_only:
             self.rank_zero_only.append(stmt)
 
@@ -129,7 +138,20 @@ class _Applier(cst.CSTTransformer):
         for original, new in zip(originals, updated):
             before = self.plan.before.get(original, [])
             after = self.plan.after.get(original, [])
-            if original in self.guarded:
+            if original in self.plan.removed:
+                flush()
+                body.extend(before)
+                body.extend(after)
+            elif original in self.plan.inlined:
+                flush()
+                body.extend(before)
+                inner = list(new.body.body)
+                if isinstance(new.body, cst.SimpleStatementSuite):
+                    inner = [cst.SimpleStatementLine([s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in inner])]
+                inner[0] = inner[0].with_changes(leading_lines=[*new.leading_lines, *inner[0].leading_lines])
+                body.extend(inner)
+                body.extend(after)
+            elif original in self.guarded:
                 if before:
                     flush()
                     body.extend(before)
@@ -143,6 +165,8 @@ class _Applier(cst.CSTTransformer):
                 body.append(new)
                 body.extend(after)
         flush()
+        if not body and isinstance(originals, (list, tuple)) and originals:
+            body.append(cst.SimpleStatementLine(body=[cst.Pass()]))
         return body
 
 

@@ -179,6 +179,8 @@ class Index:
                 expr = expr.func.value
             elif isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("iter")) and len(expr.args) == 1:
                 expr = expr.args[0].value
+            elif self.is_call_to(expr, torch_api.DATA_PARALLEL) and expr.args:
+                expr = expr.args[0].value
             else:
                 return None
 

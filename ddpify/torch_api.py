@@ -97,3 +97,38 @@ WRAPPER_SAFE_ATTRIBUTES = frozenset(
 
 # The parameters of a module, as the optimizer sees them.
 PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+
+SET_DEVICE = frozenset({"torch.cuda.set_device"})
+
+# Progress bars: disabled on every rank but 0 with ``disable=``.
+PROGRESS_BARS = frozenset({"tqdm.tqdm", "tqdm.trange", "tqdm.auto.tqdm", "tqdm.auto.trange", "tqdm.notebook.tqdm"})
+
+# Calls that write output once per call: run on global rank 0 only.
+LOGGING_FUNCTIONS = frozenset(
+    f"logging.{level}" for level in ("debug", "info", "warning", "warn", "error", "critical", "exception", "log")
+)
+LOGGER_FACTORIES = frozenset({"logging.getLogger"})
+LOGGER_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "exception", "log"})
+OUTPUT_FUNCTIONS = frozenset(
+    {
+        "matplotlib.pyplot.savefig",
+        "matplotlib.pyplot.show",
+        "torchvision.utils.save_image",
+        "numpy.save",
+        "numpy.savetxt",
+        "json.dump",
+    }
+)
+OUTPUT_METHODS = frozenset({"savefig"})  # fig.savefig(...) on any figure
+# Experiment trackers: created on rank 0 only (None elsewhere), every use on rank 0 only.
+TRACKER_FACTORIES = frozenset(
+    {
+        "torch.utils.tensorboard.SummaryWriter",
+        "torch.utils.tensorboard.writer.SummaryWriter",
+        "tensorboardX.SummaryWriter",
+        "wandb.init",
+    }
+)
+TRACKER_MODULES = ("wandb.",)  # module-level calls such as wandb.log(...)
+
+MAKEDIRS = frozenset({"os.makedirs"})

@@ -28,11 +28,21 @@ from ddpify.result import Options
 
 def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     ddp = anatomy.names.ddp
+    wrapped_by_ddp = set()
     for model in anatomy.models:
         device_ids = ", device_ids=[torch.cuda.current_device()]" if model.on_cuda else ""
-        wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{device_ids})\n")
-        plan.insert_after(model.insert_after, wrap)
-        plan.change(model.insert_after, f"wrap `{model.expression}` in DistributedDataParallel")
+        if model.data_parallel is not None:
+            wrapped_by_ddp.add(model.data_parallel)
+            inner = anatomy.index.module.code_for_node(model.data_parallel.args[0].value)
+            replacement = cst.parse_expression(f"{ddp}({inner}{device_ids})")
+            plan.replace(model.data_parallel, lambda n, r=replacement: r.with_changes(lpar=n.lpar, rpar=n.rpar))
+            if model.data_parallel_if is not None:
+                plan.inline(model.data_parallel_if)
+            plan.change(model.insert_after, f"nn.DataParallel -> DistributedDataParallel (one process per GPU)")
+        else:
+            wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{device_ids})\n")
+            plan.insert_after(model.insert_after, wrap)
+            plan.change(model.insert_after, f"wrap `{model.expression}` in DistributedDataParallel")
         for read in model.unwrap:
             plan.replace(read, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
             parent = anatomy.index.parent(read)
@@ -42,6 +52,10 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
                 read,
                 f"`{text}.{attribute}` -> `{text}.module.{attribute}`" if attribute else f"save `{text}.module`",
             )
+    for call in anatomy.data_parallel:
+        if call not in wrapped_by_ddp and call.args:
+            plan.replace(call, lambda n: n.args[0].value)
+            plan.change(call, "remove nn.DataParallel: each process drives one GPU")
     if anatomy.models:
         plan.need_import("torch.nn.parallel", "DistributedDataParallel", ddp if ddp != "DistributedDataParallel" else None)
 

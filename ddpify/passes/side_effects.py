@@ -1,15 +1,28 @@
-"""Side effects: progress printed once, by global rank 0.
+"""Side effects: output happens once, on global rank 0.
 
-A ``print`` statement runs on rank 0 only when its arguments only format
-values; a print that itself runs the model or the script's own functions would
-then skip work (and collectives) on the other ranks, so it is left alone and
-reported instead::
+Statements whose only effect is output -- ``print``, ``logging`` calls,
+``plt.savefig`` / ``save_image``, ``with open(path, "w")`` blocks, calls on a
+TensorBoard ``SummaryWriter`` or on ``wandb`` -- run on rank 0 only. A
+consecutive run of them shares one ``if``, and an ``if`` that holds nothing
+else takes the rank test into its condition::
 
     if batch_idx % log_interval == 0:           if batch_idx % log_interval == 0 and dist.get_rank() == 0:
         print(f"loss {loss.item():.4f}")   ->       print(f"loss {loss.item():.4f}")
+
+Trackers are created on rank 0 only (``None`` elsewhere) so that no other rank
+opens a run or a log folder; progress bars are kept on every rank but disabled
+outside rank 0 (``tqdm(..., disable=dist.get_rank() != 0)``), so the loop is
+untouched; ``os.makedirs`` gets ``exist_ok=True`` so that ranks creating the
+same folder do not race.
+
+A statement that also runs the model or the script's own functions is left on
+every rank and reported: on rank 0 only it would skip work, and collectives,
+on the others.
 """
 
 from __future__ import annotations
+
+import libcst as cst
 
 from ddpify.analysis import Anatomy
 from ddpify.edits import EditPlan
@@ -17,8 +30,42 @@ from ddpify.result import Options
 
 
 def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
-    for stmt in anatomy.prints:
+    index = anatomy.index
+    dist = anatomy.names.dist
+    gated = {stmt for stmt, _ in anatomy.outputs}
+    counts: dict[str, int] = {}
+    for stmt, kind in anatomy.outputs:
+        if any(ancestor in gated for ancestor in index.ancestors(stmt)):
+            continue
         plan.on_rank_zero(stmt)
-    if anatomy.prints:
-        count = len(anatomy.prints)
-        plan.change(anatomy.prints[0], f"print on global rank 0 only ({count} statement{'s' * (count != 1)})")
+        counts[kind] = counts.get(kind, 0) + 1
+        if counts[kind] == 1:
+            plan.change(stmt, f"{kind} on global rank 0 only")
+    for call in anatomy.trackers:
+        plan.replace(call, lambda n: cst.IfExp(test=plan.rank_zero, body=n, orelse=cst.Name("None")))
+        plan.change(call, f"{index.module.code_for_node(call.func)} created on global rank 0 only (None elsewhere)")
+    for call in anatomy.progress_bars:
+        disable = cst.Arg(
+            keyword=cst.Name("disable"),
+            value=cst.parse_expression(f"{dist}.get_rank() != 0"),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+        plan.replace(call, lambda n, a=disable: n.with_changes(args=[*_with_comma(n.args), a]))
+        plan.change(call, "progress bar shown on global rank 0 only")
+    for call in anatomy.makedirs:
+        exist_ok = cst.Arg(
+            keyword=cst.Name("exist_ok"),
+            value=cst.Name("True"),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+        plan.replace(call, lambda n, a=exist_ok: n.with_changes(args=[*_with_comma(n.args), a]))
+        plan.change(call, "os.makedirs(..., exist_ok=True): every rank may create the folder")
+
+
+def _with_comma(args: tuple[cst.Arg, ...]) -> list[cst.Arg]:
+    if not args:
+        return []
+    *rest, last = args
+    if isinstance(last.comma, cst.Comma):
+        return [*rest, last]
+    return [*rest, last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
