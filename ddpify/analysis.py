@@ -45,8 +45,9 @@ class Model:
     placed: bool  # moved to a device at all (otherwise DDP runs it where it was built)
     unwrap: tuple[cst.BaseExpression, ...]  # reads of the wrapper that must go to ``.module``
     optimizer: cst.Call
-    data_parallel: cst.Call | None = None  # ``nn.DataParallel(model)``, replaced by the DDP wrap
-    data_parallel_if: cst.If | None = None  # ``if torch.cuda.device_count() > 1:`` around it
+    data_parallel: cst.Call | None = None  # ``nn.DataParallel(model)``, replaced by the DDP wrap in place
+    data_parallel_if: cst.If | None = None  # ``if torch.cuda.device_count() > 1:`` around it, inlined
+    data_parallel_removed: cst.BaseStatement | None = None  # a conditional DataParallel wrap, dropped
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class Loader:
     # hold (None when they cannot be known from the script).
     spread: cst.Arg | None = None
     spread_keys: frozenset[str] | None = None
+    # ``len(loader.dataset)``: the whole dataset, where this rank now sees its shard
+    dataset_lengths: tuple[cst.Attribute, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,10 +77,14 @@ class Anatomy:
     models: tuple[Model, ...]
     loaders: tuple[Loader, ...]
     outputs: tuple[tuple[cst.BaseStatement, str], ...]  # (statement, what it is) safe to run on rank 0 only
+    # calls inside an output statement that must still run on every rank: they are
+    # computed into a variable first, e.g. the ``evaluate(...)`` in ``print(evaluate(...))``
+    hoisted: tuple[cst.Call, ...]
     trackers: tuple[cst.Call, ...]  # SummaryWriter(...) / wandb.init(...) assigned to a name
     progress_bars: tuple[cst.Call, ...]  # tqdm(...) calls without ``disable=``
     makedirs: tuple[cst.Call, ...]  # os.makedirs(...) without ``exist_ok=``
     saves: tuple[cst.SimpleStatementLine, ...]  # torch.save statements
+    state_loads: tuple[cst.Call, ...]  # torch.load(...) of state dicts, without map_location
     data_parallel: tuple[cst.Call, ...]  # every nn.DataParallel(...) call
     setup_at_module_level: bool  # training objects are built outside the main guard's call tree
     diagnostics: tuple[Diagnostic, ...]
@@ -143,11 +150,12 @@ class _Finder:
         trains = any(m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in index.calls)
         names = self._names()
         if not trains:
-            return Anatomy(index, names, False, (), (), (), (), (), (), (), (), False, ())
+            return Anatomy(index, names, False, (), (), (), (), (), (), (), (), (), (), False, ())
         models = tuple(self._models())
         loaders = tuple(self._loaders(models))
         saves = tuple(self._statements_calling(torch_api.SAVE))
         trackers = tuple(self._trackers())
+        self._hoisted: list[cst.Call] = []
         outputs = tuple(self._outputs(models, trackers))
         return Anatomy(
             index=index,
@@ -156,6 +164,7 @@ class _Finder:
             models=models,
             loaders=loaders,
             outputs=outputs,
+            hoisted=tuple(self._hoisted),
             trackers=trackers,
             progress_bars=tuple(
                 c for c in index.calls
@@ -167,6 +176,7 @@ class _Finder:
                 and len(c.args) < 3
             ),
             saves=saves,
+            state_loads=tuple(self._state_loads()),
             data_parallel=tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL)),
             setup_at_module_level=self._setup_at_module_level(models, loaders),
             diagnostics=tuple(self.diagnostics),
@@ -326,8 +336,20 @@ class _Finder:
             data_parallel_if = condition
         on_cuda = any(cuda and self._climb_conditionals(s) is s for s, _, cuda in moves)
         expression = self._expression(target, index.scope_of(stmt))
-        unwrap = tuple(self._wrapper_reads(target, stmt))
-        return Model(target, expression, stmt, on_cuda, True, unwrap, optimizer, stmt.body[0].value, data_parallel_if)
+        placed = data_parallel_if or stmt
+        outer = self._climb_conditionals(placed)
+        if outer is placed:
+            unwrap = tuple(self._wrapper_reads(target, stmt))
+            call = stmt.body[0].value
+            return Model(target, expression, stmt, on_cuda, True, unwrap, optimizer, call, data_parallel_if)
+        # ``if use_cuda: ... model = nn.DataParallel(model)``: DDP must wrap on every path, so the
+        # DataParallel line goes and the wrap follows the whole ``if``.
+        insert_after = self._after_setup(outer, target)
+        unwrap = tuple(self._wrapper_reads(target, insert_after))
+        return Model(
+            target, expression, insert_after, False, True, unwrap, optimizer,
+            data_parallel_if=data_parallel_if, data_parallel_removed=stmt,
+        )
 
     def _depths(self, lineage: set[Ref]) -> dict[Ref, int]:
         """How far each place is from where the value started (following flows)."""
@@ -481,7 +503,8 @@ class _Finder:
                     Severity.ERROR,
                     "the training DataLoader already has its own sampler; a DistributedSampler would replace it",
                 )
-            yield Loader(call, training, tuple(epoch_loops), spread, keys)
+            lengths = tuple(self._dataset_lengths(refs)) if training else ()
+            yield Loader(call, training, tuple(epoch_loops), spread, keys, lengths)
         if not found_training:
             loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
             self.report(
@@ -491,6 +514,17 @@ class _Finder:
                 "the training loop does not draw its batches from a torch DataLoader that ddpify can follow; "
                 "every rank would train on the same samples",
             )
+
+    def _dataset_lengths(self, refs: set[Ref]) -> Iterator[cst.Attribute]:
+        index = self.index
+        for ref in refs:
+            for scope in _scopes_reading(index, ref):
+                for read in index.mentions(scope, ref, scope):
+                    attribute = index.parent(read)
+                    if m.matches(attribute, m.Attribute(attr=m.Name("dataset"))) and attribute.value is read:
+                        arg = index.parent(attribute)
+                        if isinstance(arg, cst.Arg) and m.matches(index.parent(arg), m.Call(func=m.Name("len"))):
+                            yield attribute
 
     def _check_sampling_arguments(self, call: cst.Call) -> None:
         for position, arg in enumerate(call.args):
@@ -638,6 +672,57 @@ class _Finder:
             if all(isinstance(s, cst.Expr) and self.index.is_call_to(s.value, names) for s in stmt.body):
                 yield stmt
 
+    def _state_loads(self) -> Iterator[cst.Call]:
+        """``torch.load`` calls without ``map_location`` whose result only feeds ``load_state_dict``."""
+        index = self.index
+        for call in index.calls:
+            if not index.is_call_to(call, torch_api.LOAD):
+                continue
+            if len([a for a in call.args if a.keyword is None]) > 1 or any(
+                a.keyword and a.keyword.value == "map_location" for a in call.args
+            ):
+                continue
+            if self._feeds_state_dicts(call):
+                yield call
+            else:
+                self.report(
+                    call,
+                    "DDP401",
+                    Severity.WARNING,
+                    "torch.load without map_location: every rank loads onto the GPU the checkpoint was saved "
+                    "from; pass map_location=<this rank's device>",
+                )
+
+    def _feeds_state_dicts(self, call: cst.Call) -> bool:
+        index = self.index
+        parent = index.parent(call)
+        if isinstance(parent, cst.Arg):
+            return m.matches(index.parent(parent), m.Call(func=m.Attribute(attr=m.Name("load_state_dict"))))
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1):
+            return False
+        ref = index.ref_of(parent.targets[0].target, index.scope_of(call))
+        if ref is None:
+            return False
+        reads = [
+            r
+            for scope in _scopes_reading(index, ref)
+            for r in index.mentions(scope, ref, scope)
+            if not isinstance(index.parent(r), cst.AssignTarget)
+        ]
+        for read in reads:
+            node = read
+            while isinstance(index.parent(node), cst.Subscript) and index.parent(node).value is node:
+                node = index.parent(node)
+            arg = index.parent(node)
+            if isinstance(arg, cst.Arg) and m.matches(
+                index.parent(arg), m.Call(func=m.Attribute(attr=m.Name("load_state_dict")))
+            ):
+                continue
+            if node is not read:  # checkpoint["epoch"]: a plain value read out of the checkpoint
+                continue
+            return False
+        return bool(reads)
+
     def _trackers(self) -> Iterator[cst.Call]:
         for call in self.index.calls:
             parent = self.index.parent(call)
@@ -666,7 +751,12 @@ class _Finder:
             kinds = {self._output_kind(small, tracker_refs, logger_refs) for small in stmt.body}
             if len(kinds) == 1 and None not in kinds:
                 kind = kinds.pop()
-                if self._runs_collectives(stmt, model_refs):
+                work = self._work_calls(stmt, model_refs)
+                if work and len(stmt.body) == 1 and not any(
+                    isinstance(a, (cst.Lambda, cst.BaseComp)) for call in work for a in index.ancestors(call)
+                ):
+                    self._hoisted.extend(work)
+                elif work:
                     self.report(
                         stmt,
                         "DDP501",
@@ -716,14 +806,15 @@ class _Finder:
         return False
 
     def _runs_collectives(self, stmt: cst.CSTNode, model_refs: set[Ref]) -> bool:
-        for node in _walk(stmt):
-            if isinstance(node, cst.Call):
-                scope = self.index.scope_of(node)
-                if self.index.resolve_callee(node, scope) is not None:
-                    return True
-                if self.index.carried_ref(node.func, scope) in model_refs:
-                    return True
-        return False
+        return bool(self._work_calls(stmt, model_refs))
+
+    def _work_calls(self, node: cst.CSTNode, model_refs: set[Ref]) -> list[cst.Call]:
+        """The outermost calls in ``node`` that run the model or the script's own functions."""
+        if isinstance(node, cst.Call):
+            scope = self.index.scope_of(node)
+            if self.index.resolve_callee(node, scope) is not None or self.index.carried_ref(node.func, scope) in model_refs:
+                return [node]
+        return [call for child in node.children for call in self._work_calls(child, model_refs)]
 
     def _setup_at_module_level(self, models: tuple[Model, ...], loaders: tuple[Loader, ...]) -> bool:
         """Whether training objects are built by module-level code (outside every function)."""

@@ -183,3 +183,22 @@ def _and(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BaseExpress
     ):
         left = left.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return cst.BooleanOperation(left=left, operator=cst.And(), right=right)
+
+
+def with_comma(args: tuple[cst.Arg, ...]) -> list[cst.Arg]:
+    """The arguments of a call, ready for one more to be appended."""
+    if not args:
+        return []
+    *rest, last = args
+    if isinstance(last.comma, cst.Comma):
+        return [*rest, last]
+    return [*rest, last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
+
+
+def fresh(base: str, used: set[str]) -> str:
+    """``base``, or ``base2``, ``base3``... whichever the script does not use yet."""
+    name, counter = base, 1
+    while name in used:
+        counter += 1
+        name = f"{base}{counter}"
+    return name

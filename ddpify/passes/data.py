@@ -13,8 +13,10 @@ called at the start of each epoch so that every epoch shuffles differently
         train(model, loader)          ->         loader.sampler.set_epoch(epoch)
                                                  train(model, loader)
 
-The per-process batch size stays as written, so the global batch is now
-``world size`` times larger. Evaluation loaders are left whole: every rank
+``len(loader.dataset)`` on a training loader becomes ``len(loader.sampler)``,
+the number of samples this rank trains on, so per-sample averages and progress
+counts stay right. The per-process batch size stays as written, so the global
+batch is now ``world size`` times larger. Evaluation loaders are left whole: every rank
 evaluates the full set, so the numbers it reports are the single-process ones.
 """
 
@@ -25,7 +27,7 @@ import libcst as cst
 from ddpify import torch_api
 from ddpify.analysis import Anatomy, Loader
 from ddpify.diagnostics import Severity
-from ddpify.edits import EditPlan
+from ddpify.edits import EditPlan, fresh
 from ddpify.result import Options
 
 
@@ -35,6 +37,10 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
         if loader.training:
             _add_sampler(anatomy, plan, loader, taken)
             _set_epoch(anatomy, plan, loader, taken)
+            for attribute in loader.dataset_lengths:
+                plan.replace(attribute, lambda n: n.with_changes(attr=cst.Name("sampler")))
+                text = anatomy.index.module.code_for_node(attribute.value)
+                plan.change(attribute, f"len({text}.dataset) -> len({text}.sampler): the samples this rank trains on")
 
 
 def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[str]) -> None:
@@ -50,7 +56,7 @@ def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[st
         return
     dataset = dataset_arg.value
     if not isinstance(dataset, (cst.Name, cst.Attribute)):
-        name = _fresh("train_dataset", index.identifiers | taken)
+        name = fresh("train_dataset", index.identifiers | taken)
         taken.add(name)
         stmt = index.statement_of(call)
         hoisted = cst.parse_statement(f"{name} = {index.module.code_for_node(dataset)}\n")
@@ -108,7 +114,7 @@ def _set_epoch(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[str]
             continue
         epoch = target.value
         if epoch == "_":
-            epoch = _fresh("epoch", anatomy.index.identifiers | taken)
+            epoch = fresh("epoch", anatomy.index.identifiers | taken)
             taken.add(epoch)
             plan.replace(target, lambda n, e=epoch: n.with_changes(value=e))
         stmt = cst.parse_statement(f"{epoch_loop.loader}.sampler.set_epoch({epoch})\n")
@@ -142,11 +148,3 @@ def _is_true(expr: cst.BaseExpression) -> bool:
 
 def _is_false(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "False"
-
-
-def _fresh(base: str, used: set[str]) -> str:
-    name, counter = base, 1
-    while name in used:
-        counter += 1
-        name = f"{base}{counter}"
-    return name

@@ -5,12 +5,15 @@ After the setup block has called ``torch.cuda.set_device(LOCAL_RANK)``, plain
 ``.cuda()`` and ``.to("cuda")`` stay as they are. What pins every rank to one
 GPU is an explicit index, so only that is removed::
 
-    torch.device("cuda:0")     ->  torch.device("cuda")
-    torch.device("cuda", 0)    ->  torch.device("cuda")
-    x.cuda(0)                  ->  x.cuda()
+    torch.device("cuda:0")       ->  torch.device("cuda")
+    f"cuda:{args.gpu}"           ->  "cuda"
+    torch.device("cuda", gpu)    ->  torch.device("cuda")
+    x.cuda(args.gpu)             ->  x.cuda()
+    torch.cuda.set_device(gpu)   ->  (removed: the setup block already chose)
 
-A script that sets ``CUDA_VISIBLE_DEVICES`` or calls ``torch.cuda.set_device``
-itself would override the rank's device: that is reported, not guessed at.
+A script that sets ``CUDA_VISIBLE_DEVICES`` itself would hide the other GPUs
+from every rank: that is reported, not guessed at. ``.to(N)`` with an integer
+variable cannot be told apart from other ``.to`` calls and is left alone.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import re
 import libcst as cst
 import libcst.matchers as m
 
+from ddpify import torch_api
 from ddpify.analysis import Anatomy
 from ddpify.diagnostics import Severity
 from ddpify.edits import EditPlan
@@ -32,7 +36,11 @@ _CUDA_INDEX = re.compile(r"""^(?P<q>['"])cuda:\d+(?P=q)$""")
 def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     index = anatomy.index
     for node in _walk(index.module):
-        if isinstance(node, cst.SimpleString) and _CUDA_INDEX.match(node.value):
+        if isinstance(node, cst.FormattedString) and _formats_cuda_index(node):
+            quote = node.end
+            plan.replace(node, lambda n, q=quote: cst.SimpleString(f"{q}cuda{q}", lpar=n.lpar, rpar=n.rpar))
+            plan.change(node, f"{index.module.code_for_node(node)} -> {quote}cuda{quote}: this rank's GPU")
+        elif isinstance(node, cst.SimpleString) and _CUDA_INDEX.match(node.value):
             quote = node.value[0]
             plan.replace(node, lambda n, q=quote: n.with_changes(value=f"{q}cuda{q}"))
             plan.change(node, f"{node.value} -> {quote}cuda{quote}: this rank's GPU")
@@ -45,18 +53,41 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
                 _visible_devices(plan, node)
 
 
+def _formats_cuda_index(node: cst.FormattedString) -> bool:
+    """``f"cuda:{args.gpu}"``: a device string with a GPU index filled in."""
+    parts = node.parts
+    return (
+        len(parts) == 2
+        and isinstance(parts[0], cst.FormattedStringText)
+        and parts[0].value == "cuda:"
+        and isinstance(parts[1], cst.FormattedStringExpression)
+        and node.start in ('f"', "f'")
+    )
+
+
 def _call(anatomy: Anatomy, plan: EditPlan, call: cst.Call) -> None:
     index = anatomy.index
     names = index.qualified_names(call.func)
     if "torch.device" in names and len(call.args) == 2 and m.matches(call.args[0].value, m.SimpleString()):
-        if call.args[0].value.evaluated_value == "cuda" and call.args[1].keyword is None:
+        if call.args[0].value.evaluated_value == "cuda" and call.args[1].keyword in (None, "index"):
             plan.replace(call, lambda n: n.with_changes(args=[n.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)]))
             plan.change(call, 'torch.device("cuda", N) -> torch.device("cuda"): this rank\'s GPU')
-    elif m.matches(call.func, m.Attribute(attr=m.Name("cuda"))) and len(call.args) == 1 and call.args[0].keyword is None:
-        if isinstance(call.args[0].value, cst.Integer):
-            plan.replace(call, lambda n: n.with_changes(args=[]))
-            plan.change(call, ".cuda(N) -> .cuda(): this rank's GPU")
-    elif "torch.cuda.set_device" in names:
+    elif m.matches(call.func, m.Attribute(attr=m.Name("cuda"))) and call.args and call.args[0].keyword is None:
+        plan.replace(call, lambda n: n.with_changes(args=n.args[1:]))
+        plan.change(call, f".cuda({index.module.code_for_node(call.args[0].value)}) -> .cuda(): this rank's GPU")
+    elif names & torch_api.SET_DEVICE:
+        _set_device(anatomy, plan, call)
+    elif m.matches(call.func, m.Attribute(attr=m.Name("setdefault") | m.Name("update"))) and any(
+        m.matches(n, m.SimpleString()) and "CUDA_VISIBLE_DEVICES" in n.value for n in _walk(call)
+    ):
+        _visible_devices(plan, call)
+
+
+def _set_device(anatomy: Anatomy, plan: EditPlan, call: cst.Call) -> None:
+    """The setup block already chose this rank's GPU: the script's own choice goes."""
+    index = anatomy.index
+    stmt = index.statement_of(call)
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and stmt.body[0].value is call):
         plan.report(
             call,
             "DDP101",
@@ -64,10 +95,14 @@ def _call(anatomy: Anatomy, plan: EditPlan, call: cst.Call) -> None:
             "the script chooses its GPU with torch.cuda.set_device(); under torchrun each process "
             "must use the GPU given by LOCAL_RANK: remove this call",
         )
-    elif m.matches(call.func, m.Attribute(attr=m.Name("setdefault") | m.Name("update"))) and any(
-        m.matches(n, m.SimpleString()) and "CUDA_VISIBLE_DEVICES" in n.value for n in _walk(call)
-    ):
-        _visible_devices(plan, call)
+        return
+    block = index.parent(stmt)
+    owner = index.parent(block)
+    if isinstance(owner, cst.If) and owner.orelse is None and len(block.body) == 1 and owner is not index.main_guard:
+        plan.remove(owner)
+    else:
+        plan.remove(stmt)
+    plan.change(call, "remove torch.cuda.set_device(): each process uses the GPU given by LOCAL_RANK")
 
 
 def _visible_devices(plan: EditPlan, node: cst.CSTNode) -> None:

@@ -40,6 +40,12 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
                 plan.inline(model.data_parallel_if)
             plan.change(model.insert_after, f"nn.DataParallel -> DistributedDataParallel (one process per GPU)")
         else:
+            if model.data_parallel_removed is not None:
+                wrapped_by_ddp.add(model.data_parallel_removed.body[0].value)
+                plan.remove(model.data_parallel_removed)
+                if model.data_parallel_if is not None:
+                    plan.inline(model.data_parallel_if)
+                plan.change(model.data_parallel_removed, "remove nn.DataParallel: each process drives one GPU")
             wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{device_ids})\n")
             plan.insert_after(model.insert_after, wrap)
             plan.change(model.insert_after, f"wrap `{model.expression}` in DistributedDataParallel")

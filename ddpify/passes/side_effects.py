@@ -15,9 +15,17 @@ outside rank 0 (``tqdm(..., disable=dist.get_rank() != 0)``), so the loop is
 untouched; ``os.makedirs`` gets ``exist_ok=True`` so that ranks creating the
 same folder do not race.
 
-A statement that also runs the model or the script's own functions is left on
-every rank and reported: on rank 0 only it would skip work, and collectives,
-on the others.
+Work inside an output statement -- ``print(f"acc {evaluate(model)}")`` --
+must still run on every rank (it may hold collectives, such as DDP's forward),
+so it is computed into a variable first and only the output is gated::
+
+    print(f"acc {evaluate(model)}")   ->   evaluate_result = evaluate(model)
+                                           if dist.get_rank() == 0:
+                                               print(f"acc {evaluate_result}")
+
+Where that cannot be done (the work is inside a lambda or comprehension, or
+on a line with other statements), the statement stays on every rank and is
+reported.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis import Anatomy
-from ddpify.edits import EditPlan
+from ddpify.edits import EditPlan, fresh, with_comma
 from ddpify.result import Options
 
 
@@ -41,6 +49,16 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
         counts[kind] = counts.get(kind, 0) + 1
         if counts[kind] == 1:
             plan.change(stmt, f"{kind} on global rank 0 only")
+    taken: set[str] = set()
+    for call in anatomy.hoisted:
+        stmt = index.statement_of(call)
+        name = fresh(f"{_callee_name(call)}_result", index.identifiers | taken)
+        taken.add(name)
+        hoisted = cst.parse_statement(f"{name} = {index.module.code_for_node(call)}\n")
+        plan.insert_before(stmt, hoisted.with_changes(leading_lines=stmt.leading_lines))
+        plan.replace(stmt, lambda n: n.with_changes(leading_lines=()))
+        plan.replace(call, lambda n, name=name: cst.Name(name))
+        plan.change(call, f"compute `{name}` on every rank, output it on rank 0")
     for call in anatomy.trackers:
         plan.replace(call, lambda n: cst.IfExp(test=plan.rank_zero, body=n, orelse=cst.Name("None")))
         plan.change(call, f"{index.module.code_for_node(call.func)} created on global rank 0 only (None elsewhere)")
@@ -50,7 +68,7 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
             value=cst.parse_expression(f"{dist}.get_rank() != 0"),
             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
         )
-        plan.replace(call, lambda n, a=disable: n.with_changes(args=[*_with_comma(n.args), a]))
+        plan.replace(call, lambda n, a=disable: n.with_changes(args=[*with_comma(n.args), a]))
         plan.change(call, "progress bar shown on global rank 0 only")
     for call in anatomy.makedirs:
         exist_ok = cst.Arg(
@@ -58,14 +76,12 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
             value=cst.Name("True"),
             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
         )
-        plan.replace(call, lambda n, a=exist_ok: n.with_changes(args=[*_with_comma(n.args), a]))
+        plan.replace(call, lambda n, a=exist_ok: n.with_changes(args=[*with_comma(n.args), a]))
         plan.change(call, "os.makedirs(..., exist_ok=True): every rank may create the folder")
 
 
-def _with_comma(args: tuple[cst.Arg, ...]) -> list[cst.Arg]:
-    if not args:
-        return []
-    *rest, last = args
-    if isinstance(last.comma, cst.Comma):
-        return [*rest, last]
-    return [*rest, last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
+def _callee_name(call: cst.Call) -> str:
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else "value"

@@ -1,0 +1,543 @@
+"""In-rank instrumentation: ``python -m ddpify.verify.probe SCRIPT [ARGS...]``.
+
+``verify()`` starts this module under ``torchrun`` in place of the script. It
+installs a few hooks, runs the script unchanged with
+``runpy.run_path(script, run_name="__main__")`` (``sys.argv`` and
+``sys.path[0]`` as ``python SCRIPT ARGS...`` would set them) and writes what it
+saw to ``$DDPIFY_PROBE_DIR/rank-<RANK>.json`` (see ``protocol``). Nothing is
+ever written into the script.
+
+What is hooked, and how:
+
+* optimizer steps: ``torch.optim.optimizer.register_optimizer_step_post_hook``
+  counts the steps of every optimizer and keeps the optimizer, so that its
+  ``param_groups`` can be checksummed when the run stops. With
+  ``$DDPIFY_MAX_STEPS=K`` the hook raises ``MaxStepsReached`` (a
+  ``SystemExit``) right after any optimizer's K-th step: the script unwinds
+  through its own ``finally`` blocks (which destroy the process group) and
+  the rank exits 0.
+* parameters: per optimizer, in ``param_groups`` order, a sha256 of the exact
+  bytes (dtype and shape included) and three float64 statistics (sum, sum of
+  squares, a sum weighted by a fixed sequence) so that the parent can tell
+  "identical", "equal up to rounding" and "diverged" apart.
+* data: ``DataLoader.__init__`` (numbering every loader in creation order and
+  noting where in the script it was created), ``DataLoader.__iter__``
+  (counting epochs) and ``_BaseDataLoaderIter.__next__`` (there is no public
+  hook for drawn batches). Every loader is recorded; the first
+  ``RECORDED_BATCHES`` batches are hashed sample by sample (rows of the
+  batch's tensors). A loader "feeds training" when it was the last one drawn
+  from before an optimizer step; the parent judges sharding on those only,
+  so evaluation loaders (typically the same on every rank) do not count.
+* files: ``torch.save`` (and ``torch.serialization.save``) note the target of
+  every call: the path as given and as an absolute path.
+* process group: ``init_process_group`` and ``destroy_process_group`` (on
+  ``torch.distributed`` and ``torch.distributed.distributed_c10d``) are
+  wrapped; ``is_initialized()`` is also sampled at every step and at exit,
+  which covers other ways of creating the default group.
+* hangs: a daemon thread rewrites the record a moment after anything
+  changed, so that a rank blocked in a collective (which releases the GIL)
+  still shows its latest steps and saves; ``faulthandler`` dumps all Python
+  stacks to ``rank-<RANK>.stack`` on ``STACK_SIGNAL``, which the parent sends
+  to ranks still running at its timeout.
+
+The probe never touches a random number generator, and a failure inside a
+hook is recorded in ``probe_errors`` instead of breaking the script.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import faulthandler
+import functools
+import hashlib
+import json
+import os
+import runpy
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
+from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+from ddpify.verify import protocol
+
+_LOADER_ATTR = "_ddpify_probe_loader"
+_ITERATOR_ATTR = "_ddpify_probe_iteration"
+_FLUSH_INTERVAL_S = 0.25
+# An irrational step makes sin() a sequence without a period over any model size.
+_WEIGHT_STEP = 0.7548776662466927
+
+
+class MaxStepsReached(SystemExit):
+    """Raised after the ``max_steps``-th optimizer step: a clean stop, exit code 0."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(0)
+        self.steps = steps
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+    # ctypes instead of numpy (an optional dependency of torch) or
+    # bytes(storage) (one Python call per byte).
+    flat = tensor.detach().resolve_conj().resolve_neg().cpu().contiguous()
+    size = flat.numel() * flat.element_size()
+    return ctypes.string_at(flat.data_ptr(), size) if size else b""
+
+
+def _tensor_rows(tensor: torch.Tensor, rows: int) -> list[bytes]:
+    data = _tensor_bytes(tensor)
+    width = len(data) // rows
+    return [data[i * width : (i + 1) * width] for i in range(rows)]
+
+
+def _flatten(obj: Any, out: list[Any]) -> None:
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, Mapping):
+        for key in sorted(obj, key=str):
+            _flatten(obj[key], out)
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            _flatten(item, out)
+    elif obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+        out.append(obj)
+    else:
+        # repr() of an arbitrary object may hold its address, which differs by rank.
+        out.append(type(obj).__qualname__)
+
+
+def _short_hash(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.hexdigest()[:16]
+
+
+def hash_batch(batch: Any) -> tuple[str, list[str] | None]:
+    """The batch's hash and, when its tensors share a first dimension, one hash per sample."""
+    leaves: list[Any] = []
+    _flatten(batch, leaves)
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor) and leaf.dim() > 0]
+    samples = None
+    if tensors and all(t.shape[0] == tensors[0].shape[0] for t in tensors):
+        columns = [_tensor_rows(t, t.shape[0]) for t in tensors]
+        samples = [_short_hash(*row) for row in zip(*columns)]
+    if samples is not None:
+        whole = _short_hash(*(s.encode() for s in samples))
+    else:
+        whole = _short_hash(
+            *(_tensor_bytes(x) if isinstance(x, torch.Tensor) else repr(x).encode() for x in leaves)
+        )
+    return whole, samples
+
+
+def _safe_len(obj: Any) -> int | None:
+    try:
+        return len(obj)
+    except Exception:  # no __len__, or an IterableDataset that refuses
+        return None
+
+
+class _LoaderRecord:
+    def __init__(self, index: int, site: str | None) -> None:
+        self.index = index
+        self.site = site
+        self.described = False
+        self.dataset: str | None = None
+        self.sampler: str | None = None
+        self.dataset_len: int | None = None
+        self.samples_per_epoch: int | None = None
+        self.iterations = 0
+        self.batches = 0
+        self.steps = 0
+        self.recorded: list[dict[str, Any]] = []
+
+    def describe(self, loader: DataLoader) -> None:
+        self.described = True
+        self.dataset = type(loader.dataset).__qualname__
+        self.sampler = type(loader.sampler).__qualname__
+        if isinstance(loader.dataset, IterableDataset):
+            return
+        self.dataset_len = _safe_len(loader.dataset)
+        if loader.batch_sampler is None or type(loader.batch_sampler) is BatchSampler:
+            self.samples_per_epoch = _safe_len(loader.sampler)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "site": self.site,
+            "dataset": self.dataset,
+            "sampler": self.sampler,
+            "dataset_len": self.dataset_len,
+            "samples_per_epoch": self.samples_per_epoch,
+            "iterations": self.iterations,
+            "batches": self.batches,
+            "steps": self.steps,
+            "recorded": self.recorded,
+        }
+
+
+class _OptimizerRecord:
+    def __init__(self, index: int, optimizer: torch.optim.Optimizer) -> None:
+        self.index = index
+        self.optimizer = optimizer
+        self.steps = 0
+
+    def checksum(self) -> dict[str, Any]:
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        digest = hashlib.sha256()
+        total = squares = weighted = 0.0
+        numel = 0
+        with torch.no_grad():
+            for param in params:
+                tensor = param.detach()
+                digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+                digest.update(_tensor_bytes(tensor))
+                if tensor.is_complex():
+                    tensor = torch.view_as_real(tensor)
+                values = tensor.to(device="cpu", dtype=torch.float64).reshape(-1)
+                count = values.numel()
+                weights = torch.sin(
+                    torch.arange(numel, numel + count, dtype=torch.float64) * _WEIGHT_STEP
+                )
+                total += values.sum().item()
+                squares += (values * values).sum().item()
+                weighted += (values * weights).sum().item()
+                numel += count
+        return {
+            "index": self.index,
+            "type": type(self.optimizer).__qualname__,
+            "steps": self.steps,
+            "tensors": len(params),
+            "numel": numel,
+            "sha256": digest.hexdigest(),
+            "stats": [total, squares, weighted],
+        }
+
+
+class Recorder:
+    """Everything one rank records, and the hooks that feed it."""
+
+    def __init__(self, script: str, out_dir: str, max_steps: int | None) -> None:
+        self.script = script
+        self.out_dir = out_dir
+        self.max_steps = max_steps
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.world_size_env = int(os.environ.get("WORLD_SIZE", "1"))
+        self.pid = os.getpid()
+        self.phase = protocol.Phase.RUNNING
+        self.exit: dict[str, Any] | None = None
+        self.optimizers: dict[int, _OptimizerRecord] = {}
+        self.loaders: list[_LoaderRecord] = []
+        self.last_loader: _LoaderRecord | None = None
+        self.saves: list[dict[str, Any]] = []
+        self.process_group: dict[str, Any] = {
+            "initialized": False,
+            "world_size": None,
+            "rank": None,
+            "backend": None,
+            "destroyed": False,
+            "initialized_at_exit": None,
+        }
+        self.checksums: list[dict[str, Any]] | None = None
+        self.probe_errors: list[str] = []
+        self._dirty = False
+        self._write_lock = threading.Lock()
+        self._stack_file: Any = None
+
+    # -- installation --------------------------------------------------------
+
+    def install(self) -> None:
+        if protocol.STACK_SIGNAL is not None:
+            path = os.path.join(self.out_dir, protocol.stack_name(self.rank))
+            self._stack_file = open(path, "w")  # noqa: SIM115 (kept open for faulthandler)
+            faulthandler.register(protocol.STACK_SIGNAL, file=self._stack_file, all_threads=True)
+        register_optimizer_step_post_hook(self._after_step)
+        self._patch_process_group()
+        self._patch_save()
+        self._patch_data_loader()
+        atexit.register(self._at_exit)
+        self.write()
+        threading.Thread(target=self._flush_while_running, name="ddpify-probe", daemon=True).start()
+
+    def _flush_while_running(self) -> None:
+        while self.phase == protocol.Phase.RUNNING:
+            time.sleep(_FLUSH_INTERVAL_S)
+            if self._dirty and self.phase == protocol.Phase.RUNNING:
+                self.write()
+
+    def _guarded(self, what: str, action: Any, *args: Any) -> None:
+        try:
+            action(*args)
+        except Exception as exc:  # the probe must never break the script
+            if len(self.probe_errors) < 10:
+                self.probe_errors.append(f"{what}: {type(exc).__name__}: {exc}")
+
+    def _patch_process_group(self) -> None:
+        if not dist.is_available():
+            return
+        c10d = dist.distributed_c10d
+        original_init = dist.init_process_group
+        original_destroy = dist.destroy_process_group
+
+        @functools.wraps(original_init)
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            result = original_init(*args, **kwargs)
+            self._guarded("init_process_group", self._note_process_group)
+            return result
+
+        @functools.wraps(original_destroy)
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            group = args[0] if args else kwargs.get("group")
+            default = group is None or group is c10d.GroupMember.WORLD
+            result = original_destroy(*args, **kwargs)
+            if default:
+                self.process_group["destroyed"] = True
+            return result
+
+        for module in (dist, c10d):
+            module.init_process_group = init_process_group
+            module.destroy_process_group = destroy_process_group
+
+    def _patch_save(self) -> None:
+        original_save = torch.save
+
+        @functools.wraps(original_save)
+        def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original_save(obj, f, *args, **kwargs)
+            self._guarded("torch.save", self._note_save, f)
+            return result
+
+        torch.save = save
+        torch.serialization.save = save
+
+    def _patch_data_loader(self) -> None:
+        original_init = DataLoader.__init__
+        original_iter = DataLoader.__iter__
+        original_next = _BaseDataLoaderIter.__next__
+        recorder = self
+
+        @functools.wraps(original_init)
+        def __init__(loader: DataLoader, *args: Any, **kwargs: Any) -> None:
+            original_init(loader, *args, **kwargs)
+            if getattr(loader, _LOADER_ATTR, None) is None:
+                record = _LoaderRecord(len(recorder.loaders), recorder._script_site())
+                recorder.loaders.append(record)
+                # object.__setattr__: DataLoader.__setattr__ guards some attributes.
+                object.__setattr__(loader, _LOADER_ATTR, record)
+
+        @functools.wraps(original_iter)
+        def __iter__(loader: DataLoader) -> Any:
+            iterator = original_iter(loader)
+            record = getattr(loader, _LOADER_ATTR, None)
+            if record is not None:
+                record.iterations += 1
+                if not record.described:
+                    recorder._guarded("DataLoader", record.describe, loader)
+                try:
+                    object.__setattr__(iterator, _ITERATOR_ATTR, (record, record.iterations))
+                except (AttributeError, TypeError):
+                    pass
+            return iterator
+
+        @functools.wraps(original_next)
+        def __next__(iterator: Any) -> Any:
+            batch = original_next(iterator)
+            tag = getattr(iterator, _ITERATOR_ATTR, None)
+            if tag is not None:
+                recorder._guarded("DataLoader batch", recorder._note_batch, *tag, batch)
+            return batch
+
+        DataLoader.__init__ = __init__  # type: ignore[method-assign]
+        DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+        _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
+
+    # -- what the hooks record -------------------------------------------------
+
+    def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        record = self.optimizers.get(id(optimizer))
+        if record is None or record.optimizer is not optimizer:
+            record = _OptimizerRecord(len(self.optimizers), optimizer)
+            self.optimizers[id(optimizer)] = record
+        record.steps += 1
+        if self.last_loader is not None:
+            self.last_loader.steps += 1
+        self._guarded("optimizer step", self._note_process_group)
+        if self.max_steps is not None and record.steps >= self.max_steps:
+            self.phase = protocol.Phase.STOPPING
+            self._guarded("checksum", self._take_checksums)
+            self.write()
+            raise MaxStepsReached(record.steps)
+        self._dirty = True
+
+    def _note_process_group(self) -> None:
+        if dist.is_available() and dist.is_initialized():
+            self.process_group.update(
+                initialized=True,
+                world_size=dist.get_world_size(),
+                rank=dist.get_rank(),
+                backend=str(dist.get_backend()),
+            )
+
+    def _note_save(self, target: Any) -> None:
+        if isinstance(target, (str, bytes, os.PathLike)):
+            given = os.fsdecode(target)
+            kind = "path"
+        elif isinstance(getattr(target, "name", None), str):
+            given = target.name
+            kind = "file"
+        else:
+            self.saves.append({"kind": "buffer", "given": None, "path": None, "step": self.steps})
+            return
+        path = os.path.abspath(given)
+        self.saves.append({"kind": kind, "given": given, "path": path, "step": self.steps})
+        self._dirty = True
+
+    def _note_batch(self, record: _LoaderRecord, iteration: int, batch: Any) -> None:
+        record.batches += 1
+        self.last_loader = record
+        self._dirty = True
+        if len(record.recorded) < protocol.RECORDED_BATCHES:
+            whole, samples = hash_batch(batch)
+            record.recorded.append({"iteration": iteration, "batch": whole, "samples": samples})
+
+    def _take_checksums(self) -> None:
+        ordered = sorted(self.optimizers.values(), key=lambda r: r.index)
+        self.checksums = [record.checksum() for record in ordered]
+
+    def _script_site(self) -> str | None:
+        frame = sys._getframe(1)
+        while frame is not None:
+            if os.path.abspath(frame.f_code.co_filename) == self.script:
+                return f"{os.path.basename(self.script)}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+
+    def script_location(self, tb: Any) -> str | None:
+        where = None
+        for entry in traceback.extract_tb(tb):
+            if os.path.abspath(entry.filename) == self.script:
+                where = f"{os.path.basename(self.script)}:{entry.lineno}"
+        return where
+
+    @property
+    def steps(self) -> int:
+        return sum(record.steps for record in self.optimizers.values())
+
+    # -- output ----------------------------------------------------------------
+
+    def finish(self, kind: str, *, code: Any = 0, error: str | None = None, where: str | None = None) -> None:
+        self.exit = {"kind": kind, "code": code, "error": error, "where": where}
+        self.phase = protocol.Phase.EXITED
+        if self.checksums is None:
+            self._guarded("checksum", self._take_checksums)
+        self._guarded("exit", self._note_process_group)
+        self.write()
+
+    def _at_exit(self) -> None:
+        # Runs after the script's own atexit handlers (LIFO), which may destroy
+        # the process group; never in a forked DataLoader worker.
+        if os.getpid() != self.pid:
+            return
+        if self.checksums is None:
+            self._guarded("checksum", self._take_checksums)
+        self.write()
+
+    def document(self) -> dict[str, Any]:
+        initialized_now = dist.is_available() and dist.is_initialized()
+        if self.phase == protocol.Phase.EXITED:
+            self.process_group["initialized_at_exit"] = initialized_now
+        return {
+            "schema": protocol.SCHEMA,
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "world_size_env": self.world_size_env,
+            "pid": self.pid,
+            "script": self.script,
+            "phase": self.phase,
+            "exit": self.exit,
+            "max_steps": self.max_steps,
+            "steps": self.steps,
+            "optimizers": self.checksums
+            if self.checksums is not None
+            else [
+                {"index": r.index, "type": type(r.optimizer).__qualname__, "steps": r.steps}
+                for r in sorted(self.optimizers.values(), key=lambda r: r.index)
+            ],
+            "checksummed": self.checksums is not None,
+            "loaders": [record.to_json() for record in self.loaders],
+            "saves": self.saves,
+            "process_group": self.process_group,
+            "probe_errors": self.probe_errors,
+        }
+
+    def write(self) -> None:
+        path = os.path.join(self.out_dir, protocol.record_name(self.rank))
+        temporary = f"{path}.{self.pid}.tmp"
+        with self._write_lock:
+            self._dirty = False
+            try:
+                # The flushing thread may read while the script appends to a
+                # list: serialise first, retry on the next change if that fails.
+                text = json.dumps(self.document())
+            except (RuntimeError, ValueError):
+                self._dirty = True
+                return
+            try:
+                with open(temporary, "w", encoding="utf-8") as stream:
+                    stream.write(text)
+                os.replace(temporary, path)
+            except OSError as exc:  # a full disk must not turn into a training failure
+                print(f"ddpify probe: cannot write {path}: {exc}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    out_dir = os.environ.get(protocol.PROBE_DIR_ENV)
+    if not argv or not out_dir:
+        print(
+            f"usage: {protocol.PROBE_DIR_ENV}=DIR python -m {protocol.PROBE_MODULE} SCRIPT [ARGS...]",
+            file=sys.stderr,
+        )
+        return 2
+    script = os.path.abspath(argv[0])
+    max_steps = os.environ.get(protocol.MAX_STEPS_ENV)
+    recorder = Recorder(script, out_dir, int(max_steps) if max_steps else None)
+    recorder.install()
+
+    sys.argv = [script, *argv[1:]]
+    sys.path[0] = os.path.dirname(script)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except MaxStepsReached:
+        recorder.finish(protocol.ExitKind.MAX_STEPS)
+        return 0
+    except SystemExit as exc:
+        code = exc.code if exc.code is None or isinstance(exc.code, int) else str(exc.code)
+        kind = protocol.ExitKind.OK if code in (None, 0) else protocol.ExitKind.EXIT
+        recorder.finish(kind, code=code or 0)
+        raise
+    except BaseException as exc:
+        recorder.finish(
+            protocol.ExitKind.EXCEPTION,
+            code=1,
+            error=f"{type(exc).__name__}: {exc}",
+            where=recorder.script_location(exc.__traceback__),
+        )
+        raise
+    recorder.finish(protocol.ExitKind.OK)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
