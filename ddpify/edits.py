@@ -43,6 +43,8 @@ class EditPlan:
     removed: set[cst.BaseStatement] = field(default_factory=set)
     inlined: set[cst.If] = field(default_factory=set)  # an ``if`` replaced by its own body
     imports: list[Import] = field(default_factory=list)
+    setup_helpers: dict[str, cst.FunctionDef] = field(default_factory=dict)  # emitted after the setup function
+    setup_definition: cst.FunctionDef | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
 
@@ -66,6 +68,12 @@ class EditPlan:
         if stmt not in self.rank_zero_only:
             self.rank_zero_only.append(stmt)
 
+    def has_setup_helper(self, name: str) -> bool:
+        return name in self.setup_helpers
+
+    def add_setup_helper(self, name: str, definition: cst.FunctionDef) -> None:
+        self.setup_helpers[name] = definition.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+
     def need_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
         item = Import(module, obj, asname)
         if item not in self.imports:
@@ -80,6 +88,11 @@ class EditPlan:
 
 
 def apply(plan: EditPlan) -> cst.Module:
+    if plan.setup_helpers and plan.setup_definition is not None:
+        for stmts in plan.before.values():
+            if plan.setup_definition in stmts:
+                at = stmts.index(plan.setup_definition) + 1
+                stmts[at:at] = plan.setup_helpers.values()
     merged_ifs = _ifs_run_on_rank_zero(plan)
     module = plan.index.module.visit(_Applier(plan, merged_ifs))
     if plan.imports:

@@ -31,12 +31,27 @@ from ddpify.edits import EditPlan, fresh
 from ddpify.result import Options
 
 
+PER_PROCESS_BATCH = '''
+def {helper}(batch_size):
+    """The share of the single-process batch that each process loads, so the global batch stays the same."""
+    world_size = {dist}.get_world_size()
+    if batch_size % world_size:
+        raise ValueError(f"batch size {{batch_size}} cannot be split evenly over {{world_size}} processes")
+    return batch_size // world_size
+'''
+
+
 def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     taken: set[str] = set()
+    helper = None
     for loader in anatomy.loaders:
         if loader.training:
             _add_sampler(anatomy, plan, loader, taken)
             _set_epoch(anatomy, plan, loader, taken)
+            if options.keep_global_batch:
+                helper = helper or fresh("per_process_batch", anatomy.index.identifiers | taken)
+                taken.add(helper)
+                _split_batch(anatomy, plan, loader, helper)
             for attribute in loader.dataset_lengths:
                 plan.replace(attribute, lambda n: n.with_changes(attr=cst.Name("sampler")))
                 text = anatomy.index.module.code_for_node(attribute.value)
@@ -97,6 +112,30 @@ def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[st
         plan.replace(call, lambda n: _insert_arg(n, new_arg, position))
         plan.change(call, "training DataLoader: add a DistributedSampler")
     plan.need_import("torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler)
+
+
+def _split_batch(anatomy: Anatomy, plan: EditPlan, loader: Loader, helper: str) -> None:
+    call = loader.call
+    position = torch_api.DATALOADER_POSITIONS["batch_size"]
+    batch = next(
+        (a for i, a in enumerate(call.args)
+         if (a.keyword is not None and a.keyword.value == "batch_size") or (a.keyword is None and not a.star and i == position)),
+        None,
+    )
+    if batch is None:
+        plan.report(
+            call,
+            "DDP207",
+            Severity.WARNING,
+            "--keep-global-batch: the batch size of this DataLoader is not one of its arguments; "
+            "each process loads the full batch",
+        )
+        return
+    if not plan.has_setup_helper(helper):
+        definition = cst.parse_module(PER_PROCESS_BATCH.format(helper=helper, dist=anatomy.names.dist)).body[0]
+        plan.add_setup_helper(helper, definition)
+    plan.replace(batch.value, lambda n: cst.Call(func=cst.Name(helper), args=[cst.Arg(n)]))
+    plan.change(batch, "per-process batch = batch size / world size (the global batch stays as before)")
 
 
 def _set_epoch(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[str]) -> None:

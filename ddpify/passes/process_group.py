@@ -51,6 +51,7 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     setup = setup.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
     anchor = _first_statement_after_imports(module)
     plan.insert_before(anchor, setup)
+    plan.setup_definition = setup
     plan.need_import("os", asname=None if names.os == "os" else names.os)
     plan.need_import("torch")
     plan.need_import("torch.distributed", asname=names.dist)

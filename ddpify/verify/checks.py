@@ -215,6 +215,7 @@ def _rank_report(run: RunOutcome, rank: int) -> RankReport:
         saves=tuple(save["given"] for save in record.get("saves", []) if save.get("given")),
         destroyed=bool(process_group.get("destroyed")) if process_group.get("initialized") else None,
         where=where,
+        probe_errors=tuple(record.get("probe_errors", ())),
     )
 
 
@@ -464,7 +465,9 @@ def _clean_exit(run: RunOutcome) -> Check:
         if record.get("process_group", {}).get("initialized") and not record["process_group"].get("destroyed")
     ]
     if not_destroyed:
-        return Check(CLEAN_EXIT, False, f"{_ranks(not_destroyed)} exited without destroy_process_group()")
+        killed = [rank for rank in not_destroyed if not _finished(run.records[rank])]
+        note = f" ({_ranks(killed)} killed before the script ended)" if killed else ""
+        return Check(CLEAN_EXIT, False, f"{_ranks(not_destroyed)} exited without destroy_process_group(){note}")
     if not any(record.get("process_group", {}).get("initialized") for record in run.records.values()):
         return Check(CLEAN_EXIT, True, f"no hang (finished in {run.duration_s:.1f} s); no process group to destroy")
     return Check(

@@ -247,7 +247,6 @@ class Recorder:
             "rank": None,
             "backend": None,
             "destroyed": False,
-            "initialized_at_exit": None,
         }
         self.checksums: list[dict[str, Any]] | None = None
         self.probe_errors: list[str] = []
@@ -303,6 +302,7 @@ class Recorder:
             result = original_destroy(*args, **kwargs)
             if default:
                 self.process_group["destroyed"] = True
+                self._dirty = True
             return result
 
         for module in (dist, c10d):
@@ -381,13 +381,14 @@ class Recorder:
         self._dirty = True
 
     def _note_process_group(self) -> None:
-        if dist.is_available() and dist.is_initialized():
+        if dist.is_available() and dist.is_initialized() and not self.process_group["initialized"]:
             self.process_group.update(
                 initialized=True,
                 world_size=dist.get_world_size(),
                 rank=dist.get_rank(),
                 backend=str(dist.get_backend()),
             )
+            self._dirty = True
 
     def _note_save(self, target: Any) -> None:
         if isinstance(target, (str, bytes, os.PathLike)):
@@ -454,9 +455,6 @@ class Recorder:
         self.write()
 
     def document(self) -> dict[str, Any]:
-        initialized_now = dist.is_available() and dist.is_initialized()
-        if self.phase == protocol.Phase.EXITED:
-            self.process_group["initialized_at_exit"] = initialized_now
         return {
             "schema": protocol.SCHEMA,
             "rank": self.rank,

@@ -31,6 +31,7 @@ class RankReport:
     saves: tuple[str, ...]  # torch.save targets, as the script gave them
     destroyed: bool | None  # destroy_process_group() was called
     where: str | None  # where an error was raised or a hang was found
+    probe_errors: tuple[str, ...] = ()  # hooks that failed (the script was not disturbed)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +43,7 @@ class RankReport:
             "saves": list(self.saves),
             "destroyed": self.destroyed,
             "where": self.where,
+            "probe_errors": list(self.probe_errors),
         }
 
 
@@ -95,6 +97,7 @@ class VerifyReport:
             rows = [row[:-1] for row in rows]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+        lines.extend(f"probe error on rank {rank.rank}: {error}" for rank in self.ranks for error in rank.probe_errors)
         if self.ok:
             lines.append(f"ok: all {len(self.checks)} checks passed ({', '.join(c.name for c in self.checks)})")
         else:
