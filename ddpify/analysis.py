@@ -139,6 +139,7 @@ class _Finder:
         self.index = index
         self.path = path
         self.diagnostics: list[Diagnostic] = []
+        self._model_classes: dict[Ref, set[cst.ClassDef]] = {}
 
     def report(self, node: cst.CSTNode, code: str, severity: Severity, message: str) -> None:
         line, column = self.index.position(node)
@@ -153,6 +154,7 @@ class _Finder:
             return Anatomy(index, names, False, (), (), (), (), (), (), (), (), (), (), False, ())
         models = tuple(self._models())
         loaders = tuple(self._loaders(models))
+        self._warn_rank_local_exits(models)
         saves = tuple(self._statements_calling(torch_api.SAVE))
         trackers = tuple(self._trackers())
         self._hoisted: list[cst.Call] = []
@@ -265,6 +267,7 @@ class _Finder:
                 model = self._model(ref, optimizer)
                 if model is not None and model.insert_after not in seen:
                     seen.add(model.insert_after)
+                    self._warn_training_outside_forward(model)
                     yield model
 
     def _model(self, ref: Ref, optimizer: cst.Call) -> Model | None:
@@ -292,6 +295,8 @@ class _Finder:
                 target = index.carried_ref(small.value, scope)
                 if target in lineage:
                     moves.append((stmt, target, move))
+        classes = {c for stmt, *_ in (*moves, *creations, *wraps) if (c := self._built_class(stmt)) is not None}
+        self._model_classes[ref] = classes
         depth = self._depths(lineage)
         if wraps:
             stmt, target = max(wraps, key=lambda c: (depth.get(c[1], 0), index.position(c[0])))
@@ -318,6 +323,48 @@ class _Finder:
             expression = f"{index.self_name(index.scope_of(stmt))}{expression[4:]}"
         unwrap = tuple(self._wrapper_reads(target, insert_after))
         return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer)
+
+    def _built_class(self, stmt: cst.SimpleStatementLine) -> cst.ClassDef | None:
+        """The script's own class a statement builds the model from: ``Net`` in ``model = Net().to(device)``."""
+        value = stmt.body[0].value
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            value = value.func.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+            return self.index.classes.get(value.func.value)
+        return None
+
+    def _warn_training_outside_forward(self, model: Model) -> None:
+        """A custom method that runs submodules inside the training step bypasses DDP's gradient sync."""
+        index = self.index
+        for read in model.unwrap:
+            attribute = index.parent(read)
+            call = index.parent(attribute)
+            if not (isinstance(attribute, cst.Attribute) and isinstance(call, cst.Call) and call.func is attribute):
+                continue
+            name = attribute.attr.value
+            for cls in self._model_classes.get(model.ref, ()):
+                method = index.functions.get((cls, name))
+                if method is None or not self._runs_submodules(method, cls):
+                    continue
+                if any(index.trains(loop.body) for loop in index.enclosing_loops(call)):
+                    self.report(
+                        call,
+                        "DDP303",
+                        Severity.WARNING,
+                        f"`{model.expression}.{name}()` runs the model outside forward(): if the loss comes from it, "
+                        "DDP does not average its gradients across ranks; route it through forward()",
+                    )
+                    break
+
+    def _runs_submodules(self, method: cst.FunctionDef, cls: cst.ClassDef) -> bool:
+        self_name = self.index.self_name(method)
+        for node in _walk(method.body):
+            if isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(value=m.Name(self_name))):
+                if (cls, node.func.attr.value) not in self.index.functions or node.func.attr.value == "forward":
+                    return True
+            if isinstance(node, cst.Call) and m.matches(node.func, m.Name(self_name)):
+                return True
+        return False
 
     def _data_parallel_model(
         self, stmt: cst.SimpleStatementLine, target: Ref, moves: list, optimizer: cst.Call
@@ -445,6 +492,57 @@ class _Finder:
             return self.index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
         return False
 
+    def _warn_rank_local_exits(self, models: tuple[Model, ...]) -> None:
+        """``if loss.item() < tol: break`` -- each rank decides on its own shard, and the others hang."""
+        index = self.index
+        model_refs = set().union(*(index.lineage(model.ref) for model in models)) if models else set()
+        reported: set[cst.CSTNode] = set()
+        for loop in index.loops:
+            if not index.trains(loop.body):
+                continue
+            local = self._rank_local_names(loop, model_refs)
+            for node in _walk(loop.body):
+                if not isinstance(node, (cst.Break, cst.Return)) or node in reported:
+                    continue
+                for ancestor in index.ancestors(node):
+                    if ancestor is loop or isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
+                        break
+                    if isinstance(ancestor, cst.If) and self._reads_rank_local(ancestor.test, local):
+                        reported.add(node)
+                        keyword = "break" if isinstance(node, cst.Break) else "return"
+                        self.report(
+                            node,
+                            "DDP601",
+                            Severity.WARNING,
+                            f"`{keyword}` depends on a value computed from this rank's batches: ranks can leave the "
+                            "training loop at different steps and hang; all-reduce the value (or decide on rank 0 "
+                            "and broadcast) before deciding",
+                        )
+                        break
+
+    def _rank_local_names(self, loop: cst.For | cst.While, model_refs: set[Ref]) -> set[str]:
+        local: set[str] = set()
+        if isinstance(loop, cst.For):
+            local |= {n.value for n in _walk(loop.target) if isinstance(n, cst.Name)}
+        assignments = [n for n in _walk(loop.body) if isinstance(n, (cst.Assign, cst.AugAssign))]
+        for _ in range(3):
+            for assign in assignments:
+                if self._reads_rank_local(assign.value, local, model_refs):
+                    targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+                    local |= {n.value for t in targets for n in _walk(t) if isinstance(n, cst.Name)}
+        return local
+
+    def _reads_rank_local(self, expr: cst.CSTNode, local: set[str], model_refs: set[Ref] = frozenset()) -> bool:
+        for node in _walk(expr):
+            if isinstance(node, cst.Name) and node.value in local:
+                return True
+            if isinstance(node, cst.Call):
+                if m.matches(node.func, m.Attribute(attr=m.Name("item"))):
+                    return True
+                if model_refs and self.index.carried_ref(node.func, self.index.scope_of(node)) in model_refs:
+                    return True
+        return False
+
     # -- data --------------------------------------------------------------
     def _origin(self, call: cst.Call) -> Ref | None:
         index = self.index
@@ -515,6 +613,26 @@ class _Finder:
                 "every rank would train on the same samples",
             )
 
+    def _is_iterable_dataset(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
+        index = self.index
+        if isinstance(expr, cst.Call):
+            if isinstance(expr.func, cst.Name) and expr.func.value in index.classes:
+                return self._subclasses_iterable_dataset(index.classes[expr.func.value])
+            return False
+        ref = index.ref_of(expr, scope)
+        if ref is None or depth > 3:
+            return False
+        return any(self._is_iterable_dataset(a.value, index.scope_of(a), depth + 1) for a in self._assigned_values(ref))
+
+    def _subclasses_iterable_dataset(self, cls: cst.ClassDef, depth: int = 0) -> bool:
+        for base in cls.bases:
+            if self.index.qualified_names(base.value) & torch_api.ITERABLE_DATASET:
+                return True
+            parent = self.index.classes.get(dotted(base.value))
+            if parent is not None and depth < 5 and self._subclasses_iterable_dataset(parent, depth + 1):
+                return True
+        return False
+
     def _dataset_lengths(self, refs: set[Ref]) -> Iterator[cst.Attribute]:
         index = self.index
         for ref in refs:
@@ -527,6 +645,15 @@ class _Finder:
                             yield attribute
 
     def _check_sampling_arguments(self, call: cst.Call) -> None:
+        dataset = next((a.value for a in call.args if a.keyword is None or a.keyword.value == "dataset"), None)
+        if dataset is not None and self._is_iterable_dataset(dataset, self.index.scope_of(call)):
+            self.report(
+                dataset,
+                "DDP208",
+                Severity.ERROR,
+                "the training data is an IterableDataset: a DistributedSampler cannot shard it; "
+                "make each rank yield its own share (e.g. skip items by dist.get_rank())",
+            )
         for position, arg in enumerate(call.args):
             keyword = arg.keyword.value if arg.keyword is not None else None
             if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS or (

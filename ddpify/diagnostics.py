@@ -9,6 +9,8 @@ what part of the script is meant:
 * ``DDP3xx`` the model and its ``DistributedDataParallel`` wrap
 * ``DDP4xx`` checkpoints
 * ``DDP5xx`` side effects (printing, logging, files)
+* ``DDP6xx`` training-loop control (decisions that must be the same on every rank)
+* ``DDP9xx`` ddpify itself (internal errors)
 
 An ``error`` means the script cannot be converted safely and nothing is
 written; a ``warning`` means the script is written and a person should look;

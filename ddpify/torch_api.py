@@ -22,6 +22,8 @@ DATALOADER_POSITIONS = {"dataset": 0, "batch_size": 1, "shuffle": 2, "sampler": 
 # cannot be added next to them without losing what they do.
 DATALOADER_SAMPLING_KEYWORDS = frozenset({"sampler", "batch_sampler"})
 
+ITERABLE_DATASET = frozenset({"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"})
+
 OPTIMIZER_MODULE = "torch.optim"
 # Names under torch.optim that are not optimizers.
 NOT_OPTIMIZERS = frozenset({"lr_scheduler", "swa_utils", "Optimizer", "optimizer"})

@@ -173,17 +173,24 @@ def _status(run: RunOutcome, rank: int) -> str:
     return str(kind)
 
 
-_FRAME = re.compile(r'File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>\S+)')
+_FRAME = re.compile(r'File "(?P<file>.+)", line (?P<line>\d+) in ')
 
 
 def hang_location(stack: str, script: str) -> str | None:
-    """``script.py:L `code``` of the innermost frame of ``script`` in a faulthandler dump."""
-    for match in _FRAME.finditer(stack):
-        if os.path.abspath(match["file"]) == os.path.abspath(script):
-            line = int(match["line"])
-            code = _without_comment(linecache.getline(script, line)).strip()
-            where = f"{os.path.basename(script)}:{line}"
-            return f"{where} `{code}`" if code else where
+    """``script.py:L `code``` of the innermost frame of ``script`` in a faulthandler dump.
+
+    The main thread (the one that runs the script through runpy) is preferred
+    over threads the script started.
+    """
+    threads = re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack)
+    threads.sort(key=lambda thread: "runpy" not in thread)
+    for thread in threads:
+        for match in _FRAME.finditer(thread):
+            if os.path.abspath(match["file"]) == os.path.abspath(script):
+                line = int(match["line"])
+                code = _without_comment(linecache.getline(script, line)).strip()
+                where = f"{os.path.basename(script)}:{line}"
+                return f"{where} `{code}`" if code else where
     return None
 
 
@@ -279,7 +286,8 @@ def _process_group(run: RunOutcome) -> Check:
                 f"rank {rank} is in a process group of size {group.get('world_size')}, expected {run.nproc}",
             )
         backends.add(group.get("backend"))
-    return Check(PROCESS_GROUP, True, f"{'/'.join(sorted(map(str, backends)))} process group of size {run.nproc} on every rank")
+    backend = "/".join(sorted(map(str, backends)))
+    return Check(PROCESS_GROUP, True, f"{backend} process group of size {run.nproc} on every rank")
 
 
 def _stats_close(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -330,7 +338,9 @@ def _in_sync(run: RunOutcome) -> Check:
     if bitwise:
         return Check(IN_SYNC, True, f"parameters identical on every rank after the last step (sha256 {digest})")
     return Check(
-        IN_SYNC, True, f"parameters equal on every rank after the last step within rounding (relative {SYNC_RTOL:g}), not bitwise"
+        IN_SYNC,
+        True,
+        f"parameters equal on every rank after the last step within rounding (relative {SYNC_RTOL:g}), not bitwise",
     )
 
 

@@ -203,6 +203,10 @@ def _collect_stacks(probe_dir: str, nproc: int) -> dict[int, str]:
 
 
 def _stop(process: subprocess.Popen[bytes], probe_dir: str, nproc: int) -> None:
+    if os.name != "posix":  # no process groups: torchrun is all that can be reached
+        process.kill()
+        process.wait()
+        return
     _signal_group(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=_TERMINATE_GRACE_S)
