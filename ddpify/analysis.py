@@ -52,7 +52,7 @@ class Model:
 
 @dataclass(frozen=True)
 class EpochLoop:
-    loop: cst.For
+    loop: cst.For | cst.SimpleStatementLine  # the epoch loop, or the statement that restarts the iterator
     loader: str  # the loader as written in the loop's scope: ``train_loader``, ``self.train_data``
 
 
@@ -67,6 +67,8 @@ class Loader:
     spread_keys: frozenset[str] | None = None
     # ``len(loader.dataset)``: the whole dataset, where this rank now sees its shard
     dataset_lengths: tuple[cst.Attribute, ...] = ()
+    # ``it = iter(loader)`` after ``except StopIteration:``: a new pass over the data begins
+    restarts: tuple[EpochLoop, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -570,19 +572,23 @@ class _Finder:
             sites = [site for site in self._iterations(refs) if self._site_trains(site[0])]
             training = bool(sites)
             epoch_loops: list[EpochLoop] = []
+            restarts = tuple(self._restarts(refs)) if training else ()
             if training:
                 found_training = True
                 for node, ref in sites:
                     loop = self._epoch_loop(node, ref)
                     if loop is not None and loop not in epoch_loops:
                         epoch_loops.append(loop)
-                if not epoch_loops:
+                repeated = any(
+                    isinstance(lp, cst.While) for node, _ in sites for lp in index.enclosing_loops(node) if lp is not node
+                )
+                if not epoch_loops and not restarts and repeated:
                     self.report(
                         call,
                         "DDP203",
                         Severity.WARNING,
-                        "no epoch loop found around the training loop: call `loader.sampler.set_epoch(epoch)` "
-                        "at the start of each epoch, or every epoch shuffles the same way",
+                        "the training loop repeats inside a `while` loop: call `loader.sampler.set_epoch(n)` "
+                        "at the start of each pass, or every pass shuffles the same way",
                     )
                 self._check_sampling_arguments(call)
             elif origin is None or not self._iterations(refs):
@@ -602,7 +608,7 @@ class _Finder:
                     "the training DataLoader already has its own sampler; a DistributedSampler would replace it",
                 )
             lengths = tuple(self._dataset_lengths(refs)) if training else ()
-            yield Loader(call, training, tuple(epoch_loops), spread, keys, lengths)
+            yield Loader(call, training, tuple(epoch_loops), spread, keys, lengths, restarts)
         if not found_training:
             loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
             self.report(
@@ -632,6 +638,23 @@ class _Finder:
             if parent is not None and depth < 5 and self._subclasses_iterable_dataset(parent, depth + 1):
                 return True
         return False
+
+    def _restarts(self, refs: set[Ref]) -> Iterator[EpochLoop]:
+        """``except StopIteration: it = iter(loader)``: the statements that start another pass."""
+        index = self.index
+        for stmt in index.statements:
+            small = stmt.body[0]
+            if len(stmt.body) != 1 or not isinstance(small, cst.Assign):
+                continue
+            value = small.value
+            if not (isinstance(value, cst.Call) and m.matches(value.func, m.Name("iter")) and value.args):
+                continue
+            ref = index.ref_of(value.args[0].value, index.scope_of(stmt))
+            if ref in refs and any(
+                isinstance(a, cst.ExceptHandler) and a.type is not None and "StopIteration" in dotted(a.type)
+                for a in index.ancestors(stmt)
+            ):
+                yield EpochLoop(stmt, self._expression(ref, index.scope_of(stmt)))
 
     def _dataset_lengths(self, refs: set[Ref]) -> Iterator[cst.Attribute]:
         index = self.index
@@ -732,6 +755,10 @@ class _Finder:
                 ref = self._iterated_ref(loop.iter, index.scope_of(loop), refs)
                 if ref is not None:
                     sites.append((loop, ref))
+        for comprehension in index.comprehensions:
+            ref = self._iterated_ref(comprehension.iter, index.scope_of(comprehension), refs)
+            if ref is not None:
+                sites.append((comprehension, ref))
         for call in index.calls:
             if m.matches(call.func, m.Name("next")) and call.args:
                 ref = index.carried_ref(call.args[0].value, index.scope_of(call))
@@ -752,6 +779,8 @@ class _Finder:
         return None
 
     def _site_trains(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.CompFor):
+            return False
         if isinstance(node, cst.For):
             return self.index.trains(node.body)
         return any(self.index.trains(loop.body) for loop in self.index.enclosing_loops(node))
@@ -896,6 +925,11 @@ class _Finder:
         for node in _walk(index.module):
             if isinstance(node, cst.With) and self._writes_file(node) and not self._runs_collectives(node, model_refs):
                 yield node, "file write"
+            elif isinstance(node, cst.If) and isinstance(node.body, cst.SimpleStatementSuite) and node.orelse is None:
+                # if step % 10 == 0: print(loss.item())
+                kinds = {self._output_kind(small, tracker_refs, logger_refs) for small in node.body.body}
+                if len(kinds) == 1 and None not in kinds and not self._runs_collectives(node.body, model_refs):
+                    yield node, kinds.pop()
 
     def _output_kind(self, small: cst.BaseSmallStatement, trackers: set[Ref], loggers: set[Ref]) -> str | None:
         if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):

@@ -106,8 +106,10 @@ def apply(plan: EditPlan) -> cst.Module:
 def _ifs_run_on_rank_zero(plan: EditPlan) -> set[cst.If]:
     """``if step % 10 == 0: print(...)`` becomes ``if step % 10 == 0 and <rank 0>:``, not a nested ``if``."""
     guarded = set(plan.rank_zero_only)
-    merged: set[cst.If] = set()
-    for stmt in guarded:
+    merged: set[cst.If] = {
+        s for s in guarded if isinstance(s, cst.If) and s.orelse is None and isinstance(s.body, cst.SimpleStatementSuite)
+    }
+    for stmt in guarded - merged:
         block = plan.index.parent(stmt)
         owner = plan.index.parent(block)
         if (
@@ -126,7 +128,10 @@ class _Applier(cst.CSTTransformer):
         super().__init__()
         self.plan = plan
         self.merged_ifs = merged_ifs
-        self.guarded = {s for s in plan.rank_zero_only if plan.index.parent(plan.index.parent(s)) not in merged_ifs}
+        self.guarded = {
+            s for s in plan.rank_zero_only
+            if s not in merged_ifs and plan.index.parent(plan.index.parent(s)) not in merged_ifs
+        }
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
         for rewrite in self.plan.replacements.get(original_node, ()):
@@ -142,6 +147,7 @@ class _Applier(cst.CSTTransformer):
     def _body(self, originals, updated) -> list[cst.BaseStatement]:
         body: list[cst.BaseStatement] = []
         group: list[cst.BaseStatement] = []
+        carried: list[cst.EmptyLine] = []  # blank lines and comments above a removed statement
 
         def flush() -> None:
             if group:
@@ -151,10 +157,14 @@ class _Applier(cst.CSTTransformer):
         for original, new in zip(originals, updated):
             before = self.plan.before.get(original, [])
             after = self.plan.after.get(original, [])
+            if carried and not (original in self.plan.removed):
+                new = new.with_changes(leading_lines=[*carried, *new.leading_lines])
+                carried = []
             if original in self.plan.removed:
                 flush()
                 body.extend(before)
                 body.extend(after)
+                carried = [*carried, *new.leading_lines]
             elif original in self.plan.inlined:
                 flush()
                 body.extend(before)

@@ -67,6 +67,7 @@ class Index:
     flows: list[Flow] = field(default_factory=list)
     calls: list[cst.Call] = field(default_factory=list)
     loops: list[cst.For | cst.While] = field(default_factory=list)
+    comprehensions: list[cst.CompFor] = field(default_factory=list)
     statements: list[cst.BaseStatement] = field(default_factory=list)
     identifiers: set[str] = field(default_factory=set)
     main_guard: cst.If | None = None
@@ -353,6 +354,9 @@ class _Collector(cst.CSTVisitor):
 
     def visit_While(self, node: cst.While) -> None:
         self.index.loops.append(node)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.index.comprehensions.append(node)
 
     def visit_WithItem(self, node: cst.WithItem) -> None:
         if node.asname is not None:

@@ -22,16 +22,23 @@ from torch.utils.data.distributed import DistributedSampler
 
 
 def setup_distributed():
-    """Join the process group started by torchrun, or form a group of one under plain `python`."""
+    """Join the process group started by torchrun (or srun), or form a group of one under plain `python`."""
+    if "RANK" not in os.environ and "SLURM_PROCID" in os.environ and "MASTER_ADDR" in os.environ:
+        # Started by `srun` without torchrun: SLURM numbers the processes, the batch script sets MASTER_ADDR/PORT.
+        os.environ.update(
+            RANK=os.environ["SLURM_PROCID"],
+            LOCAL_RANK=os.environ["SLURM_LOCALID"],
+            WORLD_SIZE=os.environ["SLURM_NTASKS"],
+        )
     if torch.cuda.is_available():
         # Before init_process_group, so that NCCL binds this process to its own GPU.
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        backend = "nccl"
+        backend = "cpu:gloo,cuda:nccl"  # NCCL for GPU tensors; Gloo still serves a model kept on the CPU
     else:
         backend = "gloo"
     if "RANK" in os.environ:
         dist.init_process_group(backend)
-    else:  # not launched by torchrun: a group of one, which needs no rendezvous port
+    else:  # plain `python`: a group of one, which needs no rendezvous port
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
 
 

@@ -43,6 +43,7 @@ def test_fixture(case: Path) -> None:
             expected_path.write_bytes(conversion.code)
         elif expected_path.exists():
             expected_path.unlink()
+    assert conversion.status is not Status.INTERNAL_ERROR, report(conversion)
     assert report(conversion) == diagnostics_path.read_text()
     if expected_path.exists():
         expected = expected_path.read_bytes()

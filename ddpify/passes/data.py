@@ -46,8 +46,8 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     helper = None
     for loader in anatomy.loaders:
         if loader.training:
-            _add_sampler(anatomy, plan, loader, taken)
-            _set_epoch(anatomy, plan, loader, taken)
+            if _add_sampler(anatomy, plan, loader, taken):
+                _set_epoch(anatomy, plan, loader, taken)
             if options.keep_global_batch:
                 helper = helper or fresh("per_process_batch", anatomy.index.identifiers | taken)
                 taken.add(helper)
@@ -58,7 +58,8 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
                 plan.change(attribute, f"len({text}.dataset) -> len({text}.sampler): the samples this rank trains on")
 
 
-def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[str]) -> None:
+def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[str]) -> bool:
+    """Give the loader its DistributedSampler; whether that sampler shuffles (and so needs ``set_epoch``)."""
     index = anatomy.index
     call = loader.call
     sampler = anatomy.names.sampler
@@ -68,15 +69,13 @@ def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[st
     )
     if dataset_arg is None:
         plan.report(call, "DDP206", Severity.ERROR, "cannot find the dataset this DataLoader reads")
-        return
+        return False
     dataset = dataset_arg.value
+    stmt = index.statement_of(call)
     if not isinstance(dataset, (cst.Name, cst.Attribute)):
         name = fresh("train_dataset", index.identifiers | taken)
         taken.add(name)
-        stmt = index.statement_of(call)
-        hoisted = cst.parse_statement(f"{name} = {index.module.code_for_node(dataset)}\n")
-        plan.insert_before(stmt, hoisted.with_changes(leading_lines=stmt.leading_lines))
-        plan.replace(stmt, lambda n: n.with_changes(leading_lines=()))
+        _hoist(plan, stmt, f"{name} = {index.module.code_for_node(dataset)}")
         plan.replace(dataset, lambda n, name=name: cst.Name(name))
         dataset_code = name
     else:
@@ -93,11 +92,16 @@ def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[st
     )
     arguments = dataset_code
     spread = loader.spread
+    shuffles = True
     if shuffle is None and spread is not None and (loader.spread_keys is None or "shuffle" in loader.spread_keys):
-        # DataLoader(ds, **kwargs) where kwargs may hold "shuffle": take it out for the sampler.
-        arguments += f', shuffle={index.module.code_for_node(spread.value)}.pop("shuffle", False)'
+        # DataLoader(ds, **kwargs) where kwargs may hold "shuffle": it moves into the sampler.
+        name = fresh("shuffle", index.identifiers | taken)
+        taken.add(name)
+        _hoist(plan, stmt, f'{name} = {index.module.code_for_node(spread.value)}.pop("shuffle", False)')
+        arguments += f", shuffle={name}"
     elif shuffle is None or _is_false(shuffle.value):
         arguments += ", shuffle=False"
+        shuffles = False
     elif not _is_true(shuffle.value):
         arguments += f", shuffle={index.module.code_for_node(shuffle.value)}"
     value = cst.parse_expression(f"{sampler}({arguments})")
@@ -112,6 +116,16 @@ def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[st
         plan.replace(call, lambda n: _insert_arg(n, new_arg, position))
         plan.change(call, "training DataLoader: add a DistributedSampler")
     plan.need_import("torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler)
+    return shuffles
+
+
+def _hoist(plan: EditPlan, stmt: cst.BaseStatement, code: str) -> None:
+    """Compute ``code`` on its own line just before ``stmt`` (which hands over its blank lines and comments)."""
+    line = cst.parse_statement(f"{code}\n")
+    if not plan.before.get(stmt):
+        line = line.with_changes(leading_lines=stmt.leading_lines)
+        plan.replace(stmt, lambda n: n.with_changes(leading_lines=()))
+    plan.insert_before(stmt, line)
 
 
 def _split_batch(anatomy: Anatomy, plan: EditPlan, loader: Loader, helper: str) -> None:
@@ -139,6 +153,10 @@ def _split_batch(anatomy: Anatomy, plan: EditPlan, loader: Loader, helper: str) 
 
 
 def _set_epoch(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[str]) -> None:
+    for restart in loader.restarts:
+        sampler = f"{restart.loader}.sampler"
+        plan.insert_before(restart.loop, cst.parse_statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n"))
+        plan.change(restart.loop, f"a new pass over the data: `{sampler}.set_epoch(...)` reshuffles it")
     for epoch_loop in loader.epoch_loops:
         loop = epoch_loop.loop
         target = loop.target

@@ -12,7 +12,8 @@ GPU is an explicit index, so only that is removed::
     torch.cuda.set_device(gpu)   ->  (removed: the setup block already chose)
 
 A script that sets ``CUDA_VISIBLE_DEVICES`` itself would hide the other GPUs
-from every rank: that is reported, not guessed at. ``.to(N)`` with an integer
+from every rank: a plain assignment is removed (and reported), since under
+torchrun the launch environment chooses the GPUs; other forms are reported. ``.to(N)`` with an integer
 variable cannot be told apart from other ``.to`` calls and is left alone.
 """
 
@@ -50,7 +51,18 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
             node.target, m.Subscript(slice=[m.SubscriptElement(m.Index(m.SimpleString()))])
         ):
             if node.target.slice[0].slice.value.evaluated_value == "CUDA_VISIBLE_DEVICES":
-                _visible_devices(plan, node)
+                stmt = index.statement_of(node)
+                if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+                    plan.remove(stmt)
+                    plan.report(
+                        node,
+                        "DDP102",
+                        Severity.WARNING,
+                        "removed the script's own CUDA_VISIBLE_DEVICES: with it every rank would see only "
+                        "those GPUs and ranks past them would fail; set it in the launch environment instead",
+                    )
+                else:
+                    _visible_devices(plan, node)
 
 
 def _formats_cuda_index(node: cst.FormattedString) -> bool:
@@ -102,7 +114,13 @@ def _set_device(anatomy: Anatomy, plan: EditPlan, call: cst.Call) -> None:
         plan.remove(owner)
     else:
         plan.remove(stmt)
-    plan.change(call, "remove torch.cuda.set_device(): each process uses the GPU given by LOCAL_RANK")
+    plan.report(
+        call,
+        "DDP103",
+        Severity.WARNING,
+        f"removed `{index.module.code_for_node(call)}`: each process now uses the GPU given by LOCAL_RANK, "
+        "so an option that chose the GPU no longer does",
+    )
 
 
 def _visible_devices(plan: EditPlan, node: cst.CSTNode) -> None:
@@ -110,6 +128,6 @@ def _visible_devices(plan: EditPlan, node: cst.CSTNode) -> None:
         node,
         "DDP102",
         Severity.WARNING,
-        "the script sets CUDA_VISIBLE_DEVICES itself: every rank then sees only those GPUs; "
-        "set it in the launch environment instead",
+        "the script sets CUDA_VISIBLE_DEVICES itself: every rank then sees only those GPUs, and ranks "
+        "past them fail; set it in the launch environment instead",
     )

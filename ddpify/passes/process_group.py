@@ -1,6 +1,7 @@
 """Process group: join torchrun's group before any training object is built; destroy it at the end.
 
-A small setup function is added after the imports. It picks this process's GPU
+A small setup function is added after the imports. Under ``srun`` without
+torchrun it takes the ranks from SLURM's variables. It picks this process's GPU
 from ``LOCAL_RANK`` *before* ``init_process_group`` (so NCCL binds the right
 device, and plain ``"cuda"`` in the script now means this rank's GPU), uses
 NCCL with CUDA and Gloo without, and -- when the script is run with plain
@@ -30,16 +31,23 @@ from ddpify.result import Options
 
 SETUP = '''
 def {setup}():
-    """Join the process group started by torchrun, or form a group of one under plain `python`."""
+    """Join the process group started by torchrun (or srun), or form a group of one under plain `python`."""
+    if "RANK" not in {os}.environ and "SLURM_PROCID" in {os}.environ and "MASTER_ADDR" in {os}.environ:
+        # Started by `srun` without torchrun: SLURM numbers the processes, the batch script sets MASTER_ADDR/PORT.
+        {os}.environ.update(
+            RANK={os}.environ["SLURM_PROCID"],
+            LOCAL_RANK={os}.environ["SLURM_LOCALID"],
+            WORLD_SIZE={os}.environ["SLURM_NTASKS"],
+        )
     if torch.cuda.is_available():
         # Before init_process_group, so that NCCL binds this process to its own GPU.
         torch.cuda.set_device(int({os}.environ.get("LOCAL_RANK", 0)))
-        backend = "nccl"
+        backend = "cpu:gloo,cuda:nccl"  # NCCL for GPU tensors; Gloo still serves a model kept on the CPU
     else:
         backend = "gloo"
     if "RANK" in {os}.environ:
         {dist}.init_process_group(backend)
-    else:  # not launched by torchrun: a group of one, which needs no rendezvous port
+    else:  # plain `python`: a group of one, which needs no rendezvous port
         {dist}.init_process_group(backend, store={dist}.HashStore(), rank=0, world_size=1)
 '''
 
@@ -51,9 +59,13 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     setup = setup.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
     anchor = _first_statement_after_imports(module)
     plan.insert_before(anchor, setup)
+    _two_blank_lines_before(plan, anchor)
     plan.setup_definition = setup
-    plan.need_import("os", asname=None if names.os == "os" else names.os)
-    plan.need_import("torch")
+    bound = anatomy.index.bound[module]
+    if names.os not in bound:
+        plan.need_import("os", asname=None if names.os == "os" else names.os)
+    if "torch" not in bound:
+        plan.need_import("torch")
     plan.need_import("torch.distributed", asname=names.dist)
     guard = anatomy.index.main_guard
     if anatomy.setup_at_module_level or guard is None:
@@ -63,7 +75,8 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
             "  # every rank, also when training raises\n"
         )
         plan.insert_before(anchor, call, teardown)
-        plan.need_import("atexit", asname=None if names.atexit == "atexit" else names.atexit)
+        if names.atexit not in anatomy.index.bound[module]:
+            plan.need_import("atexit", asname=None if names.atexit == "atexit" else names.atexit)
         plan.change(anchor, "join the process group here; destroy it at exit on every rank")
     else:
         start = _first_training_statement(anatomy, guard)
@@ -73,30 +86,35 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
 
 
 def _first_statement_after_imports(module: cst.Module) -> cst.BaseStatement:
+    """The statement after the last top-level import that comes before any definition or training code."""
     body = list(module.body)
+    last_import = -1
     for position, stmt in enumerate(body):
-        if position == 0 and _is_docstring(stmt):
-            continue
-        if isinstance(stmt, cst.SimpleStatementLine) and all(
-            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
-        ):
-            continue
-        if isinstance(stmt, cst.Try) and all(
-            isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)
-            for s in stmt.body.body
-        ):
-            continue
-        return stmt
-    return body[-1]
+        if _is_import(stmt):
+            last_import = position
+        elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef, cst.If, cst.For, cst.While, cst.With)):
+            break
+    return body[min(last_import + 1, len(body) - 1)]
 
 
-def _is_docstring(stmt: cst.BaseStatement) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
+def _is_import(stmt: cst.BaseStatement) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+    if isinstance(stmt, cst.Try):  # try: import x / except ImportError: ...
+        return all(_is_import(s) for s in stmt.body.body)
+    return False
+
+
+def _two_blank_lines_before(plan: EditPlan, anchor: cst.BaseStatement) -> None:
+    """The statement after the inserted definitions starts two blank lines below them (PEP 8)."""
+    blanks = 0
+    for line in anchor.leading_lines:
+        if line.comment is not None:
+            break
+        blanks += 1
+    if blanks < 2:
+        missing = [cst.EmptyLine()] * (2 - blanks)
+        plan.replace(anchor, lambda n: n.with_changes(leading_lines=[*missing, *n.leading_lines]))
 
 
 def _first_training_statement(anatomy: Anatomy, guard: cst.If) -> int:
@@ -115,7 +133,6 @@ def _with_process_group(guard: cst.If, start: int, setup: str, dist: str) -> cst
     if isinstance(body, cst.SimpleStatementSuite):  # if __name__ == "__main__": main()
         line = cst.SimpleStatementLine(body=[s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in body.body])
         body = cst.IndentedBlock(body=[line])
-        guard = guard.with_changes(whitespace_before_colon=cst.SimpleWhitespace(""))
     teardown = cst.Finally(body=cst.IndentedBlock(body=[cst.parse_statement(f"{dist}.destroy_process_group()\n")]))
     kept, (first, *rest) = body.body[:start], body.body[start:]
     attempt = cst.Try(body=cst.IndentedBlock(body=[first.with_changes(leading_lines=()), *rest]), finalbody=teardown)
