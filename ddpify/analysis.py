@@ -51,6 +51,15 @@ class Model:
 
 
 @dataclass(frozen=True)
+class Accumulation:
+    """Gradient accumulation: several backward passes per optimizer step."""
+
+    forward: cst.BaseStatement  # the first statement of the micro-step that runs the model
+    condition: cst.BaseExpression  # true on the micro-step that ends with ``optimizer.step()``
+    models: tuple[str, ...]  # the wrapped models the micro-step runs
+
+
+@dataclass(frozen=True)
 class EpochLoop:
     loop: cst.For | cst.SimpleStatementLine  # the epoch loop, or the statement that restarts the iterator
     loader: str  # the loader as written in the loop's scope: ``train_loader``, ``self.train_data``
@@ -78,6 +87,7 @@ class Anatomy:
     trains: bool
     models: tuple[Model, ...]
     loaders: tuple[Loader, ...]
+    accumulations: tuple[Accumulation, ...]
     outputs: tuple[tuple[cst.BaseStatement, str], ...]  # (statement, what it is) safe to run on rank 0 only
     # calls inside an output statement that must still run on every rank: they are
     # computed into a variable first, e.g. the ``evaluate(...)`` in ``print(evaluate(...))``
@@ -153,7 +163,7 @@ class _Finder:
         trains = any(m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in index.calls)
         names = self._names()
         if not trains:
-            return Anatomy(index, names, False, (), (), (), (), (), (), (), (), (), (), False, ())
+            return Anatomy(index, names, False, (), (), (), (), (), (), (), (), (), (), (), False, ())
         models = tuple(self._models())
         loaders = tuple(self._loaders(models))
         self._warn_rank_local_exits(models)
@@ -167,6 +177,7 @@ class _Finder:
             trains=True,
             models=models,
             loaders=loaders,
+            accumulations=tuple(self._accumulations(models)),
             outputs=outputs,
             hoisted=tuple(self._hoisted),
             trackers=trackers,
@@ -493,6 +504,53 @@ class _Finder:
             call = self.index.parent(parent)
             return self.index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
         return False
+
+    def _accumulations(self, models: tuple[Model, ...]) -> Iterator[Accumulation]:
+        """``loss.backward()`` every micro-step, ``optimizer.step()`` under ``if (i + 1) % k == 0``."""
+        index = self.index
+        optimizer_refs: set[Ref] = set()
+        for optimizer in self._optimizers():
+            parent = index.parent(optimizer)
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+                ref = index.ref_of(parent.targets[0].target, index.scope_of(optimizer))
+                if ref is not None:
+                    optimizer_refs |= index.downstream(ref)
+        lineages = [(model, index.lineage(model.ref)) for model in models]
+        for loop in index.loops:
+            if not isinstance(loop.body, cst.IndentedBlock):
+                continue
+            body = list(loop.body.body)
+            backward = next((i for i, st in enumerate(body) if isinstance(st, cst.SimpleStatementLine)
+                             and any(m.matches(n, m.Call(func=m.Attribute(attr=m.Name("backward")))) for n in _walk(st))), None)
+            if backward is None:
+                continue
+            step_if = next((st for st in body[backward + 1:] if isinstance(st, cst.If) and st.orelse is None
+                            and any(self._is_step(n, optimizer_refs) for n in _walk(st.body))), None)
+            if step_if is None or not _pure(step_if.test):
+                continue
+            scope = index.scope_of(loop)
+            run = []
+            first = None
+            for position, stmt in enumerate(body[: backward + 1]):
+                for node in _walk(stmt):
+                    if isinstance(node, cst.Call) and (ref := index.carried_ref(node.func, scope)) is not None:
+                        for model, lineage in lineages:
+                            if ref in lineage:
+                                text = index.module.code_for_node(node.func)
+                                if text not in run:
+                                    run.append(text)
+                                first = position if first is None else first
+            assigned = {n.value for st in body[: first or 0] for n in _walk(st) if isinstance(n, cst.Name)}
+            tested = {n.value for n in _walk(step_if.test) if isinstance(n, cst.Name)}
+            if run and first is not None and not (tested & assigned):
+                yield Accumulation(body[first], step_if.test, tuple(run))
+
+    def _is_step(self, node: cst.CSTNode, optimizer_refs: set[Ref]) -> bool:
+        return (
+            isinstance(node, cst.Call)
+            and m.matches(node.func, m.Attribute(attr=m.Name("step")))
+            and self.index.carried_ref(node.func.value, self.index.scope_of(node)) in optimizer_refs
+        )
 
     def _warn_rank_local_exits(self, models: tuple[Model, ...]) -> None:
         """``if loss.item() < tol: break`` -- each rank decides on its own shard, and the others hang."""
@@ -985,6 +1043,16 @@ class _Finder:
             return True
         nodes = [model.insert_after for model in models] + [loader.call for loader in loaders]
         return any(index.scope_of(node) is index.module and not _inside(index, node, guard) for node in nodes)
+
+
+def _pure(expr: cst.BaseExpression) -> bool:
+    """Arithmetic and comparisons on names, attributes, numbers and ``len()``: safe to evaluate earlier."""
+    for node in _walk(expr):
+        if isinstance(node, cst.Call) and not m.matches(node.func, m.Name("len")):
+            return False
+        if isinstance(node, (cst.NamedExpr, cst.Await, cst.Yield, cst.Lambda)):
+            return False
+    return True
 
 
 def _device_move(value: cst.BaseExpression) -> bool | None:

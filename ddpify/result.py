@@ -23,6 +23,9 @@ class Options:
     # Divide each training DataLoader's batch_size by the world size so that the
     # global batch stays what the single-GPU script used.
     keep_global_batch: bool = False
+    # Under plain `python` on a machine with several GPUs, the generated script
+    # starts one process per GPU itself (PET_NPROC_PER_NODE overrides the count).
+    spawn: bool = False
 
 
 @dataclass(frozen=True)

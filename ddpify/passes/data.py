@@ -46,7 +46,7 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     helper = None
     for loader in anatomy.loaders:
         if loader.training:
-            if _add_sampler(anatomy, plan, loader, taken):
+            if _add_sampler(anatomy, plan, loader, taken, options.keep_global_batch):
                 _set_epoch(anatomy, plan, loader, taken)
             if options.keep_global_batch:
                 helper = helper or fresh("per_process_batch", anatomy.index.identifiers | taken)
@@ -58,7 +58,7 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
                 plan.change(attribute, f"len({text}.dataset) -> len({text}.sampler): the samples this rank trains on")
 
 
-def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[str]) -> bool:
+def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[str], keep_global_batch: bool) -> bool:
     """Give the loader its DistributedSampler; whether that sampler shuffles (and so needs ``set_epoch``)."""
     index = anatomy.index
     call = loader.call
@@ -110,11 +110,16 @@ def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[st
     ))
     if shuffle is not None:
         plan.replace(shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=value))
-        plan.change(call, "training DataLoader: shuffle moves into a DistributedSampler")
+        summary = "training DataLoader: shuffle moves into a DistributedSampler"
     else:
         position = call.args.index(spread) if spread is not None else len(call.args)
         plan.replace(call, lambda n: _insert_arg(n, new_arg, position))
-        plan.change(call, "training DataLoader: add a DistributedSampler")
+        summary = "training DataLoader: add a DistributedSampler"
+    batch = _batch_size(call)
+    if batch is not None and not keep_global_batch:
+        size = index.module.code_for_node(batch.value)
+        summary += f"; each process loads batches of {size}, so the global batch is {size} x world size"
+    plan.change(call, summary)
     plan.need_import("torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler)
     return shuffles
 
@@ -130,12 +135,7 @@ def _hoist(plan: EditPlan, stmt: cst.BaseStatement, code: str) -> None:
 
 def _split_batch(anatomy: Anatomy, plan: EditPlan, loader: Loader, helper: str) -> None:
     call = loader.call
-    position = torch_api.DATALOADER_POSITIONS["batch_size"]
-    batch = next(
-        (a for i, a in enumerate(call.args)
-         if (a.keyword is not None and a.keyword.value == "batch_size") or (a.keyword is None and not a.star and i == position)),
-        None,
-    )
+    batch = _batch_size(call)
     if batch is None:
         plan.report(
             call,
@@ -150,6 +150,19 @@ def _split_batch(anatomy: Anatomy, plan: EditPlan, loader: Loader, helper: str) 
         plan.add_setup_helper(helper, definition)
     plan.replace(batch.value, lambda n: cst.Call(func=cst.Name(helper), args=[cst.Arg(n)]))
     plan.change(batch, "per-process batch = batch size / world size (the global batch stays as before)")
+
+
+def _batch_size(call: cst.Call) -> cst.Arg | None:
+    position = torch_api.DATALOADER_POSITIONS["batch_size"]
+    return next(
+        (
+            a
+            for i, a in enumerate(call.args)
+            if (a.keyword is not None and a.keyword.value == "batch_size")
+            or (a.keyword is None and not a.star and i == position)
+        ),
+        None,
+    )
 
 
 def _set_epoch(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[str]) -> None:

@@ -15,6 +15,13 @@ on GPU and CPU alike. Everything that is not a forward call -- ``state_dict``,
 module, so checkpoints keep their keys (no ``module.`` prefix)::
 
     torch.save(model.state_dict(), path)  ->  torch.save(model.module.state_dict(), path)
+
+With gradient accumulation (a backward pass every micro-step, ``optimizer.step()``
+under ``if (i + 1) % k == 0``), the all-reduce of the other micro-steps is
+skipped by setting DDP's ``require_backward_grad_sync`` before the forward pass,
+which is what ``no_sync()`` does, without re-indenting the step::
+
+    model.require_backward_grad_sync = (i + 1) % k == 0
 """
 
 from __future__ import annotations
@@ -58,6 +65,16 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
                 read,
                 f"`{text}.{attribute}` -> `{text}.module.{attribute}`" if attribute else f"save `{text}.module`",
             )
+    for accumulation in anatomy.accumulations:
+        condition = anatomy.index.module.code_for_node(accumulation.condition)
+        lines = [
+            cst.parse_statement(f"{model}.require_backward_grad_sync = {condition}\n")
+            for model in accumulation.models
+        ]
+        comment = cst.EmptyLine(comment=cst.Comment("# All-reduce gradients only in the micro-step that updates the weights."))
+        lines[0] = lines[0].with_changes(leading_lines=[comment])
+        plan.insert_before(accumulation.forward, *lines)
+        plan.change(accumulation.forward, "gradient accumulation: gradients are all-reduced only before optimizer.step()")
     for call in anatomy.data_parallel:
         if call not in wrapped_by_ddp and call.args:
             plan.replace(call, lambda n: n.args[0].value)

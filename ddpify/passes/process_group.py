@@ -15,6 +15,10 @@ in-process store, so no port is needed::
                                             finally:
                                                 dist.destroy_process_group()
 
+With ``--spawn``, plain ``python train_ddp.py`` on a machine with several GPUs
+starts one process per GPU itself (re-running the script with torchrun's
+variables set), for users without torchrun; on the CPU it stays one process.
+
 Scripts that build their model or data at module level call the setup right
 after it is defined and register the teardown with ``atexit``, which runs on
 every rank also when training raises.
@@ -39,7 +43,7 @@ def {setup}():
             LOCAL_RANK={os}.environ["SLURM_LOCALID"],
             WORLD_SIZE={os}.environ["SLURM_NTASKS"],
         )
-    if torch.cuda.is_available():
+{spawn}    if torch.cuda.is_available():
         # Before init_process_group, so that NCCL binds this process to its own GPU.
         torch.cuda.set_device(int({os}.environ.get("LOCAL_RANK", 0)))
         backend = "cpu:gloo,cuda:nccl"  # NCCL for GPU tensors; Gloo still serves a model kept on the CPU
@@ -52,10 +56,33 @@ def {setup}():
 '''
 
 
+SPAWN = '''    nproc = int({os}.environ.get("PET_NPROC_PER_NODE", torch.cuda.device_count()))
+    if "RANK" not in {os}.environ and nproc > 1:
+        # Plain `python` on a machine with several GPUs: run this script once per GPU, as torchrun would.
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = str(sock.getsockname()[1])
+        workers = [
+            subprocess.Popen(
+                [sys.executable, *sys.argv],
+                env={{**{os}.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
+                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}},
+            )
+            for rank in range(nproc)
+        ]
+        sys.exit(max(worker.wait() for worker in workers))
+'''
+
+
 def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     names = anatomy.names
     module = anatomy.index.module
-    setup = cst.parse_module(SETUP.format(setup=names.setup, os=names.os, dist=names.dist)).body[0]
+    spawn = SPAWN.format(os=names.os) if options.spawn else ""
+    setup = cst.parse_module(SETUP.format(setup=names.setup, os=names.os, dist=names.dist, spawn=spawn)).body[0]
+    if options.spawn:
+        for stdlib in ("socket", "subprocess", "sys"):
+            if stdlib not in anatomy.index.bound[module]:
+                plan.need_import(stdlib)
     setup = setup.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
     anchor = _first_statement_after_imports(module)
     plan.insert_before(anchor, setup)
