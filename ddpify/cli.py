@@ -1,22 +1,32 @@
 """The command line: reads the script, calls ``convert()``, writes, reports, exits.
 
 This is the only module that touches files, terminals and exit codes; the
-conversion itself is :func:`ddpify.core.convert`, which never raises.  Code and
-diffs go to stdout, every message goes to stderr, and the exit code follows
-DESIGN.md:
+conversion itself is :func:`ddpify.core.convert`, which never raises.  Code,
+diffs and verification reports go to stdout, every message goes to stderr, and
+the exit code follows DESIGN.md:
 
 ====  ==========================================================================
-0     converted (warnings may have been printed), or nothing to do
+0     converted (warnings may have been printed), or nothing to do; with
+      ``--verify``, also every check of the verification run passed
 1     ``--check``: the output is missing or differs from what would be generated
-2     bad usage or unreadable input; nothing written
+2     bad usage or unreadable input (or ``--verify`` without torch); nothing
+      written
 3     conversion refused (an error diagnostic); nothing written
+4     ``--verify``: the generated script does not train in data-parallel (a
+      check failed or it hung); the report says which
 123   internal error (a bug); nothing written
 ====  ==========================================================================
 
 Every write goes to a temporary file in the target's folder and is moved into
 place with ``os.replace``, so a crash never leaves a half-written file.
 
+``--verify`` runs OUT once it is written (or, with ``--check``, once it is
+known to be current) under ``torchrun`` through :func:`ddpify.verify.verify`;
+the arguments after ``--`` go to the script.  It runs in the current folder,
+as ``torchrun train_ddp.py`` typed in the same shell would.
+
 libcst is imported only when a script is converted (through :func:`convert`),
+and ``ddpify.verify`` only when a script is verified (through :func:`verify`),
 so ``--help`` and ``--version`` start quickly.
 """
 
@@ -25,7 +35,9 @@ from __future__ import annotations
 import contextlib
 import difflib
 import enum
+import importlib.util
 import io
+import json
 import os
 import stat
 import sys
@@ -33,6 +45,7 @@ import tempfile
 import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -42,7 +55,10 @@ from ddpify.diagnostics import Severity
 from ddpify.result import Options, Status
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ddpify.result import Conversion
+    from ddpify.verify import VerifyReport
 
 try:  # recent typer ships its own copy of click
     from typer._click.exceptions import ClickException
@@ -52,6 +68,8 @@ except ImportError:  # pragma: no cover - typer releases that depend on click
 ISSUE_TRACKER = "the ddpify issue tracker"
 STDIN_NAME = "<stdin>"
 STDOUT_NAME = "<stdout>"
+DEFAULT_NPROC = 2
+DEFAULT_TIMEOUT_S = 300.0
 
 
 class ExitCode(enum.IntEnum):
@@ -59,8 +77,16 @@ class ExitCode(enum.IntEnum):
     STALE = 1
     USAGE = 2
     REFUSED = 3
+    NOT_DATA_PARALLEL = 4  # --verify: a check failed or the run hung
     INTERNAL_ERROR = 123
     BROKEN_PIPE = 141  # what a shell reports for a tool killed by SIGPIPE
+
+
+class ReportFormat(str, enum.Enum):
+    """How ``--verify`` prints its report on stdout."""
+
+    TEXT = "text"
+    JSON = "json"
 
 
 class Failure(Exception):
@@ -79,6 +105,17 @@ def convert(source: bytes, *, path: str, options: Options) -> Conversion:
     return convert_source(source, path=path, options=options)
 
 
+def verify(
+    script: Path, *, nproc: int, script_args: Sequence[str], timeout: float, max_steps: int | None, workdir: Path
+) -> VerifyReport:
+    """The verification run, imported on first use.  Tests replace this function to drive the shell."""
+    from ddpify.verify import verify as verify_script
+
+    return verify_script(
+        script, nproc=nproc, script_args=script_args, timeout=timeout, max_steps=max_steps, workdir=workdir
+    )
+
+
 @dataclass(frozen=True)
 class Request:
     """What the user asked for, once the command line is parsed."""
@@ -91,6 +128,13 @@ class Request:
     keep_global_batch: bool
     color: bool
     quiet: bool
+    verify: bool = False
+    # The settings below belong to --verify; None means "not given".
+    nproc: int | None = None
+    timeout: float | None = None
+    max_steps: int | None = None
+    report_format: ReportFormat | None = None
+    script_args: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -152,6 +196,58 @@ def ddpify_command(
         bool, typer.Option("--no-color", help="Never colour the diff (NO_COLOR is respected too).")
     ] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print errors only.")] = False,
+    verify_run: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help=(
+                "Then run OUT under torchrun in the current folder and check that it trains in data-parallel; "
+                "exit 4 if a check fails. Needs torch (pip install 'ddpify[run]')."
+            ),
+        ),
+    ] = False,
+    nproc: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc",
+            metavar="N",
+            min=2,
+            show_default=False,
+            help=f"--verify: processes to run (default {DEFAULT_NPROC}).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            metavar="S",
+            min=1,
+            show_default=False,
+            help=f"--verify: seconds before the run counts as hung (default {DEFAULT_TIMEOUT_S:g}).",
+        ),
+    ] = None,
+    max_steps: Annotated[
+        int | None,
+        typer.Option(
+            "--max-steps",
+            metavar="K",
+            min=1,
+            show_default=False,
+            help="--verify: stop every rank after K optimizer steps (default: train to the end).",
+        ),
+    ] = None,
+    report_format: Annotated[
+        ReportFormat | None,
+        typer.Option("--format", show_default=False, help="--verify: print the report as a table (text) or JSON."),
+    ] = None,
+    script_args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="-- SCRIPT_ARGS",
+            show_default=False,
+            help="--verify: the command line of the script, after '--'.",
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
@@ -159,8 +255,10 @@ def ddpify_command(
 ) -> int:
     """Convert a single-GPU PyTorch training script into a torchrun / DistributedDataParallel script.
 
-    Exit codes: 0 converted or nothing to do, 1 --check found OUT missing or stale,
-    2 bad usage or unreadable input, 3 conversion refused, 123 internal error.
+    Exit codes: 0 converted or nothing to do (and verified with --verify), 1 --check
+    found OUT missing or stale, 2 bad usage or unreadable input, 3 conversion
+    refused, 4 --verify found that OUT does not train in data-parallel, 123
+    internal error.
     """
     request = Request(
         src=src,
@@ -171,6 +269,12 @@ def ddpify_command(
         keep_global_batch=keep_global_batch,
         color=not no_color,
         quiet=quiet,
+        verify=verify_run,
+        nproc=nproc,
+        timeout=timeout,
+        max_steps=max_steps,
+        report_format=report_format,
+        script_args=tuple(script_args or ()),
     )
     try:
         return int(run(request))
@@ -232,7 +336,8 @@ def run(request: Request) -> ExitCode:
     if request.diff:
         _print_diff(request, source, code)
     if request.check:
-        return _check(request, reporter, code)
+        status = _check(request, reporter, code)
+        return _verify(request, reporter) if request.verify and status is ExitCode.OK else status
     if conversion.status is Status.CONVERTED:
         reporter.changes(conversion)
 
@@ -250,12 +355,13 @@ def run(request: Request) -> ExitCode:
         reporter.say(f"{request.name}: nothing to do")
     else:
         reporter.say(f"{summary} ({_counts(conversion)})")
-    return ExitCode.OK
+    return _verify(request, reporter) if request.verify else ExitCode.OK
 
 
 def _validate(request: Request) -> None:
     if request.check and request.output is None:
         raise Failure("--check needs -o OUT", ExitCode.USAGE)
+    _validate_verify(request)
     if request.src == "-":
         if request.in_place:
             raise Failure("--in-place needs a file, not stdin", ExitCode.USAGE)
@@ -267,6 +373,32 @@ def _validate(request: Request) -> None:
         raise Failure("--in-place rewrites SRC; it cannot be combined with -o OUT", ExitCode.USAGE)
     if same and not request.in_place:
         raise Failure(f"{request.output} is the input file; pass --in-place to rewrite it", ExitCode.USAGE)
+
+
+def _validate_verify(request: Request) -> None:
+    if not request.verify:
+        if request.script_args:
+            raise Failure(
+                f"unexpected argument {request.script_args[0]!r}; arguments for the script go after -- "
+                "and need --verify",
+                ExitCode.USAGE,
+            )
+        given = {
+            "--nproc": request.nproc,
+            "--timeout": request.timeout,
+            "--max-steps": request.max_steps,
+            "--format": request.report_format,
+        }
+        for option, value in given.items():
+            if value is not None:
+                raise Failure(f"{option} needs --verify", ExitCode.USAGE)
+        return
+    if request.output is None:
+        raise Failure("--verify needs -o OUT: the script it runs", ExitCode.USAGE)
+    if request.diff and not request.check:
+        raise Failure("--diff writes nothing for --verify to run; drop --diff or add --check", ExitCode.USAGE)
+    if importlib.util.find_spec("torch") is None:
+        raise Failure(f"--verify needs torch in {sys.executable}: pip install 'ddpify[run]'", ExitCode.USAGE)
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -307,6 +439,39 @@ def _check(request: Request, reporter: Reporter, code: bytes) -> ExitCode:
         return ExitCode.STALE
     reporter.say(f"{target} is up to date")
     return ExitCode.OK
+
+
+def _verify(request: Request, reporter: Reporter) -> ExitCode:
+    from ddpify.verify.checks import LAUNCHED
+
+    target = request.target
+    assert target is not None  # _validate: --verify needs -o
+    nproc = request.nproc or DEFAULT_NPROC
+    as_json = request.report_format is ReportFormat.JSON
+    reporter.say(f"verifying {target} under torchrun with {nproc} processes")
+    report = verify(
+        Path(target),
+        nproc=nproc,
+        script_args=request.script_args,
+        timeout=request.timeout or DEFAULT_TIMEOUT_S,
+        max_steps=request.max_steps,
+        workdir=Path.cwd(),
+    )
+    print(json.dumps(report.to_json(), indent=2) if as_json else report.format_table(), flush=True)
+    if report.ok:
+        reporter.say(f"{target} trains in data-parallel: {_plural(len(report.checks), 'check')} passed")
+        return ExitCode.OK
+    failed = [check.name for check in report.failed]
+    # A script that did not run to the end says why in its own output (a
+    # traceback, an argparse error); the JSON report carries that output itself.
+    if LAUNCHED in failed and not as_json and report.output.strip():
+        reporter.say("--- torchrun output ---")
+        reporter.say(report.output.rstrip())
+    reporter.error(
+        f"error: {target} does not train in data-parallel "
+        f"({_plural(len(failed), 'check')} failed: {', '.join(failed)})"
+    )
+    return ExitCode.NOT_DATA_PARALLEL
 
 
 # ----------------------------------------------------------------------------

@@ -1,26 +1,32 @@
 """The command-line shell: files, streams and exit codes.
 
-The converter is replaced through the one seam the shell has, ``ddpify.cli.convert``,
-by a fake that returns a chosen ``Conversion``; the conversion itself is tested
-elsewhere.  Every test runs in its own empty folder, so "nothing left behind"
-means the folder holds exactly the files the test put there.
+The converter is replaced through its seam, ``ddpify.cli.convert``, by a fake
+that returns a chosen ``Conversion``, and the verification run through
+``ddpify.cli.verify`` by a fake that returns a chosen ``VerifyReport``; both
+are tested for real elsewhere (one real ``--verify`` run is in
+``test_cli_verify.py``).  Every test runs in its own empty folder, so
+"nothing left behind" means the folder holds exactly the files the test put
+there.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from ddpify import __version__, cli
 from ddpify.diagnostics import Change, Diagnostic, Severity
 from ddpify.result import Conversion, Options, Status
+from ddpify.verify import CHECK_NAMES, Check, RankReport, VerifyReport
 
 SOURCE = b"import torch\n\nmodel = Net()\ntrain(model)\n"
 CONVERTED = b"import torch\n\nmodel = DDP(Net())\ntrain(model)\n"
@@ -54,6 +60,42 @@ class FakeConverter:
         )
 
 
+def verify_report(*failed: str, output: str = "") -> VerifyReport:
+    """A two-rank report in which the checks named in ``failed`` fail."""
+    return VerifyReport(
+        script="/work/train_ddp.py",
+        nproc=2,
+        command=("torchrun", "train_ddp.py"),
+        max_steps=None,
+        returncode=1 if failed else 0,
+        timed_out=False,
+        duration_s=1.5,
+        ranks=tuple(
+            RankReport(rank, "ok", 4, "c0ffee00", f"{rank}bad1dea", ("model.pt",) if rank == 0 else (), True, None)
+            for rank in (0, 1)
+        ),
+        checks=tuple(
+            Check(name, name not in failed, f"{name} broke" if name in failed else f"{name} holds")
+            for name in CHECK_NAMES
+        ),
+        output=output,
+    )
+
+
+@dataclass
+class FakeVerifier:
+    """Stands in for ``ddpify.verify.verify``; records every call and the script as it was then."""
+
+    report: VerifyReport = field(default_factory=verify_report)
+    calls: list[dict[str, object]] = field(default_factory=list)
+    scripts: list[bytes] = field(default_factory=list)
+
+    def __call__(self, script: Path, **settings: object) -> VerifyReport:
+        self.calls.append({"script": script, **settings})
+        self.scripts.append(script.read_bytes())
+        return self.report
+
+
 @pytest.fixture(autouse=True)
 def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -65,6 +107,13 @@ def workdir(tmp_path, monkeypatch):
 def converter(monkeypatch) -> FakeConverter:
     fake = FakeConverter()
     monkeypatch.setattr(cli, "convert", fake)
+    return fake
+
+
+@pytest.fixture
+def verifier(monkeypatch) -> FakeVerifier:
+    fake = FakeVerifier()
+    monkeypatch.setattr(cli, "verify", fake)
     return fake
 
 
@@ -329,7 +378,10 @@ def test_invalid_input(converter, script, workdir, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["train.py", "--frobnicate"], "error: No such option: --frobnicate; see 'ddpify --help'"),
+        (
+            ["train.py", "--frobnicate"],
+            "error: No such option: --frobnicate (Possible options: --format); see 'ddpify --help'",
+        ),
         ([], "error: Missing argument 'SRC'; see 'ddpify --help'"),
         (["train.py", "-o"], "error: Option '-o' requires an argument; see 'ddpify --help'"),
         (["train.py", "--check"], "error: --check needs -o OUT"),
@@ -338,13 +390,59 @@ def test_invalid_input(converter, script, workdir, capsys):
             "error: --in-place rewrites SRC; it cannot be combined with -o OUT",
         ),
         (["-", "--in-place"], "error: --in-place needs a file, not stdin"),
+        (["train.py", "--verify"], "error: --verify needs -o OUT: the script it runs"),
+        (
+            ["train.py", "-o", "train_ddp.py", "--diff", "--verify"],
+            "error: --diff writes nothing for --verify to run; drop --diff or add --check",
+        ),
+        (["train.py", "-o", "train_ddp.py", "--nproc", "4"], "error: --nproc needs --verify"),
+        (["train.py", "-o", "train_ddp.py", "--max-steps", "5"], "error: --max-steps needs --verify"),
+        (["train.py", "-o", "train_ddp.py", "--timeout", "60"], "error: --timeout needs --verify"),
+        (["train.py", "-o", "train_ddp.py", "--format", "json"], "error: --format needs --verify"),
+        (
+            ["train.py", "train_ddp.py"],
+            "error: unexpected argument 'train_ddp.py'; arguments for the script go after -- and need --verify",
+        ),
+        (
+            ["train.py", "-o", "train_ddp.py", "--", "--epochs", "1"],
+            "error: unexpected argument '--epochs'; arguments for the script go after -- and need --verify",
+        ),
     ],
 )
-def test_bad_usage(converter, script, workdir, capsys, argv, message):
+def test_bad_usage(converter, verifier, script, workdir, capsys, argv, message):
     assert cli.main(argv) == 2
 
     assert capsys.readouterr() == ("", message + "\n")
     assert converter.calls == []
+    assert verifier.calls == []
+    assert files(workdir) == ["train.py"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--nproc", "1"), ("--max-steps", "0"), ("--timeout", "0"), ("--timeout", "soon"), ("--format", "xml")],
+)
+def test_bad_verify_setting(converter, verifier, script, workdir, capsys, option, value):
+    # The wording is click's; what matters is that nothing runs and nothing is written.
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--verify", option, value]) == 2
+
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: Invalid value for '{option}': ")
+    assert err.endswith("; see 'ddpify --help'\n")
+    assert converter.calls == verifier.calls == []
+    assert files(workdir) == ["train.py"]
+
+
+def test_verify_without_torch_says_how_to_install_it(converter, verifier, script, workdir, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # what find_spec reports when torch is not installed
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--verify"]) == 2
+
+    assert capsys.readouterr() == (
+        "",
+        f"error: --verify needs torch in {sys.executable}: pip install 'ddpify[run]'\n",
+    )
+    assert converter.calls == verifier.calls == []
     assert files(workdir) == ["train.py"]
 
 
@@ -600,6 +698,138 @@ def test_diff_keeps_crlf_and_drops_the_bom(converter, workdir, capsysbinary):
 
 
 # ----------------------------------------------------------------------------
+# --verify (exit code 4 when the script does not train in data-parallel)
+
+
+def test_verify_writes_then_runs_the_output(converter, verifier, script, workdir, capsys):
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--verify"]) == 0
+
+    captured = capsys.readouterr()
+    assert captured.out == verifier.report.format_table() + "\n"
+    assert stderr_lines(captured) == [
+        "converted train.py -> train_ddp.py (0 changes)",
+        "verifying train_ddp.py under torchrun with 2 processes",
+        "train_ddp.py trains in data-parallel: 7 checks passed",
+    ]
+    assert verifier.calls == [
+        {
+            "script": Path("train_ddp.py"),
+            "nproc": 2,
+            "script_args": (),
+            "timeout": 300.0,
+            "max_steps": None,
+            "workdir": workdir,
+        }
+    ]
+    assert verifier.scripts == [CONVERTED]  # written before it was run
+    assert files(workdir) == ["train.py", "train_ddp.py"]
+
+
+def test_verify_forwards_its_settings_and_the_script_arguments_exactly(converter, verifier, script, capsys):
+    argv = ["train.py", "-o", "train_ddp.py", "--verify", "--nproc", "3", "--timeout", "60", "--max-steps", "5"]
+    # After --, arguments that look like ddpify's own options belong to the script.
+    script_args = ["--epochs", "1", "--lr", "0.1", "-o", "x.pt", "--check", "--", "-q"]
+
+    assert cli.main([*argv, "--", *script_args]) == 0
+
+    (call,) = verifier.calls
+    assert {key: call[key] for key in ("nproc", "timeout", "max_steps", "script_args")} == {
+        "nproc": 3,
+        "timeout": 60.0,
+        "max_steps": 5,
+        "script_args": tuple(script_args),
+    }
+
+
+def test_verify_failure_exits_4_and_names_the_failed_checks(converter, verifier, script, workdir, capsys):
+    verifier.report = verify_report("in-sync", "sharded-data", output="Epoch 1 loss 0.5\n")
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--verify", "-q"]) == 4
+
+    captured = capsys.readouterr()
+    assert captured.out == verifier.report.format_table() + "\n"
+    assert captured.out.splitlines()[-2:] == [
+        "FAILED in-sync: in-sync broke",
+        "FAILED sharded-data: sharded-data broke",
+    ]
+    # The script ran to its end: its output would not say why, so it is not shown.
+    assert captured.err == (
+        "error: train_ddp.py does not train in data-parallel (2 checks failed: in-sync, sharded-data)\n"
+    )
+    assert (workdir / "train_ddp.py").read_bytes() == CONVERTED  # the conversion itself stands
+
+
+def test_verify_of_a_script_that_did_not_run_shows_torchrun_output(converter, verifier, script, capsys):
+    verifier.report = verify_report("launched", "steps", output="Traceback ...\nValueError: bad lr\n\n")
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--verify"]) == 4
+
+    assert stderr_lines(capsys.readouterr())[-4:] == [
+        "--- torchrun output ---",
+        "Traceback ...",
+        "ValueError: bad lr",
+        "error: train_ddp.py does not train in data-parallel (2 checks failed: launched, steps)",
+    ]
+
+
+@pytest.mark.parametrize("failed", [(), ("launched", "clean-exit")])
+def test_verify_json_report(converter, verifier, script, capsys, failed):
+    verifier.report = verify_report(*failed, output="Traceback ...\n")
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--verify", "--format", "json", "-q"]) == (4 if failed else 0)
+
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == verifier.report.to_json()
+    assert captured.out.endswith("}\n")
+    assert "torchrun output" not in captured.err  # the JSON report carries the output itself
+
+
+def test_check_verify_runs_the_committed_output_without_writing(converter, verifier, script, workdir, capsys):
+    committed = workdir / "train_ddp.py"
+    committed.write_bytes(CONVERTED)
+    os.utime(committed, ns=(0, 0))
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--check", "--verify", "--max-steps", "20"]) == 0
+
+    assert stderr_lines(capsys.readouterr()) == [
+        "train_ddp.py is up to date",
+        "verifying train_ddp.py under torchrun with 2 processes",
+        "train_ddp.py trains in data-parallel: 7 checks passed",
+    ]
+    assert verifier.scripts == [CONVERTED]
+    assert verifier.calls[0]["max_steps"] == 20
+    assert committed.stat().st_mtime_ns == 0  # not rewritten
+    assert files(workdir) == ["train.py", "train_ddp.py"]
+
+
+def test_check_verify_of_a_stale_output_does_not_run_it(converter, verifier, script, workdir, capsys):
+    (workdir / "train_ddp.py").write_bytes(SOURCE)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--check", "--verify"]) == 1
+
+    assert capsys.readouterr() == ("", "would rewrite train_ddp.py\n")
+    assert verifier.calls == []
+
+
+def test_verify_of_a_refused_conversion_does_not_run(converter, verifier, script, workdir, capsys):
+    converter.status = Status.REFUSED
+    converter.diagnostics = (ERROR,)
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--verify", "-q"]) == 3
+
+    assert verifier.calls == []
+    assert files(workdir) == ["train.py"]
+
+
+def test_verify_of_an_already_distributed_script_runs_it_as_written(converter, verifier, script, workdir, capsys):
+    converter.status = Status.UNCHANGED
+
+    assert cli.main(["train.py", "-o", "train_ddp.py", "--verify", "-q"]) == 0
+
+    assert verifier.scripts == [SOURCE]
+
+
+# ----------------------------------------------------------------------------
 # --version, --help, start-up cost and the entry points
 
 
@@ -612,8 +842,11 @@ def test_help(capsys):
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Usage: ddpify [OPTIONS]")
-    for option in ("--output", "--in-place", "--diff", "--check", "--keep-global-batch", "--no-color", "--quiet"):
+    options = ("--output", "--in-place", "--diff", "--check", "--keep-global-batch", "--no-color", "--quiet")
+    verify_options = ("--verify", "--nproc", "--timeout", "--max-steps", "--format")
+    for option in (*options, *verify_options):
         assert option in out
+    assert "SCRIPT_ARGS" in out.splitlines()[0]
 
 
 def test_main_reads_sys_argv_by_default(monkeypatch, capsys):
@@ -623,11 +856,11 @@ def test_main_reads_sys_argv_by_default(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("option", ["--version", "--help"])
-def test_version_and_help_do_not_import_the_converter(option):
+def test_version_and_help_do_not_import_the_converter_or_the_verifier(option):
     probe = (
         "import sys, ddpify.cli\n"
         f"code = ddpify.cli.main([{option!r}])\n"
-        "heavy = sorted(m for m in ('libcst', 'ddpify.core', 'rich') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('libcst', 'ddpify.core', 'rich', 'ddpify.verify', 'torch') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
         "sys.exit(code)\n"
     )
