@@ -114,28 +114,46 @@ def distributed_use(module: cst.Module) -> str | None:
     Runs before any metadata is computed, so that already-converted scripts --
     ddpify's own output among them -- are recognised cheaply.
     """
-    aliases: dict[str, str] = {}
-    for node in _walk(module):
-        names: list[str] = []
-        if isinstance(node, cst.Import):
-            for alias in node.names:
-                full = alias.evaluated_name
-                aliases[alias.evaluated_alias or full.split(".")[0]] = full if alias.asname else full.split(".")[0]
-                names.append(full)
-        elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
-            base = dotted(node.module)
-            for alias in () if isinstance(node.names, cst.ImportStar) else node.names:
-                full = f"{base}.{alias.evaluated_name}"
-                aliases[alias.evaluated_alias or alias.evaluated_name] = full
-                names.append(full)
-        elif isinstance(node, cst.Attribute):
-            root, _, rest = dotted(node).partition(".")
-            if root in aliases and rest:
-                names.append(f"{aliases[root]}.{rest}")
+    finder = _DistributedUse()
+    module.visit(finder)
+    return finder.found
+
+
+class _DistributedUse(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.aliases: dict[str, str] = {}
+        self.found: str | None = None
+
+    def _check(self, names: list[str]) -> None:
         for name in names:
-            if name.startswith(torch_api.DISTRIBUTED_PREFIXES):
-                return name
-    return None
+            if self.found is None and name.startswith(torch_api.DISTRIBUTED_PREFIXES):
+                self.found = name
+
+    def visit_Import(self, node: cst.Import) -> None:
+        names = []
+        for alias in node.names:
+            full = alias.evaluated_name
+            self.aliases[alias.evaluated_alias or full.split(".")[0]] = full if alias.asname else full.split(".")[0]
+            names.append(full)
+        self._check(names)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is None or node.relative:
+            return
+        base = dotted(node.module)
+        names = [base]
+        for alias in () if isinstance(node.names, cst.ImportStar) else node.names:
+            full = f"{base}.{alias.evaluated_name}"
+            self.aliases[alias.evaluated_alias or alias.evaluated_name] = full
+            names.append(full)
+        self._check(names)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        root, _, rest = dotted(node).partition(".")
+        if root in self.aliases and rest:
+            self._check([f"{self.aliases[root]}.{rest}"])
+        return False  # the outermost attribute already names the whole chain
 
 
 def dotted(expr: cst.BaseExpression) -> str:
@@ -249,7 +267,7 @@ class _Finder:
             sources += [flowless.value for flowless in self._assigned_values(ref)]
         refs: list[Ref] = []
         for source in sources:
-            for node in _walk(source):
+            for node in self.index.walk(source):
                 if m.matches(node, m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, torch_api.PARAMETER_METHODS))))):
                     found = self.index.root_ref(node.func.value, self.index.scope_of(node))
                     if found is not None and found not in refs:
@@ -371,7 +389,7 @@ class _Finder:
 
     def _runs_submodules(self, method: cst.FunctionDef, cls: cst.ClassDef) -> bool:
         self_name = self.index.self_name(method)
-        for node in _walk(method.body):
+        for node in self.index.walk(method.body):
             if isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(value=m.Name(self_name))):
                 if (cls, node.func.attr.value) not in self.index.functions or node.func.attr.value == "forward":
                     return True
@@ -391,7 +409,7 @@ class _Finder:
             anchor is not stmt
             and isinstance(condition, cst.If)
             and condition.orelse is None
-            and any(m.matches(n, m.Name("device_count") | m.Name("is_available")) for n in _walk(condition.test))
+            and any(m.matches(n, m.Name("device_count") | m.Name("is_available")) for n in self.index.walk(condition.test))
         ):
             data_parallel_if = condition
         on_cuda = any(cuda and self._climb_conditionals(s) is s for s, _, cuda in moves)
@@ -521,18 +539,18 @@ class _Finder:
                 continue
             body = list(loop.body.body)
             backward = next((i for i, st in enumerate(body) if isinstance(st, cst.SimpleStatementLine)
-                             and any(m.matches(n, m.Call(func=m.Attribute(attr=m.Name("backward")))) for n in _walk(st))), None)
+                             and any(m.matches(n, m.Call(func=m.Attribute(attr=m.Name("backward")))) for n in self.index.walk(st))), None)
             if backward is None:
                 continue
             step_if = next((st for st in body[backward + 1:] if isinstance(st, cst.If) and st.orelse is None
-                            and any(self._is_step(n, optimizer_refs) for n in _walk(st.body))), None)
+                            and any(self._is_step(n, optimizer_refs) for n in self.index.walk(st.body))), None)
             if step_if is None or not _pure(step_if.test):
                 continue
             scope = index.scope_of(loop)
             run = []
             first = None
             for position, stmt in enumerate(body[: backward + 1]):
-                for node in _walk(stmt):
+                for node in self.index.walk(stmt):
                     if isinstance(node, cst.Call) and (ref := index.carried_ref(node.func, scope)) is not None:
                         for model, lineage in lineages:
                             if ref in lineage:
@@ -540,8 +558,8 @@ class _Finder:
                                 if text not in run:
                                     run.append(text)
                                 first = position if first is None else first
-            assigned = {n.value for st in body[: first or 0] for n in _walk(st) if isinstance(n, cst.Name)}
-            tested = {n.value for n in _walk(step_if.test) if isinstance(n, cst.Name)}
+            assigned = {n.value for st in body[: first or 0] for n in self.index.walk(st) if isinstance(n, cst.Name)}
+            tested = {n.value for n in self.index.walk(step_if.test) if isinstance(n, cst.Name)}
             if run and first is not None and not (tested & assigned):
                 yield Accumulation(body[first], step_if.test, tuple(run))
 
@@ -561,7 +579,7 @@ class _Finder:
             if not index.trains(loop.body):
                 continue
             local = self._rank_local_names(loop, model_refs)
-            for node in _walk(loop.body):
+            for node in self.index.walk(loop.body):
                 if not isinstance(node, (cst.Break, cst.Return)) or node in reported:
                     continue
                 for ancestor in index.ancestors(node):
@@ -583,17 +601,17 @@ class _Finder:
     def _rank_local_names(self, loop: cst.For | cst.While, model_refs: set[Ref]) -> set[str]:
         local: set[str] = set()
         if isinstance(loop, cst.For):
-            local |= {n.value for n in _walk(loop.target) if isinstance(n, cst.Name)}
-        assignments = [n for n in _walk(loop.body) if isinstance(n, (cst.Assign, cst.AugAssign))]
+            local |= {n.value for n in self.index.walk(loop.target) if isinstance(n, cst.Name)}
+        assignments = [n for n in self.index.walk(loop.body) if isinstance(n, (cst.Assign, cst.AugAssign))]
         for _ in range(3):
             for assign in assignments:
                 if self._reads_rank_local(assign.value, local, model_refs):
                     targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
-                    local |= {n.value for t in targets for n in _walk(t) if isinstance(n, cst.Name)}
+                    local |= {n.value for t in targets for n in self.index.walk(t) if isinstance(n, cst.Name)}
         return local
 
     def _reads_rank_local(self, expr: cst.CSTNode, local: set[str], model_refs: set[Ref] = frozenset()) -> bool:
-        for node in _walk(expr):
+        for node in self.index.walk(expr):
             if isinstance(node, cst.Name) and node.value in local:
                 return True
             if isinstance(node, cst.Call):
@@ -980,7 +998,7 @@ class _Finder:
                     )
                     continue
                 yield stmt, kind
-        for node in _walk(index.module):
+        for node in index.walk(index.module):
             if isinstance(node, cst.With) and self._writes_file(node) and not self._runs_collectives(node, model_refs):
                 yield node, "file write"
             elif isinstance(node, cst.If) and isinstance(node.body, cst.SimpleStatementSuite) and node.orelse is None:
@@ -1033,7 +1051,7 @@ class _Finder:
             scope = self.index.scope_of(node)
             if self.index.resolve_callee(node, scope) is not None or self.index.carried_ref(node.func, scope) in model_refs:
                 return [node]
-        return [call for child in node.children for call in self._work_calls(child, model_refs)]
+        return [call for child in self.index.children.get(node, ()) for call in self._work_calls(child, model_refs)]
 
     def _setup_at_module_level(self, models: tuple[Model, ...], loaders: tuple[Loader, ...]) -> bool:
         """Whether training objects are built by module-level code (outside every function)."""

@@ -10,16 +10,15 @@ tree another pass already changed.
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 
 from ddpify.diagnostics import Change, Diagnostic, Severity
-from ddpify.flow import Index
+from ddpify.flow import Index, _dotted
 
 
 @dataclass(frozen=True)
@@ -88,19 +87,84 @@ class EditPlan:
 
 
 def apply(plan: EditPlan) -> cst.Module:
+    _place_imports(plan)
     if plan.setup_helpers and plan.setup_definition is not None:
         for stmts in plan.before.values():
             if plan.setup_definition in stmts:
                 at = stmts.index(plan.setup_definition) + 1
                 stmts[at:at] = plan.setup_helpers.values()
     merged_ifs = _ifs_run_on_rank_zero(plan)
-    module = plan.index.module.visit(_Applier(plan, merged_ifs))
-    if plan.imports:
-        context = CodemodContext()
-        for item in plan.imports:
-            AddImportsVisitor.add_needed_import(context, item.module, item.obj, item.asname)
-        module = AddImportsVisitor(context).transform_module(module)
-    return module
+    return plan.index.module.visit(_Applier(plan, merged_ifs))
+
+
+def _place_imports(plan: EditPlan) -> None:
+    """Put each new import where a person would: ``import os`` among the standard-library
+    imports, the torch imports among the script's torch imports, each in sorted position.
+
+    (libcst's ``AddImportsVisitor`` appends everything after the last import, which puts
+    ``import os`` below third-party imports, and costs a second pass with metadata.)
+    """
+    module = plan.index.module
+    imports = [stmt for stmt in module.body if _import_module(stmt) is not None]
+    if not imports:
+        first = module.body[0] if module.body else None
+        for item in sorted(plan.imports, key=_sort_key):
+            plan.insert_before(first, _import_statement(item))
+        return
+    for stdlib in (True, False):
+        items = sorted((i for i in plan.imports if _is_stdlib(i.module) == stdlib), key=_sort_key)
+        if not items:
+            continue
+        group = [s for s in imports if _is_stdlib(_import_module(s)) == stdlib]
+        if stdlib and not group:  # no standard-library imports yet: a group of their own, first
+            _insert_first(plan, imports[0], [_import_statement(i) for i in items], separate=True)
+            continue
+        group = group or imports
+        leading = []
+        for item in items:
+            before = [s for s in group if _statement_key(s) <= _sort_key(item)]
+            if before:
+                plan.after[before[-1]].append(_import_statement(item))
+            else:
+                leading.append(_import_statement(item))
+        if leading:
+            _insert_first(plan, group[0], leading, separate=False)
+
+
+def _insert_first(plan: EditPlan, anchor: cst.BaseStatement, lines: list[cst.BaseStatement], *, separate: bool) -> None:
+    """Insert ``lines`` before ``anchor``; they take over its leading blank lines and comments."""
+    lines[0] = lines[0].with_changes(leading_lines=anchor.leading_lines)
+    rest = [cst.EmptyLine()] if separate else []
+    plan.replace(anchor, lambda n: n.with_changes(leading_lines=rest))
+    plan.before[anchor][0:0] = lines
+
+
+def _is_stdlib(module: str) -> bool:
+    return module.split(".")[0] in sys.stdlib_module_names
+
+
+def _import_module(stmt: cst.BaseStatement) -> str | None:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        small = stmt.body[0]
+        if isinstance(small, cst.Import):
+            return small.names[0].evaluated_name
+        if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+            return _dotted(small.module)
+    return None
+
+
+def _sort_key(item: Import) -> tuple[bool, str]:
+    return (item.obj is not None, item.module)
+
+
+def _statement_key(stmt: cst.SimpleStatementLine) -> tuple[bool, str]:
+    return (isinstance(stmt.body[0], cst.ImportFrom), _import_module(stmt))
+
+
+def _import_statement(item: Import) -> cst.SimpleStatementLine:
+    alias = f" as {item.asname}" if item.asname else ""
+    code = f"from {item.module} import {item.obj}{alias}" if item.obj else f"import {item.module}{alias}"
+    return cst.parse_statement(code + "\n")
 
 
 def _ifs_run_on_rank_zero(plan: EditPlan) -> set[cst.If]:

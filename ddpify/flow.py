@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+import builtins
+
+from libcst.metadata import PositionProvider
 
 from ddpify import torch_api
 
@@ -71,10 +73,13 @@ class Index:
     statements: list[cst.BaseStatement] = field(default_factory=list)
     identifiers: set[str] = field(default_factory=set)
     main_guard: cst.If | None = None
+    children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
+    parents: dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)
+    imports: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # local name -> modules/objects
 
     # -- metadata --------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self._metadata(ParentNodeProvider, node)
+        return self.parents.get(node)
 
     def _metadata(self, provider: type, node: cst.CSTNode, default: object = None) -> object:
         value = self.metadata[provider].get(node, default)
@@ -86,12 +91,38 @@ class Index:
         return pos.line, pos.column + 1
 
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
-        return {q.name for q in self._metadata(QualifiedNameProvider, node, ())}
+        """What a name or attribute chain refers to through the script's imports: ``DataLoader`` ->
+        ``torch.utils.data.DataLoader`` after ``from torch.utils.data import DataLoader``; ``print`` ->
+        ``builtins.print``. Empty for anything else."""
+        text = _dotted(node)
+        if not text:
+            return set()
+        root, _, rest = text.partition(".")
+        if root in self.imports:
+            return {f"{full}.{rest}" if rest else full for full in self.imports[root]}
+        if hasattr(builtins, root) and not any(root in names for names in self.bound.values()):
+            return {f"builtins.{text}"}
+        return set()
 
     def is_call_to(self, node: cst.CSTNode, names: frozenset[str]) -> bool:
         return isinstance(node, cst.Call) and bool(self.qualified_names(node.func) & names)
 
     # -- structure -------------------------------------------------------
+    def walk(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """``node`` and everything below it, in source order.
+
+        Uses the children recorded once from the parent links: libcst's own
+        ``node.children`` re-visits the node on every call.
+        """
+        stack = [node]
+        children = self.children
+        while stack:
+            current = stack.pop()
+            yield current
+            below = children.get(current)
+            if below:
+                stack.extend(reversed(below))
+
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         parent = self.parent(node)
         while parent is not None:
@@ -188,7 +219,7 @@ class Index:
     def mentions(self, node: cst.CSTNode, ref: Ref, scope: Scope) -> list[cst.BaseExpression]:
         """Every expression inside ``node`` that reads ``ref``."""
         found: list[cst.BaseExpression] = []
-        for expr in _walk(node):
+        for expr in self.walk(node):
             if isinstance(expr, (cst.Name, cst.Attribute)) and self.ref_of(expr, self.scope_of(expr)) == ref:
                 parent = self.parent(expr)
                 # ``self.model`` is one read, not also a read of ``self``.
@@ -258,7 +289,7 @@ class Index:
 
     def trains(self, node: cst.CSTNode, _seen: frozenset = frozenset()) -> bool:
         """Whether running ``node`` runs a backward pass, directly or through the script's own functions."""
-        for inner in _walk(node):
+        for inner in self.walk(node):
             if not isinstance(inner, cst.Call):
                 continue
             if m.matches(inner.func, m.Attribute(attr=m.Name("backward"))):
@@ -267,6 +298,15 @@ class Index:
             if callee is not None and callee[0] not in _seen and self.trains(callee[0].body, _seen | {callee[0]}):
                 return True
         return False
+
+
+def _dotted(expr: cst.CSTNode) -> str:
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        inner = _dotted(expr.value)
+        return f"{inner}.{expr.attr.value}" if inner else ""
+    return ""
 
 
 def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -290,17 +330,42 @@ def _targets(node: cst.BaseAssignTargetExpression) -> Iterator[cst.BaseExpressio
         yield node
 
 
-METADATA = (ParentNodeProvider, PositionProvider, QualifiedNameProvider)
-
-
 class _Collector(cst.CSTVisitor):
-    """Fills an :class:`Index`: definitions, bound names, calls, loops, statements."""
+    """Fills an :class:`Index`: the tree's links, definitions, bound names, imports, calls, loops, statements."""
 
     def __init__(self, index: Index) -> None:
         super().__init__()
         self.index = index
         self.scopes: list[Scope] = [index.module]
         self.class_stack: list[cst.ClassDef] = []
+        self.path: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.path:
+            parent = self.path[-1]
+            self.index.parents[node] = parent
+            self.index.children.setdefault(parent, []).append(node)
+        self.path.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.path.pop()
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = alias.evaluated_name
+            if alias.asname is not None:
+                self.index.imports[alias.evaluated_alias].add(full)
+            else:
+                self.index.imports[full.split(".")[0]].add(full.split(".")[0])
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is None or node.relative or isinstance(node.names, cst.ImportStar):
+            return
+        base = _dotted(node.module)
+        for alias in node.names:
+            self.index.imports[alias.evaluated_alias or alias.evaluated_name].add(f"{base}.{alias.evaluated_name}")
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if len(self.scopes) == 1:
@@ -389,7 +454,7 @@ class _Collector(cst.CSTVisitor):
 def _collect_flows(index: Index) -> None:
     """Record how values move between places (see :class:`Flow`)."""
     returns: dict[cst.FunctionDef, list[cst.Return]] = defaultdict(list)
-    for node in _walk(index.module):
+    for node in index.walk(index.module):
         if isinstance(node, cst.Return) and node.value is not None:
             scope = index.scope_of(node)
             if isinstance(scope, cst.FunctionDef):
@@ -416,7 +481,7 @@ def _collect_flows(index: Index) -> None:
                     if dst is not None:
                         index.flows.append(Flow(src, dst, stmt))
 
-    for node in _walk(index.module):
+    for node in index.walk(index.module):
         if isinstance(node, cst.Assign):
             scope = index.scope_of(node)
             stmt = index.statement_of(node)
@@ -468,7 +533,7 @@ def _unpack_return(
 
 
 def build_index(wrapper: cst.MetadataWrapper) -> Index:
-    metadata = wrapper.resolve_many(METADATA)
+    metadata = wrapper.resolve_many((PositionProvider,))
     index = Index(module=wrapper.module, metadata=metadata)
     wrapper.module.visit(_Collector(index))
     _collect_flows(index)

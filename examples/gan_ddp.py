@@ -11,13 +11,13 @@ ring. Both networks are saved at the end.
 
 import argparse
 import math
+import os
 
 import torch
-import torch.nn as nn
-from torch.utils.data import DataLoader, TensorDataset
-import os
 import torch.distributed as dist
+import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 

@@ -10,14 +10,14 @@ writes a checkpoint every ``save_every`` epochs. Usage::
 
 import argparse
 import math
+import os
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
-import os
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 

@@ -36,7 +36,7 @@ _CUDA_INDEX = re.compile(r"""^(?P<q>['"])cuda:\d+(?P=q)$""")
 
 def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     index = anatomy.index
-    for node in _walk(index.module):
+    for node in index.walk(index.module):
         if isinstance(node, cst.FormattedString) and _formats_cuda_index(node):
             quote = node.end
             plan.replace(node, lambda n, q=quote: cst.SimpleString(f"{q}cuda{q}", lpar=n.lpar, rpar=n.rpar))

@@ -149,7 +149,7 @@ def _first_training_statement(anatomy: Anatomy, guard: cst.If) -> int:
     index = anatomy.index
     body = guard.body.body
     for position, stmt in enumerate(body):
-        for node in _walk(stmt):
+        for node in index.walk(stmt):
             if isinstance(node, cst.Call) and index.resolve_callee(node, index.module) is not None:
                 return position
     return 0
