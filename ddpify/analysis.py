@@ -115,8 +115,20 @@ def distributed_use(module: cst.Module) -> str | None:
     ddpify's own output among them -- are recognised cheaply.
     """
     finder = _DistributedUse()
-    module.visit(finder)
+    for stmt in module.body:  # top-level imports first: the common case, and ddpify's own output
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    small.visit(finder)
+    if finder.found is None and any(word in module.code for word in _DISTRIBUTED_WORDS):
+        module.visit(finder)
     return finder.found
+
+
+# Text that any distributed use must contain, to skip the full search for most scripts.
+_DISTRIBUTED_WORDS = tuple(
+    {p.rsplit(".", 1)[-1] if p.startswith("torch.") else p for p in torch_api.DISTRIBUTED_PREFIXES}
+)
 
 
 class _DistributedUse(cst.CSTVisitor):
