@@ -83,3 +83,63 @@ def test_checkpoint_loads_into_the_single_gpu_model(tmp_path: Path) -> None:
     )
     result = subprocess.run([sys.executable, "-c", loader], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "loaded", result.stderr[-2000:]
+
+
+EVALUATION_SCRIPT = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate(model, loader):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(dim=1) == y).sum().item()
+    return correct / len(loader.dataset)
+
+
+def main():
+    torch.manual_seed(0)
+    x = torch.randn(600, 8)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    train_loader = DataLoader(TensorDataset(x[:400], y[:400]), batch_size=20, shuffle=True)
+    val_loader = DataLoader(TensorDataset(x[400:], y[400:]), batch_size=50)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    # lr=0: the weights stay as initialised, so any difference in the reported
+    # accuracy can only come from how evaluation is split across processes.
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    for epoch in range(2):
+        model.train()
+        for inputs, targets in train_loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(inputs), targets).backward()
+            optimizer.step()
+        accuracy = evaluate(model, val_loader)
+        print(f"epoch {epoch} accuracy {accuracy:.6f}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.torchrun
+def test_reported_evaluation_accuracy_equals_the_single_process_one(tmp_path: Path) -> None:
+    original = tmp_path / "evaluate.py"
+    original.write_text(EVALUATION_SCRIPT)
+    conversion = convert(original.read_bytes(), path="evaluate.py")
+    assert conversion.status is Status.CONVERTED
+    (tmp_path / "evaluate_ddp.py").write_bytes(conversion.code)
+
+    def accuracy_lines(command: list[str]) -> list[str]:
+        result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return [line for line in result.stdout.splitlines() if "accuracy" in line]
+
+    single = accuracy_lines([sys.executable, "evaluate.py"])
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    distributed = accuracy_lines([*torchrun, "evaluate_ddp.py"])
+    assert len(single) == 2
+    assert distributed == single, "rank 0 must print the single-process accuracy, once per epoch"
