@@ -11,6 +11,7 @@ the converted script must still run as a plain ``python`` script.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -143,3 +144,42 @@ def test_reported_evaluation_accuracy_equals_the_single_process_one(tmp_path: Pa
     distributed = accuracy_lines([*torchrun, "evaluate_ddp.py"])
     assert len(single) == 2
     assert distributed == single, "rank 0 must print the single-process accuracy, once per epoch"
+
+
+SPAWN_SCRIPT = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(320, 4), torch.randn(320, 1))
+loader = DataLoader(data, batch_size=16, shuffle=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+steps = 0
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        steps += 1
+print(f"steps {steps}")
+torch.save(model.state_dict(), "spawned.pt")
+'''
+
+
+@pytest.mark.torchrun
+def test_spawn_mode_starts_one_process_per_device_under_plain_python(tmp_path: Path) -> None:
+    from ddpify import Options
+
+    conversion = convert(SPAWN_SCRIPT.encode(), path="spawn.py", options=Options(spawn=True))
+    assert conversion.status is Status.CONVERTED
+    (tmp_path / "spawn_ddp.py").write_bytes(conversion.code)
+    env = {**os.environ, "PET_NPROC_PER_NODE": "2"}
+    result = subprocess.run(
+        [sys.executable, "spawn_ddp.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    # 320 samples / batch 16 = 20 steps per epoch in one process; each of two ranks takes half.
+    assert result.stdout.split() == ["steps", "20"]
+    assert (tmp_path / "spawned.pt").is_file()
