@@ -1,0 +1,442 @@
+"""ddpify.launchers: the commands it writes, and a generated script run under each launcher.
+
+The fast tests read the text of the commands. The ``torchrun``-marked ones
+convert a small single-GPU script with ``ddpify.convert`` and launch the
+result the ways a cluster would, on CPU (Gloo), each rank under the
+verification probe (``ddpify.verify.probe``); the probe's records are judged by
+``ddpify.verify.checks.evaluate``, as ``ddpify.verify.verify()`` judges a
+``torchrun --standalone`` run:
+
+* the multi-node command of ``torchrun_commands``, run twice on this machine as
+  two "nodes" that meet through a c10d rendezvous;
+* ``srun`` without torchrun: two plain processes numbered by SLURM variables only;
+* the emitted sbatch script under ``bash``, with stand-ins for ``srun`` and
+  ``scontrol`` (``tests/launch_stubs``) that run each node's task on this machine.
+
+Each launch costs about ten seconds of torch start-up, so there are three, and
+each asserts everything it shows. Every process gets a session of its own and
+a deadline; whatever is left at the deadline, or after a failure, is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from ddpify import Status, convert
+from ddpify.launchers import RDZV_PORT, sbatch_script, torchrun_commands
+from ddpify.verify import CHECK_NAMES, VerifyReport
+from ddpify.verify.checks import evaluate
+from ddpify.verify.launcher import RunOutcome, probe_environment, read_records
+
+STUBS = Path(__file__).parent / "launch_stubs"
+PROBED = STUBS / "probed.py"  # runs a script under the probe, for launchers that take a script path
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+NPROC = 2  # every launch runs two ranks
+TIMEOUT_S = 180.0
+GRACE_S = 5.0
+
+TRAIN = """\
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--out", default="model.pt")
+args = parser.parse_args()
+
+torch.manual_seed(0)
+x = torch.randn(32, 4)
+y = x.sum(dim=1, keepdim=True) + 0.1 * torch.randn(32, 1)
+loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)
+
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+criterion = nn.MSELoss()
+
+for epoch in range(args.epochs):
+    for inputs, targets in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+    print(f"epoch {epoch}: loss {loss.item():.4f}")
+
+torch.save(model.state_dict(), args.out)
+"""
+
+# Variables of an enclosing launcher (a CI job inside SLURM, a shell that ran
+# torchrun) that would tell the launched processes who they are.
+_LAUNCHER_PREFIXES = ("SLURM_", "SRUN_", "PET_", "TORCHELASTIC_")
+_LAUNCHER_VARIABLES = frozenset(
+    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"}
+)
+
+
+# -- the text of the commands ---------------------------------------------------
+
+
+def test_torchrun_commands_quote_the_script_and_its_arguments() -> None:
+    commands = torchrun_commands("my jobs/train_ddp.py", ["--name", "run 1", "--lr=1e-3", "$HOME", "it's"])
+
+    assert set(commands) == {"single_node", "multi_node"}
+    target = ["my jobs/train_ddp.py", "--name", "run 1", "--lr=1e-3", "$HOME", "it's"]
+    assert shlex.split(commands["single_node"]) == ["torchrun", "--standalone", "--nproc_per_node=gpu", *target]
+    assert shlex.split(commands["multi_node"]) == [
+        "torchrun",
+        "--nnodes=NUM_NODES",
+        "--nproc_per_node=gpu",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=HEAD_NODE:{RDZV_PORT}",
+        "--rdzv-id=JOB_ID",
+        *target,
+    ]
+    assert torchrun_commands("train.py", [])["single_node"] == "torchrun --standalone --nproc_per_node=gpu train.py"
+
+
+def test_sbatch_script_runs_one_torchrun_per_node() -> None:
+    text = sbatch_script("train_ddp.py", ["--epochs", "10"], nodes=4, gpus_per_node=8, time="02:00:00", partition="gpu")
+
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    assert [line for line in lines if line.startswith("#SBATCH")] == [
+        "#SBATCH --job-name=train_ddp",
+        "#SBATCH --nodes=4",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --cpus-per-task=32",
+        "#SBATCH --time=02:00:00",
+        "#SBATCH --partition=gpu",
+    ]
+    assert "set -euo pipefail" in lines
+    assert 'nodes=( $(scontrol show hostnames "$SLURM_JOB_NODELIST") )' in lines
+    assert "head_node=${nodes[0]}" in lines
+    launch = shlex.split(text[text.index("srun torchrun") :].replace("\\\n", " "))  # line continuations
+    assert launch == [
+        "srun",
+        "torchrun",
+        "--nnodes",
+        "$SLURM_NNODES",
+        "--nproc_per_node",
+        "8",
+        "--rdzv-id",
+        "$SLURM_JOB_ID",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"$head_node:{RDZV_PORT}",
+        "train_ddp.py",
+        "--epochs",
+        "10",
+    ]
+    assert text.endswith("--epochs 10\n")
+
+
+def test_sbatch_script_leaves_optional_directives_out_and_names_the_job_after_the_script() -> None:
+    text = sbatch_script("runs/my train.py", [], nodes=1, gpus_per_node=2, cpus_per_task=6, rdzv_port=6000)
+
+    assert "#SBATCH --job-name=my_train" in text
+    assert "#SBATCH --cpus-per-task=6" in text
+    assert "--time" not in text and "--partition" not in text
+    assert '--rdzv-endpoint "$head_node:6000"' in text
+    assert text.rstrip().endswith("'runs/my train.py'")
+    assert "#SBATCH --job-name=exp-7" in sbatch_script("t.py", [], nodes=1, gpus_per_node=1, job_name="exp-7")
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"nodes": 0}, "nodes must be at least 1, got 0"),
+        ({"gpus_per_node": 0}, "gpus_per_node must be at least 1, got 0"),
+        ({"cpus_per_task": 0}, "cpus_per_task must be at least 1, got 0"),
+        ({"rdzv_port": 70000}, "rdzv_port must be between 1 and 65535, got 70000"),
+        ({"job_name": "two words"}, "job_name must be non-empty and without whitespace, got 'two words'"),
+        ({"time": ""}, "time must be non-empty and without whitespace, got ''"),
+        ({"partition": "gpu\n#SBATCH --qos=high"}, "partition must be non-empty and without whitespace"),
+    ],
+)
+def test_sbatch_script_refuses_what_cannot_describe_a_job(keywords: dict[str, object], message: str) -> None:
+    arguments: dict[str, object] = {"nodes": 2, "gpus_per_node": 4, **keywords}
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        sbatch_script("train.py", [], **arguments)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_sbatch_script_is_valid_bash() -> None:
+    text = sbatch_script("my dir/train.py", ["--tag", "a b", "$(rm -rf /)", "'"], nodes=2, gpus_per_node=4)
+    result = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+
+
+# -- launches -------------------------------------------------------------------
+
+
+def generated_script(folder: Path) -> Path:
+    """The inline training script converted by ddpify, in a folder whose name needs quoting."""
+    conversion = convert(TRAIN, path="train.py")
+    assert conversion.status is Status.CONVERTED, conversion.diagnostics
+    script = folder / "my jobs" / "train_ddp.py"
+    script.parent.mkdir()
+    script.write_text(str(conversion.code), encoding="utf-8")
+    return script
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def clean_environment(probe_dir: Path, **extra: str) -> dict[str, str]:
+    """The probe's environment, without what an enclosing launcher set, on CPU (Gloo)."""
+    env = probe_environment(str(probe_dir), None)
+    for name in list(env):
+        if name in _LAUNCHER_VARIABLES or name.startswith(_LAUNCHER_PREFIXES):
+            del env[name]
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(extra)
+    return env
+
+
+def launch(
+    commands: Sequence[Sequence[str]],
+    envs: Sequence[Mapping[str, str]],
+    *,
+    cwd: Path,
+    script: Path,
+) -> tuple[int | None, bool, float, str]:
+    """Run the commands concurrently until all end or the deadline passes.
+
+    Returns the highest exit code (``None`` on a timeout), whether it timed out,
+    the seconds it took and the processes' output. On a timeout or any
+    failure here, every process started and every process still running
+    ``script`` is stopped.
+    """
+    logs = [cwd / f"launch-{i}.log" for i in range(len(commands))]
+    processes: list[subprocess.Popen[bytes]] = []
+    started = time.monotonic()
+    timed_out = False
+    try:
+        for command, env, log in zip(commands, envs, logs):
+            with open(log, "wb") as stream:
+                processes.append(
+                    subprocess.Popen(
+                        list(command),
+                        cwd=cwd,
+                        env=dict(env),
+                        stdin=subprocess.DEVNULL,
+                        stdout=stream,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+        deadline = started + TIMEOUT_S
+        for process in processes:
+            try:
+                process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                break
+    finally:
+        if timed_out or any(process.poll() is None for process in processes):
+            stop(processes, script)
+    duration = time.monotonic() - started
+    output = "\n".join(
+        f"--- {shlex.join(command)}\n{log.read_text(errors='replace')}" for command, log in zip(commands, logs)
+    )
+    codes = [process.returncode for process in processes]
+    return (None if timed_out else max(codes)), timed_out, duration, output
+
+
+def stop(processes: Sequence[subprocess.Popen[bytes]], script: Path) -> None:
+    """SIGTERM each session (torchrun passes it on to its workers), then SIGKILL what is left.
+
+    What is left: the sessions, and any process that still runs ``script``
+    (torchrun's workers lead sessions of their own).
+    """
+    for process in processes:
+        _signal_group(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and (_group_alive(processes) or _running(script)):
+        time.sleep(0.1)
+    for process in processes:
+        _signal_group(process.pid, signal.SIGKILL)
+    for pid in _running(script):
+        _signal_group(pid, signal.SIGKILL)
+    for process in processes:
+        process.wait()
+
+
+def _group_alive(processes: Sequence[subprocess.Popen[bytes]]) -> bool:
+    alive = False
+    for process in processes:
+        process.poll()  # reaped, a finished leader no longer counts as a member of its group
+        try:
+            os.killpg(process.pid, 0)
+            alive = True
+        except OSError:
+            pass
+    return alive
+
+
+def _running(script: Path) -> list[int]:
+    """The processes whose command line names ``script`` (a path unique to the test)."""
+    needle = os.fsencode(script)
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (entry / "cmdline").read_bytes() and int(entry.name) != os.getpid():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except OSError:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def judge(
+    script: Path,
+    command: Sequence[str],
+    result: tuple[int | None, bool, float, str],
+    records: Mapping[int, dict[str, object]],
+) -> VerifyReport:
+    """The verdict of ``ddpify.verify`` on what the ranks recorded during a launch."""
+    returncode, timed_out, duration, output = result
+    outcome = RunOutcome(
+        script=str(script),
+        nproc=NPROC,
+        command=tuple(command),
+        max_steps=None,
+        timeout=TIMEOUT_S,
+        returncode=returncode,
+        timed_out=timed_out,
+        duration_s=duration,
+        output=output,
+        records=records,
+    )
+    return evaluate(outcome)
+
+
+def assert_trains_data_parallel(report: VerifyReport) -> None:
+    explanation = f"{report.format_table()}\n--- output ---\n{report.output[-6000:]}"
+    assert report.ok, explanation
+    assert [check.name for check in report.checks] == list(CHECK_NAMES)
+    rank0, rank1 = report.ranks
+    assert rank0.steps == rank1.steps == 4, explanation  # 32 samples / 2 ranks / batch 8, 2 epochs
+    assert rank0.params == rank1.params, explanation
+    assert rank0.first_batch != rank1.first_batch, explanation
+
+
+@pytest.mark.torchrun
+def test_multi_node_torchrun_command_joins_two_nodes_through_c10d(tmp_path: Path) -> None:
+    """Two "nodes" on this machine run the same multi-node command and form one world of 2 ranks."""
+    script = generated_script(tmp_path)
+    template = torchrun_commands(str(PROBED), [str(script)])["multi_node"]
+    filled = (
+        template.replace("--nproc_per_node=gpu", "--nproc_per_node=1")
+        .replace("NUM_NODES", "2")
+        .replace(f"HEAD_NODE:{RDZV_PORT}", f"127.0.0.1:{free_port()}")
+        .replace("JOB_ID", f"ddpify-test-{os.getpid()}")
+    )
+    command = [str(TORCHRUN), *shlex.split(filled)[1:]]
+    env = clean_environment(tmp_path)
+
+    result = launch([command, command], [env, env], cwd=tmp_path, script=script)
+    report = judge(script, command, result, read_records(str(tmp_path), NPROC))
+
+    assert_trains_data_parallel(report)
+    assert (report.ranks[0].saves, report.ranks[1].saves) == (("model.pt",), ())
+    assert (tmp_path / "model.pt").is_file()
+
+
+@pytest.mark.torchrun
+def test_srun_without_torchrun_numbers_the_ranks_from_slurm_variables(tmp_path: Path) -> None:
+    """Two plain processes that know only SLURM_PROCID/LOCALID/NTASKS and MASTER_ADDR/PORT form one world."""
+    script = generated_script(tmp_path)
+    port = str(free_port())
+    # The probe names its record after RANK as it is at start-up, which srun does
+    # not set: each process gets a folder of its own, keyed by its SLURM_PROCID.
+    probe_dirs = [tmp_path / f"procid-{procid}" for procid in (0, 1)]
+    envs = []
+    for procid, probe_dir in enumerate(probe_dirs):
+        probe_dir.mkdir()
+        envs.append(
+            clean_environment(
+                probe_dir,
+                SLURM_PROCID=str(procid),
+                SLURM_LOCALID=str(procid),
+                SLURM_NTASKS="2",
+                SLURM_NODEID="0",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+            )
+        )
+    command = [sys.executable, "-m", "ddpify.verify.probe", str(script)]
+
+    result = launch([command, command], envs, cwd=tmp_path, script=script)
+    records = {
+        procid: record
+        for procid, probe_dir in enumerate(probe_dirs)
+        for record in read_records(str(probe_dir), 1).values()
+    }
+    report = judge(script, command, result, records)
+
+    assert_trains_data_parallel(report)
+    assert [records[procid]["process_group"]["rank"] for procid in (0, 1)] == [0, 1]  # type: ignore[index]
+    assert (report.ranks[0].saves, report.ranks[1].saves) == (("model.pt",), ())
+
+
+@pytest.mark.torchrun
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_sbatch_script_runs_srun_torchrun_across_two_nodes(tmp_path: Path) -> None:
+    """The emitted batch script, with srun/scontrol stand-ins, trains on 2 nodes x 1 process; one checkpoint."""
+    script = generated_script(tmp_path)
+    checkpoint = "final model.pt"  # an argument with a space goes through bash, srun and torchrun intact
+    batch = tmp_path / "job.sbatch"
+    batch.write_text(
+        sbatch_script(str(PROBED), [str(script), "--out", checkpoint], nodes=2, gpus_per_node=1, rdzv_port=free_port()),
+        encoding="utf-8",
+    )
+    stubs = tmp_path / "bin"  # copied, so that they are executable whatever the checkout did to their mode
+    stubs.mkdir()
+    for name in ("srun", "scontrol"):
+        shutil.copy(STUBS / name, stubs / name)
+        (stubs / name).chmod(0o755)
+    env = clean_environment(
+        tmp_path,
+        PATH=os.pathsep.join([str(stubs), str(TORCHRUN.parent), os.environ.get("PATH", "")]),
+        SLURM_JOB_NODELIST="node[1-2]",
+        SLURM_NNODES="2",
+        SLURM_JOB_ID=str(os.getpid()),
+        SLURM_CPUS_PER_TASK="4",
+    )
+    command = ["bash", str(batch)]
+
+    result = launch([command], [env], cwd=tmp_path, script=script)
+    report = judge(script, command, result, read_records(str(tmp_path), NPROC))
+
+    assert_trains_data_parallel(report)
+    assert (report.ranks[0].saves, report.ranks[1].saves) == ((checkpoint,), ())
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == [checkpoint]
