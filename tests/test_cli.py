@@ -160,6 +160,9 @@ def test_converted_to_output_file(converter, script, workdir, capsys):
         "train.py:3: wrap the model in DistributedDataParallel",
         "train.py:4: train on the local device",
         "converted train.py -> train_ddp.py (2 changes, 1 warning)",
+        "run it: torchrun --standalone --nproc_per_node=gpu train_ddp.py",
+        "on several nodes: torchrun --nnodes=NUM_NODES --nproc_per_node=gpu --rdzv-backend=c10d "
+        "--rdzv-endpoint=HEAD_NODE:29500 --rdzv-id=JOB_ID train_ddp.py",
     ]
     assert (workdir / "train_ddp.py").read_bytes() == CONVERTED
     assert sha256(script) == before
@@ -307,12 +310,15 @@ def test_missing_input(converter, workdir, capsys):
     assert files(workdir) == []
 
 
-def test_input_is_a_directory(converter, workdir, capsys):
+def test_input_folder_without_python_files(converter, workdir, capsys):
+    # A folder is a valid input (see test_cli_many.py); one with no script is not.
     (workdir / "scripts").mkdir()
+    (workdir / "scripts" / "notes.txt").write_text("not a script\n")
 
     assert cli.main(["scripts", "-o", "out.py"]) == 2
 
-    assert capsys.readouterr() == ("", "error: scripts: Is a directory\n")
+    assert capsys.readouterr() == ("", "error: scripts: no Python files\n")
+    assert converter.calls == []
     assert files(workdir) == ["scripts"]
 
 
@@ -399,13 +405,11 @@ def test_invalid_input(converter, script, workdir, capsys):
         (["train.py", "-o", "train_ddp.py", "--max-steps", "5"], "error: --max-steps needs --verify"),
         (["train.py", "-o", "train_ddp.py", "--timeout", "60"], "error: --timeout needs --verify"),
         (["train.py", "-o", "train_ddp.py", "--format", "json"], "error: --format needs --verify"),
-        (
-            ["train.py", "train_ddp.py"],
-            "error: unexpected argument 'train_ddp.py'; arguments for the script go after -- and need --verify",
-        ),
+        # Several SRC are several inputs (see test_cli_many.py): a forgotten -o meets a missing file.
+        (["train.py", "train_ddp.py"], "error: train_ddp.py: No such file or directory"),
         (
             ["train.py", "-o", "train_ddp.py", "--", "--epochs", "1"],
-            "error: unexpected argument '--epochs'; arguments for the script go after -- and need --verify",
+            "error: unexpected argument '--epochs'; arguments for the script go after -- and need --verify or --sbatch",
         ),
     ],
 )
