@@ -63,6 +63,7 @@ class Accumulation:
 class EpochLoop:
     loop: cst.For | cst.SimpleStatementLine  # the epoch loop, or the statement that restarts the iterator
     loader: str  # the loader as written in the loop's scope: ``train_loader``, ``self.train_data``
+    after: cst.BaseStatement | None = None  # the loader is built inside the loop: set the epoch after this
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,9 @@ class Anatomy:
     hoisted: tuple[cst.Call, ...]
     trackers: tuple[cst.Call, ...]  # SummaryWriter(...) / wandb.init(...) assigned to a name
     progress_bars: tuple[cst.Call, ...]  # tqdm(...) calls without ``disable=``
-    makedirs: tuple[cst.Call, ...]  # os.makedirs(...) without ``exist_ok=``
+    makedirs: tuple[cst.Call, ...]  # os.makedirs(...) / os.mkdir(...) without ``exist_ok=``
+    gpu_numbers: tuple[cst.Integer, ...]  # ``device = 0`` later used as a device: this rank's GPU instead
+    reloaded_saves: tuple[cst.SimpleStatementLine, ...]  # saves whose file the script loads again later
     saves: tuple[cst.SimpleStatementLine, ...]  # torch.save statements
     state_loads: tuple[cst.Call, ...]  # torch.load(...) of state dicts, without map_location
     data_parallel: tuple[cst.Call, ...]  # every nn.DataParallel(...) call
@@ -109,26 +112,20 @@ def analyse(wrapper: cst.MetadataWrapper, path: str) -> Anatomy:
 
 
 def distributed_use(module: cst.Module) -> str | None:
-    """The first distributed API the script uses (by qualified name), or None.
+    """The first distributed API the script calls (by qualified name), or None.
 
     Runs before any metadata is computed, so that already-converted scripts --
     ddpify's own output among them -- are recognised cheaply.
     """
+    if not any(word in module.code for word in _DISTRIBUTED_WORDS):
+        return None
     finder = _DistributedUse()
-    for stmt in module.body:  # top-level imports first: the common case, and ddpify's own output
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, (cst.Import, cst.ImportFrom)):
-                    small.visit(finder)
-    if finder.found is None and any(word in module.code for word in _DISTRIBUTED_WORDS):
-        module.visit(finder)
+    module.visit(finder)
     return finder.found
 
 
-# Text that any distributed use must contain, to skip the full search for most scripts.
-_DISTRIBUTED_WORDS = tuple(
-    {p.rsplit(".", 1)[-1] if p.startswith("torch.") else p for p in torch_api.DISTRIBUTED_PREFIXES}
-)
+# Text that any distributed call must contain, to skip the search for most scripts.
+_DISTRIBUTED_WORDS = tuple({name.rstrip(".").rsplit(".", 1)[-1] for name in torch_api.DISTRIBUTED_CALLS})
 
 
 class _DistributedUse(cst.CSTVisitor):
@@ -137,35 +134,24 @@ class _DistributedUse(cst.CSTVisitor):
         self.aliases: dict[str, str] = {}
         self.found: str | None = None
 
-    def _check(self, names: list[str]) -> None:
-        for name in names:
-            if self.found is None and name.startswith(torch_api.DISTRIBUTED_PREFIXES):
-                self.found = name
-
     def visit_Import(self, node: cst.Import) -> None:
-        names = []
         for alias in node.names:
             full = alias.evaluated_name
             self.aliases[alias.evaluated_alias or full.split(".")[0]] = full if alias.asname else full.split(".")[0]
-            names.append(full)
-        self._check(names)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if node.module is None or node.relative:
+        if node.module is None or node.relative or isinstance(node.names, cst.ImportStar):
             return
         base = dotted(node.module)
-        names = [base]
-        for alias in () if isinstance(node.names, cst.ImportStar) else node.names:
-            full = f"{base}.{alias.evaluated_name}"
-            self.aliases[alias.evaluated_alias or alias.evaluated_name] = full
-            names.append(full)
-        self._check(names)
+        for alias in node.names:
+            self.aliases[alias.evaluated_alias or alias.evaluated_name] = f"{base}.{alias.evaluated_name}"
 
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        root, _, rest = dotted(node).partition(".")
-        if root in self.aliases and rest:
-            self._check([f"{self.aliases[root]}.{rest}"])
-        return False  # the outermost attribute already names the whole chain
+    def visit_Call(self, node: cst.Call) -> None:
+        root, _, rest = dotted(node.func).partition(".")
+        if self.found is None and root in self.aliases:
+            name = f"{self.aliases[root]}.{rest}" if rest else self.aliases[root]
+            if name.startswith(torch_api.DISTRIBUTED_CALLS):
+                self.found = name
 
 
 def dotted(expr: cst.BaseExpression) -> str:
@@ -193,10 +179,20 @@ class _Finder:
         trains = any(m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in index.calls)
         names = self._names()
         if not trains:
-            return Anatomy(index, names, False, (), (), (), (), (), (), (), (), (), (), (), False, ())
+            return Anatomy(index, names, False, (), (), (), (), (), (), (), (), (), (), (), (), (), False, ())
         models = tuple(self._models())
+        if not models and not self.diagnostics:
+            backward = next(c for c in index.calls if m.matches(c.func, m.Attribute(attr=m.Name("backward"))))
+            self.report(
+                backward,
+                "DDP304",
+                Severity.ERROR,
+                "the script trains, but builds no torch.optim optimizer over a model's parameters in this file: "
+                "cannot find the model to wrap in DistributedDataParallel",
+            )
         loaders = tuple(self._loaders(models))
         self._warn_rank_local_exits(models)
+        self._warn_downloads()
         saves = tuple(self._statements_calling(torch_api.SAVE))
         trackers = tuple(self._trackers())
         self._hoisted: list[cst.Call] = []
@@ -220,6 +216,8 @@ class _Finder:
                 if index.is_call_to(c, torch_api.MAKEDIRS) and not any(a.keyword and a.keyword.value == "exist_ok" for a in c.args)
                 and len(c.args) < 3
             ),
+            gpu_numbers=tuple(self._gpu_numbers()),
+            reloaded_saves=tuple(self._reloaded(saves)),
             saves=saves,
             state_loads=tuple(self._state_loads()),
             data_parallel=tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL)),
@@ -338,6 +336,9 @@ class _Finder:
                 target = index.carried_ref(small.value, scope)
                 if target in lineage:
                     moves.append((stmt, target, move))
+        # A move inside a loop (``model.to(device).train()`` after a checkpoint on the CPU) is not
+        # where the model becomes ready; only the least nested places count.
+        moves, creations, wraps = (self._least_nested(c) for c in (moves, creations, wraps))
         classes = {c for stmt, *_ in (*moves, *creations, *wraps) if (c := self._built_class(stmt)) is not None}
         self._model_classes[ref] = classes
         depth = self._depths(lineage)
@@ -365,7 +366,33 @@ class _Finder:
         if expression.startswith("self."):
             expression = f"{index.self_name(index.scope_of(stmt))}{expression[4:]}"
         unwrap = tuple(self._wrapper_reads(target, insert_after))
+        self._warn_moves_in_training(target, insert_after)
         return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer)
+
+    def _warn_moves_in_training(self, target: Ref, wrap: cst.BaseStatement) -> None:
+        """``model.cpu()`` ... ``model.to(device)`` inside the training loop moves a wrapped model."""
+        index = self.index
+        for read in index.mentions(index.scope_of(wrap), target, index.scope_of(wrap)):
+            attribute = index.parent(read)
+            if not (isinstance(attribute, cst.Attribute) and attribute.value is read and attribute.attr.value in {"cpu", "to", "cuda"}):
+                continue
+            if index.position(read) > index.position(wrap) and any(
+                index.trains(loop.body) for loop in index.enclosing_loops(read)
+            ):
+                self.report(
+                    read,
+                    "DDP305",
+                    Severity.WARNING,
+                    "the model moves between devices inside the training loop: DistributedDataParallel expects its "
+                    "parameters to stay where they were when it was wrapped; save `model.module.state_dict()` "
+                    "without moving the model",
+                )
+                return
+
+    def _least_nested(self, candidates: list[tuple]) -> list[tuple]:
+        depth = {id(c): len(list(self.index.enclosing_loops(c[0]))) for c in candidates}
+        least = min(depth.values(), default=0)
+        return [c for c in candidates if depth[id(c)] == least]
 
     def _built_class(self, stmt: cst.SimpleStatementLine) -> cst.ClassDef | None:
         """The script's own class a statement builds the model from: ``Net`` in ``model = Net().to(device)``."""
@@ -389,7 +416,7 @@ class _Finder:
                 method = index.functions.get((cls, name))
                 if method is None or not self._runs_submodules(method, cls):
                     continue
-                if any(index.trains(loop.body) for loop in index.enclosing_loops(call)):
+                if any(index.trains(loop.body) for loop in index.enclosing_loops(call)) and not self._without_grad(call):
                     self.report(
                         call,
                         "DDP303",
@@ -398,6 +425,16 @@ class _Finder:
                         "DDP does not average its gradients across ranks; route it through forward()",
                     )
                     break
+
+    def _without_grad(self, node: cst.CSTNode) -> bool:
+        """Inside ``with torch.no_grad():`` (or ``inference_mode``): no gradient can come from here."""
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, cst.With):
+                for item in ancestor.items:
+                    call = item.item
+                    if isinstance(call, cst.Call) and self.index.qualified_names(call.func) & torch_api.NO_GRAD:
+                        return True
+        return False
 
     def _runs_submodules(self, method: cst.FunctionDef, cls: cst.ClassDef) -> bool:
         self_name = self.index.self_name(method)
@@ -470,32 +507,34 @@ class _Finder:
                 return current
 
     def _after_setup(self, anchor: cst.BaseStatement, target: Ref) -> cst.BaseStatement:
-        """The last statement after ``anchor`` that still prepares the model (a checkpoint load, a move)."""
+        """The last statement after ``anchor`` that still prepares the model.
+
+        Initialising weights (``model.apply(init)``), freezing parameters, replacing a
+        submodule, loading a checkpoint, building the optimizer: all of it happens to the
+        plain module, and the wrap follows it. The scan stops where the model first runs --
+        a forward call, or the model handed to the script's own functions and classes.
+        """
         block = self.index.parent(anchor)
         siblings = list(block.body) if block is not None else []
+        scope = self.index.scope_of(anchor)
         last = anchor
         for stmt in siblings[siblings.index(anchor) + 1 :]:
-            kinds = {self._read_kind(read) for read in self.index.mentions(stmt, target, self.index.scope_of(anchor))}
-            if not kinds:
+            reads = self.index.mentions(stmt, target, scope)
+            if not reads:
                 continue
-            if kinds <= {"setup", "parameters"}:
-                if "setup" in kinds:
-                    last = stmt
-                continue
-            break
+            if any(self._runs_model(read) for read in reads):
+                break
+            last = stmt
         return last
 
-    def _read_kind(self, read: cst.BaseExpression) -> str:
+    def _runs_model(self, read: cst.BaseExpression) -> bool:
         parent = self.index.parent(read)
-        if isinstance(parent, cst.AssignTarget):
-            return "setup"
-        if isinstance(parent, cst.Attribute) and parent.value is read:
-            attr = parent.attr.value
-            if attr == "load_state_dict" or attr in torch_api.DEVICE_MOVES:
-                return "setup"
-            if attr in torch_api.PARAMETER_METHODS:
-                return "parameters"
-        return "use"
+        if isinstance(parent, cst.Call) and parent.func is read:
+            return True
+        if isinstance(parent, cst.Arg):
+            call = self.index.parent(parent)
+            return self.index.resolve_callee(call, self.index.scope_of(call)) is not None
+        return False
 
     def _wrapper_reads(self, target: Ref, wrap: cst.BaseStatement) -> Iterator[cst.BaseExpression]:
         """Reads of the model after it is wrapped that the wrapper does not answer for the module."""
@@ -528,6 +567,8 @@ class _Finder:
 
     def _needs_module(self, read: cst.BaseExpression) -> bool:
         parent = self.index.parent(read)
+        if isinstance(parent, cst.Subscript) and parent.value is read:  # model[0] of an nn.Sequential
+            return True
         if isinstance(parent, cst.Attribute) and parent.value is read:
             return parent.attr.value not in torch_api.WRAPPER_SAFE_ATTRIBUTES
         if isinstance(parent, cst.Arg):
@@ -582,6 +623,20 @@ class _Finder:
             and self.index.carried_ref(node.func.value, self.index.scope_of(node)) in optimizer_refs
         )
 
+    def _warn_downloads(self) -> None:
+        for call in self.index.calls:
+            if any(
+                a.keyword is not None and a.keyword.value == "download" and m.matches(a.value, m.Name("True"))
+                for a in call.args
+            ):
+                self.report(
+                    call,
+                    "DDP209",
+                    Severity.WARNING,
+                    "every rank downloads this dataset at the same time into the same folder; download it once "
+                    "before launching (or on rank 0, followed by dist.barrier())",
+                )
+
     def _warn_rank_local_exits(self, models: tuple[Model, ...]) -> None:
         """``if loss.item() < tol: break`` -- each rank decides on its own shard, and the others hang."""
         index = self.index
@@ -612,8 +667,11 @@ class _Finder:
 
     def _rank_local_names(self, loop: cst.For | cst.While, model_refs: set[Ref]) -> set[str]:
         local: set[str] = set()
-        if isinstance(loop, cst.For):
-            local |= {n.value for n in self.index.walk(loop.target) if isinstance(n, cst.Name)}
+        if isinstance(loop, cst.For) and not m.matches(loop.iter, m.Call(func=m.Name("range"))):
+            target = loop.target
+            if m.matches(loop.iter, m.Call(func=m.Name("enumerate"))) and isinstance(target, cst.Tuple):
+                target = cst.Tuple(elements=target.elements[1:])  # the batch counter is the same everywhere
+            local |= {n.value for n in self.index.walk(target) if isinstance(n, cst.Name)}
         assignments = [n for n in self.index.walk(loop.body) if isinstance(n, (cst.Assign, cst.AugAssign))]
         for _ in range(3):
             for assign in assignments:
@@ -665,6 +723,9 @@ class _Finder:
                 found_training = True
                 for node, ref in sites:
                     loop = self._epoch_loop(node, ref)
+                    if loop is not None and _inside(index, call, loop.loop):
+                        built = next(a for a in (call, *index.ancestors(call)) if index.parent(index.parent(a)) is loop.loop)
+                        loop = EpochLoop(loop.loop, loop.loader, built)
                     if loop is not None and loop not in epoch_loops:
                         epoch_loops.append(loop)
                 repeated = any(
@@ -914,6 +975,49 @@ class _Finder:
     def _statements_calling(self, names: frozenset[str]) -> Iterator[cst.SimpleStatementLine]:
         for stmt in self.index.statements:
             if all(isinstance(s, cst.Expr) and self.index.is_call_to(s.value, names) for s in stmt.body):
+                yield stmt
+
+    def _gpu_numbers(self) -> Iterator[cst.Integer]:
+        """``device = 0`` (``gpu_id = 0``) whose value reaches ``.to(...)`` / ``.cuda(...)`` as a device."""
+        index = self.index
+        for stmt in index.statements:
+            small = stmt.body[0]
+            if not (len(stmt.body) == 1 and isinstance(small, cst.Assign) and isinstance(small.value, cst.Integer)):
+                continue
+            ref = index.ref_of(small.targets[0].target, index.scope_of(stmt)) if len(small.targets) == 1 else None
+            if ref is None:
+                continue
+            refs = index.downstream(ref)
+            for other in refs:
+                for scope in _scopes_reading(index, other):
+                    if any(self._used_as_device(read) for read in index.mentions(scope, other, scope)):
+                        yield small.value
+                        break
+                else:
+                    continue
+                break
+
+    def _used_as_device(self, read: cst.BaseExpression) -> bool:
+        arg = self.index.parent(read)
+        if not isinstance(arg, cst.Arg):
+            return False
+        call = self.index.parent(arg)
+        if arg.keyword is not None:
+            return arg.keyword.value == "device"
+        return call.args[0] is arg and m.matches(call.func, m.Attribute(attr=m.Name("to") | m.Name("cuda")))
+
+    def _reloaded(self, saves: tuple[cst.SimpleStatementLine, ...]) -> Iterator[cst.SimpleStatementLine]:
+        """Saves of a file the script reads back with ``torch.load``: the other ranks must wait for rank 0."""
+        index = self.index
+        loaded = {
+            index.module.code_for_node(call.args[0].value)
+            for call in index.calls
+            if index.is_call_to(call, torch_api.LOAD) and call.args
+        }
+        for stmt in saves:
+            call = stmt.body[0].value
+            path = next((a.value for i, a in enumerate(call.args) if (i == 1 and a.keyword is None) or (a.keyword and a.keyword.value == "f")), None)
+            if path is not None and index.module.code_for_node(path) in loaded:
                 yield stmt
 
     def _state_loads(self) -> Iterator[cst.Call]:

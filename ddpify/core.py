@@ -6,10 +6,10 @@ It never imports or runs the user's script either; it only reads its text.
 
 Guards, in order, each turning the input away before anything is rewritten:
 
-1. the parser must reproduce the input byte for byte (libcst cannot for a few
-   whitespace-only endings and CR-only line breaks);
-2. the input must compile under the running Python (Python 2 code such as
+1. the input must compile under the running Python (Python 2 code such as
    ``except E, e:`` parses in libcst's newest grammar but is not Python 3);
+2. the parser must reproduce the input byte for byte (libcst cannot for a few
+   whitespace-only endings and CR-only line breaks);
 3. a script that is already distributed, or has no training step, is left
    alone.
 
@@ -38,6 +38,14 @@ def convert(source: str | bytes, *, path: str = "<string>", options: Options = O
 
 
 def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
+    try:  # CPython first: its messages name the problem (e.g. Python 2's print statement) and its place
+        compile(source, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return _outcome(
+            source, Status.INVALID, [_at(path, exc.lineno or 1, exc.offset or 1, "DDP002", f"invalid Python 3: {exc.msg}")]
+        )
+    except ValueError as exc:  # e.g. null bytes
+        return _outcome(source, Status.INVALID, [_at(path, 1, 1, "DDP003", f"cannot read the file: {exc}")])
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -52,15 +60,6 @@ def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
             [_at(path, 1, 1, "DDP004", "the parser cannot reproduce this file byte for byte (unusual line endings "
                  "or trailing whitespace); normalise them and try again")],
         )
-    try:
-        compile(source, path, "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        return _outcome(
-            source, Status.INVALID, [_at(path, exc.lineno or 1, exc.offset or 1, "DDP002", f"invalid Python 3: {exc.msg}")]
-        )
-    except ValueError as exc:  # e.g. null bytes
-        return _outcome(source, Status.INVALID, [_at(path, 1, 1, "DDP003", f"cannot read the file: {exc}")])
-
     if "torch" not in (source.decode("latin-1") if isinstance(source, bytes) else source):
         return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
     already = distributed_use(module)

@@ -192,9 +192,12 @@ class _Applier(cst.CSTTransformer):
         super().__init__()
         self.plan = plan
         self.merged_ifs = merged_ifs
+        everything = set(plan.rank_zero_only)
         self.guarded = {
             s for s in plan.rank_zero_only
-            if s not in merged_ifs and plan.index.parent(plan.index.parent(s)) not in merged_ifs
+            if s not in merged_ifs
+            and plan.index.parent(plan.index.parent(s)) not in merged_ifs
+            and not any(a in everything for a in plan.index.ancestors(s))  # already inside a rank-0 block
         }
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:

@@ -211,7 +211,7 @@ class Index:
                 expr = expr.func.value
             elif isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("iter")) and len(expr.args) == 1:
                 expr = expr.args[0].value
-            elif self.is_call_to(expr, torch_api.DATA_PARALLEL) and expr.args:
+            elif self.is_call_to(expr, torch_api.DATA_PARALLEL | torch_api.PROGRESS_BARS) and expr.args:
                 expr = expr.args[0].value
             else:
                 return None

@@ -39,20 +39,25 @@ DATA_PARALLEL = frozenset(
     }
 )
 
-# Any use of these means the script already runs distributed (or spawns its own
-# workers): ddpify leaves it alone.
-DISTRIBUTED_PREFIXES = (
-    "torch.distributed",
+# A call to any of these means the script already runs distributed (or spawns
+# its own workers, or hands training to a library that does): ddpify leaves it
+# alone. Imports alone do not count: scripts import Lightning for a seed helper.
+DISTRIBUTED_CALLS = (
+    "torch.distributed.",
     "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
     "torch.multiprocessing.spawn",
-    "torch.utils.data.distributed",
+    "torch.multiprocessing.start_processes",
+    "torch.utils.data.distributed.DistributedSampler",
     "torch.utils.data.DistributedSampler",
-    "accelerate",
-    "lightning",
-    "pytorch_lightning",
-    "deepspeed",
-    "horovod",
+    "accelerate.Accelerator",
+    "lightning.Trainer",
+    "lightning.Fabric",
+    "lightning.pytorch.Trainer",
+    "lightning.fabric.Fabric",
+    "pytorch_lightning.Trainer",
+    "deepspeed.initialize",
+    "horovod.torch.init",
 )
 
 # Methods that return the module itself, so ``m2 = m.to(device)`` is still the model.
@@ -100,6 +105,8 @@ WRAPPER_SAFE_ATTRIBUTES = frozenset(
 # The parameters of a module, as the optimizer sees them.
 PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
 
+NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"})
+
 SET_DEVICE = frozenset({"torch.cuda.set_device"})
 
 # Progress bars: disabled on every rank but 0 with ``disable=``.
@@ -133,4 +140,4 @@ TRACKER_FACTORIES = frozenset(
 )
 TRACKER_MODULES = ("wandb.",)  # module-level calls such as wandb.log(...)
 
-MAKEDIRS = frozenset({"os.makedirs"})
+MAKEDIRS = frozenset({"os.makedirs", "os.mkdir"})

@@ -100,13 +100,13 @@ def main():
     loader = DataLoader(train_dataset, batch_size=args.batch_size, sampler=DistributedSampler(train_dataset))
 
     generator = Generator(args.latent_dim).to(device)
-    generator = DDP(generator)
     discriminator = Discriminator().to(device)
-    discriminator = DDP(discriminator)
     adversarial_loss = nn.BCELoss()
 
     optimizer_G = torch.optim.Adam(generator.parameters(), lr=args.lr, betas=(args.b1, args.b2))
+    generator = DDP(generator)
     optimizer_D = torch.optim.Adam(discriminator.parameters(), lr=args.lr, betas=(args.b1, args.b2))
+    discriminator = DDP(discriminator)
 
     # A fixed batch of noise to measure the generator on from epoch to epoch.
     fixed_z = torch.randn(1000, args.latent_dim, device=device)

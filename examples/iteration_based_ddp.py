@@ -105,10 +105,10 @@ def main():
     val_loader = DataLoader(val_set, batch_size=250)
 
     model = BagOfTokensClassifier(vocab_size).to(device)
-    model = DDP(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
 
     model.train()
+    model = DDP(model)
     data_iter = iter(loader)
     running_loss = 0.0
     for step in range(args.max_steps):

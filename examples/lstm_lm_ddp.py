@@ -147,9 +147,9 @@ def main():
 
     ntokens = args.vocab_size
     model = RNNModel(ntokens, args.emsize, args.nhid, args.nlayers, args.dropout).to(device)
-    model = DDP(model)
     criterion = nn.NLLLoss()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    model = DDP(model)
 
     def evaluate(data_loader):
         model.eval()

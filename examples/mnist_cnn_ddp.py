@@ -143,8 +143,8 @@ def main():
     test_loader = DataLoader(test_dataset, batch_size=args.test_batch_size, **loader_kwargs)
 
     model = Net().to(device)
-    model = DDP(model)
     optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
+    model = DDP(model)
 
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
     for epoch in range(1, args.epochs + 1):

@@ -69,10 +69,10 @@ model = nn.Sequential(
     nn.Tanh(),
     nn.Linear(hidden_size, 1),
 ).to(device)
-model = DDP(model)
 
 criterion = nn.MSELoss()
 optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+model = DDP(model)
 
 for epoch in range(num_epochs):
     train_loader.sampler.set_epoch(epoch)

@@ -61,7 +61,16 @@ def test_optimizer_names_are_optimizers() -> None:
             assert name not in torch_api.NOT_OPTIMIZERS and name[:1].isupper()
 
 
-def test_distributed_prefixes_name_real_modules() -> None:
-    for prefix in ("torch.distributed", "torch.utils.data.distributed", "torch.nn.parallel.distributed"):
-        assert prefix in torch_api.DISTRIBUTED_PREFIXES
-        importlib.import_module(prefix)
+def test_distributed_calls_name_real_torch_objects() -> None:
+    for name in torch_api.DISTRIBUTED_CALLS:
+        if not name.startswith("torch."):
+            continue  # other libraries are not installed here
+        if name.endswith("."):
+            importlib.import_module(name.rstrip("."))
+        else:
+            assert callable(resolve(name)), name
+
+
+def test_no_grad_and_progress_names_resolve() -> None:
+    for name in torch_api.NO_GRAD | torch_api.SET_DEVICE | torch_api.ITERABLE_DATASET:
+        resolve(name)

@@ -188,7 +188,10 @@ def _set_epoch(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[str]
             taken.add(epoch)
             plan.replace(target, lambda n, e=epoch: n.with_changes(value=e))
         stmt = cst.parse_statement(f"{epoch_loop.loader}.sampler.set_epoch({epoch})\n")
-        plan.insert_before(loop.body.body[0], stmt)
+        if epoch_loop.after is not None:  # the loader is built anew each epoch
+            plan.insert_after(epoch_loop.after, stmt)
+        else:
+            plan.insert_before(loop.body.body[0], stmt)
         plan.change(loop, f"call `{epoch_loop.loader}.sampler.set_epoch({epoch})` at the start of each epoch")
 
 

@@ -9,6 +9,7 @@ GPU is an explicit index, so only that is removed::
     f"cuda:{args.gpu}"           ->  "cuda"
     torch.device("cuda", gpu)    ->  torch.device("cuda")
     x.cuda(args.gpu)             ->  x.cuda()
+    device = 0; model.to(device) ->  device = int(os.environ.get("LOCAL_RANK", 0))
     torch.cuda.set_device(gpu)   ->  (removed: the setup block already chose)
 
 A script that sets ``CUDA_VISIBLE_DEVICES`` itself would hide the other GPUs
@@ -36,6 +37,7 @@ _CUDA_INDEX = re.compile(r"""^(?P<q>['"])cuda:\d+(?P=q)$""")
 
 def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     index = anatomy.index
+    _gpu_numbers(anatomy, plan)
     for node in index.walk(index.module):
         if isinstance(node, cst.FormattedString) and _formats_cuda_index(node):
             quote = node.end
@@ -63,6 +65,17 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
                     )
                 else:
                     _visible_devices(plan, node)
+
+
+def _gpu_numbers(anatomy: Anatomy, plan: EditPlan) -> None:
+    for number in anatomy.gpu_numbers:
+        local_rank = cst.parse_expression(f'int({anatomy.names.os}.environ.get("LOCAL_RANK", 0))')
+        plan.replace(number, lambda n, r=local_rank: r)
+        plan.change(number, f"GPU {number.value} -> this rank's GPU (LOCAL_RANK)")
+        stmt = anatomy.index.statement_of(number)
+        comment = stmt.trailing_whitespace.comment
+        if comment is not None and "cuda" in comment.value.lower():  # "# cuda:0" no longer says what happens
+            plan.replace(stmt, lambda n: n.with_changes(trailing_whitespace=cst.TrailingWhitespace()))
 
 
 def _formats_cuda_index(node: cst.FormattedString) -> bool:

@@ -12,8 +12,8 @@ else takes the rank test into its condition::
 Trackers are created on rank 0 only (``None`` elsewhere) so that no other rank
 opens a run or a log folder; progress bars are kept on every rank but disabled
 outside rank 0 (``tqdm(..., disable=dist.get_rank() != 0)``), so the loop is
-untouched; ``os.makedirs`` gets ``exist_ok=True`` so that ranks creating the
-same folder do not race.
+untouched; ``os.makedirs`` / ``os.mkdir`` become ``os.makedirs(..., exist_ok=True)`` so
+that ranks creating the same folder do not race.
 
 Work inside an output statement -- ``print(f"acc {evaluate(model)}")`` --
 must still run on every rank (it may hold collectives, such as DDP's forward),
@@ -31,6 +31,7 @@ reported.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from ddpify.analysis import Anatomy
 from ddpify.edits import EditPlan, fresh, with_comma
@@ -71,13 +72,15 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
         plan.replace(call, lambda n, a=disable: n.with_changes(args=[*with_comma(n.args), a]))
         plan.change(call, "progress bar shown on global rank 0 only")
     for call in anatomy.makedirs:
+        if m.matches(call.func, m.Attribute(attr=m.Name("mkdir"))):
+            plan.replace(call, lambda n: n.with_changes(func=n.func.with_changes(attr=cst.Name("makedirs"))))
         exist_ok = cst.Arg(
             keyword=cst.Name("exist_ok"),
             value=cst.Name("True"),
             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
         )
         plan.replace(call, lambda n, a=exist_ok: n.with_changes(args=[*with_comma(n.args), a]))
-        plan.change(call, "os.makedirs(..., exist_ok=True): every rank may create the folder")
+        plan.change(call, "os.makedirs(..., exist_ok=True): ranks creating the same folder do not race")
 
 
 def _callee_name(call: cst.Call) -> str:
