@@ -231,8 +231,9 @@ class Recorder:
         self.script = script
         self.out_dir = out_dir
         self.max_steps = max_steps
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        # Under `srun` without torchrun only SLURM numbers the processes.
+        self.rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0")))
         self.world_size_env = int(os.environ.get("WORLD_SIZE", "1"))
         self.pid = os.getpid()
         self.phase = protocol.Phase.RUNNING
