@@ -26,6 +26,8 @@ torch = pytest.importorskip("torch")
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 ARGS = {"trainer": ["4", "2"]}
+# As torchrun does for its workers: on a small shared machine, more threads only fight.
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.py") if not p.stem.endswith("_ddp"))
 
 
@@ -64,6 +66,7 @@ def test_converted_script_still_runs_with_plain_python(tmp_path: Path) -> None:
         result = subprocess.run(
             [sys.executable, str(script), *ARGS.get(name, [])],
             cwd=folder,
+            env=ONE_THREAD,
             capture_output=True,
             text=True,
             timeout=240,
@@ -82,7 +85,9 @@ def test_checkpoint_loads_into_the_single_gpu_model(tmp_path: Path) -> None:
         "import sys, torch; sys.path.insert(0, '.'); from original import Net; "
         "Net().load_state_dict(torch.load('mnist_cnn.pt', map_location='cpu')); print('loaded')"
     )
-    result = subprocess.run([sys.executable, "-c", loader], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", loader], cwd=tmp_path, env=ONE_THREAD, capture_output=True, text=True, timeout=120
+    )
     assert result.stdout.strip() == "loaded", result.stderr[-2000:]
 
 
@@ -135,7 +140,7 @@ def test_reported_evaluation_accuracy_equals_the_single_process_one(tmp_path: Pa
     (tmp_path / "evaluate_ddp.py").write_bytes(conversion.code)
 
     def accuracy_lines(command: list[str]) -> list[str]:
-        result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+        result = subprocess.run(command, cwd=tmp_path, env=ONE_THREAD, capture_output=True, text=True, timeout=240)
         assert result.returncode == 0, result.stderr[-3000:]
         return [line for line in result.stdout.splitlines() if "accuracy" in line]
 
@@ -175,7 +180,7 @@ def test_spawn_mode_starts_one_process_per_device_under_plain_python(tmp_path: P
     conversion = convert(SPAWN_SCRIPT.encode(), path="spawn.py", options=Options(spawn=True))
     assert conversion.status is Status.CONVERTED
     (tmp_path / "spawn_ddp.py").write_bytes(conversion.code)
-    env = {**os.environ, "PET_NPROC_PER_NODE": "2"}
+    env = {**ONE_THREAD, "PET_NPROC_PER_NODE": "2"}
     result = subprocess.run(
         [sys.executable, "spawn_ddp.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
     )
