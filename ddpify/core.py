@@ -19,6 +19,9 @@ nothing; otherwise the conversion is an internal error and nothing is written.
 
 from __future__ import annotations
 
+import io
+import tokenize
+
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
@@ -38,6 +41,9 @@ def convert(source: str | bytes, *, path: str = "<string>", options: Options = O
 
 
 def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
+    unreadable = _undecodable(source)
+    if unreadable is not None:
+        return _outcome(source, Status.INVALID, [_at(path, 1, 1, "DDP003", f"cannot decode the file: {unreadable}")])
     try:  # CPython first: its messages name the problem (e.g. Python 2's print statement) and its place
         compile(source, path, "exec", dont_inherit=True)
     except SyntaxError as exc:
@@ -87,6 +93,21 @@ def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
     _check_output(code, path)
     changes = tuple(sorted(plan.changes, key=lambda c: c.line))
     return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), changes)
+
+
+def _undecodable(source: str | bytes) -> str | None:
+    """Why the input is not Python source text at all, or None."""
+    if ("\0" if isinstance(source, str) else b"\0") in source:
+        return "it contains null bytes (a binary file?)"
+    try:
+        if isinstance(source, bytes):
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+            source.decode(encoding)
+        else:
+            source.encode("utf-8")
+    except (SyntaxError, UnicodeError, LookupError) as exc:
+        return str(exc)
+    return None
 
 
 def _check_output(code: str | bytes, path: str) -> None:
