@@ -20,7 +20,9 @@ nothing; otherwise the conversion is an internal error and nothing is written.
 from __future__ import annotations
 
 import io
+import re
 import tokenize
+import warnings
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
@@ -45,15 +47,30 @@ def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
     if unreadable is not None:
         return _outcome(source, Status.INVALID, [_at(path, 1, 1, "DDP003", f"cannot decode the file: {unreadable}")])
     try:  # CPython first: its messages name the problem (e.g. Python 2's print statement) and its place
-        compile(source, path, "exec", dont_inherit=True)
+        _compile(source, path)
     except SyntaxError as exc:
         return _outcome(
             source, Status.INVALID, [_at(path, exc.lineno or 1, exc.offset or 1, "DDP002", f"invalid Python 3: {exc.msg}")]
         )
     except ValueError as exc:  # e.g. null bytes
         return _outcome(source, Status.INVALID, [_at(path, 1, 1, "DDP003", f"cannot read the file: {exc}")])
+    text = source.decode("latin-1") if isinstance(source, bytes) else source
+    if "torch" not in text:
+        return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
+    form_feed = _FORM_FEED_INDENT.search(text)
+    if form_feed is not None:
+        line = text.count("\n", 0, form_feed.start()) + 1
+        return _outcome(
+            source,
+            Status.INVALID,
+            [_at(path, line, 1, "DDP006", "a form feed inside indentation: libcst cannot indent new code next to it")],
+        )
     try:
         module = cst.parse_module(source)
+    except RecursionError:
+        return _outcome(
+            source, Status.INVALID, [_at(path, 1, 1, "DDP005", "the code is nested too deeply for ddpify's parser")]
+        )
     except cst.ParserSyntaxError as exc:
         return _outcome(source, Status.INVALID, [_at(path, exc.raw_line, exc.raw_column + 1, "DDP002", _syntax(exc))])
     except (SyntaxError, UnicodeDecodeError, LookupError) as exc:  # encoding detection
@@ -66,8 +83,6 @@ def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
             [_at(path, 1, 1, "DDP004", "the parser cannot reproduce this file byte for byte (unusual line endings "
                  "or trailing whitespace); normalise them and try again")],
         )
-    if "torch" not in (source.decode("latin-1") if isinstance(source, bytes) else source):
-        return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
     already = distributed_use(module)
     if already is not None:
         return _outcome(
@@ -95,6 +110,16 @@ def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
     return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), changes)
 
 
+_FORM_FEED_INDENT = re.compile(r"^[ \t]*\x0c[ \t]+\S", re.MULTILINE)
+
+
+def _compile(source: str | bytes, path: str) -> None:
+    """Compile to check validity; warnings about the user's code (``x is 1``) are not ours to print."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compile(source, path, "exec", dont_inherit=True)
+
+
 def _undecodable(source: str | bytes) -> str | None:
     """Why the input is not Python source text at all, or None."""
     if ("\0" if isinstance(source, str) else b"\0") in source:
@@ -112,7 +137,7 @@ def _undecodable(source: str | bytes) -> str | None:
 
 def _check_output(code: str | bytes, path: str) -> None:
     """The output compiles and is a fixed point; anything else is a bug in ddpify."""
-    compile(code, path, "exec", dont_inherit=True)
+    _compile(code, path)
     again = _convert(code, path, Options())
     if again.status is not Status.UNCHANGED:
         raise AssertionError(f"converting the output again gives {again.status.value}, not unchanged")

@@ -105,7 +105,8 @@ def _place_imports(plan: EditPlan) -> None:
     ``import os`` below third-party imports, and costs a second pass with metadata.)
     """
     module = plan.index.module
-    imports = [stmt for stmt in module.body if _import_module(stmt) is not None]
+    # ``from __future__`` imports must stay first: they are never a neighbour to sort against.
+    imports = [stmt for stmt in module.body if _import_module(stmt) not in (None, "__future__")]
     if not imports:
         first = module.body[0] if module.body else None
         for item in sorted(plan.imports, key=_sort_key):

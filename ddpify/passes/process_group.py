@@ -29,6 +29,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis import Anatomy
+from ddpify.diagnostics import Severity
 from ddpify.edits import EditPlan
 from ddpify.flow import _walk
 from ddpify.result import Options
@@ -85,6 +86,16 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
                 plan.need_import(stdlib)
     setup = setup.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
     anchor = _first_statement_after_imports(module)
+    late = [s for s in module.body[module.body.index(anchor) + 1 :] if _is_import(s)]
+    if late and (anatomy.setup_at_module_level or guard_missing(anatomy)):
+        plan.report(
+            late[0],
+            "DDP104",
+            Severity.ERROR,
+            "the script imports modules after its module-level training code starts; "
+            "move the imports to the top so that the process group can be set up first",
+        )
+        return
     plan.insert_before(anchor, setup)
     _two_blank_lines_before(plan, anchor)
     plan.setup_definition = setup
@@ -110,6 +121,10 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
         plan.replace(guard, lambda node: _with_process_group(node, start, names.setup, names.dist))
         plan.change(guard, "join the process group before training; destroy it in `finally` on every rank")
     plan.change(anchor, f"add `{names.setup}()`: device from LOCAL_RANK, NCCL on CUDA / Gloo on CPU")
+
+
+def guard_missing(anatomy: Anatomy) -> bool:
+    return anatomy.index.main_guard is None
 
 
 def _first_statement_after_imports(module: cst.Module) -> cst.BaseStatement:

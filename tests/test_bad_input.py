@@ -1,0 +1,435 @@
+"""Bad and unusual input through the real command line, in-process.
+
+Every case runs ``ddpify.cli.main`` with the real converter in its own empty
+folder and checks what a user sees and what is left on disk: the exit code,
+the one-line message on stderr (exact where the shell writes it; for a
+diagnostic of the converter its stable ``path:line:col: CODE`` prefix and a
+key word, since the wording comes from CPython or libcst and changes between
+versions), the input's sha256, and the folder's files (no output, no temporary
+file, after a failure; exactly one output after a success).
+
+Converter bugs found here are kept as regression tests at the end of the file.
+
+The base input is a small but real single-GPU training script: a model, an
+optimizer over its parameters, a shuffled DataLoader and an epoch loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ddpify import Status, convert
+from ddpify.cli import main
+
+TRAIN = b"""\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+for epoch in range(2):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    out: str
+    err: list[str]
+
+
+@pytest.fixture(autouse=True)
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    def run(*argv: str) -> Run:
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        return Run(code, captured.out, captured.err.splitlines())
+
+    return run
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (hidden temporary files included) with its sha256."""
+    return {str(p.relative_to(folder)): sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def assert_compiles(code: bytes) -> None:
+    compile(code, "out.py", "exec", dont_inherit=True)
+
+
+# ----------------------------------------------------------------------------
+# Turned away: exit 2, one line on stderr, nothing written
+
+
+@dataclass(frozen=True)
+class BadInput:
+    id: str
+    name: str  # SRC as given on the command line
+    content: bytes | None  # None: SRC is not a file we write
+    # The stderr line: exact when ddpify's shell writes it; for the converter's
+    # diagnostics its ``path:line:col: CODE `` prefix (a regex) and, where the
+    # cause is worth pinning, a word the message must contain.
+    message: str
+    exact: bool = True
+    contains: str = ""
+
+
+BAD_INPUTS = [
+    BadInput("missing-file", "missing.py", None, "error: missing.py: No such file or directory"),
+    BadInput("nul-byte", "binary.py", b"import torch\x00\n" + TRAIN, r"binary\.py:1:1: DDP00[23] ", exact=False),
+    BadInput(
+        "random-bytes", "noise.py", random.Random(0).randbytes(512), r"noise\.py:1:1: DDP00[23] ", exact=False
+    ),
+    BadInput(
+        "elf-header",
+        "a.out.py",
+        bytes.fromhex("7f454c4602010100") + bytes(range(256)),
+        r"a\.out\.py:1:1: DDP00[23] ",
+        exact=False,
+    ),
+    BadInput(
+        "latin-1-without-cookie",
+        "latin.py",
+        b'label = "caf\xe9"\n' + TRAIN,
+        r"latin\.py:1:1: DDP003 ",
+        exact=False,
+        contains="encoding",
+    ),
+    BadInput(
+        "unknown-coding-cookie",
+        "cookie.py",
+        b"# -*- coding: uft-8 -*-\n" + TRAIN,
+        r"cookie\.py:1:1: DDP00[23] ",  # CPython's offset here is -1
+        exact=False,
+        contains="uft-8",
+    ),
+    BadInput(
+        "syntax-error",
+        "broken.py",
+        TRAIN + b"\ndef report(:\n    pass\n",
+        r"broken\.py:19:12: DDP002 ",  # where CPython puts it: the `:` after `report(`
+        exact=False,
+    ),
+    BadInput(
+        "python2-print",
+        "py2.py",
+        TRAIN.replace(b"optimizer.step()", b'optimizer.step()\n    print "epoch", epoch'),
+        r"py2\.py:18:5: DDP002 ",
+        exact=False,
+        contains="print",
+    ),
+    BadInput(
+        "cr-only-line-endings",
+        "mac.py",
+        TRAIN.replace(b"\n", b"\r"),
+        r"mac\.py:1:1: DDP004 ",
+        exact=False,
+        contains="line endings",
+    ),
+    BadInput(
+        "whitespace-only-trailing-lines",
+        "trailing.py",
+        TRAIN + b"    \n\t\n  ",
+        r"trailing\.py:1:1: DDP004 ",
+        exact=False,
+        contains="whitespace",
+    ),
+]
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["-o", "--in-place"])
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=[c.id for c in BAD_INPUTS])
+def test_bad_input_is_turned_away(case: BadInput, in_place: bool, cli, workdir: Path) -> None:
+    src = workdir / case.name
+    if case.content is not None:
+        src.write_bytes(case.content)
+    before = snapshot(workdir)
+
+    run = cli(case.name, "--in-place") if in_place else cli(case.name, "-o", "out.py")
+
+    assert run.code == 2, run.err
+    assert len(run.err) == 1, run.err
+    if case.exact:
+        assert run.err == [case.message]
+    else:
+        assert re.match(case.message, run.err[0]), run.err
+        assert case.contains in run.err[0]
+    assert run.out == ""
+    assert snapshot(workdir) == before  # input unchanged; no output, no temporary file
+
+
+def test_python2_except_clause(cli, workdir: Path) -> None:
+    if sys.version_info >= (3, 14):
+        pytest.skip("Python 3.14 (PEP 758) reads `except ValueError, e:` as catching either name: valid Python 3")
+    source = TRAIN + b"\ntry:\n    import cPickle\nexcept ImportError, e:\n    pass\n"
+    (workdir / "py2.py").write_bytes(source)
+    before = snapshot(workdir)
+
+    run = cli("py2.py", "-o", "out.py")
+
+    assert run.code == 2
+    assert run.err == ["py2.py:21:8: DDP002 invalid Python 3: multiple exception types must be parenthesized"]
+    assert snapshot(workdir) == before
+
+
+def test_syntax_error_points_at_the_error(cli, workdir: Path) -> None:
+    """Where CPython puts it (libcst alone said 4:1 here)."""
+    (workdir / "broken.py").write_bytes(b"import torch\n\ndef f(:\n    pass\n")
+
+    run = cli("broken.py", "-o", "out.py")
+
+    assert run.code == 2
+    assert run.err[0].startswith("broken.py:3:7: DDP002 ")
+
+
+def test_directory_as_src(cli, workdir: Path) -> None:
+    # A folder is an input (its *.py files); one without any is an error.
+    (workdir / "data").mkdir()
+
+    run = cli("data", "-o", "out.py")
+
+    assert run.code == 2
+    assert run.err == ["error: data: no Python files"]
+    assert snapshot(workdir) == {}
+    assert [p.name for p in workdir.iterdir()] == ["data"]
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0,
+    reason="running as root, which can read a file with mode 000, so the file is not unreadable",
+)
+def test_unreadable_file(cli, workdir: Path) -> None:
+    src = workdir / "train.py"
+    src.write_bytes(TRAIN)
+    src.chmod(0)
+    try:
+        run = cli("train.py", "-o", "out.py")
+    finally:
+        src.chmod(0o644)
+
+    assert run.code == 2
+    assert run.err == ["error: train.py: Permission denied"]
+    assert snapshot(workdir) == {"train.py": hashlib.sha256(TRAIN).hexdigest()}
+
+
+def test_output_folder_missing(cli, workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+    before = snapshot(workdir)
+
+    run = cli("train.py", "-o", "nowhere/train_ddp.py", "-q")
+
+    assert run.code == 2
+    assert run.err == ["error: cannot write nowhere/train_ddp.py: No such file or directory"]
+    assert snapshot(workdir) == before
+    assert not (workdir / "nowhere").exists()
+
+
+@pytest.mark.parametrize("output", ["train.py", "./train.py"])
+def test_output_is_the_input_without_in_place(output: str, cli, workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+    before = snapshot(workdir)
+
+    run = cli("train.py", "-o", output)
+
+    assert run.code == 2
+    assert run.err == [f"error: {output} is the input file; pass --in-place to rewrite it"]
+    assert snapshot(workdir) == before
+
+
+# ----------------------------------------------------------------------------
+# Accepted: exit 0
+
+
+def convert_ok(cli, workdir: Path, name: str, source: bytes) -> tuple[Run, bytes]:
+    """Convert ``name`` to ``out.py``; the input is untouched and ``out.py`` is the only new file."""
+    (workdir / name).write_bytes(source)
+    run = cli(name, "-o", "out.py")
+    assert run.code == 0, run.err
+    assert run.out == ""
+    assert sorted(snapshot(workdir)) == sorted([name, "out.py"])
+    assert sha256(workdir / name) == hashlib.sha256(source).hexdigest()
+    return run, (workdir / "out.py").read_bytes()
+
+
+def test_base_script_converts(cli, workdir: Path) -> None:
+    run, out = convert_ok(cli, workdir, "train.py", TRAIN)
+
+    assert run.err[-3].startswith("converted train.py -> out.py (")  # then the two launch commands
+    assert b"DistributedSampler(data" in out and b"DDP(model)" in out
+    assert_compiles(out)
+
+
+def test_latin_1_coding_cookie(cli, workdir: Path) -> None:
+    header = b"# -*- coding: latin-1 -*-\n# Donn\xe9es synth\xe9tiques\n"
+    label = b'label = "caf\xe9"\n'
+    run, out = convert_ok(cli, workdir, "latin.py", header + label + TRAIN)
+
+    assert run.err[-3].startswith("converted latin.py -> out.py (")  # then the two launch commands
+    assert out.startswith(header)  # the cookie line first, the latin-1 bytes unchanged
+    assert label in out
+    assert b"\xc3\xa9" not in out  # not re-encoded as UTF-8
+    assert b"DDP(model)" in out
+    assert_compiles(out)
+
+
+def test_empty_file(cli, workdir: Path) -> None:
+    run, out = convert_ok(cli, workdir, "empty.py", b"")
+
+    assert run.err == [
+        "empty.py:1:1: DDP011 no training step (`.backward()`) found: nothing to do",
+        "empty.py: nothing to do",
+    ]
+    assert out == b""
+
+
+def test_already_distributed_script(cli, workdir: Path) -> None:
+    _, converted = convert_ok(cli, workdir, "train.py", TRAIN)
+    (workdir / "out.py").rename(workdir / "train_ddp.py")
+    (workdir / "train.py").unlink()
+
+    run, out = convert_ok(cli, workdir, "train_ddp.py", converted)
+
+    assert len(run.err) == 2, run.err
+    assert run.err[0].startswith("train_ddp.py:1:1: DDP010 already distributed (uses torch.distributed")
+    assert run.err[1] == "train_ddp.py: nothing to do"
+    assert out == converted
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        b"import os\n\nprint(os.getcwd())\n",
+        b"import torch\n\nmodel = torch.nn.Linear(4, 1)\nprint(model(torch.zeros(1, 4)))\n",
+    ],
+    ids=["no-torch", "torch-without-training"],
+)
+def test_script_without_training_code(source: bytes, cli, workdir: Path) -> None:
+    run, out = convert_ok(cli, workdir, "script.py", source)
+
+    assert run.err == [
+        "script.py:1:1: DDP011 no training step (`.backward()`) found: nothing to do",
+        "script.py: nothing to do",
+    ]
+    assert out == source
+
+
+def test_utf8_bom_is_kept(cli, workdir: Path) -> None:
+    bom = b"\xef\xbb\xbf"
+    _, out = convert_ok(cli, workdir, "bom.py", bom + b'# caf\xc3\xa9\n' + TRAIN)
+
+    assert out.startswith(bom + b"# caf\xc3\xa9\n")
+    assert out.count(bom) == 1
+    assert b"DDP(model)" in out
+    assert_compiles(out)
+
+
+def assert_crlf_everywhere(out: bytes) -> None:
+    assert out.count(b"\n") == out.count(b"\r\n") == out.count(b"\r")
+    assert out.endswith(b"\r\n")
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["crlf", "bom+crlf"])
+def test_crlf_on_every_line(bom: bytes, cli, workdir: Path) -> None:
+    _, out = convert_ok(cli, workdir, "windows.py", bom + TRAIN.replace(b"\n", b"\r\n"))
+
+    assert out.startswith(bom + b"import ")
+    assert out.count(b"\xef\xbb\xbf") == (1 if bom else 0)
+    # Lines that ddpify inserted end with CRLF like the others.
+    inserted = set(out.splitlines(keepends=True)) - set(TRAIN.replace(b"\n", b"\r\n").splitlines(keepends=True))
+    assert b"import torch.distributed as dist\r\n" in inserted
+    assert any(b"set_epoch(epoch)" in line for line in inserted)
+    assert_crlf_everywhere(out)
+    assert_compiles(out)
+
+
+def test_no_final_newline(cli, workdir: Path) -> None:
+    source = TRAIN.rstrip(b"\n")
+    _, out = convert_ok(cli, workdir, "train.py", source)
+
+    assert out.endswith(b"        optimizer.step()")
+    assert_compiles(out)
+
+
+def test_one_trailing_whitespace_line_without_newline(cli, workdir: Path) -> None:
+    """A single whitespace-only last line round-trips in libcst, so it converts and is kept."""
+    _, out = convert_ok(cli, workdir, "train.py", TRAIN + b"   ")
+
+    assert out.endswith(b"        optimizer.step()\n   ")
+    assert_compiles(out)
+
+
+def test_quiet_conversion_prints_nothing(cli, workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+
+    run = cli("train.py", "-o", "out.py", "-q")
+
+    assert run.code == 0
+    assert run.err == []
+
+
+def test_str_source_with_a_lone_surrogate_is_invalid_input() -> None:
+    """A str that no encoding can write (libcst raised UnicodeEncodeError: an internal error)."""
+    conversion = convert("x = '\udc80'\n", path="s.py")
+
+    assert conversion.status is Status.INVALID
+
+
+# ----------------------------------------------------------------------------
+# Bugs found by these tests, kept as regression tests
+
+
+def test_quiet_conversion_prints_nothing_for_a_syntax_warning(workdir: Path) -> None:
+    source = TRAIN + b"\nif epoch is 1:\n    pass\n"
+    (workdir / "train.py").write_bytes(source)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpify", "train.py", "-o", "out.py", "-q"],
+        capture_output=True,
+        env={**os.environ, "PYTHONWARNINGS": ""},
+        timeout=120,
+    )
+
+    assert done.returncode == 0
+    assert done.stderr.decode() == ""
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"from __future__ import annotations\n", b'"""Train."""\n\nfrom __future__ import annotations\n\n'],
+    ids=["future-first", "docstring-then-future"],
+)
+def test_future_import_stays_first(head: bytes, cli, workdir: Path) -> None:
+    _, out = convert_ok(cli, workdir, "train.py", head + TRAIN)
+
+    assert out.startswith(head)
+    assert_compiles(out)

@@ -1,0 +1,103 @@
+"""ddpify reads the user's script; it never imports or runs it.
+
+The script below would leave a marker file behind if anything executed it
+(module-level ``open(marker, "w")``), and it imports a sibling module that
+would leave a second marker if anything imported it.  It also trains, so it
+goes through the whole conversion: analysis, every pass and the output
+checks.  It is converted through the CLI in-process, through ``python -m
+ddpify`` in a subprocess started in the script's folder (where ``import
+helper`` would resolve), and through ``convert()`` in a fresh interpreter,
+which must not have imported torch afterwards either.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddpify.cli import main
+
+SCRIPT = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import helper_with_side_effect
+
+open({marker!r}, "w").write("the script ran")
+
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+for epoch in range(2):
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+HELPER = 'open({marker!r}, "w").write("the helper was imported")\n'
+
+
+@pytest.fixture
+def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``train.py`` and ``helper_with_side_effect.py`` in an empty folder, which is also the current one."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "helper_with_side_effect.py").write_text(HELPER.format(marker=str(tmp_path / "imported.marker")))
+    path = tmp_path / "train.py"
+    path.write_text(SCRIPT.format(marker=str(tmp_path / "ran.marker")))
+    return path
+
+
+def markers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("*.marker"))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["-o", "train_ddp.py"], ["--diff"], ["--in-place"], ["-o", "train_ddp.py", "--check"]],
+    ids=["-o", "--diff", "--in-place", "--check"],
+)
+def test_cli_in_process_never_runs_the_script(options: list[str], script: Path, capsys) -> None:
+    code = main([script.name, *options])
+
+    assert code in (0, 1), capsys.readouterr().err  # 1: --check finds train_ddp.py missing
+    assert markers(script.parent) == []
+    assert "helper_with_side_effect" not in sys.modules
+    if options == ["--in-place"]:
+        assert b"DDP(model)" in script.read_bytes()  # it was converted, not skipped
+
+
+def test_python_m_ddpify_never_runs_the_script(script: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpify", script.name, "-o", "train_ddp.py"],
+        cwd=script.parent,
+        capture_output=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"DDP(model)" in (script.parent / "train_ddp.py").read_bytes()
+    assert markers(script.parent) == []
+
+
+def test_convert_imports_neither_torch_nor_the_script(script: Path) -> None:
+    program = (
+        "import sys, ddpify\n"
+        f"conversion = ddpify.convert(open({str(script)!r}, 'rb').read())\n"
+        "print(conversion.status.value)\n"
+        "print('torch' in sys.modules, 'helper_with_side_effect' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=script.parent, capture_output=True, text=True, timeout=120
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["converted", "False False"]
+    assert markers(script.parent) == []
