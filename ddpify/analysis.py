@@ -117,7 +117,8 @@ def distributed_use(module: cst.Module) -> str | None:
     Runs before any metadata is computed, so that already-converted scripts --
     ddpify's own output among them -- are recognised cheaply.
     """
-    if not any(word in module.code for word in _DISTRIBUTED_WORDS):
+    code = module.code
+    if not any(word in code for word in _DISTRIBUTED_WORDS):
         return None
     finder = _DistributedUse()
     module.visit(finder)

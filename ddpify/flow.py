@@ -76,6 +76,7 @@ class Index:
     children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
     parents: dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)
     imports: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # local name -> modules/objects
+    _bound_anywhere: set[str] | None = None
 
     # -- metadata --------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -100,9 +101,15 @@ class Index:
         root, _, rest = text.partition(".")
         if root in self.imports:
             return {f"{full}.{rest}" if rest else full for full in self.imports[root]}
-        if hasattr(builtins, root) and not any(root in names for names in self.bound.values()):
+        if hasattr(builtins, root) and root not in self._all_bound():
             return {f"builtins.{text}"}
         return set()
+
+    def _all_bound(self) -> set[str]:
+        """Every name the script binds anywhere (computed once, on first use)."""
+        if self._bound_anywhere is None:
+            self._bound_anywhere = set().union(*self.bound.values())
+        return self._bound_anywhere
 
     def is_call_to(self, node: cst.CSTNode, names: frozenset[str]) -> bool:
         return isinstance(node, cst.Call) and bool(self.qualified_names(node.func) & names)
