@@ -376,31 +376,25 @@ def test_srun_without_torchrun_numbers_the_ranks_from_slurm_variables(tmp_path: 
     """Two plain processes that know only SLURM_PROCID/LOCALID/NTASKS and MASTER_ADDR/PORT form one world."""
     script = generated_script(tmp_path)
     port = str(free_port())
-    # The probe names its record after RANK as it is at start-up, which srun does
-    # not set: each process gets a folder of its own, keyed by its SLURM_PROCID.
-    probe_dirs = [tmp_path / f"procid-{procid}" for procid in (0, 1)]
-    envs = []
-    for procid, probe_dir in enumerate(probe_dirs):
-        probe_dir.mkdir()
-        envs.append(
-            clean_environment(
-                probe_dir,
-                SLURM_PROCID=str(procid),
-                SLURM_LOCALID=str(procid),
-                SLURM_NTASKS="2",
-                SLURM_NODEID="0",
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=port,
-            )
+    # Without RANK, the probe names each process's record after its SLURM_PROCID.
+    probe_dir = tmp_path / "probe"
+    probe_dir.mkdir()
+    envs = [
+        clean_environment(
+            probe_dir,
+            SLURM_PROCID=str(procid),
+            SLURM_LOCALID=str(procid),
+            SLURM_NTASKS="2",
+            SLURM_NODEID="0",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
         )
+        for procid in (0, 1)
+    ]
     command = [sys.executable, "-m", "ddpify.verify.probe", str(script)]
 
     result = launch([command, command], envs, cwd=tmp_path, script=script)
-    records = {
-        procid: record
-        for procid, probe_dir in enumerate(probe_dirs)
-        for record in read_records(str(probe_dir), 1).values()
-    }
+    records = read_records(str(probe_dir), 2)
     report = judge(script, command, result, records)
 
     assert_trains_data_parallel(report)
