@@ -12,6 +12,11 @@ also checked to compile and to be a fixed point.
     python benchmarks/stdlib_sweep.py                   # every file
     python benchmarks/stdlib_sweep.py --jobs 4          # in 4 processes
     python benchmarks/stdlib_sweep.py --limit 150 --seed 0   # a random sample
+    python benchmarks/stdlib_sweep.py --torch           # every file through the parser
+
+A file that never mentions torch takes a quick exit in ``convert()`` (it is
+compiled, not parsed by libcst); ``--torch`` appends ``import torch`` to each
+file so that every one goes through libcst's round trip and the analysis.
 
 The exit code is 1 when any file hit an internal error or had its bytes
 changed, 0 otherwise.  ``tests/test_fuzz.py`` runs a bounded sample in CI.
@@ -20,6 +25,7 @@ changed, 0 otherwise.  ``tests/test_fuzz.py`` runs a bounded sample in CI.
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import random
@@ -68,14 +74,24 @@ def sample(files: Sequence[Path], limit: int | None, seed: int) -> list[Path]:
     return sorted(random.Random(seed).sample(list(files), limit))
 
 
-def check_file(path: Path) -> Outcome:
-    """Convert one file and classify the result; never raises."""
+def with_torch(source: bytes) -> bytes:
+    """``source`` with ``import torch`` appended, in the file's own line ending."""
+    newline = b"\r\n" if b"\r\n" in source else b"\n"
+    if source and not source.endswith((b"\n", b"\r")):
+        source += newline
+    return source + b"import torch" + newline
+
+
+def check_file(path: Path, torch: bool = False) -> Outcome:
+    """Convert one file (with ``import torch`` appended if ``torch``) and classify the result; never raises."""
     from ddpify import Status, convert
 
     try:
         source = path.read_bytes()
     except OSError as exc:
         return Outcome(str(path), "unreadable", detail=str(exc))
+    if torch:
+        source = with_torch(source)
     try:
         conversion = convert(source, path=str(path))
     except BaseException as exc:  # noqa: BLE001 - convert() must never raise; count it as a bug
@@ -95,11 +111,12 @@ def check_file(path: Path) -> Outcome:
     return Outcome(str(path), status, None, detail)
 
 
-def sweep(files: Sequence[Path], jobs: int = 1) -> list[Outcome]:
+def sweep(files: Sequence[Path], jobs: int = 1, *, torch: bool = False) -> list[Outcome]:
+    check = functools.partial(check_file, torch=torch)
     if jobs <= 1:
-        return [check_file(path) for path in files]
+        return [check(path) for path in files]
     with multiprocessing.Pool(jobs) as pool:
-        return list(pool.imap_unordered(check_file, files, chunksize=8))
+        return list(pool.imap_unordered(check, files, chunksize=8))
 
 
 def summary(outcomes: Iterable[Outcome]) -> Counter[str]:
@@ -117,18 +134,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="a random sample of N files")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="worker processes (default 1)")
+    parser.add_argument(
+        "--torch",
+        action="store_true",
+        help="append `import torch` to every file, so that each one is parsed and analysed "
+        "instead of taking the quick exit for files that never mention torch",
+    )
     parser.add_argument("--show", type=int, default=10, metavar="N", help="list N files of each problem kind")
     args = parser.parse_args(argv)
 
     root = args.root or stdlib_root()
     files = sample(python_files(root), args.limit, args.seed)
     start = time.perf_counter()
-    outcomes = sweep(files, args.jobs)
+    outcomes = sweep(files, args.jobs, torch=args.torch)
     elapsed = time.perf_counter() - start
     counts = summary(outcomes)
 
     print(f"root: {root}")
-    print(f"python: {sys.version.split()[0]}, files: {len(files)}, jobs: {args.jobs}")
+    appended = ", `import torch` appended" if args.torch else ""
+    print(f"python: {sys.version.split()[0]}, files: {len(files)}, jobs: {args.jobs}{appended}")
     for status in (*STATUSES, "unreadable"):
         if counts[status] or status in STATUSES:
             print(f"  {status:15s} {counts[status]:6d}")
