@@ -40,11 +40,7 @@ TRAINING_PROGRAM = "mnist_cnn"
 
 def examples() -> dict[str, str]:
     """name -> source of every single-GPU example, sorted by name."""
-    return {
-        path.stem: path.read_text()
-        for path in sorted(EXAMPLES_DIR.glob("*.py"))
-        if not path.stem.endswith("_ddp")
-    }
+    return {path.stem: path.read_text() for path in sorted(EXAMPLES_DIR.glob("*.py")) if not path.stem.endswith("_ddp")}
 
 
 def line_count(source: str) -> int:
@@ -60,7 +56,7 @@ class _Rename(cst.CSTTransformer):
         return updated_node.with_changes(value=new) if new else updated_node
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parsed(name: str) -> cst.Module:
     return cst.parse_module(examples()[name])
 
@@ -125,7 +121,7 @@ def _parts(name: str, suffix: str) -> tuple[list[str], list[str], str]:
     return imports, [d.replace(_SUFFIX, suffix) for d in definitions], entry.replace(_SUFFIX, suffix)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _template(name: str) -> tuple[list[str], list[str], str]:
     suffix = _SUFFIX
     module = _parsed(name)
@@ -205,8 +201,13 @@ def _assemble_realistic(imports: list[list[str]], chunks: list[str], tasks: dict
     head = '"""Several small training tasks in one script; the first argument picks one."""\n\n'
     body = "\n\n".join(chunks)
     return (
-        head + "\n".join(_merge_imports([*imports, ["import sys"]])) + "\n\n\n" + body + "\n\n"
-        + dispatcher + '\n\nif __name__ == "__main__":\n    main()\n'
+        head
+        + "\n".join(_merge_imports([*imports, ["import sys"]]))
+        + "\n\n\n"
+        + body
+        + "\n\n"
+        + dispatcher
+        + '\n\nif __name__ == "__main__":\n    main()\n'
     )
 
 
@@ -214,8 +215,7 @@ def _helpers(name: str, suffix: str) -> tuple[list[str], list[str]]:
     """Imports and the definitions of one renamed example that do not train."""
     imports, definitions, _ = _parts(name, suffix)
     keep = [
-        d for d in definitions
-        if ".backward(" not in d and not d.startswith((f"def main_{name}", f"def run_{name}"))
+        d for d in definitions if ".backward(" not in d and not d.startswith((f"def main_{name}", f"def run_{name}"))
     ]
     return imports, keep
 
@@ -238,8 +238,7 @@ def generated_script(target_lines: int) -> str:
             estimate = sum(line_count(h) + 2 for h in helpers) + line_count(program_text) + 30
             if estimate >= target_lines:
                 source = (
-                    head + "\n".join(_merge_imports(imports)) + "\n\n\n"
-                    + "\n\n".join(helpers) + "\n\n" + program_text
+                    head + "\n".join(_merge_imports(imports)) + "\n\n\n" + "\n\n".join(helpers) + "\n\n" + program_text
                 )
                 return source
         copy += 1

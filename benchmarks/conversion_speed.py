@@ -38,11 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import libcst  # noqa: E402
-
-import ddpify  # noqa: E402
-from _inputs import examples, generated_script, line_count, realistic_script  # noqa: E402
-from _timing import (  # noqa: E402
+import libcst
+from _inputs import examples, generated_script, line_count, realistic_script
+from _timing import (
     PYTHON,
     ROOT,
     Budget,
@@ -56,6 +54,8 @@ from _timing import (  # noqa: E402
     timed,
     verdict,
 )
+
+import ddpify
 
 FLOOR_COMMAND = "import libcst, sys; libcst.parse_module(open(sys.argv[1]).read()).code"
 RATIO_TARGET = 1.5
@@ -95,7 +95,7 @@ def measure_in_process(item: Input, flip: bool) -> None:
         item.convert.append(timed(lambda: results.append(ddpify.convert(item.source, path=str(item.path)))))
         check_converted(item, results[0])
 
-    for step in ((convert, floor) if flip else (floor, convert)):
+    for step in (convert, floor) if flip else (floor, convert):
         step()
 
 
@@ -108,7 +108,7 @@ def measure_cli(item: Input, out_dir: Path, flip: bool) -> None:
     def cli() -> None:
         item.cli.append(run_wall([PYTHON, "-m", "ddpify", str(item.path), "-o", str(out)], cwd=ROOT))
 
-    for step in ((cli, floor) if flip else (floor, cli)):
+    for step in (cli, floor) if flip else (floor, cli):
         step()
 
 
@@ -163,30 +163,36 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     for item in items:
-        rows.append([
-            item.label,
-            str(item.lines),
-            summary(item.floor),
-            summary(item.convert),
-            ratio_summary(ratios(item.convert, item.floor)),
-        ])
+        rows.append(
+            [
+                item.label,
+                str(item.lines),
+                summary(item.floor),
+                summary(item.convert),
+                ratio_summary(ratios(item.convert, item.floor)),
+            ]
+        )
     print("\n(a) libcst floor vs (b) convert(), in process, seconds: median [min-max]; ratio per round")
     print(table(["input", "lines", "(a) parse+code", "(b) convert()", "b/a"], rows))
     example_ratios = [statistics.median(ratios(i.convert, i.floor)) for i in items[:-1]]
     realistic_ratio = statistics.median(ratios(items[-1].convert, items[-1].floor))
-    print(f"b/a, median over the examples: {statistics.median(example_ratios):.2f}x -- "
-          f"{verdict(statistics.median(example_ratios), RATIO_TARGET)}")
+    print(
+        f"b/a, median over the examples: {statistics.median(example_ratios):.2f}x -- "
+        f"{verdict(statistics.median(example_ratios), RATIO_TARGET)}"
+    )
     print(f"b/a, realistic script: {realistic_ratio:.2f}x -- {verdict(realistic_ratio, RATIO_TARGET)}")
 
     if with_cli:
         rows = []
         for item in items:
-            rows.append([
-                item.label,
-                summary(item.cli_floor),
-                summary(item.cli),
-                ratio_summary(ratios(item.cli, item.cli_floor)),
-            ])
+            rows.append(
+                [
+                    item.label,
+                    summary(item.cli_floor),
+                    summary(item.cli),
+                    ratio_summary(ratios(item.cli, item.cli_floor)),
+                ]
+            )
         print("\n(c) CLI end to end vs `python -c <parse+code>`, subprocess wall seconds")
         print(table(["input", "python -c parse", "python -m ddpify -o", "ratio"], rows))
         cli_examples = statistics.median(statistics.median(ratios(i.cli, i.cli_floor)) for i in items[:-1])
@@ -222,9 +228,11 @@ def scaling(realistic: Input, sizes: list[int], repeat: int, budget: Budget, wor
     while fitting < len(points) and budget.allows(sum(predicted(p) for p in points[: fitting + 1])):
         fitting += 1
     for skipped in points[fitting:]:
-        print(f"  {skipped.label}: skipped, a round up to this size is predicted to take "
-              f"{sum(predicted(p) for p in points[: points.index(skipped) + 1]):.0f}s > "
-              f"{max(0.0, budget.left()):.0f}s of budget left; run with --budget 0 to measure it")
+        print(
+            f"  {skipped.label}: skipped, a round up to this size is predicted to take "
+            f"{sum(predicted(p) for p in points[: points.index(skipped) + 1]):.0f}s > "
+            f"{max(0.0, budget.left()):.0f}s of budget left; run with --budget 0 to measure it"
+        )
     points = points[:fitting]
     round_cost = sum(predicted(p) for p in points)
     rounds = repeat if budget.left() == float("inf") else max(1, min(repeat, int(budget.left() // round_cost)))
@@ -234,8 +242,14 @@ def scaling(realistic: Input, sizes: list[int], repeat: int, budget: Budget, wor
             print(f"  scaling round {round_index + 1}/{rounds}: {point.label} done", file=sys.stderr)
 
     rows = [
-        [p.label, str(p.lines), summary(p.floor), summary(p.convert), ratio_summary(ratios(p.convert, p.floor)),
-         f"{statistics.median(p.convert) / p.lines * 1000:.2f}"]
+        [
+            p.label,
+            str(p.lines),
+            summary(p.floor),
+            summary(p.convert),
+            ratio_summary(ratios(p.convert, p.floor)),
+            f"{statistics.median(p.convert) / p.lines * 1000:.2f}",
+        ]
         for p in points
     ]
     print(table(["input", "lines", "(a) parse+code", "(b) convert()", "b/a", "ms/line"], rows))
@@ -252,9 +266,11 @@ def scaling(realistic: Input, sizes: list[int], repeat: int, budget: Budget, wor
         exponent = loglog_slope(lines, [statistics.median(p.convert) for p in fitted])
         per_round = [loglog_slope(lines, [p.convert[r] for p in fitted]) for r in range(rounds)]
         floor_exponent = loglog_slope(lines, [statistics.median(p.floor) for p in fitted])
-        print(f"growth exponent of convert(), {name}, {'/'.join(str(n) for n in lines)} lines: {exponent:.3f} "
-              f"(per round {min(per_round):.3f}-{max(per_round):.3f}, {rounds} rounds; libcst floor "
-              f"{floor_exponent:.3f}) -- {verdict(exponent, EXPONENT_TARGET, relative=False)}")
+        print(
+            f"growth exponent of convert(), {name}, {'/'.join(str(n) for n in lines)} lines: {exponent:.3f} "
+            f"(per round {min(per_round):.3f}-{max(per_round):.3f}, {rounds} rounds; libcst floor "
+            f"{floor_exponent:.3f}) -- {verdict(exponent, EXPONENT_TARGET, relative=False)}"
+        )
 
 
 if __name__ == "__main__":

@@ -39,9 +39,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import ddpify  # noqa: E402
-from _inputs import examples, variant  # noqa: E402
-from _timing import PYTHON, ROOT, Budget, machine, summary, table, timed  # noqa: E402
+from _inputs import examples, variant
+from _timing import PYTHON, ROOT, Budget, machine, summary, table, timed
+
+import ddpify
 
 WORKERS = (1, 2)
 
@@ -75,8 +76,9 @@ def convert_with_cli(paths: list[str], workers: int, out: Path) -> float:
     wall = time.perf_counter() - start
     written = len(list(out.rglob("*.py")))
     if done.returncode != 0 or written != len(paths):
-        raise SystemExit(f"{' '.join(command)}: exit {done.returncode}, {written} of {len(paths)} written\n"
-                         f"{done.stderr[-3000:]}")
+        raise SystemExit(
+            f"{' '.join(command)}: exit {done.returncode}, {written} of {len(paths)} written\n{done.stderr[-3000:]}"
+        )
     return wall
 
 
@@ -115,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"many_files: {machine()}")
     mode = args.mode if args.mode != "auto" else ("cli" if cli_has_jobs() else "pool")
     convert_folder = convert_with_cli if mode == "cli" else convert_in_pool
-    print("mode: " + ("`python -m ddpify -j N IN -o OUT`" if mode == "cli" else
-                      "ProcessPoolExecutor(N) calling ddpify.convert()"))
+    print(
+        "mode: "
+        + ("`python -m ddpify -j N IN -o OUT`" if mode == "cli" else "ProcessPoolExecutor(N) calling ddpify.convert()")
+    )
     root = Path(tempfile.mkdtemp(prefix="ddpify-many-"))
     folder = root / "scripts"
     folder.mkdir()
@@ -137,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     predicted = per_file * len(paths) * args.repeat * sum(1 / w for w in WORKERS) * 1.1
     if not budget.allows(predicted):
         keep = max(len(names), int(len(paths) * budget.left() / predicted))
-        print(f"budget: {len(paths)} files would take ~{predicted:.0f}s ({per_file:.2f}s per file serially); "
-              f"converting the first {keep} (--budget 0 for all)")
+        print(
+            f"budget: {len(paths)} files would take ~{predicted:.0f}s ({per_file:.2f}s per file serially); "
+            f"converting the first {keep} (--budget 0 for all)"
+        )
         for dropped in paths[keep:]:
             Path(dropped).unlink()
         paths = paths[:keep]
@@ -159,10 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(paths)} files, {passes} passes; wall and files/s: median [min-max]")
     print(table(["workers", "wall", "throughput"], rows))
     speedups = [one / two for one, two in zip(walls[1], walls[2])]
-    print(f"speed-up 2 workers / 1 worker: {statistics.median(speedups):.2f}x "
-          f"[{min(speedups):.2f}-{max(speedups):.2f}] on {os.cpu_count()} CPUs (ideal {min(2, os.cpu_count() or 1)}x)")
-    print(f"what the machine offered: 2 processes of a pure-Python busy loop ran "
-          f"{' and '.join(f'{c:.2f}x' for c in calibration)} as fast as 1 (before and after the passes)")
+    print(
+        f"speed-up 2 workers / 1 worker: {statistics.median(speedups):.2f}x "
+        f"[{min(speedups):.2f}-{max(speedups):.2f}] on {os.cpu_count()} CPUs (ideal {min(2, os.cpu_count() or 1)}x)"
+    )
+    print(
+        f"what the machine offered: 2 processes of a pure-Python busy loop ran "
+        f"{' and '.join(f'{c:.2f}x' for c in calibration)} as fast as 1 (before and after the passes)"
+    )
     return 0
 
 

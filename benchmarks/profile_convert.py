@@ -26,9 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import ddpify  # noqa: E402
-from _inputs import examples, generated_script, line_count  # noqa: E402
-from _timing import ROOT, machine, table  # noqa: E402
+from _inputs import examples, generated_script, line_count
+from _timing import ROOT, machine, table
+
+import ddpify
 
 DDPIFY_DIR = str(ROOT / "ddpify")
 
@@ -57,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     result = ddpify.convert(source, path=f"generated_{args.lines}.py")
     profiler.disable()
     wall = time.perf_counter() - start
-    print(f"convert() of a generated {line_count(source)}-line script under cProfile: {wall:.1f}s, "
-          f"status {result.status.value}")
+    print(
+        f"convert() of a generated {line_count(source)}-line script under cProfile: {wall:.1f}s, "
+        f"status {result.status.value}"
+    )
     if args.save:
         profiler.dump_stats(args.save)
 
@@ -70,17 +73,21 @@ def main(argv: list[str] | None = None) -> int:
         key=lambda item: -item[1][3],
     )[: args.top]
     print("\nddpify functions by cumulative time (share of convert()):")
-    print(table(
-        ["cumulative", "share", "self", "calls", "function"],
-        [[f"{v[3]:.2f}s", f"{100 * v[3] / total:.0f}%", f"{v[2]:.2f}s", str(v[1]), short(k)] for k, v in ours],
-    ))
+    print(
+        table(
+            ["cumulative", "share", "self", "calls", "function"],
+            [[f"{v[3]:.2f}s", f"{100 * v[3] / total:.0f}%", f"{v[2]:.2f}s", str(v[1]), short(k)] for k, v in ours],
+        )
+    )
 
     by_self = sorted(stats.items(), key=lambda item: -item[1][2])[:15]
     print("\nall functions by self time:")
-    print(table(
-        ["self", "share", "calls", "function"],
-        [[f"{v[2]:.2f}s", f"{100 * v[2] / total:.0f}%", str(v[1]), short(k)] for k, v in by_self],
-    ))
+    print(
+        table(
+            ["self", "share", "calls", "function"],
+            [[f"{v[2]:.2f}s", f"{100 * v[2] / total:.0f}%", str(v[1]), short(k)] for k, v in by_self],
+        )
+    )
 
     def calls(predicate) -> int:
         return sum(v[1] for k, v in stats.items() if predicate(k))
@@ -88,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     module_visits = calls(lambda k: k[0].endswith("libcst/_nodes/module.py") and k[2] == "visit")
     walked = calls(lambda k: k[0].startswith(DDPIFY_DIR) and k[2] in ("walk", "_walk"))
     parses = calls(lambda k: k[0].endswith("libcst/_parser/entrypoints.py") and k[2] == "_parse")
-    print(f"\nwhole-module libcst traversals (Module.visit): {module_visits}; libcst parser runs: {parses}; "
-          f"nodes yielded by ddpify's walk(): {walked}")
+    print(
+        f"\nwhole-module libcst traversals (Module.visit): {module_visits}; libcst parser runs: {parses}; "
+        f"nodes yielded by ddpify's walk(): {walked}"
+    )
     return 0
 
 

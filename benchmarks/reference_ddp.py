@@ -20,7 +20,7 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
@@ -49,6 +49,8 @@ class StepTimer:
         if self.step >= self.warmup_steps:
             self.times.append(elapsed)
         self.step += 1
+
+
 # --- step timing: end ---
 
 
@@ -115,8 +117,11 @@ def main():
     parser.add_argument("--steps", type=int, default=200, help="timed steps after the warm-up")
     parser.add_argument("--max-epochs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--step-times", default=os.environ.get("STEP_TIMES_JSON", ""),
-                        help="JSON file for rank 0's per-step times (default: $STEP_TIMES_JSON)")
+    parser.add_argument(
+        "--step-times",
+        default=os.environ.get("STEP_TIMES_JSON", ""),
+        help="JSON file for rank 0's per-step times (default: $STEP_TIMES_JSON)",
+    )
     args = parser.parse_args()
 
     device = setup()

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import PYTHON, ROOT, machine, summary, table  # noqa: E402
+from _timing import PYTHON, ROOT, machine, summary, table
 
 LINE = re.compile(r"^import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)\s*$")
 WATCHED = ("libcst", "torch", "rich")
@@ -79,7 +79,11 @@ def run_once(label: str, env: dict[str, str], out: str) -> Run:
     start = time.perf_counter()
     done = subprocess.run(
         [PYTHON, "-X", "importtime", *command],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     wall = time.perf_counter() - start
     modules = parse_importtime(done.stderr)
@@ -97,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     cached["PYTHONPYCACHEPREFIX"] = cache
     settings = {"as configured": as_configured, "bytecode cached": cached}
-    print(f"PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '(unset)')}; "
-          f"ddpify/__pycache__ present: {(ROOT / 'ddpify' / '__pycache__').is_dir()}")
+    print(
+        f"PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '(unset)')}; "
+        f"ddpify/__pycache__ present: {(ROOT / 'ddpify' / '__pycache__').is_dir()}"
+    )
     out = str(Path(cache) / "mnist_cnn_ddp.py")
     for label in COMMANDS:  # fill the cache, untimed
         run_once(label, cached, out)
@@ -112,14 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for setting, label in keys:
         measured = runs[setting, label]
-        rows.append([
-            label,
-            setting,
-            summary([r.total_us / 1000 for r in measured], "ms", 1),
-            summary([r.wall * 1000 for r in measured], "ms", 0),
-            str(statistics.median(len(r.self_us) for r in measured)),
-            *("yes" if any(r.imported(p) for r in measured) else "no" for p in WATCHED),
-        ])
+        rows.append(
+            [
+                label,
+                setting,
+                summary([r.total_us / 1000 for r in measured], "ms", 1),
+                summary([r.wall * 1000 for r in measured], "ms", 0),
+                str(statistics.median(len(r.self_us) for r in measured)),
+                *("yes" if any(r.imported(p) for r in measured) else "no" for p in WATCHED),
+            ]
+        )
     print("\nimport time (sum of self times) and process wall time: median [min-max]")
     print(f"(target: {' and '.join(WITHOUT_LIBCST)} import none of {', '.join(WATCHED)})")
     print(table(["command", "bytecode", "import time", "wall", "modules", *WATCHED], rows))
@@ -133,10 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         top = sorted(medians.items(), key=lambda item: -item[1])[:10]
         total = statistics.median(r.total_us for r in measured)
         print(f"\ntop 10 self-time modules, {label}, {setting} (median over {len(measured)} runs):")
-        print(table(
-            ["module", "self", "share"],
-            [[name, f"{us / 1000:.1f}ms", f"{100 * us / total:.0f}%"] for name, us in top],
-        ))
+        print(
+            table(
+                ["module", "self", "share"],
+                [[name, f"{us / 1000:.1f}ms", f"{100 * us / total:.0f}%"] for name, us in top],
+            )
+        )
     return 0
 
 

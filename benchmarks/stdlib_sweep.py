@@ -94,7 +94,7 @@ def check_file(path: Path, torch: bool = False) -> Outcome:
         source = with_torch(source)
     try:
         conversion = convert(source, path=str(path))
-    except BaseException as exc:  # noqa: BLE001 - convert() must never raise; count it as a bug
+    except BaseException as exc:
         return Outcome(str(path), "internal-error", detail=f"convert() raised {exc!r}")
     status = conversion.status.value
     detail = "; ".join(d.format() for d in conversion.errors)
@@ -158,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {status:15s} {counts[status]:6d}")
     changed = sum(1 for o in outcomes if o.broken == "bytes changed")
     print(f"  {'bytes changed':15s} {changed:6d}  (non-converted files)")
-    print(f"  {'broken output':15s} {sum(1 for o in outcomes if o.broken and o.broken != 'bytes changed'):6d}"
-          "  (converted files that do not compile or are not a fixed point)")
+    print(
+        f"  {'broken output':15s} {sum(1 for o in outcomes if o.broken and o.broken != 'bytes changed'):6d}"
+        "  (converted files that do not compile or are not a fixed point)"
+    )
     print(f"time: {elapsed:.1f} s, {len(files) / elapsed if elapsed else 0:.1f} files/s")
 
     problems = [o for o in outcomes if o.status == "internal-error" or o.broken is not None]

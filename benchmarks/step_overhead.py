@@ -39,8 +39,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import ddpify  # noqa: E402
-from _timing import PYTHON, machine, summary, table  # noqa: E402
+from _timing import PYTHON, machine, summary, table
+
+import ddpify
 
 HERE = Path(__file__).resolve().parent
 SINGLE = HERE / "tutorial_single.py"
@@ -53,10 +54,9 @@ RUN_TIMEOUT_S = 600
 
 def timing_code(source: str) -> str:
     """The step-timing block and the timed loop (``train_one_epoch``), as written."""
-    block = source[source.index(BEGIN):source.index(END)]
+    block = source[source.index(BEGIN) : source.index(END)]
     loop = next(
-        node for node in ast.parse(source).body
-        if isinstance(node, ast.FunctionDef) and node.name == "train_one_epoch"
+        node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef) and node.name == "train_one_epoch"
     )
     return block + ast.get_source_segment(source, loop)
 
@@ -69,8 +69,16 @@ def torchrun() -> list[str]:
 def run(script: Path, out: Path, args: argparse.Namespace) -> tuple[list[float], float]:
     """One torchrun job: rank 0's step times, and the job's wall time."""
     command = [
-        *torchrun(), "--standalone", f"--nproc_per_node={args.nproc}", str(script),
-        "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps), "--step-times", str(out),
+        *torchrun(),
+        "--standalone",
+        f"--nproc_per_node={args.nproc}",
+        str(script),
+        "--steps",
+        str(args.steps),
+        "--warmup-steps",
+        str(args.warmup_steps),
+        "--step-times",
+        str(out),
     ]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=out.parent, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
@@ -89,8 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=200, help="timed steps per job")
     parser.add_argument("--warmup-steps", type=int, default=20)
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--aa", action="store_true",
-                        help="an A/A run: reference_ddp.py against a copy of itself, to see this machine's noise")
+    parser.add_argument(
+        "--aa",
+        action="store_true",
+        help="an A/A run: reference_ddp.py against a copy of itself, to see this machine's noise",
+    )
     args = parser.parse_args(argv)
 
     print(f"step_overhead: {machine()}")
@@ -127,8 +138,11 @@ def main(argv: list[str] | None = None) -> int:
             per_run_low[name].append(low_quantile(steps))
             everything[name].extend(steps)
             walls[name].append(wall)
-            print(f"  run {index + 1}/{args.runs} {name}: median step {statistics.median(steps) * 1000:.2f}ms, "
-                  f"job {wall:.1f}s", file=sys.stderr)
+            print(
+                f"  run {index + 1}/{args.runs} {name}: median step {statistics.median(steps) * 1000:.2f}ms, "
+                f"job {wall:.1f}s",
+                file=sys.stderr,
+            )
 
     rows = [
         [
@@ -140,24 +154,38 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for name in programs
     ]
-    print(f"\n{args.runs} torchrun jobs per program, nproc={args.nproc}, {args.steps} timed steps after "
-          f"{args.warmup_steps} warm-up steps; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(torchrun default)')}")
-    print(table(
-        ["program", "median step per run: median [min-max]", "all steps pooled", "p10 step per run", "job wall"], rows
-    ))
+    print(
+        f"\n{args.runs} torchrun jobs per program, nproc={args.nproc}, {args.steps} timed steps after "
+        f"{args.warmup_steps} warm-up steps; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(torchrun default)')}"
+    )
+    print(
+        table(
+            ["program", "median step per run: median [min-max]", "all steps pooled", "p10 step per run", "job wall"],
+            rows,
+        )
+    )
     pairs = [c / r for c, r in zip(per_run[first], per_run["reference"])]
     ratio = statistics.median(pairs)
     within = abs(ratio - 1) <= TARGET
-    print(f"{first}/reference time per step: {ratio:.3f} [{min(pairs):.3f}-{max(pairs):.3f}] over "
-          f"{len(pairs)} pairs of runs -- "
-          + (f"meets target (within {TARGET:.0%})" if within else f"MISSES target (within {TARGET:.0%}) by "
-             f"{(abs(ratio - 1) - TARGET) * 100:.1f} points"))
+    print(
+        f"{first}/reference time per step: {ratio:.3f} [{min(pairs):.3f}-{max(pairs):.3f}] over "
+        f"{len(pairs)} pairs of runs -- "
+        + (
+            f"meets target (within {TARGET:.0%})"
+            if within
+            else f"MISSES target (within {TARGET:.0%}) by {(abs(ratio - 1) - TARGET) * 100:.1f} points"
+        )
+    )
     if len(pairs) > 1 and statistics.quantiles(pairs, n=4)[2] - statistics.quantiles(pairs, n=4)[0] > 2 * TARGET:
-        print(f"caution: the pair ratios' interquartile range is wider than +-{TARGET:.0%}: on this machine now, "
-              "the run cannot resolve the target (try more --runs, or a quieter machine; --aa shows the noise)")
+        print(
+            f"caution: the pair ratios' interquartile range is wider than +-{TARGET:.0%}: on this machine now, "
+            "the run cannot resolve the target (try more --runs, or a quieter machine; --aa shows the noise)"
+        )
     low = [c / r for c, r in zip(per_run_low[first], per_run_low["reference"])]
-    print(f"the same with each run's 10th-percentile step (the least disturbed steps; less sensitive to the "
-          f"machine's other load): {statistics.median(low):.3f} [{min(low):.3f}-{max(low):.3f}]")
+    print(
+        f"the same with each run's 10th-percentile step (the least disturbed steps; less sensitive to the "
+        f"machine's other load): {statistics.median(low):.3f} [{min(low):.3f}-{max(low):.3f}]"
+    )
     return 0
 
 

@@ -21,7 +21,7 @@ import os
 import time
 
 import torch
-import torch.nn as nn
+from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
@@ -48,6 +48,8 @@ class StepTimer:
         if self.step >= self.warmup_steps:
             self.times.append(elapsed)
         self.step += 1
+
+
 # --- step timing: end ---
 
 
@@ -103,8 +105,11 @@ def main():
     parser.add_argument("--steps", type=int, default=200, help="timed steps after the warm-up")
     parser.add_argument("--max-epochs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--step-times", default=os.environ.get("STEP_TIMES_JSON", ""),
-                        help="JSON file for the per-step times (default: $STEP_TIMES_JSON)")
+    parser.add_argument(
+        "--step-times",
+        default=os.environ.get("STEP_TIMES_JSON", ""),
+        help="JSON file for the per-step times (default: $STEP_TIMES_JSON)",
+    )
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)

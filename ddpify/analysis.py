@@ -209,12 +209,16 @@ class _Finder:
             hoisted=tuple(self._hoisted),
             trackers=trackers,
             progress_bars=tuple(
-                c for c in index.calls
-                if index.is_call_to(c, torch_api.PROGRESS_BARS) and not any(a.keyword and a.keyword.value == "disable" for a in c.args)
+                c
+                for c in index.calls
+                if index.is_call_to(c, torch_api.PROGRESS_BARS)
+                and not any(a.keyword and a.keyword.value == "disable" for a in c.args)
             ),
             makedirs=tuple(
-                c for c in index.calls
-                if index.is_call_to(c, torch_api.MAKEDIRS) and not any(a.keyword and a.keyword.value == "exist_ok" for a in c.args)
+                c
+                for c in index.calls
+                if index.is_call_to(c, torch_api.MAKEDIRS)
+                and not any(a.keyword and a.keyword.value == "exist_ok" for a in c.args)
                 and len(c.args) < 3
             ),
             gpu_numbers=tuple(self._gpu_numbers()),
@@ -233,7 +237,7 @@ class _Finder:
             return base if base not in used else fallback
 
         module_binds = self.index.bound[self.index.module]
-        os_name = "os" if "os" not in used or "os" in module_binds and self._imports_module("os") else "os_"
+        os_name = "os" if "os" not in used or ("os" in module_binds and self._imports_module("os")) else "os_"
         atexit_name = "atexit" if "atexit" not in used or self._imports_module("atexit") else "atexit_"
         return Names(
             dist=fresh("dist", "torch_dist"),
@@ -375,7 +379,11 @@ class _Finder:
         index = self.index
         for read in index.mentions(index.scope_of(wrap), target, index.scope_of(wrap)):
             attribute = index.parent(read)
-            if not (isinstance(attribute, cst.Attribute) and attribute.value is read and attribute.attr.value in {"cpu", "to", "cuda"}):
+            if not (
+                isinstance(attribute, cst.Attribute)
+                and attribute.value is read
+                and attribute.attr.value in {"cpu", "to", "cuda"}
+            ):
                 continue
             if index.position(read) > index.position(wrap) and any(
                 index.trains(loop.body) for loop in index.enclosing_loops(read)
@@ -417,7 +425,9 @@ class _Finder:
                 method = index.functions.get((cls, name))
                 if method is None or not self._runs_submodules(method, cls):
                     continue
-                if any(index.trains(loop.body) for loop in index.enclosing_loops(call)) and not self._without_grad(call):
+                if any(index.trains(loop.body) for loop in index.enclosing_loops(call)) and not self._without_grad(
+                    call
+                ):
                     self.report(
                         call,
                         "DDP303",
@@ -459,7 +469,9 @@ class _Finder:
             anchor is not stmt
             and isinstance(condition, cst.If)
             and condition.orelse is None
-            and any(m.matches(n, m.Name("device_count") | m.Name("is_available")) for n in self.index.walk(condition.test))
+            and any(
+                m.matches(n, m.Name("device_count") | m.Name("is_available")) for n in self.index.walk(condition.test)
+            )
         ):
             data_parallel_if = condition
         on_cuda = any(cuda and self._climb_conditionals(s) is s for s, _, cuda in moves)
@@ -475,14 +487,21 @@ class _Finder:
         insert_after = self._after_setup(outer, target)
         unwrap = tuple(self._wrapper_reads(target, insert_after))
         return Model(
-            target, expression, insert_after, False, True, unwrap, optimizer,
-            data_parallel_if=data_parallel_if, data_parallel_removed=stmt,
+            target,
+            expression,
+            insert_after,
+            False,
+            True,
+            unwrap,
+            optimizer,
+            data_parallel_if=data_parallel_if,
+            data_parallel_removed=stmt,
         )
 
     def _depths(self, lineage: set[Ref]) -> dict[Ref, int]:
         """How far each place is from where the value started (following flows)."""
         roots = [r for r in lineage if not any(f.src in lineage for f in self.index.flows_into(r))]
-        depth = {r: 0 for r in roots}
+        depth = dict.fromkeys(roots, 0)
         frontier = list(roots)
         while frontier:
             nxt = []
@@ -592,12 +611,29 @@ class _Finder:
             if not isinstance(loop.body, cst.IndentedBlock):
                 continue
             body = list(loop.body.body)
-            backward = next((i for i, st in enumerate(body) if isinstance(st, cst.SimpleStatementLine)
-                             and any(m.matches(n, m.Call(func=m.Attribute(attr=m.Name("backward")))) for n in self.index.walk(st))), None)
+            backward = next(
+                (
+                    i
+                    for i, st in enumerate(body)
+                    if isinstance(st, cst.SimpleStatementLine)
+                    and any(
+                        m.matches(n, m.Call(func=m.Attribute(attr=m.Name("backward")))) for n in self.index.walk(st)
+                    )
+                ),
+                None,
+            )
             if backward is None:
                 continue
-            step_if = next((st for st in body[backward + 1:] if isinstance(st, cst.If) and st.orelse is None
-                            and any(self._is_step(n, optimizer_refs) for n in self.index.walk(st.body))), None)
+            step_if = next(
+                (
+                    st
+                    for st in body[backward + 1 :]
+                    if isinstance(st, cst.If)
+                    and st.orelse is None
+                    and any(self._is_step(n, optimizer_refs) for n in self.index.walk(st.body))
+                ),
+                None,
+            )
             if step_if is None or not _pure(step_if.test):
                 continue
             scope = index.scope_of(loop)
@@ -725,12 +761,17 @@ class _Finder:
                 for node, ref in sites:
                     loop = self._epoch_loop(node, ref)
                     if loop is not None and _inside(index, call, loop.loop):
-                        built = next(a for a in (call, *index.ancestors(call)) if index.parent(index.parent(a)) is loop.loop)
+                        built = next(
+                            a for a in (call, *index.ancestors(call)) if index.parent(index.parent(a)) is loop.loop
+                        )
                         loop = EpochLoop(loop.loop, loop.loader, built)
                     if loop is not None and loop not in epoch_loops:
                         epoch_loops.append(loop)
                 repeated = any(
-                    isinstance(lp, cst.While) for node, _ in sites for lp in index.enclosing_loops(node) if lp is not node
+                    isinstance(lp, cst.While)
+                    for node, _ in sites
+                    for lp in index.enclosing_loops(node)
+                    if lp is not node
                 )
                 if not epoch_loops and not restarts and repeated:
                     self.report(
@@ -876,7 +917,9 @@ class _Finder:
                 return None
             keys |= found
             assigned = True
-        for read in self.index.mentions(ref.scope if not isinstance(ref.scope, cst.ClassDef) else self.index.module, ref, scope):
+        for read in self.index.mentions(
+            ref.scope if not isinstance(ref.scope, cst.ClassDef) else self.index.module, ref, scope
+        ):
             parent = self.index.parent(read)
             if isinstance(parent, cst.Attribute) and parent.value is read:
                 call = self.index.parent(parent)
@@ -1017,7 +1060,14 @@ class _Finder:
         }
         for stmt in saves:
             call = stmt.body[0].value
-            path = next((a.value for i, a in enumerate(call.args) if (i == 1 and a.keyword is None) or (a.keyword and a.keyword.value == "f")), None)
+            path = next(
+                (
+                    a.value
+                    for i, a in enumerate(call.args)
+                    if (i == 1 and a.keyword is None) or (a.keyword and a.keyword.value == "f")
+                ),
+                None,
+            )
             if path is not None and index.module.code_for_node(path) in loaded:
                 yield stmt
 
@@ -1101,8 +1151,12 @@ class _Finder:
             if len(kinds) == 1 and None not in kinds:
                 kind = kinds.pop()
                 work = self._work_calls(stmt, model_refs)
-                if work and len(stmt.body) == 1 and not any(
-                    isinstance(a, (cst.Lambda, cst.BaseComp)) for call in work for a in index.ancestors(call)
+                if (
+                    work
+                    and len(stmt.body) == 1
+                    and not any(
+                        isinstance(a, (cst.Lambda, cst.BaseComp)) for call in work for a in index.ancestors(call)
+                    )
                 ):
                     self._hoisted.extend(work)
                 elif work:
@@ -1153,8 +1207,14 @@ class _Finder:
         for item in node.items:
             call = item.item
             if isinstance(call, cst.Call) and "builtins.open" in self.index.qualified_names(call.func):
-                mode = next((a.value for i, a in enumerate(call.args) if (a.keyword is None and i == 1)
-                             or (a.keyword and a.keyword.value == "mode")), None)
+                mode = next(
+                    (
+                        a.value
+                        for i, a in enumerate(call.args)
+                        if (a.keyword is None and i == 1) or (a.keyword and a.keyword.value == "mode")
+                    ),
+                    None,
+                )
                 if isinstance(mode, cst.SimpleString) and set(mode.evaluated_value) & set("wax"):
                     return True
         return False
@@ -1166,7 +1226,10 @@ class _Finder:
         """The outermost calls in ``node`` that run the model or the script's own functions."""
         if isinstance(node, cst.Call):
             scope = self.index.scope_of(node)
-            if self.index.resolve_callee(node, scope) is not None or self.index.carried_ref(node.func, scope) in model_refs:
+            if (
+                self.index.resolve_callee(node, scope) is not None
+                or self.index.carried_ref(node.func, scope) in model_refs
+            ):
                 return [node]
         return [call for child in self.index.children.get(node, ()) for call in self._work_calls(child, model_refs)]
 

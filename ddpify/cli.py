@@ -487,7 +487,7 @@ def ddpify_command(
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return int(ExitCode.BROKEN_PIPE)
-    except Exception as exc:  # noqa: BLE001 - any escape is a bug; say so and exit 123
+    except Exception as exc:
         _error(f"error: {_internal_error_message(request.name, _describe(exc))}")
         return int(ExitCode.INTERNAL_ERROR)
 
@@ -501,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         message = exc.format_message().rstrip(".")
         _error(f"error: {message}; see 'ddpify --help'")
         return int(ExitCode.USAGE)
-    except Exception as exc:  # noqa: BLE001 - a bug outside the command itself
+    except Exception as exc:
         _error(f"error: internal error: {_describe(exc)}; please report a bug at {ISSUE_TRACKER}")
         return int(ExitCode.INTERNAL_ERROR)
     # --help and --version end with an exit code; the command returns one.
@@ -757,8 +757,7 @@ def _verify(request: Request, target: str, reporter: Reporter) -> ExitCode:
         reporter.say("--- torchrun output ---")
         reporter.say(report.output.rstrip())
     reporter.error(
-        f"error: {target} does not train in data-parallel "
-        f"({_plural(len(failed), 'check')} failed: {', '.join(failed)})"
+        f"error: {target} does not train in data-parallel ({_plural(len(failed), 'check')} failed: {', '.join(failed)})"
     )
     return ExitCode.NOT_DATA_PARALLEL
 
@@ -945,7 +944,7 @@ def _finish_one_of_many(
         return Outcome.INTERNAL_ERROR if failure.code is ExitCode.INTERNAL_ERROR else Outcome.FAILED
     except BrokenPipeError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a bug with this file; the others still count
+    except Exception as exc:
         reporter.error(f"error: {_internal_error_message(job.name, _describe(exc))}")
         return Outcome.INTERNAL_ERROR
 
@@ -981,7 +980,7 @@ def _conversions(request: Request, jobs: list[Job]) -> Iterator[tuple[bytes, Con
             item: tuple[bytes, Conversion] | Exception
             try:
                 item = (source, futures[index].result())
-            except Exception as exc:  # noqa: BLE001 - reported as this file's internal error
+            except Exception as exc:
                 item = exc
             yield item
     finally:
@@ -995,7 +994,7 @@ def _read_and_convert(job: Job, options: Options) -> tuple[bytes, Conversion] | 
         return failure
     try:
         return source, convert(source, path=job.name, options=options)
-    except Exception as exc:  # noqa: BLE001 - reported as this file's internal error
+    except Exception as exc:
         return exc
 
 

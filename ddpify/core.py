@@ -38,7 +38,7 @@ def convert(source: str | bytes, *, path: str = "<string>", options: Options = O
     """Convert one training script; see the module docstring for what is guaranteed."""
     try:
         return _convert(source, path, options)
-    except Exception as exc:  # noqa: BLE001 - the core reports its own bugs instead of raising
+    except Exception as exc:
         return _outcome(source, Status.INTERNAL_ERROR, [_at(path, 1, 1, "DDP900", f"internal error: {exc!r}")])
 
 
@@ -50,7 +50,9 @@ def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
         _compile(source, path)
     except SyntaxError as exc:
         return _outcome(
-            source, Status.INVALID, [_at(path, exc.lineno or 1, exc.offset or 1, "DDP002", f"invalid Python 3: {exc.msg}")]
+            source,
+            Status.INVALID,
+            [_at(path, exc.lineno or 1, exc.offset or 1, "DDP002", f"invalid Python 3: {exc.msg}")],
         )
     except ValueError as exc:  # e.g. null bytes
         return _outcome(source, Status.INVALID, [_at(path, 1, 1, "DDP003", f"cannot read the file: {exc}")])
@@ -80,8 +82,16 @@ def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
         return _outcome(
             source,
             Status.INVALID,
-            [_at(path, 1, 1, "DDP004", "the parser cannot reproduce this file byte for byte (unusual line endings "
-                 "or trailing whitespace); normalise them and try again")],
+            [
+                _at(
+                    path,
+                    1,
+                    1,
+                    "DDP004",
+                    "the parser cannot reproduce this file byte for byte (unusual line endings "
+                    "or trailing whitespace); normalise them and try again",
+                )
+            ],
         )
     already = distributed_use(module)
     if already is not None:

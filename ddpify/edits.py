@@ -141,7 +141,7 @@ def _insert_first(plan: EditPlan, anchor: cst.BaseStatement, lines: list[cst.Bas
 
 
 def _is_stdlib(module: str) -> bool:
-    return module.split(".")[0] in sys.stdlib_module_names
+    return module.split(".", maxsplit=1)[0] in sys.stdlib_module_names
 
 
 def _import_module(stmt: cst.BaseStatement) -> str | None:
@@ -172,7 +172,9 @@ def _ifs_run_on_rank_zero(plan: EditPlan) -> set[cst.If]:
     """``if step % 10 == 0: print(...)`` becomes ``if step % 10 == 0 and <rank 0>:``, not a nested ``if``."""
     guarded = set(plan.rank_zero_only)
     merged: set[cst.If] = {
-        s for s in guarded if isinstance(s, cst.If) and s.orelse is None and isinstance(s.body, cst.SimpleStatementSuite)
+        s
+        for s in guarded
+        if isinstance(s, cst.If) and s.orelse is None and isinstance(s.body, cst.SimpleStatementSuite)
     }
     for stmt in guarded - merged:
         block = plan.index.parent(stmt)
@@ -195,7 +197,8 @@ class _Applier(cst.CSTTransformer):
         self.merged_ifs = merged_ifs
         everything = set(plan.rank_zero_only)
         self.guarded = {
-            s for s in plan.rank_zero_only
+            s
+            for s in plan.rank_zero_only
             if s not in merged_ifs
             and plan.index.parent(plan.index.parent(s)) not in merged_ifs
             and not any(a in everything for a in plan.index.ancestors(s))  # already inside a rank-0 block
@@ -225,7 +228,7 @@ class _Applier(cst.CSTTransformer):
         for original, new in zip(originals, updated):
             before = self.plan.before.get(original, [])
             after = self.plan.after.get(original, [])
-            if carried and not (original in self.plan.removed):
+            if carried and original not in self.plan.removed:
                 new = new.with_changes(leading_lines=[*carried, *new.leading_lines])
                 carried = []
             if original in self.plan.removed:
@@ -238,7 +241,9 @@ class _Applier(cst.CSTTransformer):
                 body.extend(before)
                 inner = list(new.body.body)
                 if isinstance(new.body, cst.SimpleStatementSuite):
-                    inner = [cst.SimpleStatementLine([s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in inner])]
+                    inner = [
+                        cst.SimpleStatementLine([s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in inner])
+                    ]
                 inner[0] = inner[0].with_changes(leading_lines=[*new.leading_lines, *inner[0].leading_lines])
                 body.extend(inner)
                 body.extend(after)
@@ -269,7 +274,7 @@ def _if_rank_zero(stmts: list[cst.BaseStatement], test: cst.BaseExpression) -> c
 
 
 def _and(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(left, cst.BooleanOperation) and isinstance(left.operator, cst.Or) or isinstance(
+    if (isinstance(left, cst.BooleanOperation) and isinstance(left.operator, cst.Or)) or isinstance(
         left, (cst.Lambda, cst.IfExp, cst.NamedExpr)
     ):
         left = left.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])

@@ -20,14 +20,13 @@ a ``Trainer`` class) without a full type inference.
 
 from __future__ import annotations
 
+import builtins
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-import builtins
-
 from libcst.metadata import PositionProvider
 
 from ddpify import torch_api
@@ -216,9 +215,9 @@ class Index:
                 and expr.func.attr.value in torch_api.MODULE_CHAINING_METHODS
             ):
                 expr = expr.func.value
-            elif isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("iter")) and len(expr.args) == 1:
-                expr = expr.args[0].value
-            elif self.is_call_to(expr, torch_api.DATA_PARALLEL | torch_api.PROGRESS_BARS) and expr.args:
+            elif (isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("iter")) and len(expr.args) == 1) or (
+                self.is_call_to(expr, torch_api.DATA_PARALLEL | torch_api.PROGRESS_BARS) and expr.args
+            ):
                 expr = expr.args[0].value
             else:
                 return None
@@ -230,8 +229,12 @@ class Index:
             if isinstance(expr, (cst.Name, cst.Attribute)) and self.ref_of(expr, self.scope_of(expr)) == ref:
                 parent = self.parent(expr)
                 # ``self.model`` is one read, not also a read of ``self``.
-                if not (isinstance(expr, cst.Name) and isinstance(parent, cst.Attribute) and parent.value is expr
-                        and self.ref_of(parent, self.scope_of(parent)) is not None):
+                if not (
+                    isinstance(expr, cst.Name)
+                    and isinstance(parent, cst.Attribute)
+                    and parent.value is expr
+                    and self.ref_of(parent, self.scope_of(parent)) is not None
+                ):
                     found.append(expr)
         return found
 
@@ -262,7 +265,9 @@ class Index:
         return None
 
     def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
-        return [call for call in self.calls if (self.resolve_callee(call, self.scope_of(call)) or (None,))[0] is function]
+        return [
+            call for call in self.calls if (self.resolve_callee(call, self.scope_of(call)) or (None,))[0] is function
+        ]
 
     def flows_from(self, ref: Ref) -> list[Flow]:
         return [f for f in self.flows if f.src == ref]
@@ -389,7 +394,7 @@ class _Collector(cst.CSTVisitor):
         self.index.functions[(owner, node.name.value)] = node
         if isinstance(owner, cst.ClassDef):
             self.index.class_of[node] = owner
-            self.index.bound[owner]  # noqa: B018 - materialise the class scope
+            self.index.bound[owner]
         else:
             self.index.bound[owner].add(node.name.value)
         self.index.bound[node].update(_params(node))
@@ -448,12 +453,16 @@ class _Collector(cst.CSTVisitor):
         self.index.statements.append(node)
 
     def visit_If(self, node: cst.If) -> None:
-        if len(self.scopes) == 1 and self.index.parent(node) is self.index.module and m.matches(
-            node.test,
-            m.Comparison(
-                left=m.Name("__name__"),
-                comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())],
-            ),
+        if (
+            len(self.scopes) == 1
+            and self.index.parent(node) is self.index.module
+            and m.matches(
+                node.test,
+                m.Comparison(
+                    left=m.Name("__name__"),
+                    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())],
+                ),
+            )
         ):
             self.index.main_guard = node
 

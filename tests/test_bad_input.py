@@ -107,9 +107,7 @@ class BadInput:
 BAD_INPUTS = [
     BadInput("missing-file", "missing.py", None, "error: missing.py: No such file or directory"),
     BadInput("nul-byte", "binary.py", b"import torch\x00\n" + TRAIN, r"binary\.py:1:1: DDP00[23] ", exact=False),
-    BadInput(
-        "random-bytes", "noise.py", random.Random(0).randbytes(512), r"noise\.py:1:1: DDP00[23] ", exact=False
-    ),
+    BadInput("random-bytes", "noise.py", random.Random(0).randbytes(512), r"noise\.py:1:1: DDP00[23] ", exact=False),
     BadInput(
         "elf-header",
         "a.out.py",
@@ -345,7 +343,7 @@ def test_script_without_training_code(source: bytes, cli, workdir: Path) -> None
 
 def test_utf8_bom_is_kept(cli, workdir: Path) -> None:
     bom = b"\xef\xbb\xbf"
-    _, out = convert_ok(cli, workdir, "bom.py", bom + b'# caf\xc3\xa9\n' + TRAIN)
+    _, out = convert_ok(cli, workdir, "bom.py", bom + b"# caf\xc3\xa9\n" + TRAIN)
 
     assert out.startswith(bom + b"# caf\xc3\xa9\n")
     assert out.count(bom) == 1

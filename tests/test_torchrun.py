@@ -91,7 +91,7 @@ def test_checkpoint_loads_into_the_single_gpu_model(tmp_path: Path) -> None:
     assert result.stdout.strip() == "loaded", result.stderr[-2000:]
 
 
-EVALUATION_SCRIPT = '''
+EVALUATION_SCRIPT = """
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -128,7 +128,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 @pytest.mark.torchrun
@@ -151,7 +151,7 @@ def test_reported_evaluation_accuracy_equals_the_single_process_one(tmp_path: Pa
     assert distributed == single, "rank 0 must print the single-process accuracy, once per epoch"
 
 
-SPAWN_SCRIPT = '''
+SPAWN_SCRIPT = """
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -170,7 +170,7 @@ for epoch in range(2):
         steps += 1
 print(f"steps {steps}")
 torch.save(model.state_dict(), "spawned.pt")
-'''
+"""
 
 
 @pytest.mark.torchrun

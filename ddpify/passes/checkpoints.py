@@ -29,7 +29,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis import Anatomy
-from ddpify.edits import EditPlan, with_comma as _with_comma
+from ddpify.edits import EditPlan
+from ddpify.edits import with_comma as _with_comma
 from ddpify.result import Options
 
 

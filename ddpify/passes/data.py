@@ -30,7 +30,6 @@ from ddpify.diagnostics import Severity
 from ddpify.edits import EditPlan, fresh
 from ddpify.result import Options
 
-
 PER_PROCESS_BATCH = '''
 def {helper}(batch_size):
     """The share of the single-process batch that each process loads, so the global batch stays the same."""
@@ -64,7 +63,11 @@ def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[st
     call = loader.call
     sampler = anatomy.names.sampler
     dataset_arg = next(
-        (a for i, a in enumerate(call.args) if (a.keyword is None and i == 0) or (a.keyword and a.keyword.value == "dataset")),
+        (
+            a
+            for i, a in enumerate(call.args)
+            if (a.keyword is None and i == 0) or (a.keyword and a.keyword.value == "dataset")
+        ),
         None,
     )
     if dataset_arg is None:
@@ -105,9 +108,11 @@ def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[st
     elif not _is_true(shuffle.value):
         arguments += f", shuffle={index.module.code_for_node(shuffle.value)}"
     value = cst.parse_expression(f"{sampler}({arguments})")
-    new_arg = cst.Arg(value=value, keyword=cst.Name("sampler"), equal=cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-    ))
+    new_arg = cst.Arg(
+        value=value,
+        keyword=cst.Name("sampler"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
     if shuffle is not None:
         plan.replace(shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=value))
         summary = "training DataLoader: shuffle moves into a DistributedSampler"
@@ -120,7 +125,9 @@ def _add_sampler(anatomy: Anatomy, plan: EditPlan, loader: Loader, taken: set[st
         size = index.module.code_for_node(batch.value)
         summary += f"; each process loads batches of {size}, so the global batch is {size} x world size"
     plan.change(call, summary)
-    plan.need_import("torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler)
+    plan.need_import(
+        "torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler
+    )
     return shuffles
 
 
@@ -201,9 +208,17 @@ def _insert_arg(call: cst.Call, arg: cst.Arg, position: int) -> cst.Call:
     if not args:
         return call.with_changes(args=[arg])
     if position < len(args):
-        return call.with_changes(args=[*args[:position], arg.with_changes(comma=args[position - 1].comma
-                                 if position > 0 and isinstance(args[position - 1].comma, cst.Comma)
-                                 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *args[position:]])
+        return call.with_changes(
+            args=[
+                *args[:position],
+                arg.with_changes(
+                    comma=args[position - 1].comma
+                    if position > 0 and isinstance(args[position - 1].comma, cst.Comma)
+                    else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                ),
+                *args[position:],
+            ]
+        )
     last = args[-1]
     if isinstance(last.comma, cst.Comma):  # a trailing comma: the call is laid out one argument per line
         comma = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last.comma

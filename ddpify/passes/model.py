@@ -45,7 +45,7 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
             plan.replace(model.data_parallel, lambda n, r=replacement: r.with_changes(lpar=n.lpar, rpar=n.rpar))
             if model.data_parallel_if is not None:
                 plan.inline(model.data_parallel_if)
-            plan.change(model.insert_after, f"nn.DataParallel -> DistributedDataParallel (one process per GPU)")
+            plan.change(model.insert_after, "nn.DataParallel -> DistributedDataParallel (one process per GPU)")
         else:
             if model.data_parallel_removed is not None:
                 wrapped_by_ddp.add(model.data_parallel_removed.body[0].value)
@@ -68,19 +68,24 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     for accumulation in anatomy.accumulations:
         condition = anatomy.index.module.code_for_node(accumulation.condition)
         lines = [
-            cst.parse_statement(f"{model}.require_backward_grad_sync = {condition}\n")
-            for model in accumulation.models
+            cst.parse_statement(f"{model}.require_backward_grad_sync = {condition}\n") for model in accumulation.models
         ]
-        comment = cst.EmptyLine(comment=cst.Comment("# All-reduce gradients only in the micro-step that updates the weights."))
+        comment = cst.EmptyLine(
+            comment=cst.Comment("# All-reduce gradients only in the micro-step that updates the weights.")
+        )
         lines[0] = lines[0].with_changes(leading_lines=[comment])
         plan.insert_before(accumulation.forward, *lines)
-        plan.change(accumulation.forward, "gradient accumulation: gradients are all-reduced only before optimizer.step()")
+        plan.change(
+            accumulation.forward, "gradient accumulation: gradients are all-reduced only before optimizer.step()"
+        )
     for call in anatomy.data_parallel:
         if call not in wrapped_by_ddp and call.args:
             plan.replace(call, lambda n: n.args[0].value)
             plan.change(call, "remove nn.DataParallel: each process drives one GPU")
     if anatomy.models:
-        plan.need_import("torch.nn.parallel", "DistributedDataParallel", ddp if ddp != "DistributedDataParallel" else None)
+        plan.need_import(
+            "torch.nn.parallel", "DistributedDataParallel", ddp if ddp != "DistributedDataParallel" else None
+        )
 
 
 def _text(anatomy: Anatomy, node: cst.CSTNode) -> str:

@@ -31,7 +31,6 @@ import libcst as cst
 from ddpify.analysis import Anatomy
 from ddpify.diagnostics import Severity
 from ddpify.edits import EditPlan
-from ddpify.flow import _walk
 from ddpify.result import Options
 
 SETUP = '''
@@ -57,7 +56,7 @@ def {setup}():
 '''
 
 
-SPAWN = '''    nproc = int({os}.environ.get("PET_NPROC_PER_NODE", torch.cuda.device_count()))
+SPAWN = """    nproc = int({os}.environ.get("PET_NPROC_PER_NODE", torch.cuda.device_count()))
     if "RANK" not in {os}.environ and nproc > 1:
         # Plain `python` on a machine with several GPUs: run this script once per GPU, as torchrun would.
         with socket.socket() as sock:
@@ -72,7 +71,7 @@ SPAWN = '''    nproc = int({os}.environ.get("PET_NPROC_PER_NODE", torch.cuda.dev
             for rank in range(nproc)
         ]
         sys.exit(max(worker.wait() for worker in workers))
-'''
+"""
 
 
 def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
@@ -109,8 +108,7 @@ def run(anatomy: Anatomy, plan: EditPlan, options: Options) -> None:
     if anatomy.setup_at_module_level or guard is None:
         call = cst.parse_statement(f"{names.setup}()\n").with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         teardown = cst.parse_statement(
-            f"{names.atexit}.register({names.dist}.destroy_process_group)"
-            "  # every rank, also when training raises\n"
+            f"{names.atexit}.register({names.dist}.destroy_process_group)  # every rank, also when training raises\n"
         )
         plan.insert_before(anchor, call, teardown)
         if names.atexit not in anatomy.index.bound[module]:

@@ -68,9 +68,7 @@ def verify(
     if not script.is_file():
         raise FileNotFoundError(f"no such script: {script}")
     if importlib.util.find_spec("torch") is None:
-        raise ModuleNotFoundError(
-            f"verifying needs torch in {sys.executable}: pip install 'ddpify[run]'", name="torch"
-        )
+        raise ModuleNotFoundError(f"verifying needs torch in {sys.executable}: pip install 'ddpify[run]'", name="torch")
     outcome = run_under_torchrun(
         script,
         nproc=nproc,

@@ -480,6 +480,4 @@ def _clean_exit(run: RunOutcome) -> Check:
         return Check(CLEAN_EXIT, False, f"{_ranks(not_destroyed)} exited without destroy_process_group(){note}")
     if not any(record.get("process_group", {}).get("initialized") for record in run.records.values()):
         return Check(CLEAN_EXIT, True, f"no hang (finished in {run.duration_s:.1f} s); no process group to destroy")
-    return Check(
-        CLEAN_EXIT, True, f"destroy_process_group() on every rank; finished in {run.duration_s:.1f} s"
-    )
+    return Check(CLEAN_EXIT, True, f"destroy_process_group() on every rank; finished in {run.duration_s:.1f} s")

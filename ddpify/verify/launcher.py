@@ -67,9 +67,7 @@ def torchrun_command(script: Path, nproc: int, script_args: Sequence[str]) -> li
     ]
 
 
-def probe_environment(
-    probe_dir: str, max_steps: int | None, extra: Mapping[str, str] | None = None
-) -> dict[str, str]:
+def probe_environment(probe_dir: str, max_steps: int | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra or {})
     python_path = env.get("PYTHONPATH")

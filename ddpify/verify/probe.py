@@ -134,9 +134,7 @@ def hash_batch(batch: Any) -> tuple[str, list[str] | None]:
     if samples is not None:
         whole = _short_hash(*(s.encode() for s in samples))
     else:
-        whole = _short_hash(
-            *(_tensor_bytes(x) if isinstance(x, torch.Tensor) else repr(x).encode() for x in leaves)
-        )
+        whole = _short_hash(*(_tensor_bytes(x) if isinstance(x, torch.Tensor) else repr(x).encode() for x in leaves))
     return whole, samples
 
 
@@ -206,9 +204,7 @@ class _OptimizerRecord:
                     tensor = torch.view_as_real(tensor)
                 values = tensor.to(device="cpu", dtype=torch.float64).reshape(-1)
                 count = values.numel()
-                weights = torch.sin(
-                    torch.arange(numel, numel + count, dtype=torch.float64) * _WEIGHT_STEP
-                )
+                weights = torch.sin(torch.arange(numel, numel + count, dtype=torch.float64) * _WEIGHT_STEP)
                 total += values.sum().item()
                 squares += (values * values).sum().item()
                 weighted += (values * weights).sum().item()
