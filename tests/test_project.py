@@ -1,0 +1,42 @@
+"""The repository's own promises: CI runs README's test command, and the tools it names are configured."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _readme_commands() -> list[str]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Try it", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.+?)\n```", section, flags=re.DOTALL)
+
+
+def test_readme_has_exactly_two_setup_commands() -> None:
+    commands = _readme_commands()
+    assert len(commands) == 2
+    assert all("\n" not in command for command in commands)
+    main_job, tests = commands
+    assert "torchrun" in main_job and "--diff" in main_job
+    assert tests.endswith("-m pytest")
+
+
+def test_ci_runs_the_readme_test_command_after_lint_and_types() -> None:
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    test_command = _readme_commands()[1]
+    assert ci[-1] == test_command
+    steps = "\n".join(ci)
+    for tool in (".venv/bin/ruff check", ".venv/bin/ruff format --check", ".venv/bin/mypy"):
+        assert tool in steps
+
+
+def test_constraints_pin_what_the_readme_installs() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    run_extra = re.search(r"^run = \[(.*)\]$", pyproject, flags=re.MULTILINE)
+    assert run_extra is not None
+    assert '"torch>=' in run_extra.group(1), "the run extra accepts a range of torch versions"
+    pins = (ROOT / "constraints.txt").read_text(encoding="utf-8")
+    assert re.search(r"^torch==\d", pins, flags=re.MULTILINE)
+    assert all("-c constraints.txt" in command for command in _readme_commands())
