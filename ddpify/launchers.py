@@ -94,9 +94,9 @@ def sbatch_script(
         raise ValueError(f"rdzv_port must be between 1 and 65535, got {rdzv_port}")
     if job_name is None:
         job_name = "".join("_" if c.isspace() else c for c in PurePath(script).stem) or "ddp"
-    for name, value in (("job_name", job_name), ("time", time), ("partition", partition)):
-        if value is not None and (not value or any(c.isspace() for c in value)):
-            raise ValueError(f"{name} must be non-empty and without whitespace, got {value!r}")
+    for name, directive in (("job_name", job_name), ("time", time), ("partition", partition)):
+        if directive is not None and (not directive or any(c.isspace() for c in directive)):
+            raise ValueError(f"{name} must be non-empty and without whitespace, got {directive!r}")
     cpus = _CPUS_PER_GPU * gpus_per_node if cpus_per_task is None else cpus_per_task
 
     directives = [
