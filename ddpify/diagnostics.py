@@ -15,6 +15,11 @@ what part of the script is meant:
 An ``error`` means the script cannot be converted safely and nothing is
 written; a ``warning`` means the script is written and a person should look;
 ``info`` is a fact about the conversion.
+
+Every code is a :class:`Code` record, declared once by the part of ddpify that
+reports it: the input-level and internal codes below, each concern's own in
+``ddpify/concerns/<concern>.py`` (its ``CODES``). :func:`registry` collects
+them all; a diagnostic is only ever made from a registered record.
 """
 
 from __future__ import annotations
@@ -42,6 +47,70 @@ class Diagnostic:
 
     def format(self) -> str:
         return f"{self.path}:{self.line}:{self.column}: {self.code} {self.message}"
+
+
+@dataclass(frozen=True)
+class Code:
+    """A diagnostic code: its number, how serious it is, who reports it, what it means, how to fix it."""
+
+    code: str
+    severity: Severity
+    concern: str  # the concern module that reports it, or "input" / "ddpify"
+    meaning: str  # one line
+    fix: str
+
+    def at(self, line: int, column: int, message: str, path: str = "<string>") -> Diagnostic:
+        """This finding at a place in the input."""
+        return Diagnostic(line, column, self.code, self.severity, message, path)
+
+
+INVALID_SYNTAX = Code(
+    "DDP002", Severity.ERROR, "input", "the input is not valid Python 3", "fix the syntax error (or port from Python 2)"
+)
+UNREADABLE = Code(
+    "DDP003", Severity.ERROR, "input", "the input is not text, or does not decode", "give a Python source file"
+)
+NO_ROUND_TRIP = Code(
+    "DDP004",
+    Severity.ERROR,
+    "input",
+    "the parser cannot reproduce the file byte for byte",
+    "normalise line endings and trailing whitespace",
+)
+TOO_DEEP = Code(
+    "DDP005", Severity.ERROR, "input", "the code is nested too deeply for the parser", "flatten the nesting"
+)
+FORM_FEED = Code(
+    "DDP006",
+    Severity.ERROR,
+    "input",
+    "a form feed inside indentation, next to which new code cannot be indented",
+    "remove the form feed",
+)
+ALREADY_DISTRIBUTED = Code(
+    "DDP010", Severity.INFO, "input", "the script already runs distributed: left unchanged", "nothing to do"
+)
+NOTHING_TO_DO = Code(
+    "DDP011", Severity.INFO, "input", "no training step (`.backward()`) found: left unchanged", "nothing to do"
+)
+INTERNAL_ERROR = Code(
+    "DDP900", Severity.ERROR, "ddpify", "a bug in ddpify: nothing is written", "report it with the input script"
+)
+
+INPUT_CODES = (INVALID_SYNTAX, UNREADABLE, NO_ROUND_TRIP, TOO_DEEP, FORM_FEED, ALREADY_DISTRIBUTED, NOTHING_TO_DO)
+INTERNAL_CODES = (INTERNAL_ERROR,)
+
+
+def registry() -> dict[str, Code]:
+    """Every diagnostic code ddpify can report, by its number."""
+    from ddpify.concerns import CONCERNS  # the concerns import libcst; the CLI's start-up does not need them
+
+    codes: dict[str, Code] = {}
+    for code in (*INPUT_CODES, *(c for concern in CONCERNS for c in concern.CODES), *INTERNAL_CODES):
+        if code.code in codes:
+            raise ValueError(f"{code.code} is declared twice")
+        codes[code.code] = code
+    return dict(sorted(codes.items()))
 
 
 @dataclass(frozen=True)

@@ -154,12 +154,6 @@ def test_form_feed_in_indentation_is_not_an_internal_error() -> None:
     assert conversion.status is not Status.INTERNAL_ERROR, conversion.diagnostics
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug (found by the mutation fuzzer): with `import torch` after the `__main__` guard that "
-    "calls the training function, the new imports go next to it, below the guard; the output is not "
-    "recognised as distributed and converting it again is refused (DDP103, DDP202): internal-error, exit 123",
-)
 def test_import_after_the_main_guard_is_not_an_internal_error() -> None:
     source = b"""\
 from torch.utils.data import DataLoader, TensorDataset

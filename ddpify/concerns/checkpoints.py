@@ -1,0 +1,174 @@
+"""Checkpoints: ``torch.save`` runs on global rank 0 only.
+
+Every rank holds the same weights after each step, so one copy is enough, and
+N processes writing one file corrupt it. The model pass has already made the
+saved object the unwrapped module (``model.module.state_dict()``), so the
+checkpoint loads into the single-GPU model as before::
+
+    torch.save(model.state_dict(), "model.pt")
+    ->  if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), "model.pt")
+
+The global rank (not the local one) decides, so a multi-node job writes one
+checkpoint, not one per node.
+
+When the script reads a saved file back later (``torch.load`` of the same
+path), a ``dist.barrier()`` follows the save, on every rank, so that nobody
+reads a file rank 0 is still writing.
+
+``torch.load`` of a state dict gets ``map_location="cpu"``: without it every
+rank would load the tensors onto the GPU they were saved from (GPU 0), and
+``load_state_dict`` copies them to the model's own device anyway::
+
+    model.load_state_dict(torch.load(path))
+    ->  model.load_state_dict(torch.load(path, map_location="cpu"))
+
+Limits: a ``torch.load`` without ``map_location`` whose result is not only fed
+to ``load_state_dict`` is reported (DDP401), not changed; a barrier follows a
+save only when the script loads the same path expression again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify import torch_api
+from ddpify.diagnostics import Code, Severity
+from ddpify.engine.edits import EditPlan, with_comma
+from ddpify.engine.program import Program
+from ddpify.engine.syntax import argument
+from ddpify.result import Options
+
+LOAD_WITHOUT_MAP_LOCATION = Code(
+    "DDP401",
+    Severity.WARNING,
+    "checkpoints",
+    "torch.load without map_location of something other than a state dict",
+    'pass map_location=<this rank\'s device> (or "cpu")',
+)
+CODES = (LOAD_WITHOUT_MAP_LOCATION,)
+
+
+@dataclass(frozen=True)
+class Facts:
+    saves: tuple[cst.SimpleStatementLine, ...]  # torch.save statements
+    reloaded_saves: tuple[cst.SimpleStatementLine, ...]  # saves whose file the script loads again later
+    state_loads: tuple[cst.Call, ...]  # torch.load(...) of state dicts, without map_location
+
+
+def find(program: Program) -> Facts:
+    finder = _Finder(program)
+    saves = tuple(finder.saves())
+    return Facts(saves, tuple(finder.reloaded(saves)), tuple(finder.state_loads()))
+
+
+class _Finder:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.index = program.index
+
+    def saves(self) -> Iterator[cst.SimpleStatementLine]:
+        """Statements that only call ``torch.save``."""
+        for stmt in self.index.statements:
+            if all(isinstance(s, cst.Expr) and self.index.is_call_to(s.value, torch_api.SAVE) for s in stmt.body):
+                yield stmt
+
+    def reloaded(self, saves: tuple[cst.SimpleStatementLine, ...]) -> Iterator[cst.SimpleStatementLine]:
+        """Saves of a file the script reads back with ``torch.load``: the other ranks must wait for rank 0."""
+        index = self.index
+        loaded = {
+            index.module.code_for_node(call.args[0].value)
+            for call in index.calls
+            if index.is_call_to(call, torch_api.LOAD) and call.args
+        }
+        for stmt in saves:
+            call = stmt.body[0].value
+            path = argument(call, "f", 1)
+            if path is not None and index.module.code_for_node(path.value) in loaded:
+                yield stmt
+
+    def state_loads(self) -> Iterator[cst.Call]:
+        """``torch.load`` calls without ``map_location`` whose result only feeds ``load_state_dict``."""
+        index = self.index
+        for call in index.calls:
+            if not index.is_call_to(call, torch_api.LOAD):
+                continue
+            if argument(call, "map_location", 1) is not None:
+                continue
+            if self._feeds_state_dicts(call):
+                yield call
+            else:
+                self.program.report(
+                    call,
+                    LOAD_WITHOUT_MAP_LOCATION,
+                    "torch.load without map_location: every rank loads onto the GPU the checkpoint was saved "
+                    "from; pass map_location=<this rank's device>",
+                )
+
+    def _feeds_state_dicts(self, call: cst.Call) -> bool:
+        index = self.index
+        parent = index.parent(call)
+        if isinstance(parent, cst.Arg):
+            return m.matches(index.parent(parent), m.Call(func=m.Attribute(attr=m.Name("load_state_dict"))))
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1):
+            return False
+        ref = index.ref_of(parent.targets[0].target, index.scope_of(call))
+        if ref is None:
+            return False
+        reads = [
+            r
+            for scope in index.scopes_reading(ref)
+            for r in index.mentions(scope, ref, scope)
+            if not isinstance(index.parent(r), cst.AssignTarget)
+        ]
+        for read in reads:
+            node = read
+            while isinstance(index.parent(node), cst.Subscript) and index.parent(node).value is node:
+                node = index.parent(node)
+            arg = index.parent(node)
+            if isinstance(arg, cst.Arg) and m.matches(
+                index.parent(arg), m.Call(func=m.Attribute(attr=m.Name("load_state_dict")))
+            ):
+                continue
+            if node is not read:  # checkpoint["epoch"]: a plain value read out of the checkpoint
+                continue
+            return False
+        return bool(reads)
+
+
+def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
+    for stmt in facts.saves:
+        plan.on_rank_zero(stmt)
+        plan.change(stmt, "torch.save on global rank 0 only")
+    for stmt in facts.reloaded_saves:
+        barrier = cst.parse_statement(f"{plan.names.dist}.barrier()  # the others read what rank 0 just wrote\n")
+        plan.insert_after(_rank_zero_unit(plan, stmt), barrier)
+        plan.change(stmt, "dist.barrier() after the save: the file is read back later")
+    for call in facts.state_loads:
+        plan.replace(call, lambda n: n.with_changes(args=[*with_comma(n.args), _MAP_TO_CPU]))
+        plan.change(call, 'torch.load(..., map_location="cpu"): not onto the GPU the checkpoint came from')
+
+
+def _rank_zero_unit(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
+    """The statement that will hold the rank-0 test: the save, or an ``if`` whose test takes the rank test."""
+    block = plan.index.parent(stmt)
+    owner = plan.index.parent(block)
+    if (
+        isinstance(owner, cst.If)
+        and owner.orelse is None
+        and owner is not plan.index.main_guard
+        and all(s in plan.rank_zero_only for s in block.body)
+    ):
+        return owner
+    return stmt
+
+
+_MAP_TO_CPU = cst.Arg(
+    keyword=cst.Name("map_location"),
+    value=cst.SimpleString('"cpu"'),
+    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+)

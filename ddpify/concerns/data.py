@@ -1,0 +1,549 @@
+"""Data: every training DataLoader draws its own shard through a DistributedSampler.
+
+A loader feeds training when its batches are drawn in a loop that runs a
+backward pass (through the script's own functions too). ``shuffle=`` moves into the
+sampler, because a DataLoader refuses both; the sampler's ``set_epoch`` is
+called at the start of each epoch so that every epoch shuffles differently
+(and identically on all ranks)::
+
+    loader = DataLoader(ds, batch_size=64, shuffle=True)
+    ->  loader = DataLoader(ds, batch_size=64, sampler=DistributedSampler(ds))
+
+    for epoch in range(epochs):              for epoch in range(epochs):
+        train(model, loader)          ->         loader.sampler.set_epoch(epoch)
+                                                 train(model, loader)
+
+``len(loader.dataset)`` on a training loader becomes ``len(loader.sampler)``,
+the number of samples this rank trains on, so per-sample averages and progress
+counts stay right. The per-process batch size stays as written, so the global
+batch is now ``world size`` times larger. Evaluation loaders are left whole: every rank
+evaluates the full set, so the numbers it reports are the single-process ones.
+
+Limits: a loader that already has a sampler (DDP202), an ``IterableDataset``
+(DDP208), a loader built from ``*args`` (DDP205) or without a dataset
+(DDP206), and training batches that come from anything but a DataLoader the
+flow graph can follow (DDP201) are refused; a loader that cannot be followed
+to a loop (DDP204), an epoch loop without a simple variable or a training
+loop repeated in a ``while`` (DDP203), and ``download=True`` on every rank
+(DDP209) are reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify import torch_api
+from ddpify.diagnostics import Code, Severity
+from ddpify.engine.edits import EditPlan, fresh, insert_arg
+from ddpify.engine.index import Ref, Scope
+from ddpify.engine.values import dict_keys
+from ddpify.engine.program import Program
+from ddpify.engine.syntax import argument, dotted
+from ddpify.result import Options
+
+NO_TRAINING_LOADER = Code(
+    "DDP201",
+    Severity.ERROR,
+    "data",
+    "the training loop's batches do not come from a DataLoader ddpify can follow",
+    "draw the training batches from a torch.utils.data.DataLoader over a map-style dataset",
+)
+OWN_SAMPLER = Code(
+    "DDP202",
+    Severity.ERROR,
+    "data",
+    "the training DataLoader already has a sampler= or batch_sampler=",
+    "shard the data yourself (e.g. a DistributedSampler wrapping your sampler's choice)",
+)
+NO_EPOCH = Code(
+    "DDP203",
+    Severity.WARNING,
+    "data",
+    "no epoch to call sampler.set_epoch() with",
+    "call `loader.sampler.set_epoch(n)` at the start of each pass over the data",
+)
+UNFOLLOWED_LOADER = Code(
+    "DDP204",
+    Severity.WARNING,
+    "data",
+    "a DataLoader that cannot be followed to a loop is left without a DistributedSampler",
+    "if it feeds training, give it a DistributedSampler yourself",
+)
+STAR_ARGS = Code(
+    "DDP205",
+    Severity.ERROR,
+    "data",
+    "a training DataLoader built from `*args`",
+    "pass the DataLoader's arguments by name",
+)
+NO_DATASET = Code(
+    "DDP206",
+    Severity.ERROR,
+    "data",
+    "a training DataLoader without a dataset argument",
+    "pass the dataset as the first argument or as dataset=",
+)
+BATCH_NOT_ARGUMENT = Code(
+    "DDP207",
+    Severity.WARNING,
+    "data",
+    "--keep-global-batch, but the DataLoader's batch size is not one of its arguments",
+    "pass batch_size= to the DataLoader",
+)
+ITERABLE_DATASET = Code(
+    "DDP208",
+    Severity.ERROR,
+    "data",
+    "the training data is an IterableDataset, which a DistributedSampler cannot shard",
+    "make each rank yield its own share (e.g. skip items by dist.get_rank())",
+)
+DOWNLOAD_ON_EVERY_RANK = Code(
+    "DDP209",
+    Severity.WARNING,
+    "data",
+    "a dataset downloaded with download=True is fetched by every rank at once",
+    "download it before launching, or on rank 0 followed by dist.barrier()",
+)
+CODES = (
+    NO_TRAINING_LOADER,
+    OWN_SAMPLER,
+    NO_EPOCH,
+    UNFOLLOWED_LOADER,
+    STAR_ARGS,
+    NO_DATASET,
+    BATCH_NOT_ARGUMENT,
+    ITERABLE_DATASET,
+    DOWNLOAD_ON_EVERY_RANK,
+)
+
+
+@dataclass(frozen=True)
+class EpochLoop:
+    loop: cst.For | cst.SimpleStatementLine  # the epoch loop, or the statement that restarts the iterator
+    loader: str  # the loader as written in the loop's scope: ``train_loader``, ``self.train_data``
+    after: cst.BaseStatement | None = None  # the loader is built inside the loop: set the epoch after this
+
+
+@dataclass(frozen=True)
+class Loader:
+    call: cst.Call
+    training: bool
+    epoch_loops: tuple[EpochLoop, ...]
+    # ``DataLoader(ds, **kwargs)``: the ``**kwargs`` argument and the keys it may
+    # hold (None when they cannot be known from the script).
+    spread: cst.Arg | None = None
+    spread_keys: frozenset[str] | None = None
+    # ``len(loader.dataset)``: the whole dataset, where this rank now sees its shard
+    dataset_lengths: tuple[cst.Attribute, ...] = ()
+    # ``it = iter(loader)`` after ``except StopIteration:``: a new pass over the data begins
+    restarts: tuple[EpochLoop, ...] = ()
+
+
+@dataclass(frozen=True)
+class Facts:
+    loaders: tuple[Loader, ...]
+
+
+def find(program: Program) -> Facts:
+    finder = _Finder(program)
+    loaders = tuple(finder.loaders())
+    finder.warn_downloads()
+    return Facts(loaders)
+
+
+class _Finder:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.index = program.index
+
+    def _origin(self, call: cst.Call) -> Ref | None:
+        index = self.index
+        parent = index.parent(call)
+        scope = index.scope_of(call)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            return index.ref_of(parent.targets[0].target, scope)
+        if isinstance(parent, cst.Return) and isinstance(scope, cst.FunctionDef):
+            return Ref(scope, "<return>")
+        if isinstance(parent, cst.Element) and isinstance(index.parent(parent), cst.Tuple):
+            ret = index.parent(index.parent(parent))
+            if isinstance(ret, cst.Return) and isinstance(scope, cst.FunctionDef):
+                slot = [e for e in index.parent(parent).elements].index(parent)
+                return Ref(scope, f"<return {slot}>")
+        return None
+
+    def loaders(self) -> Iterator[Loader]:
+        index = self.index
+        found_training = False
+        for call in index.calls:
+            if not index.is_call_to(call, torch_api.DATALOADER):
+                continue
+            origin = self._origin(call)
+            refs = index.downstream(origin) if origin is not None else set()
+            sites = [site for site in self._iterations(refs) if self._site_trains(site[0])]
+            training = bool(sites)
+            epoch_loops: list[EpochLoop] = []
+            restarts = tuple(self._restarts(refs)) if training else ()
+            if training:
+                found_training = True
+                for node, ref in sites:
+                    loop = self._epoch_loop(node, ref)
+                    if loop is not None and index.inside(call, loop.loop):
+                        built = next(
+                            a for a in (call, *index.ancestors(call)) if index.parent(index.parent(a)) is loop.loop
+                        )
+                        loop = EpochLoop(loop.loop, loop.loader, built)
+                    if loop is not None and loop not in epoch_loops:
+                        epoch_loops.append(loop)
+                repeated = any(
+                    isinstance(lp, cst.While)
+                    for node, _ in sites
+                    for lp in index.enclosing_loops(node)
+                    if lp is not node
+                )
+                if not epoch_loops and not restarts and repeated:
+                    self.program.report(
+                        call,
+                        NO_EPOCH,
+                        "the training loop repeats inside a `while` loop: call `loader.sampler.set_epoch(n)` "
+                        "at the start of each pass, or every pass shuffles the same way",
+                    )
+                self._check_sampling_arguments(call)
+            elif origin is None or not self._iterations(refs):
+                self.program.report(
+                    call,
+                    UNFOLLOWED_LOADER,
+                    "cannot follow this DataLoader to a loop: left without a DistributedSampler",
+                )
+            spread = next((a for a in call.args if a.star == "**"), None)
+            keys = dict_keys(self.index, spread.value, index.scope_of(call)) if spread is not None else None
+            if training and keys is not None and keys & torch_api.DATALOADER_SAMPLING_KEYWORDS:
+                self.program.report(
+                    spread,
+                    OWN_SAMPLER,
+                    "the training DataLoader already has its own sampler; a DistributedSampler would replace it",
+                )
+            lengths = tuple(self._dataset_lengths(refs)) if training else ()
+            yield Loader(call, training, tuple(epoch_loops), spread, keys, lengths, restarts)
+        if not found_training:
+            loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
+            self.program.report(
+                loop or index.module,
+                NO_TRAINING_LOADER,
+                "the training loop does not draw its batches from a torch DataLoader that ddpify can follow; "
+                "every rank would train on the same samples",
+            )
+
+    def _is_iterable_dataset(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
+        index = self.index
+        if isinstance(expr, cst.Call):
+            if isinstance(expr.func, cst.Name) and expr.func.value in index.classes:
+                return self._subclasses_iterable_dataset(index.classes[expr.func.value])
+            return False
+        ref = index.ref_of(expr, scope)
+        if ref is None or depth > 3:
+            return False
+        return any(
+            self._is_iterable_dataset(a.value, index.scope_of(a), depth + 1) for a in self.index.assignments_to(ref)
+        )
+
+    def _subclasses_iterable_dataset(self, cls: cst.ClassDef, depth: int = 0) -> bool:
+        for base in cls.bases:
+            if self.index.qualified_names(base.value) & torch_api.ITERABLE_DATASET:
+                return True
+            parent = self.index.classes.get(dotted(base.value))
+            if parent is not None and depth < 5 and self._subclasses_iterable_dataset(parent, depth + 1):
+                return True
+        return False
+
+    def _restarts(self, refs: set[Ref]) -> Iterator[EpochLoop]:
+        """``except StopIteration: it = iter(loader)``: the statements that start another pass."""
+        index = self.index
+        for stmt in index.statements:
+            small = stmt.body[0]
+            if len(stmt.body) != 1 or not isinstance(small, cst.Assign):
+                continue
+            value = small.value
+            if not (isinstance(value, cst.Call) and m.matches(value.func, m.Name("iter")) and value.args):
+                continue
+            ref = index.ref_of(value.args[0].value, index.scope_of(stmt))
+            if ref in refs and any(
+                isinstance(a, cst.ExceptHandler) and a.type is not None and "StopIteration" in dotted(a.type)
+                for a in index.ancestors(stmt)
+            ):
+                yield EpochLoop(stmt, self.index.spelled(ref, index.scope_of(stmt)))
+
+    def _dataset_lengths(self, refs: set[Ref]) -> Iterator[cst.Attribute]:
+        index = self.index
+        for ref in refs:
+            for scope in index.scopes_reading(ref):
+                for read in index.mentions(scope, ref, scope):
+                    attribute = index.parent(read)
+                    if m.matches(attribute, m.Attribute(attr=m.Name("dataset"))) and attribute.value is read:
+                        arg = index.parent(attribute)
+                        if isinstance(arg, cst.Arg) and m.matches(index.parent(arg), m.Call(func=m.Name("len"))):
+                            yield attribute
+
+    def _check_sampling_arguments(self, call: cst.Call) -> None:
+        dataset_arg = argument(call, "dataset", torch_api.DATALOADER_POSITIONS["dataset"])
+        dataset = dataset_arg.value if dataset_arg is not None else None
+        if dataset is not None and self._is_iterable_dataset(dataset, self.index.scope_of(call)):
+            self.program.report(
+                dataset,
+                ITERABLE_DATASET,
+                "the training data is an IterableDataset: a DistributedSampler cannot shard it; "
+                "make each rank yield its own share (e.g. skip items by dist.get_rank())",
+            )
+        for position, arg in enumerate(call.args):
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS or (
+                keyword is None and not arg.star and position >= torch_api.DATALOADER_POSITIONS["sampler"]
+            ):
+                self.program.report(
+                    arg,
+                    OWN_SAMPLER,
+                    "the training DataLoader already has its own sampler; a DistributedSampler would replace it",
+                )
+            elif arg.star == "*":
+                self.program.report(arg, STAR_ARGS, "cannot add a sampler to a DataLoader built from `*args`")
+
+    def _iterations(self, refs: set[Ref]) -> list[tuple[cst.CSTNode, Ref]]:
+        """Where batches are drawn from the loader: ``for ... in loader`` loops and ``next(it)`` calls."""
+        index = self.index
+        sites: list[tuple[cst.CSTNode, Ref]] = []
+        for loop in index.loops:
+            if isinstance(loop, cst.For):
+                ref = self._iterated_ref(loop.iter, index.scope_of(loop), refs)
+                if ref is not None:
+                    sites.append((loop, ref))
+        for comprehension in index.comprehensions:
+            ref = self._iterated_ref(comprehension.iter, index.scope_of(comprehension), refs)
+            if ref is not None:
+                sites.append((comprehension, ref))
+        for call in index.calls:
+            if m.matches(call.func, m.Name("next")) and call.args:
+                ref = index.carried_ref(call.args[0].value, index.scope_of(call))
+                if ref in refs:
+                    sites.append((call, ref))
+        return sites
+
+    def _iterated_ref(self, expr: cst.BaseExpression, scope: Scope, refs: set[Ref]) -> Ref | None:
+        ref = self.index.carried_ref(expr, scope)
+        if ref in refs:
+            return ref
+        if isinstance(expr, cst.Call) and not m.matches(expr.func, m.Name("len") | m.Name("range")):
+            for arg in expr.args:
+                if arg.keyword is None:
+                    found = self._iterated_ref(arg.value, scope, refs)
+                    if found is not None:
+                        return found
+        return None
+
+    def _site_trains(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.CompFor):
+            return False
+        if isinstance(node, cst.For):
+            return self.index.trains(node.body)
+        return any(self.index.trains(loop.body) for loop in self.index.enclosing_loops(node))
+
+    def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0) -> EpochLoop | None:
+        index = self.index
+        loops = [lp for lp in index.enclosing_loops(site) if lp is not site]
+        if depth == 0 and isinstance(site, cst.Call):  # next(it): the loop drawing batches is the innermost one
+            loops = loops[1:]
+        for loop in loops:
+            if isinstance(loop, cst.For):
+                return EpochLoop(loop, self.index.spelled(ref, index.scope_of(loop)))
+            return None  # a `while` loop counts steps, not epochs
+        scope = index.scope_of(site)
+        if not isinstance(scope, cst.FunctionDef) or depth > 4:
+            return None
+        for call in index.callers(scope):
+            caller_scope = index.scope_of(call)
+            caller_ref = self._ref_at_call(ref, scope, call, caller_scope)
+            if caller_ref is not None:
+                found = self._epoch_loop(call, caller_ref, depth + 1)
+                if found is not None:
+                    return found
+        return None
+
+    def _ref_at_call(self, ref: Ref, callee: cst.FunctionDef, call: cst.Call, caller: Scope) -> Ref | None:
+        """How the caller names the value that the callee knows as ``ref``."""
+        index = self.index
+        if isinstance(ref.scope, cst.Module):
+            return ref
+        if isinstance(ref.scope, cst.ClassDef):
+            owner = index.method_scope(caller)
+            return ref if owner is not None and index.class_of.get(owner) is ref.scope else None
+        stmt = index.statement_of(call)
+        return next((flow.src for flow in index.flows_into(ref) if flow.stmt is stmt), None)
+
+    def warn_downloads(self) -> None:
+        for call in self.index.calls:
+            download = argument(call, "download")
+            if download is not None and m.matches(download.value, m.Name("True")):
+                self.program.report(
+                    call,
+                    DOWNLOAD_ON_EVERY_RANK,
+                    "every rank downloads this dataset at the same time into the same folder; download it once "
+                    "before launching (or on rank 0, followed by dist.barrier())",
+                )
+
+
+PER_PROCESS_BATCH = '''
+def {helper}(batch_size):
+    """The share of the single-process batch that each process loads, so the global batch stays the same."""
+    world_size = {dist}.get_world_size()
+    if batch_size % world_size:
+        raise ValueError(f"batch size {{batch_size}} cannot be split evenly over {{world_size}} processes")
+    return batch_size // world_size
+'''
+
+
+def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
+    taken: set[str] = set()
+    helper = None
+    for loader in facts.loaders:
+        if loader.training:
+            if _add_sampler(plan, loader, taken, options.keep_global_batch):
+                _set_epoch(plan, loader, taken)
+            if options.keep_global_batch:
+                helper = helper or fresh("per_process_batch", plan.index.identifiers | taken)
+                taken.add(helper)
+                _split_batch(plan, loader, helper)
+            for attribute in loader.dataset_lengths:
+                plan.replace(attribute, lambda n: n.with_changes(attr=cst.Name("sampler")))
+                text = plan.index.module.code_for_node(attribute.value)
+                plan.change(attribute, f"len({text}.dataset) -> len({text}.sampler): the samples this rank trains on")
+
+
+def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_batch: bool) -> bool:
+    """Give the loader its DistributedSampler; whether that sampler shuffles (and so needs ``set_epoch``)."""
+    index = plan.index
+    call = loader.call
+    sampler = plan.names.sampler
+    dataset_arg = argument(call, "dataset", torch_api.DATALOADER_POSITIONS["dataset"])
+    if dataset_arg is None:
+        if any(a.star == "*" for a in call.args):
+            return False  # already refused: DDP205
+        plan.report(call, NO_DATASET, "cannot find the dataset this DataLoader reads")
+        return False
+    dataset = dataset_arg.value
+    stmt = index.statement_of(call)
+    if not isinstance(dataset, (cst.Name, cst.Attribute)):
+        name = fresh("train_dataset", index.identifiers | taken)
+        taken.add(name)
+        _hoist(plan, stmt, f"{name} = {index.module.code_for_node(dataset)}")
+        plan.replace(dataset, lambda n, name=name: cst.Name(name))
+        dataset_code = name
+    else:
+        dataset_code = index.module.code_for_node(dataset)
+
+    shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
+    arguments = dataset_code
+    spread = loader.spread
+    shuffles = True
+    if shuffle is None and spread is not None and (loader.spread_keys is None or "shuffle" in loader.spread_keys):
+        # DataLoader(ds, **kwargs) where kwargs may hold "shuffle": it moves into the sampler.
+        name = fresh("shuffle", index.identifiers | taken)
+        taken.add(name)
+        _hoist(plan, stmt, f'{name} = {index.module.code_for_node(spread.value)}.pop("shuffle", False)')
+        arguments += f", shuffle={name}"
+    elif shuffle is None or _is_false(shuffle.value):
+        arguments += ", shuffle=False"
+        shuffles = False
+    elif not _is_true(shuffle.value):
+        arguments += f", shuffle={index.module.code_for_node(shuffle.value)}"
+    value = cst.parse_expression(f"{sampler}({arguments})")
+    new_arg = cst.Arg(
+        value=value,
+        keyword=cst.Name("sampler"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    if shuffle is not None:
+        plan.replace(shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=value))
+        summary = "training DataLoader: shuffle moves into a DistributedSampler"
+    else:
+        position = call.args.index(spread) if spread is not None else len(call.args)
+        plan.replace(call, lambda n: insert_arg(n, new_arg, position))
+        summary = "training DataLoader: add a DistributedSampler"
+    batch = _batch_size(call)
+    if batch is not None and not keep_global_batch:
+        size = index.module.code_for_node(batch.value)
+        summary += f"; each process loads batches of {size}, so the global batch is {size} x world size"
+    plan.change(call, summary)
+    plan.need_import(
+        "torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler
+    )
+    return shuffles
+
+
+def _hoist(plan: EditPlan, stmt: cst.BaseStatement, code: str) -> None:
+    """Compute ``code`` on its own line just before ``stmt`` (which hands over its blank lines and comments)."""
+    line = cst.parse_statement(f"{code}\n")
+    if not plan.before.get(stmt):
+        line = line.with_changes(leading_lines=stmt.leading_lines)
+        plan.replace(stmt, lambda n: n.with_changes(leading_lines=()))
+    plan.insert_before(stmt, line)
+
+
+def _split_batch(plan: EditPlan, loader: Loader, helper: str) -> None:
+    call = loader.call
+    batch = _batch_size(call)
+    if batch is None:
+        plan.report(
+            call,
+            BATCH_NOT_ARGUMENT,
+            "--keep-global-batch: the batch size of this DataLoader is not one of its arguments; "
+            "each process loads the full batch",
+        )
+        return
+    if not plan.has_setup_helper(helper):
+        definition = cst.parse_module(PER_PROCESS_BATCH.format(helper=helper, dist=plan.names.dist)).body[0]
+        plan.add_setup_helper(helper, definition)
+    plan.replace(batch.value, lambda n: cst.Call(func=cst.Name(helper), args=[cst.Arg(n)]))
+    plan.change(batch, "per-process batch = batch size / world size (the global batch stays as before)")
+
+
+def _batch_size(call: cst.Call) -> cst.Arg | None:
+    return argument(call, "batch_size", torch_api.DATALOADER_POSITIONS["batch_size"])
+
+
+def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str]) -> None:
+    for restart in loader.restarts:
+        sampler = f"{restart.loader}.sampler"
+        plan.insert_before(restart.loop, cst.parse_statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n"))
+        plan.change(restart.loop, f"a new pass over the data: `{sampler}.set_epoch(...)` reshuffles it")
+    for epoch_loop in loader.epoch_loops:
+        loop = epoch_loop.loop
+        target = loop.target
+        if not isinstance(target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
+            plan.report(
+                loop,
+                NO_EPOCH,
+                "the epoch loop has no simple loop variable: call "
+                f"`{epoch_loop.loader}.sampler.set_epoch(epoch)` at the start of each epoch yourself",
+            )
+            continue
+        epoch = target.value
+        if epoch == "_":
+            epoch = fresh("epoch", plan.index.identifiers | taken)
+            taken.add(epoch)
+            plan.replace(target, lambda n, e=epoch: n.with_changes(value=e))
+        stmt = cst.parse_statement(f"{epoch_loop.loader}.sampler.set_epoch({epoch})\n")
+        if epoch_loop.after is not None:  # the loader is built anew each epoch
+            plan.insert_after(epoch_loop.after, stmt)
+        else:
+            plan.insert_before(loop.body.body[0], stmt)
+        plan.change(loop, f"call `{epoch_loop.loader}.sampler.set_epoch({epoch})` at the start of each epoch")
+
+
+def _is_true(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def _is_false(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "False"

@@ -1,0 +1,511 @@
+"""Model: each trained model is wrapped in DistributedDataParallel once it is on its device.
+
+A model is whatever a ``torch.optim`` optimizer's ``.parameters()`` come from
+(found through the value-flow graph, never by its name). The wrap goes right
+after the statement that puts the model on its device (after a checkpoint load
+that follows it, if any), and is written back to the same name, so the
+training step -- ``model(x)``, ``loss.backward()``, ``optimizer.step()`` -- is
+unchanged and DDP synchronises gradients::
+
+    model = Net().to(device)       ->   model = Net().to(device)
+                                        model = DDP(model)
+
+``device_ids`` is passed only when the model is put on the GPU with ``.cuda()``;
+for ``.to(device)`` DDP takes the device from the module itself, which works
+on GPU and CPU alike. Everything that is not a forward call -- ``state_dict``,
+``load_state_dict``, custom methods and submodules -- goes to the wrapped
+module, so checkpoints keep their keys (no ``module.`` prefix)::
+
+    torch.save(model.state_dict(), path)  ->  torch.save(model.module.state_dict(), path)
+
+``nn.DataParallel(model)`` is where a model is ready: DDP takes its place, and
+the ``if torch.cuda.device_count() > 1:`` around it goes.
+
+Limits: an optimizer whose parameters cannot be traced to a model (DDP301), a
+model never built or placed in this file (DDP302, DDP304) are refused; a custom
+method that runs submodules in the training step (DDP303) and a model moved
+between devices inside the training loop (DDP305) are reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify import torch_api
+from ddpify.diagnostics import Code, Severity
+from ddpify.engine.edits import EditPlan
+from ddpify.engine.index import Ref
+from ddpify.engine.program import Program
+from ddpify.engine.syntax import argument
+from ddpify.result import Options
+
+UNTRACEABLE_OPTIMIZER = Code(
+    "DDP301",
+    Severity.ERROR,
+    "model",
+    "an optimizer whose model cannot be traced from its arguments",
+    "pass `model.parameters()` (or a list built from it) to the optimizer",
+)
+MODEL_NOT_PLACED = Code(
+    "DDP302",
+    Severity.ERROR,
+    "model",
+    "the model an optimizer trains is never built or put on its device in this file",
+    "build the model and move it to its device in the script",
+)
+OUTSIDE_FORWARD = Code(
+    "DDP303",
+    Severity.WARNING,
+    "model",
+    "a custom model method runs submodules in the training step, bypassing DDP's gradient averaging",
+    "route the computation through forward()",
+)
+NO_OPTIMIZER = Code(
+    "DDP304",
+    Severity.ERROR,
+    "model",
+    "the script trains but builds no torch.optim optimizer over a model in this file",
+    "build the optimizer over `model.parameters()` in the script",
+)
+MOVES_IN_TRAINING = Code(
+    "DDP305",
+    Severity.WARNING,
+    "model",
+    "the model moves between devices inside the training loop",
+    "keep the model on its device; save `model.module.state_dict()` without moving it",
+)
+CODES = (UNTRACEABLE_OPTIMIZER, MODEL_NOT_PLACED, OUTSIDE_FORWARD, NO_OPTIMIZER, MOVES_IN_TRAINING)
+
+
+@dataclass(frozen=True)
+class Model:
+    """A trained model: what the optimizer at ``optimizer`` steps."""
+
+    ref: Ref
+    expression: str  # how the model is written where the wrap goes: ``model``, ``self.model``
+    insert_after: cst.BaseStatement  # the wrap goes right after this statement
+    on_cuda: bool  # put on its GPU by an unconditional ``.cuda()``
+    placed: bool  # moved to a device at all (otherwise DDP runs it where it was built)
+    unwrap: tuple[cst.BaseExpression, ...]  # reads of the wrapper that must go to ``.module``
+    optimizer: cst.Call
+    data_parallel: cst.Call | None = None  # ``nn.DataParallel(model)``, replaced by the DDP wrap in place
+    data_parallel_if: cst.If | None = None  # ``if torch.cuda.device_count() > 1:`` around it, inlined
+    data_parallel_removed: cst.SimpleStatementLine | None = None  # a conditional DataParallel wrap, dropped
+    lineage: frozenset[Ref] = frozenset()  # every place the model's value passes through
+
+
+@dataclass(frozen=True)
+class Facts:
+    models: tuple[Model, ...]
+    optimizers: tuple[cst.Call, ...]  # every torch.optim optimizer built in the script
+    data_parallel: tuple[cst.Call, ...]  # every nn.DataParallel(...) call
+
+    @property
+    def refs(self) -> frozenset[Ref]:
+        """Every place any trained model's value passes through."""
+        return frozenset().union(*(model.lineage for model in self.models))
+
+
+def find(program: Program) -> Facts:
+    finder = _Finder(program)
+    reported = len(program.diagnostics)
+    models = tuple(finder.models())
+    backward = program.first_backward()
+    if not models and len(program.diagnostics) == reported and backward is not None:
+        program.report(
+            backward,
+            NO_OPTIMIZER,
+            "the script trains, but builds no torch.optim optimizer over a model's parameters in this file: "
+            "cannot find the model to wrap in DistributedDataParallel",
+        )
+    index = program.index
+    data_parallel = tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL))
+    return Facts(models, tuple(finder.optimizers()), data_parallel)
+
+
+class _Finder:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.index = program.index
+        self._model_classes: dict[Ref, set[cst.ClassDef]] = {}
+
+    def optimizers(self) -> Iterator[cst.Call]:
+        """``torch.optim.X(...)`` calls, however torch.optim was imported."""
+        for call in self.index.calls:
+            for name in self.index.qualified_names(call.func):
+                parts = name.split(".")
+                if (
+                    name.startswith(torch_api.OPTIMIZER_MODULE + ".")
+                    and not set(parts[2:]) & torch_api.NOT_OPTIMIZERS
+                    and parts[-1][:1].isupper()
+                ):
+                    yield call
+                    break
+
+    def _trained_refs(self, optimizer: cst.Call) -> list[Ref]:
+        scope = self.index.scope_of(optimizer)
+        params_arg = argument(optimizer, "params", 0)
+        if params_arg is None:
+            return []
+        params = params_arg.value
+        sources = [params]
+        ref = self.index.ref_of(params, scope)
+        if ref is not None:  # params = list(model.parameters()); optim.SGD(params)
+            sources += [flowless.value for flowless in self.index.assignments_to(ref)]
+        refs: list[Ref] = []
+        for source in sources:
+            for node in self.index.walk(source):
+                if m.matches(node, m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, torch_api.PARAMETER_METHODS))))):
+                    found = self.index.root_ref(node.func.value, self.index.scope_of(node))
+                    if found is not None and found not in refs:
+                        refs.append(found)
+        return refs
+
+    def models(self) -> Iterator[Model]:
+        seen: set[cst.CSTNode] = set()
+        for optimizer in self.optimizers():
+            refs = self._trained_refs(optimizer)
+            if not refs:
+                self.program.report(
+                    optimizer,
+                    UNTRACEABLE_OPTIMIZER,
+                    "cannot tell which model this optimizer trains (expected `model.parameters()` in its arguments)",
+                )
+                continue
+            for ref in refs:
+                model = self._model(ref, optimizer)
+                if model is not None and model.insert_after not in seen:
+                    seen.add(model.insert_after)
+                    self._warn_training_outside_forward(model)
+                    yield replace(model, lineage=frozenset(self.index.lineage(model.ref)))
+
+    def _model(self, ref: Ref, optimizer: cst.Call) -> Model | None:
+        index = self.index
+        lineage = index.lineage(ref)
+        moves: list[tuple[cst.SimpleStatementLine, Ref, bool]] = []
+        creations: list[tuple[cst.SimpleStatementLine, Ref]] = []
+        wraps: list[tuple[cst.SimpleStatementLine, Ref]] = []
+        for stmt in index.statements:
+            if len(stmt.body) != 1:
+                continue
+            small = stmt.body[0]
+            scope = index.scope_of(stmt)
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target = index.ref_of(small.targets[0].target, scope)
+                if target in lineage:
+                    move = _device_move(small.value)
+                    if index.is_call_to(small.value, torch_api.DATA_PARALLEL):
+                        wraps.append((stmt, target))
+                    elif move is not None:
+                        moves.append((stmt, target, move))
+                    elif index.carried_ref(small.value, scope) is None:
+                        creations.append((stmt, target))
+            elif isinstance(small, cst.Expr) and (move := _device_move(small.value)) is not None:
+                target = index.carried_ref(small.value, scope)
+                if target in lineage:
+                    moves.append((stmt, target, move))
+        # A move inside a loop (``model.to(device).train()`` after a checkpoint on the CPU) is not
+        # where the model becomes ready; only the least nested places count.
+        moves, creations, wraps = (self._least_nested(c) for c in (moves, creations, wraps))
+        classes = {c for stmt, *_ in (*moves, *creations, *wraps) if (c := self._built_class(stmt)) is not None}
+        self._model_classes[ref] = classes
+        depth = self._depths(lineage)
+        if wraps:
+            stmt, target = max(wraps, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
+            return self._data_parallel_model(stmt, target, moves, optimizer)
+        if moves:
+            stmt, target, cuda = max(moves, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
+            placed = True
+        elif creations:
+            stmt, target = max(creations, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
+            cuda, placed = False, False
+        else:
+            self.program.report(
+                optimizer,
+                MODEL_NOT_PLACED,
+                "cannot find where the model this optimizer trains is built or put on its device",
+            )
+            return None
+        anchor = self._climb_conditionals(stmt)
+        on_cuda = cuda and anchor is stmt
+        insert_after = self._after_setup(anchor, target)
+        expression = target.path
+        if expression.startswith("self."):
+            expression = f"{index.self_name(index.scope_of(stmt))}{expression[4:]}"
+        unwrap = tuple(self._wrapper_reads(target, insert_after))
+        self._warn_moves_in_training(target, insert_after)
+        return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer)
+
+    def _warn_moves_in_training(self, target: Ref, wrap: cst.BaseStatement) -> None:
+        """``model.cpu()`` ... ``model.to(device)`` inside the training loop moves a wrapped model."""
+        index = self.index
+        for read in index.mentions(index.scope_of(wrap), target, index.scope_of(wrap)):
+            attribute = index.parent(read)
+            if not (
+                isinstance(attribute, cst.Attribute)
+                and attribute.value is read
+                and attribute.attr.value in {"cpu", "to", "cuda"}
+            ):
+                continue
+            if index.starts_after(read, wrap) and any(index.trains(loop.body) for loop in index.enclosing_loops(read)):
+                self.program.report(
+                    read,
+                    MOVES_IN_TRAINING,
+                    "the model moves between devices inside the training loop: DistributedDataParallel expects its "
+                    "parameters to stay where they were when it was wrapped; save `model.module.state_dict()` "
+                    "without moving the model",
+                )
+                return
+
+    def _least_nested(self, candidates: list[tuple]) -> list[tuple]:
+        depth = {id(c): len(list(self.index.enclosing_loops(c[0]))) for c in candidates}
+        least = min(depth.values(), default=0)
+        return [c for c in candidates if depth[id(c)] == least]
+
+    def _built_class(self, stmt: cst.SimpleStatementLine) -> cst.ClassDef | None:
+        """The script's own class a statement builds the model from: ``Net`` in ``model = Net().to(device)``."""
+        value = stmt.body[0].value
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            value = value.func.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+            return self.index.classes.get(value.func.value)
+        return None
+
+    def _warn_training_outside_forward(self, model: Model) -> None:
+        """A custom method that runs submodules inside the training step bypasses DDP's gradient sync."""
+        index = self.index
+        for read in model.unwrap:
+            attribute = index.parent(read)
+            call = index.parent(attribute)
+            if not (isinstance(attribute, cst.Attribute) and isinstance(call, cst.Call) and call.func is attribute):
+                continue
+            name = attribute.attr.value
+            for cls in self._model_classes.get(model.ref, ()):
+                method = index.functions.get((cls, name))
+                if method is None or not self._runs_submodules(method, cls):
+                    continue
+                if any(index.trains(loop.body) for loop in index.enclosing_loops(call)) and not self._without_grad(
+                    call
+                ):
+                    self.program.report(
+                        call,
+                        OUTSIDE_FORWARD,
+                        f"`{model.expression}.{name}()` runs the model outside forward(): if the loss comes from it, "
+                        "DDP does not average its gradients across ranks; route it through forward()",
+                    )
+                    break
+
+    def _without_grad(self, node: cst.CSTNode) -> bool:
+        """Inside ``with torch.no_grad():`` (or ``inference_mode``): no gradient can come from here."""
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, cst.With):
+                for item in ancestor.items:
+                    call = item.item
+                    if isinstance(call, cst.Call) and self.index.qualified_names(call.func) & torch_api.NO_GRAD:
+                        return True
+        return False
+
+    def _runs_submodules(self, method: cst.FunctionDef, cls: cst.ClassDef) -> bool:
+        self_name = self.index.self_name(method)
+        for node in self.index.walk(method.body):
+            if isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(value=m.Name(self_name))):
+                if (cls, node.func.attr.value) not in self.index.functions or node.func.attr.value == "forward":
+                    return True
+            if isinstance(node, cst.Call) and m.matches(node.func, m.Name(self_name)):
+                return True
+        return False
+
+    def _data_parallel_model(
+        self, stmt: cst.SimpleStatementLine, target: Ref, moves: list, optimizer: cst.Call
+    ) -> Model:
+        """``model = nn.DataParallel(model)`` is where the model is ready: DDP takes its place."""
+        index = self.index
+        anchor = self._climb_conditionals(stmt)
+        condition = index.parent(index.parent(stmt))
+        data_parallel_if = None
+        if (
+            anchor is not stmt
+            and isinstance(condition, cst.If)
+            and condition.orelse is None
+            and any(
+                m.matches(n, m.Name("device_count") | m.Name("is_available")) for n in self.index.walk(condition.test)
+            )
+        ):
+            data_parallel_if = condition
+        on_cuda = any(cuda and self._climb_conditionals(s) is s for s, _, cuda in moves)
+        expression = self.index.spelled(target, index.scope_of(stmt))
+        placed = data_parallel_if or stmt
+        outer = self._climb_conditionals(placed)
+        if outer is placed:
+            unwrap = tuple(self._wrapper_reads(target, stmt))
+            call = stmt.body[0].value
+            return Model(target, expression, stmt, on_cuda, True, unwrap, optimizer, call, data_parallel_if)
+        # ``if use_cuda: ... model = nn.DataParallel(model)``: DDP must wrap on every path, so the
+        # DataParallel line goes and the wrap follows the whole ``if``.
+        insert_after = self._after_setup(outer, target)
+        unwrap = tuple(self._wrapper_reads(target, insert_after))
+        return Model(
+            target,
+            expression,
+            insert_after,
+            False,
+            True,
+            unwrap,
+            optimizer,
+            data_parallel_if=data_parallel_if,
+            data_parallel_removed=stmt,
+        )
+
+    def _depths(self, lineage: set[Ref]) -> dict[Ref, int]:
+        """How far each place is from where the value started (following flows)."""
+        roots = [r for r in lineage if not any(f.src in lineage for f in self.index.flows_into(r))]
+        depth = dict.fromkeys(roots, 0)
+        frontier = list(roots)
+        while frontier:
+            nxt = []
+            for ref in frontier:
+                for flow in self.index.flows_from(ref):
+                    if flow.dst in lineage and depth.get(flow.dst, -1) < depth[ref] + 1 <= len(lineage):
+                        depth[flow.dst] = depth[ref] + 1
+                        nxt.append(flow.dst)
+            frontier = nxt
+        return depth
+
+    def _climb_conditionals(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
+        """``if use_cuda: model.cuda()``: the wrap goes after the whole ``if``."""
+        current = stmt
+        while True:
+            block = self.index.parent(current)
+            owner = self.index.parent(block) if block is not None else None
+            if isinstance(owner, cst.Else):
+                owner = self.index.parent(owner)
+            if isinstance(owner, cst.If) and owner is not self.index.main_guard:
+                current = owner
+            else:
+                return current
+
+    def _after_setup(self, anchor: cst.BaseStatement, target: Ref) -> cst.BaseStatement:
+        """The last statement after ``anchor`` that still prepares the model.
+
+        Initialising weights (``model.apply(init)``), freezing parameters, replacing a
+        submodule, loading a checkpoint, building the optimizer: all of it happens to the
+        plain module, and the wrap follows it. The scan stops where the model first runs --
+        a forward call, or the model handed to the script's own functions and classes.
+        """
+        block = self.index.parent(anchor)
+        siblings = list(block.body) if block is not None else []
+        scope = self.index.scope_of(anchor)
+        last = anchor
+        for stmt in siblings[siblings.index(anchor) + 1 :]:
+            reads = self.index.mentions(stmt, target, scope)
+            if not reads:
+                continue
+            if any(self._runs_model(read) for read in reads):
+                break
+            last = stmt
+        return last
+
+    def _runs_model(self, read: cst.BaseExpression) -> bool:
+        parent = self.index.parent(read)
+        if isinstance(parent, cst.Call) and parent.func is read:
+            return True
+        if isinstance(parent, cst.Arg):
+            call = self.index.parent(parent)
+            return self.index.resolve_callee(call, self.index.scope_of(call)) is not None
+        return False
+
+    def _wrapper_reads(self, target: Ref, wrap: cst.BaseStatement) -> Iterator[cst.BaseExpression]:
+        """Reads of the model after it is wrapped that the wrapper does not answer for the module."""
+        index = self.index
+        wrap_scope = index.scope_of(wrap)
+
+        def after_wrap(node: cst.CSTNode) -> bool:
+            if index.scope_of(node) is not wrap_scope and not index.inside(node, wrap_scope):
+                return True
+            return index.after(node, wrap)
+
+        wrapped = {target}
+        queue = [target]
+        while queue:
+            ref = queue.pop()
+            for flow in index.flows_from(ref):
+                if flow.dst not in wrapped and (ref is not target or after_wrap(flow.stmt)):
+                    wrapped.add(flow.dst)
+                    queue.append(flow.dst)
+        for ref in wrapped:
+            for scope in index.scopes_reading(ref):
+                for read in index.mentions(scope, ref, scope):
+                    if ref is target and not after_wrap(read):
+                        continue
+                    if self._needs_module(read):
+                        yield read
+
+    def _needs_module(self, read: cst.BaseExpression) -> bool:
+        parent = self.index.parent(read)
+        if isinstance(parent, cst.Subscript) and parent.value is read:  # model[0] of an nn.Sequential
+            return True
+        if isinstance(parent, cst.Attribute) and parent.value is read:
+            return parent.attr.value not in torch_api.WRAPPER_SAFE_ATTRIBUTES
+        if isinstance(parent, cst.Arg):
+            call = self.index.parent(parent)
+            return self.index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
+        return False
+
+
+def _device_move(value: cst.BaseExpression) -> bool | None:
+    """For ``x.to(d)`` / ``x.cuda()`` chains: ``True`` if it is ``.cuda()``, ``False`` for ``.to()``; else None."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        attr = value.func.attr.value
+        if attr == "cuda":
+            return True
+        if attr == "to":
+            return False
+        value = value.func.value
+    return None
+
+
+def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
+    ddp = plan.names.ddp
+    wrapped_by_ddp: set[cst.Call] = set()
+    for model in facts.models:
+        device_ids = ", device_ids=[torch.cuda.current_device()]" if model.on_cuda else ""
+        if model.data_parallel is not None:
+            wrapped_by_ddp.add(model.data_parallel)
+            inner = plan.index.module.code_for_node(model.data_parallel.args[0].value)
+            replacement = cst.parse_expression(f"{ddp}({inner}{device_ids})")
+            plan.replace(model.data_parallel, lambda n, r=replacement: r.with_changes(lpar=n.lpar, rpar=n.rpar))
+            if model.data_parallel_if is not None:
+                plan.inline(model.data_parallel_if)
+            plan.change(model.insert_after, "nn.DataParallel -> DistributedDataParallel (one process per GPU)")
+        else:
+            if model.data_parallel_removed is not None:
+                wrapped_by_ddp.add(model.data_parallel_removed.body[0].value)
+                plan.remove(model.data_parallel_removed)
+                if model.data_parallel_if is not None:
+                    plan.inline(model.data_parallel_if)
+                plan.change(model.data_parallel_removed, "remove nn.DataParallel: each process drives one GPU")
+            wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{device_ids})\n")
+            plan.insert_after(model.insert_after, wrap)
+            plan.change(model.insert_after, f"wrap `{model.expression}` in DistributedDataParallel")
+        for read in model.unwrap:
+            plan.replace(read, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+            parent = plan.index.parent(read)
+            attribute = parent.attr.value if isinstance(parent, cst.Attribute) else None
+            text = plan.index.module.code_for_node(read)
+            plan.change(
+                read,
+                f"`{text}.{attribute}` -> `{text}.module.{attribute}`" if attribute else f"save `{text}.module`",
+            )
+    for call in facts.data_parallel:
+        if call not in wrapped_by_ddp and call.args:
+            plan.replace(call, lambda n: n.args[0].value)
+            plan.change(call, "remove nn.DataParallel: each process drives one GPU")
+    if facts.models:
+        plan.need_import(
+            "torch.nn.parallel", "DistributedDataParallel", ddp if ddp != "DistributedDataParallel" else None
+        )

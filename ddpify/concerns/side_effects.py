@@ -1,0 +1,250 @@
+"""Side effects: output happens once, on global rank 0.
+
+Statements whose only effect is output -- ``print``, ``logging`` calls,
+``plt.savefig`` / ``save_image``, ``with open(path, "w")`` blocks, calls on a
+TensorBoard ``SummaryWriter`` or on ``wandb`` -- run on rank 0 only. A
+consecutive run of them shares one ``if``, and an ``if`` that holds nothing
+else takes the rank test into its condition::
+
+    if batch_idx % log_interval == 0:           if batch_idx % log_interval == 0 and dist.get_rank() == 0:
+        print(f"loss {loss.item():.4f}")   ->       print(f"loss {loss.item():.4f}")
+
+Trackers are created on rank 0 only (``None`` elsewhere) so that no other rank
+opens a run or a log folder; progress bars are kept on every rank but disabled
+outside rank 0 (``tqdm(..., disable=dist.get_rank() != 0)``), so the loop is
+untouched; ``os.makedirs`` / ``os.mkdir`` become ``os.makedirs(..., exist_ok=True)`` so
+that ranks creating the same folder do not race.
+
+Work inside an output statement -- ``print(f"acc {evaluate(model)}")`` --
+must still run on every rank (it may hold collectives, such as DDP's forward),
+so it is computed into a variable first and only the output is gated::
+
+    print(f"acc {evaluate(model)}")   ->   evaluate_result = evaluate(model)
+                                           if dist.get_rank() == 0:
+                                               print(f"acc {evaluate_result}")
+
+Where that cannot be done (the work is inside a lambda or comprehension, or
+on a line with other statements), the statement stays on every rank and is
+reported (DDP501).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify import torch_api
+from ddpify.concerns import model
+from ddpify.diagnostics import Code, Severity
+from ddpify.engine.edits import EditPlan, fresh, with_comma
+from ddpify.engine.index import Ref
+from ddpify.engine.program import Program
+from ddpify.engine.syntax import argument
+from ddpify.result import Options
+
+OUTPUT_RUNS_WORK = Code(
+    "DDP501",
+    Severity.WARNING,
+    "side_effects",
+    "an output statement that also runs the model or the script's own functions stays on every rank",
+    "compute the value into a variable first, then output it",
+)
+CODES = (OUTPUT_RUNS_WORK,)
+
+
+@dataclass(frozen=True)
+class Facts:
+    outputs: tuple[tuple[cst.BaseStatement, str], ...]  # (statement, what it is) safe to run on rank 0 only
+    # calls inside an output statement that must still run on every rank: they are
+    # computed into a variable first, e.g. the ``evaluate(...)`` in ``print(evaluate(...))``
+    hoisted: tuple[cst.Call, ...]
+    trackers: tuple[cst.Call, ...]  # SummaryWriter(...) / wandb.init(...) assigned to a name
+    progress_bars: tuple[cst.Call, ...]  # tqdm(...) calls without ``disable=``
+    makedirs: tuple[cst.Call, ...]  # os.makedirs(...) / os.mkdir(...) without ``exist_ok=``
+
+
+def find(program: Program, models: model.Facts) -> Facts:
+    finder = _Finder(program)
+    index = program.index
+    trackers = tuple(finder.trackers())
+    hoisted: list[cst.Call] = []
+    outputs = tuple(finder.outputs(models.refs, trackers, hoisted))
+    progress_bars = tuple(
+        c for c in index.calls if index.is_call_to(c, torch_api.PROGRESS_BARS) and argument(c, "disable") is None
+    )
+    makedirs = tuple(
+        c
+        for c in index.calls
+        if index.is_call_to(c, torch_api.MAKEDIRS) and argument(c, "exist_ok") is None and len(c.args) < 3
+    )
+    return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs)
+
+
+class _Finder:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.index = program.index
+
+    def trackers(self) -> Iterator[cst.Call]:
+        for call in self.index.calls:
+            parent = self.index.parent(call)
+            if self.index.is_call_to(call, torch_api.TRACKER_FACTORIES) and isinstance(parent, cst.Assign):
+                yield call
+
+    def outputs(
+        self, model_refs: frozenset[Ref], trackers: tuple[cst.Call, ...], hoisted: list[cst.Call]
+    ) -> Iterator[tuple[cst.BaseStatement, str]]:
+        """Statements whose only effect is output: printing, logging, plots, trackers, files written.
+
+        Calls inside them that must run on every rank are added to ``hoisted``.
+        """
+        index = self.index
+        tracker_refs: set[Ref] = set()
+        for call in trackers:
+            assign = index.parent(call)
+            ref = index.ref_of(assign.targets[0].target, index.scope_of(call))
+            if ref is not None:
+                tracker_refs |= index.downstream(ref)
+        logger_refs: set[Ref] = set()
+        for call in index.calls:
+            if index.is_call_to(call, torch_api.LOGGER_FACTORIES) and isinstance(index.parent(call), cst.Assign):
+                ref = index.ref_of(index.parent(call).targets[0].target, index.scope_of(call))
+                if ref is not None:
+                    logger_refs |= index.downstream(ref)
+        for stmt in index.statements:
+            kinds = {self._output_kind(small, tracker_refs, logger_refs) for small in stmt.body}
+            if len(kinds) == 1 and None not in kinds:
+                kind = kinds.pop()
+                work = self._work_calls(stmt, model_refs)
+                if (
+                    work
+                    and len(stmt.body) == 1
+                    and not any(
+                        isinstance(a, (cst.Lambda, cst.BaseComp)) for call in work for a in index.ancestors(call)
+                    )
+                ):
+                    hoisted.extend(work)
+                elif work:
+                    self.program.report(
+                        stmt,
+                        OUTPUT_RUNS_WORK,
+                        f"this {kind} also runs the model or the script's own functions: left on every rank, "
+                        "so it happens once per process",
+                    )
+                    continue
+                yield stmt, kind
+        for node in index.walk(index.module):
+            if isinstance(node, cst.With) and self._writes_file(node) and not self._runs_collectives(node, model_refs):
+                yield node, "file write"
+            elif isinstance(node, cst.If) and isinstance(node.body, cst.SimpleStatementSuite) and node.orelse is None:
+                # if step % 10 == 0: print(loss.item())
+                kinds = {self._output_kind(small, tracker_refs, logger_refs) for small in node.body.body}
+                if len(kinds) == 1 and None not in kinds and not self._runs_collectives(node.body, model_refs):
+                    yield node, kinds.pop()
+
+    def _output_kind(self, small: cst.BaseSmallStatement, trackers: set[Ref], loggers: set[Ref]) -> str | None:
+        if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
+            return None
+        index = self.index
+        call = small.value
+        names = index.qualified_names(call.func)
+        if "builtins.print" in names:
+            return "print"
+        if names & torch_api.LOGGING_FUNCTIONS:
+            return "logging call"
+        if names & torch_api.OUTPUT_FUNCTIONS:
+            return "output call"
+        if names & torch_api.TRACKER_FACTORIES or any(n.startswith(torch_api.TRACKER_MODULES) for n in names):
+            return "tracker call"
+        if isinstance(call.func, cst.Attribute):
+            receiver = index.carried_ref(call.func.value, index.scope_of(call))
+            if receiver in trackers:
+                return "tracker call"
+            if receiver in loggers and call.func.attr.value in torch_api.LOGGER_METHODS:
+                return "logging call"
+            if call.func.attr.value in torch_api.OUTPUT_METHODS:
+                return "output call"
+        return None
+
+    def _writes_file(self, node: cst.With) -> bool:
+        """``with open(path, "w") as f:`` (or "a", "x")."""
+        for item in node.items:
+            call = item.item
+            if isinstance(call, cst.Call) and "builtins.open" in self.index.qualified_names(call.func):
+                mode = argument(call, "mode", 1)
+                if (
+                    mode is not None
+                    and isinstance(mode.value, cst.SimpleString)
+                    and set(mode.value.evaluated_value) & set("wax")
+                ):
+                    return True
+        return False
+
+    def _runs_collectives(self, stmt: cst.CSTNode, model_refs: frozenset[Ref]) -> bool:
+        return bool(self._work_calls(stmt, model_refs))
+
+    def _work_calls(self, node: cst.CSTNode, model_refs: frozenset[Ref]) -> list[cst.Call]:
+        """The outermost calls in ``node`` that run the model or the script's own functions."""
+        if isinstance(node, cst.Call):
+            scope = self.index.scope_of(node)
+            if (
+                self.index.resolve_callee(node, scope) is not None
+                or self.index.carried_ref(node.func, scope) in model_refs
+            ):
+                return [node]
+        return [call for child in self.index.children.get(node, ()) for call in self._work_calls(child, model_refs)]
+
+
+def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
+    index = plan.index
+    dist = plan.names.dist
+    gated = {stmt for stmt, _ in facts.outputs}
+    counts: dict[str, int] = {}
+    for stmt, kind in facts.outputs:
+        if any(ancestor in gated for ancestor in index.ancestors(stmt)):
+            continue
+        plan.on_rank_zero(stmt)
+        counts[kind] = counts.get(kind, 0) + 1
+        if counts[kind] == 1:
+            plan.change(stmt, f"{kind} on global rank 0 only")
+    taken: set[str] = set()
+    for call in facts.hoisted:
+        stmt = index.statement_of(call)
+        name = fresh(f"{_callee_name(call)}_result", index.identifiers | taken)
+        taken.add(name)
+        hoisted = cst.parse_statement(f"{name} = {index.module.code_for_node(call)}\n")
+        plan.insert_before(stmt, hoisted.with_changes(leading_lines=stmt.leading_lines))
+        plan.replace(stmt, lambda n: n.with_changes(leading_lines=()))
+        plan.replace(call, lambda n, name=name: cst.Name(name))
+        plan.change(call, f"compute `{name}` on every rank, output it on rank 0")
+    for call in facts.trackers:
+        plan.replace(call, lambda n: cst.IfExp(test=plan.rank_zero, body=n, orelse=cst.Name("None")))
+        plan.change(call, f"{index.module.code_for_node(call.func)} created on global rank 0 only (None elsewhere)")
+    for call in facts.progress_bars:
+        disable = cst.Arg(
+            keyword=cst.Name("disable"),
+            value=cst.parse_expression(f"{dist}.get_rank() != 0"),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+        plan.replace(call, lambda n, a=disable: n.with_changes(args=[*with_comma(n.args), a]))
+        plan.change(call, "progress bar shown on global rank 0 only")
+    for call in facts.makedirs:
+        if m.matches(call.func, m.Attribute(attr=m.Name("mkdir"))):
+            plan.replace(call, lambda n: n.with_changes(func=n.func.with_changes(attr=cst.Name("makedirs"))))
+        exist_ok = cst.Arg(
+            keyword=cst.Name("exist_ok"),
+            value=cst.Name("True"),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+        plan.replace(call, lambda n, a=exist_ok: n.with_changes(args=[*with_comma(n.args), a]))
+        plan.change(call, "os.makedirs(..., exist_ok=True): ranks creating the same folder do not race")
+
+
+def _callee_name(call: cst.Call) -> str:
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else "value"

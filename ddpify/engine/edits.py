@@ -1,0 +1,336 @@
+"""The edit plan the passes fill in, and the one transformer that applies it.
+
+Passes never mutate the tree: each records *what* should change at which node
+of the analysed tree (replace an expression, insert statements before or after
+a statement, run a statement on rank 0 only). ``apply()`` then makes all of
+those changes in a single bottom-up traversal, keyed by node identity, so that
+edits from different passes compose without any pass re-discovering nodes in a
+tree another pass already changed.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ddpify.diagnostics import Change, Code, Diagnostic
+from ddpify.engine.index import Index
+from ddpify.engine.program import Names
+from ddpify.engine.syntax import dotted
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str
+    obj: str | None = None
+    asname: str | None = None
+
+
+@dataclass
+class EditPlan:
+    """Every edit the concerns ask for, keyed by nodes of the analysed tree; applied at once by :func:`apply`."""
+
+    index: Index
+    path: str
+    names: Names
+    replacements: dict[cst.CSTNode, list[Callable[[cst.CSTNode], cst.CSTNode]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    before: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=lambda: defaultdict(list))
+    after: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=lambda: defaultdict(list))
+    rank_zero_only: list[cst.BaseStatement] = field(default_factory=list)
+    removed: set[cst.BaseStatement] = field(default_factory=set)
+    inlined: set[cst.If] = field(default_factory=set)  # an ``if`` replaced by its own body
+    imports: list[Import] = field(default_factory=list)
+    setup_helpers: dict[str, cst.FunctionDef] = field(default_factory=dict)  # emitted after the setup function
+    setup_definition: cst.FunctionDef | None = None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    rank_zero: cst.BaseExpression = field(init=False)  # the test that is true on global rank 0 only
+
+    def __post_init__(self) -> None:
+        self.rank_zero = cst.parse_expression(f"{self.names.dist}.get_rank() == 0")
+
+    def replace(self, node: cst.CSTNode, rewrite: Callable[[cst.CSTNode], cst.CSTNode]) -> None:
+        self.replacements[node].append(rewrite)
+
+    def insert_before(self, anchor: cst.BaseStatement, *stmts: cst.BaseStatement) -> None:
+        self.before[anchor].extend(stmts)
+
+    def insert_after(self, anchor: cst.BaseStatement, *stmts: cst.BaseStatement) -> None:
+        self.after[anchor].extend(stmts)
+
+    def remove(self, stmt: cst.BaseStatement) -> None:
+        self.removed.add(stmt)
+
+    def inline(self, stmt: cst.If) -> None:
+        """Run the body of ``stmt`` unconditionally (its test and any ``else`` are dropped)."""
+        self.inlined.add(stmt)
+
+    def on_rank_zero(self, stmt: cst.BaseStatement) -> None:
+        if stmt not in self.rank_zero_only:
+            self.rank_zero_only.append(stmt)
+
+    def has_setup_helper(self, name: str) -> bool:
+        return name in self.setup_helpers
+
+    def add_setup_helper(self, name: str, definition: cst.FunctionDef) -> None:
+        self.setup_helpers[name] = definition.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+
+    def need_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
+        item = Import(module, obj, asname)
+        if item not in self.imports:
+            self.imports.append(item)
+
+    def change(self, node: cst.CSTNode, summary: str) -> None:
+        self.changes.append(Change(self.index.position(node)[0], summary))
+
+    def report(self, node: cst.CSTNode, code: Code, message: str) -> None:
+        line, column = self.index.position(node)
+        self.diagnostics.append(code.at(line, column, message, self.path))
+
+
+def apply(plan: EditPlan) -> cst.Module:
+    _place_imports(plan)
+    if plan.setup_helpers and plan.setup_definition is not None:
+        for stmts in plan.before.values():
+            if plan.setup_definition in stmts:
+                at = stmts.index(plan.setup_definition) + 1
+                stmts[at:at] = plan.setup_helpers.values()
+    merged_ifs = _ifs_run_on_rank_zero(plan)
+    return plan.index.module.visit(_Applier(plan, merged_ifs))
+
+
+def _place_imports(plan: EditPlan) -> None:
+    """Put each new import where a person would: ``import os`` among the standard-library
+    imports, the torch imports among the script's torch imports, each in sorted position.
+
+    (libcst's ``AddImportsVisitor`` appends everything after the last import, which puts
+    ``import os`` below third-party imports, and costs a second pass with metadata.)
+    """
+    module = plan.index.module
+    # ``from __future__`` imports must stay first: they are never a neighbour to sort against.
+    imports = [stmt for stmt in module.body if _import_module(stmt) not in (None, "__future__")]
+    if not imports:
+        first = module.body[0] if module.body else None
+        for item in sorted(plan.imports, key=_sort_key):
+            plan.insert_before(first, _import_statement(item))
+        return
+    for stdlib in (True, False):
+        items = sorted((i for i in plan.imports if _is_stdlib(i.module) == stdlib), key=_sort_key)
+        if not items:
+            continue
+        group = [s for s in imports if _is_stdlib(_import_module(s)) == stdlib]
+        if stdlib and not group:  # no standard-library imports yet: a group of their own, first
+            _insert_first(plan, imports[0], [_import_statement(i) for i in items], separate=True)
+            continue
+        group = group or imports
+        leading = []
+        for item in items:
+            before = [s for s in group if _statement_key(s) <= _sort_key(item)]
+            if before:
+                plan.after[before[-1]].append(_import_statement(item))
+            else:
+                leading.append(_import_statement(item))
+        if leading:
+            _insert_first(plan, group[0], leading, separate=False)
+
+
+def _insert_first(plan: EditPlan, anchor: cst.BaseStatement, lines: list[cst.BaseStatement], *, separate: bool) -> None:
+    """Insert ``lines`` before ``anchor``; they take over its leading blank lines and comments."""
+    lines[0] = lines[0].with_changes(leading_lines=anchor.leading_lines)
+    rest = [cst.EmptyLine()] if separate else []
+    plan.replace(anchor, lambda n: n.with_changes(leading_lines=rest))
+    plan.before[anchor][0:0] = lines
+
+
+def _is_stdlib(module: str) -> bool:
+    return module.split(".", maxsplit=1)[0] in sys.stdlib_module_names
+
+
+def _import_module(stmt: cst.BaseStatement) -> str | None:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        small = stmt.body[0]
+        if isinstance(small, cst.Import):
+            return small.names[0].evaluated_name
+        if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+            return dotted(small.module)
+    return None
+
+
+def _sort_key(item: Import) -> tuple[bool, str]:
+    return (item.obj is not None, item.module)
+
+
+def _statement_key(stmt: cst.SimpleStatementLine) -> tuple[bool, str]:
+    return (isinstance(stmt.body[0], cst.ImportFrom), _import_module(stmt))
+
+
+def _import_statement(item: Import) -> cst.SimpleStatementLine:
+    alias = f" as {item.asname}" if item.asname else ""
+    code = f"from {item.module} import {item.obj}{alias}" if item.obj else f"import {item.module}{alias}"
+    return cst.parse_statement(code + "\n")
+
+
+def _ifs_run_on_rank_zero(plan: EditPlan) -> set[cst.If]:
+    """``if step % 10 == 0: print(...)`` becomes ``if step % 10 == 0 and <rank 0>:``, not a nested ``if``."""
+    guarded = set(plan.rank_zero_only)
+    merged: set[cst.If] = {
+        s
+        for s in guarded
+        if isinstance(s, cst.If) and s.orelse is None and isinstance(s.body, cst.SimpleStatementSuite)
+    }
+    for stmt in guarded - merged:
+        block = plan.index.parent(stmt)
+        owner = plan.index.parent(block)
+        if (
+            isinstance(owner, cst.If)
+            and owner.orelse is None
+            and owner.body is block
+            and owner is not plan.index.main_guard
+            and all(s in guarded and not plan.before.get(s) and not plan.after.get(s) for s in block.body)
+        ):
+            merged.add(owner)
+    return merged
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, plan: EditPlan, merged_ifs: set[cst.If]) -> None:
+        super().__init__()
+        self.plan = plan
+        self.merged_ifs = merged_ifs
+        everything = set(plan.rank_zero_only)
+        self.guarded = {
+            s
+            for s in plan.rank_zero_only
+            if s not in merged_ifs
+            and plan.index.parent(plan.index.parent(s)) not in merged_ifs
+            and not any(a in everything for a in plan.index.ancestors(s))  # already inside a rank-0 block
+        }
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
+        for rewrite in self.plan.replacements.get(original_node, ()):
+            updated_node = rewrite(updated_node)
+        if original_node in self.merged_ifs:
+            updated_node = updated_node.with_changes(test=_and(updated_node.test, self.plan.rank_zero))
+        if isinstance(updated_node, (cst.IndentedBlock, cst.Module)) and isinstance(
+            original_node, (cst.IndentedBlock, cst.Module)
+        ):
+            updated_node = updated_node.with_changes(body=self._body(original_node.body, updated_node.body))
+        return updated_node
+
+    def _body(self, originals, updated) -> list[cst.BaseStatement]:
+        body: list[cst.BaseStatement] = []
+        group: list[cst.BaseStatement] = []
+        carried: list[cst.EmptyLine] = []  # blank lines and comments above a removed statement
+
+        def flush() -> None:
+            if group:
+                body.append(_if_rank_zero(group, self.plan.rank_zero))
+                group.clear()
+
+        for original, new in zip(originals, updated):
+            before = self.plan.before.get(original, [])
+            after = self.plan.after.get(original, [])
+            if carried and original not in self.plan.removed:
+                new = new.with_changes(leading_lines=[*carried, *new.leading_lines])
+                carried = []
+            if original in self.plan.removed:
+                flush()
+                body.extend(before)
+                body.extend(after)
+                carried = [*carried, *new.leading_lines]
+            elif original in self.plan.inlined:
+                flush()
+                body.extend(before)
+                inner = list(new.body.body)
+                if isinstance(new.body, cst.SimpleStatementSuite):
+                    inner = [
+                        cst.SimpleStatementLine([s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in inner])
+                    ]
+                inner[0] = inner[0].with_changes(leading_lines=[*new.leading_lines, *inner[0].leading_lines])
+                body.extend(inner)
+                body.extend(after)
+            elif original in self.guarded:
+                if before:
+                    flush()
+                    body.extend(before)
+                group.append(new)
+                if after:
+                    flush()
+                    body.extend(after)
+            else:
+                flush()
+                body.extend(before)
+                body.append(new)
+                body.extend(after)
+        flush()
+        if not body and isinstance(originals, (list, tuple)) and originals:
+            body.append(cst.SimpleStatementLine(body=[cst.Pass()]))
+        return body
+
+
+def _if_rank_zero(stmts: list[cst.BaseStatement], test: cst.BaseExpression) -> cst.If:
+    first = stmts[0]
+    leading = first.leading_lines
+    stmts = [first.with_changes(leading_lines=()), *stmts[1:]]
+    return cst.If(test=test, body=cst.IndentedBlock(body=stmts), leading_lines=leading)
+
+
+def _and(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BaseExpression:
+    if (isinstance(left, cst.BooleanOperation) and isinstance(left.operator, cst.Or)) or isinstance(
+        left, (cst.Lambda, cst.IfExp, cst.NamedExpr)
+    ):
+        left = left.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.BooleanOperation(left=left, operator=cst.And(), right=right)
+
+
+def with_comma(args: tuple[cst.Arg, ...]) -> list[cst.Arg]:
+    """The arguments of a call, ready for one more to be appended."""
+    if not args:
+        return []
+    *rest, last = args
+    if isinstance(last.comma, cst.Comma):
+        return [*rest, last]
+    return [*rest, last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
+
+
+def fresh(base: str, used: set[str]) -> str:
+    """``base``, or ``base2``, ``base3``... whichever the script does not use yet."""
+    name, counter = base, 1
+    while name in used:
+        counter += 1
+        name = f"{base}{counter}"
+    return name
+
+
+def insert_arg(call: cst.Call, arg: cst.Arg, position: int) -> cst.Call:
+    """Insert ``arg`` before ``call.args[position]`` (or last), in the layout of the arguments around it."""
+    args = list(call.args)
+    if not args:
+        return call.with_changes(args=[arg])
+    if position < len(args):
+        return call.with_changes(
+            args=[
+                *args[:position],
+                arg.with_changes(
+                    comma=args[position - 1].comma
+                    if position > 0 and isinstance(args[position - 1].comma, cst.Comma)
+                    else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                ),
+                *args[position:],
+            ]
+        )
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):  # a trailing comma: the call is laid out one argument per line
+        comma = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last.comma
+        args.append(arg.with_changes(comma=last.comma))
+        args[-2] = last.with_changes(comma=comma)
+    else:
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(arg)
+    return call.with_changes(args=args)

@@ -1,0 +1,590 @@
+"""The script as an index of definitions and a graph of how values flow between names.
+
+One pass over the CST collects what the rewrite passes need: where functions,
+classes and the main guard are, what each name refers to, and how values flow
+between names (assignments, calls into the script's own functions and
+constructors, returns, ``self.attr`` fields). On top of that flow the script's
+training objects are found *by what they are*, never by what they are called:
+
+* a **model** is whatever an optimizer's ``.parameters()`` come from;
+* a **training loader** is a ``torch.utils.data.DataLoader`` whose batches are
+  drawn inside a loop (or a function called from a loop) that runs
+  ``.backward()``;
+* an **epoch loop** is the ``for`` loop around that iteration.
+
+Values are tracked as :class:`Ref` -- a name in a function (or the module), or
+``self.attr`` in a class -- which is precise enough for the three shapes
+training scripts have (a ``main()`` behind a main guard, module-level code, and
+a ``Trainer`` class) without a full type inference.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections import defaultdict, deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+
+from ddpify import torch_api
+from ddpify.engine.syntax import assigned, dotted, imported_names, parameter_names
+
+Scope = cst.Module | cst.FunctionDef | cst.ClassDef
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A place that holds a value: ``name`` in a function or module, or ``self.x`` in a class."""
+
+    scope: Scope
+    path: str
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        owner = getattr(getattr(self.scope, "name", None), "value", "<module>")
+        return f"Ref({owner}:{self.path})"
+
+
+@dataclass(frozen=True)
+class Flow:
+    """The value at ``src`` reaches ``dst`` at statement ``stmt``."""
+
+    src: Ref
+    dst: Ref
+    stmt: cst.CSTNode
+
+
+@dataclass
+class Index:
+    """Everything the passes look up about the script (built once, then only read)."""
+
+    module: cst.Module
+    functions: dict[tuple[Scope, str], cst.FunctionDef] = field(default_factory=dict)
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
+    class_of: dict[cst.FunctionDef, cst.ClassDef] = field(default_factory=dict)
+    bound: dict[Scope, set[str]] = field(default_factory=lambda: defaultdict(set))
+    flows: list[Flow] = field(default_factory=list)
+    calls: list[cst.Call] = field(default_factory=list)
+    loops: list[cst.For | cst.While] = field(default_factory=list)
+    comprehensions: list[cst.CompFor] = field(default_factory=list)
+    statements: list[cst.BaseStatement] = field(default_factory=list)
+    identifiers: set[str] = field(default_factory=set)
+    main_guard: cst.If | None = None
+    children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
+    parents: dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)
+    imports: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # local name -> modules/objects
+    # Source order: each node's number in a pre-order walk, and the last number inside it.
+    order: dict[cst.CSTNode, int] = field(default_factory=dict)
+    last: dict[cst.CSTNode, int] = field(default_factory=dict)
+    _bound_anywhere: set[str] | None = None
+    _positions: Mapping[cst.CSTNode, CodeRange] | None = None
+    _flows_from: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
+    _flows_into: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
+    _callers: dict[cst.FunctionDef, list[cst.Call]] | None = None
+    _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
+
+    # -- metadata --------------------------------------------------------
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(node)
+
+    def position(self, node: cst.CSTNode) -> tuple[int, int]:
+        """Line and column (both 1-based) where ``node`` starts in the input.
+
+        Positions cost a whole extra code generation, so they are computed on first use
+        only; comparisons of source order use :meth:`after` instead.
+        """
+        if self._positions is None:
+            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+            self._positions = wrapper.resolve(PositionProvider)
+        start = self._positions[node].start
+        return start.line, start.column + 1
+
+    def after(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """Whether ``node`` comes after the whole of ``other`` in the source."""
+        return self.order[node] > self.last[other]
+
+    def starts_after(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """Whether ``node`` starts further right or lower than ``other`` starts."""
+        return self.position(node) > self.position(other)
+
+    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+        """What a name or attribute chain refers to through the script's imports: ``DataLoader`` ->
+        ``torch.utils.data.DataLoader`` after ``from torch.utils.data import DataLoader``; ``print`` ->
+        ``builtins.print``. Empty for anything else."""
+        text = dotted(node)
+        if not text:
+            return set()
+        root, _, rest = text.partition(".")
+        if root in self.imports:
+            return {f"{full}.{rest}" if rest else full for full in self.imports[root]}
+        if hasattr(builtins, root) and root not in self._all_bound():
+            return {f"builtins.{text}"}
+        return set()
+
+    def _all_bound(self) -> set[str]:
+        """Every name the script binds anywhere (computed once, on first use)."""
+        if self._bound_anywhere is None:
+            self._bound_anywhere = set().union(*self.bound.values())
+        return self._bound_anywhere
+
+    def is_call_to(self, node: cst.CSTNode, names: frozenset[str]) -> bool:
+        return isinstance(node, cst.Call) and bool(self.qualified_names(node.func) & names)
+
+    # -- structure -------------------------------------------------------
+    def walk(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """``node`` and everything below it, in source order.
+
+        Uses the children recorded once from the parent links: libcst's own
+        ``node.children`` re-visits the node on every call.
+        """
+        stack = [node]
+        children = self.children
+        while stack:
+            current = stack.pop()
+            yield current
+            below = children.get(current)
+            if below:
+                stack.extend(reversed(below))
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        parent = self.parent(node)
+        while parent is not None:
+            yield parent
+            parent = self.parent(parent)
+
+    def scope_of(self, node: cst.CSTNode) -> Scope:
+        """The function whose body holds ``node`` (lambdas and comprehensions included), or the module."""
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef) and node is not ancestor:
+                return ancestor
+        return self.module
+
+    def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement:
+        """The innermost statement (simple line or compound) that contains ``node``."""
+        current = node
+        while not isinstance(current, cst.BaseStatement):
+            current = self.parent(current)
+        return current
+
+    def enclosing_loops(self, node: cst.CSTNode) -> Iterator[cst.For | cst.While]:
+        """Loops around ``node`` inside its own function, innermost first."""
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return
+            if isinstance(ancestor, (cst.For, cst.While)):
+                yield ancestor
+
+    def method_class(self, scope: Scope) -> cst.ClassDef | None:
+        return self.class_of.get(scope) if isinstance(scope, cst.FunctionDef) else None
+
+    def self_name(self, scope: Scope) -> str | None:
+        """The name of ``self`` in a method (its first parameter)."""
+        if self.method_class(scope) is None or not scope.params.params:
+            return None
+        if any(m.matches(d.decorator, m.Name("staticmethod") | m.Name("classmethod")) for d in scope.decorators):
+            return None
+        return scope.params.params[0].name.value
+
+    # -- values ----------------------------------------------------------
+    def ref_of(self, expr: cst.BaseExpression, scope: Scope) -> Ref | None:
+        """The place ``expr`` reads, when it is a plain name or ``self.field``."""
+        if isinstance(expr, cst.Name):
+            current: Scope = scope
+            while not isinstance(current, cst.Module):
+                if expr.value in self.bound[current]:
+                    return Ref(current, expr.value)
+                current = self.scope_of(current)
+            return Ref(self.module, expr.value)
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+            owner = self.method_scope(scope)
+            if owner is not None and expr.value.value == self.self_name(owner):
+                return Ref(self.class_of[owner], f"self.{expr.attr.value}")
+        return None
+
+    def method_scope(self, scope: Scope) -> cst.FunctionDef | None:
+        """The method whose ``self`` is visible in ``scope`` (closures inside methods see it too)."""
+        current = scope
+        while isinstance(current, cst.FunctionDef):
+            if current in self.class_of:
+                return current
+            current = self.scope_of(current)
+        return None
+
+    def root_ref(self, expr: cst.BaseExpression, scope: Scope) -> Ref | None:
+        """The place at the root of an attribute chain: ``model`` for ``model.fc``."""
+        while True:
+            ref = self.ref_of(expr, scope)
+            if ref is not None:
+                return ref
+            if not isinstance(expr, cst.Attribute):
+                return None
+            expr = expr.value
+
+    def carried_ref(self, expr: cst.BaseExpression, scope: Scope) -> Ref | None:
+        """The place whose value ``expr`` evaluates to: ``model``, ``model.to(device)``, ``iter(loader)``."""
+        while True:
+            ref = self.ref_of(expr, scope)
+            if ref is not None:
+                return ref
+            if (
+                isinstance(expr, cst.Call)
+                and isinstance(expr.func, cst.Attribute)
+                and expr.func.attr.value in torch_api.MODULE_CHAINING_METHODS
+            ):
+                expr = expr.func.value
+            elif (isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("iter")) and len(expr.args) == 1) or (
+                self.is_call_to(expr, torch_api.DATA_PARALLEL | torch_api.PROGRESS_BARS) and expr.args
+            ):
+                expr = expr.args[0].value
+            else:
+                return None
+
+    def mentions(self, node: cst.CSTNode, ref: Ref, scope: Scope) -> list[cst.BaseExpression]:
+        """Every expression inside ``node`` that reads ``ref``."""
+        found: list[cst.BaseExpression] = []
+        for expr in self.walk(node):
+            if isinstance(expr, (cst.Name, cst.Attribute)) and self.ref_of(expr, self.scope_of(expr)) == ref:
+                parent = self.parent(expr)
+                # ``self.model`` is one read, not also a read of ``self``.
+                if not (
+                    isinstance(expr, cst.Name)
+                    and isinstance(parent, cst.Attribute)
+                    and parent.value is expr
+                    and self.ref_of(parent, self.scope_of(parent)) is not None
+                ):
+                    found.append(expr)
+        return found
+
+    def resolve_callee(self, call: cst.Call, scope: Scope) -> tuple[cst.FunctionDef, int] | None:
+        """The script's own function a call runs, and how many leading parameters it fills implicitly."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            current: Scope = scope
+            while True:
+                found = self.functions.get((current, func.value))
+                if found is not None:
+                    return found, 0
+                if isinstance(current, cst.Module):
+                    break
+                current = self.scope_of(current)
+            cls = self.classes.get(func.value)
+            if cls is not None:
+                init = self.functions.get((cls, "__init__"))
+                if init is not None:
+                    return init, 1
+            return None
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            owner = self.method_scope(scope)
+            if owner is not None and func.value.value == self.self_name(owner):
+                method = self.functions.get((self.class_of[owner], func.attr.value))
+                if method is not None:
+                    return method, 1
+        return None
+
+    def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """The calls that run ``function`` (resolved once for every call, on first use)."""
+        if self._callers is None:
+            self._callers = defaultdict(list)
+            for call in self.calls:
+                callee = self.resolve_callee(call, self.scope_of(call))
+                if callee is not None:
+                    self._callers[callee[0]].append(call)
+        return self._callers.get(function, [])
+
+    def add_flow(self, flow: Flow) -> None:
+        self.flows.append(flow)
+        self._flows_from[flow.src].append(flow)
+        self._flows_into[flow.dst].append(flow)
+
+    def flows_from(self, ref: Ref) -> list[Flow]:
+        return self._flows_from.get(ref, [])
+
+    def flows_into(self, ref: Ref) -> list[Flow]:
+        return self._flows_into.get(ref, [])
+
+    def lineage(self, ref: Ref) -> set[Ref]:
+        """Every place the value at ``ref`` came from or goes to."""
+        seen = {ref}
+        queue = deque([ref])
+        while queue:
+            current = queue.popleft()
+            for flow in self.flows_from(current):
+                if flow.dst not in seen:
+                    seen.add(flow.dst)
+                    queue.append(flow.dst)
+            for flow in self.flows_into(current):
+                if flow.src not in seen:
+                    seen.add(flow.src)
+                    queue.append(flow.src)
+        return seen
+
+    def downstream(self, ref: Ref) -> set[Ref]:
+        seen = {ref}
+        queue = deque([ref])
+        while queue:
+            current = queue.popleft()
+            for flow in self.flows_from(current):
+                if flow.dst not in seen:
+                    seen.add(flow.dst)
+                    queue.append(flow.dst)
+        return seen
+
+    def trains(self, node: cst.CSTNode) -> bool:
+        """Whether running ``node`` runs a backward pass, directly or through the script's own functions."""
+        return self._trains_within(node, frozenset())
+
+    def _trains_within(self, node: cst.CSTNode, seen: frozenset[cst.FunctionDef]) -> bool:
+        known = self._trains.get(node)
+        if known is not None:
+            return known
+        found = False
+        for inner in self.walk(node):
+            if not isinstance(inner, cst.Call):
+                continue
+            if isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "backward":
+                found = True
+                break
+            callee = self.resolve_callee(inner, self.scope_of(inner))
+            if callee is not None and callee[0] not in seen and self._trains_within(callee[0].body, seen | {callee[0]}):
+                found = True
+                break
+        if found or not seen:  # an answer cut short by a cycle is not remembered
+            self._trains[node] = found
+        return found
+
+    def scopes_reading(self, ref: Ref) -> list[Scope]:
+        """The function bodies in which ``ref`` can be read: its scope, or every method of its class."""
+        if isinstance(ref.scope, cst.ClassDef):
+            return [f for f, cls in self.class_of.items() if cls is ref.scope]
+        return [ref.scope]
+
+    def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        """Whether ``container`` is a proper ancestor of ``node``."""
+        return any(ancestor is container for ancestor in self.ancestors(node))
+
+    def assignments_to(self, ref: Ref) -> Iterator[cst.Assign]:
+        """The plain assignments ``ref = ...`` (alone on their line or not)."""
+        for stmt in self.statements:
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and any(
+                    self.ref_of(t.target, self.scope_of(small)) == ref for t in small.targets
+                ):
+                    yield small
+
+    def spelled(self, ref: Ref, scope: Scope) -> str:
+        """How code in ``scope`` writes ``ref``: ``model``, or ``self.model`` with the method's own ``self``."""
+        if ref.path.startswith("self."):
+            return f"{self.self_name(self.method_scope(scope))}{ref.path[4:]}"
+        return ref.path
+
+
+class _Collector(cst.CSTVisitor):
+    """Fills an :class:`Index`: the tree's links, definitions, bound names, imports, calls, loops, statements."""
+
+    def __init__(self, index: Index) -> None:
+        super().__init__()
+        self.index = index
+        self.scopes: list[Scope] = [index.module]
+        self.class_stack: list[cst.ClassDef] = []
+        self.path: list[cst.CSTNode] = []
+        self.counter = 0
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.path:
+            parent = self.path[-1]
+            self.index.parents[node] = parent
+            self.index.children.setdefault(parent, []).append(node)
+        self.path.append(node)
+        self.index.order[node] = self.counter
+        self.counter += 1
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.index.last[original_node] = self.counter - 1
+        self.path.pop()
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for local, full in imported_names(node):
+            self.index.imports[local].add(full)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        for local, full in imported_names(node):
+            self.index.imports[local].add(full)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if len(self.scopes) == 1:
+            self.index.classes[node.name.value] = node
+        self.class_stack.append(node)
+        self.scopes.append(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.class_stack.pop()
+        self.scopes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        owner = self.scopes[-1]
+        self.index.functions[(owner, node.name.value)] = node
+        if isinstance(owner, cst.ClassDef):
+            self.index.class_of[node] = owner
+            self.index.bound[owner]
+        else:
+            self.index.bound[owner].add(node.name.value)
+        self.index.bound[node].update(parameter_names(node))
+        p = node.params
+        for star in (p.star_arg, p.star_kwarg):
+            if isinstance(star, cst.Param):
+                self.index.bound[node].add(star.name.value)
+        self.index.bound[node].update(param.name.value for param in p.kwonly_params)
+        self.scopes.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+
+    def _bind(self, target: cst.CSTNode) -> None:
+        scope = self.scopes[-1]
+        if isinstance(scope, cst.ClassDef):
+            return
+        for name in assigned(target):
+            if isinstance(name, cst.Name):
+                self.index.bound[scope].add(name.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._bind(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._bind(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._bind(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._bind(node.target)
+        self.index.loops.append(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self.index.loops.append(node)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.index.comprehensions.append(node)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._bind(node.asname.name)
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        name = node.evaluated_alias or node.evaluated_name.split(".")[0]
+        self.index.bound[self.scopes[-1]].add(name)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.index.calls.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.index.identifiers.add(node.value)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.index.statements.append(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        if (
+            len(self.scopes) == 1
+            and self.index.parent(node) is self.index.module
+            and m.matches(
+                node.test,
+                m.Comparison(
+                    left=m.Name("__name__"),
+                    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())],
+                ),
+            )
+        ):
+            self.index.main_guard = node
+
+
+def _collect_flows(index: Index) -> None:
+    """Record how values move between places (see :class:`Flow`)."""
+    returns: dict[cst.FunctionDef, list[cst.Return]] = defaultdict(list)
+    for node in index.walk(index.module):
+        if isinstance(node, cst.Return) and node.value is not None:
+            scope = index.scope_of(node)
+            if isinstance(scope, cst.FunctionDef):
+                returns[scope].append(node)
+
+    def assign(target: cst.BaseExpression, value: cst.BaseExpression, scope: Scope, stmt: cst.CSTNode) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+            if len(target.elements) == len(value.elements):
+                for t, v in zip(target.elements, value.elements):
+                    assign(t.value, v.value, scope, stmt)
+            return
+        dst = index.ref_of(target, scope) if not isinstance(target, (cst.Tuple, cst.List)) else None
+        src = index.carried_ref(value, scope)
+        if dst is not None and src is not None:
+            index.add_flow(Flow(src, dst, stmt))
+            return
+        if isinstance(value, cst.Call):  # values returned by the script's own functions
+            callee = index.resolve_callee(value, scope)
+            if callee is None or callee[0].name.value == "__init__":
+                return
+            for ret in returns.get(callee[0], ()):
+                for t, src in _unpack_return(index, target, ret, callee[0]):
+                    dst = index.ref_of(t, scope)
+                    if dst is not None:
+                        index.add_flow(Flow(src, dst, stmt))
+
+    for node in index.walk(index.module):
+        if isinstance(node, cst.Assign):
+            scope = index.scope_of(node)
+            stmt = index.statement_of(node)
+            for target in node.targets:
+                assign(target.target, node.value, scope, stmt)
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            assign(node.target, node.value, index.scope_of(node), index.statement_of(node))
+
+    for call in index.calls:
+        scope = index.scope_of(call)
+        callee = index.resolve_callee(call, scope)
+        if callee is None:
+            continue
+        function, skipped = callee
+        params = parameter_names(function)[skipped:]
+        keyword_params = set(parameter_names(function)) | {p.name.value for p in function.params.kwonly_params}
+        stmt = index.statement_of(call)
+        position = 0
+        for arg in call.args:
+            if arg.star:
+                break
+            if arg.keyword is None:
+                name = params[position] if position < len(params) else None
+                position += 1
+            else:
+                name = arg.keyword.value if arg.keyword.value in keyword_params else None
+            src = index.carried_ref(arg.value, scope)
+            if name is not None and src is not None:
+                index.add_flow(Flow(src, Ref(function, name), stmt))
+
+
+def _return_ref(index: Index, expr: cst.BaseExpression, function: cst.FunctionDef, slot: int | None) -> Ref:
+    """The place a returned value is known by: the name it had, or the function's return slot."""
+    ref = index.carried_ref(expr, function)
+    if ref is not None:
+        return ref
+    return Ref(function, "<return>" if slot is None else f"<return {slot}>")
+
+
+def _unpack_return(
+    index: Index, target: cst.BaseExpression, ret: cst.Return, function: cst.FunctionDef
+) -> Iterator[tuple[cst.BaseExpression, Ref]]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        if isinstance(ret.value, cst.Tuple) and len(target.elements) == len(ret.value.elements):
+            for slot, (t, v) in enumerate(zip(target.elements, ret.value.elements)):
+                yield t.value, _return_ref(index, v.value, function, slot)
+    else:
+        yield target, _return_ref(index, ret.value, function, None)
+
+
+def build_index(module: cst.Module) -> Index:
+    index = Index(module=module)
+    module.visit(_Collector(index))
+    _collect_flows(index)
+    return index

@@ -1,0 +1,83 @@
+"""The script being converted, as every concern's finder sees it: its index, its path, fresh names, findings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ddpify.diagnostics import Code, Diagnostic
+from ddpify.engine.index import Index, build_index
+
+
+@dataclass(frozen=True)
+class Names:
+    """Names the generated code uses, chosen so they clash with nothing in the script."""
+
+    dist: str
+    ddp: str
+    sampler: str
+    setup: str
+    os: str
+    atexit: str
+
+
+@dataclass
+class Program:
+    """One script, read once: finders look things up in ``index`` and report what they cannot convert."""
+
+    index: Index
+    path: str
+    names: Names
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def report(self, node: cst.CSTNode, code: Code, message: str) -> None:
+        line, column = self.index.position(node)
+        self.diagnostics.append(code.at(line, column, message, self.path))
+
+    @property
+    def trains(self) -> bool:
+        """Whether the script runs a backward pass anywhere."""
+        return any(_is_backward(call) for call in self.index.calls)
+
+    def first_backward(self) -> cst.Call | None:
+        return next((call for call in self.index.calls if _is_backward(call)), None)
+
+
+def read_program(module: cst.Module, path: str) -> Program:
+    index = build_index(module)
+    return Program(index, path, _names(index))
+
+
+def _is_backward(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+
+
+def _names(index: Index) -> Names:
+    used = index.identifiers
+
+    def fresh(base: str, fallback: str) -> str:
+        return base if base not in used else fallback
+
+    module_binds = index.bound[index.module]
+    os_name = "os" if "os" not in used or ("os" in module_binds and _imports_module(index, "os")) else "os_"
+    atexit_name = "atexit" if "atexit" not in used or _imports_module(index, "atexit") else "atexit_"
+    return Names(
+        dist=fresh("dist", "torch_dist"),
+        ddp=fresh("DDP", "DistributedDataParallel"),
+        sampler=fresh("DistributedSampler", "DistributedSampler_"),
+        setup=fresh("setup_distributed", "setup_ddp_process_group"),
+        os=os_name,
+        atexit=atexit_name,
+    )
+
+
+def _imports_module(index: Index, name: str) -> bool:
+    """Whether the script has a plain top-level ``import <name>``."""
+    for stmt in index.module.body:
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Import) and any(
+                alias.evaluated_name == name and alias.asname is None for alias in small.names
+            ):
+                return True
+    return False

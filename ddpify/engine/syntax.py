@@ -1,0 +1,91 @@
+"""Small questions about syntax that every concern asks: names, arguments, imports, targets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+
+def dotted(expr: cst.CSTNode) -> str:
+    """``torch.utils.data`` for that attribute chain; empty for anything that is not a plain dotted name
+    (``f().x``, ``a[0].b``)."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        inner = dotted(expr.value)
+        return f"{inner}.{expr.attr.value}" if inner else ""
+    return ""
+
+
+def argument(call: cst.Call, name: str, position: int | None = None) -> cst.Arg | None:
+    """The argument passed for the parameter ``name``: by keyword, or positionally at ``position``.
+
+    A ``*args`` at or before ``position`` hides what is passed there: None.
+    """
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    if position is None:
+        return None
+    for at, arg in enumerate(call.args):
+        if arg.star or arg.keyword is not None:
+            return None
+        if at == position:
+            return arg
+    return None
+
+
+def has_keyword(call: cst.Call, name: str) -> bool:
+    return argument(call, name) is not None
+
+
+def imported_names(node: cst.Import | cst.ImportFrom) -> Iterator[tuple[str, str]]:
+    """``(local name, what it refers to)`` for each name an import binds.
+
+    ``import torch.nn as nn`` -> ``("nn", "torch.nn")``; ``import torch.nn`` -> ``("torch", "torch")``;
+    ``from torch.utils.data import DataLoader as DL`` -> ``("DL", "torch.utils.data.DataLoader")``.
+    Relative and star imports bind nothing that can be resolved.
+    """
+    if isinstance(node, cst.Import):
+        for alias in node.names:
+            full = alias.evaluated_name
+            if alias.asname is not None:
+                yield alias.evaluated_alias or full, full
+            else:
+                root = full.split(".")[0]
+                yield root, root
+        return
+    if node.module is None or node.relative or isinstance(node.names, cst.ImportStar):
+        return
+    base = dotted(node.module)
+    for alias in node.names:
+        yield alias.evaluated_alias or alias.evaluated_name, f"{base}.{alias.evaluated_name}"
+
+
+def assigned(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """The single targets of an assignment target, tuples and lists unpacked."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from assigned(element.value)
+    else:
+        yield target
+
+
+def parameter_names(function: cst.FunctionDef) -> list[str]:
+    """The parameters a call can fill by position, in order."""
+    p = function.params
+    return [param.name.value for param in (*p.posonly_params, *p.params)]
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``node`` and everything below it, in source order (for trees the index has not seen)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(current.children))
+
+
+def is_name(expr: cst.BaseExpression, value: str) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == value
