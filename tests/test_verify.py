@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
+import torch
+from torch import nn
 
-from ddpify.verify import CHECK_NAMES, VerifyReport, verify
-from ddpify.verify.checks import evaluate
+from ddpify.verify import CHECK_NAMES, VerifyReport, probe, verify
+from ddpify.verify.checks import evaluate, stderr_exception
 from ddpify.verify.launcher import RunOutcome
 
 CASES = Path(__file__).parent / "verify_cases"
@@ -42,10 +45,13 @@ def test_correct_ddp_script_passes_every_check(tmp_path: Path) -> None:
     assert rank0.first_batch != rank1.first_batch
     assert (rank0.saves, rank1.saves) == (("model.pt",), ())
     assert (tmp_path / "model.pt").is_file()
-    assert "ddp_train.py:43): 32 of 64 samples per rank" in report.check("sharded-data").message
+    assert "ddp_train.py:47): 32 of 64 samples per rank" in report.check("sharded-data").message
+    assert report.check("wrapped").message == (
+        "every parameter of optimizer #0 (SGD) belongs to a DistributedDataParallel module (checked at its first step)"
+    )
     table = report.format_table()
     assert table.splitlines()[0].split()[:3] == ["rank", "status", "steps"]
-    assert table.splitlines()[-1].startswith("ok: all 7 checks passed")
+    assert table.splitlines()[-1].startswith("ok: all 8 checks passed")
     document = json.loads(json.dumps(report.to_json()))
     assert document["ok"] is True
     assert [rank["params"] for rank in document["ranks"]] == [rank0.params] * 2
@@ -56,8 +62,12 @@ def test_unconverted_script_stays_in_sync_by_accident_but_is_not_sharded(tmp_pat
     report = verify(CASES / "plain_train.py", workdir=tmp_path)
 
     failed = failures(report)
-    assert set(failed) == {"process-group", "sharded-data", "single-writer"}, explain(report)
+    assert set(failed) == {"process-group", "wrapped", "sharded-data", "single-writer"}, explain(report)
     assert failed["process-group"].startswith("rank 0 never initialized a process group")
+    assert failed["wrapped"] == (
+        "model (Linear) is not wrapped in DistributedDataParallel, yet optimizer #0 (SGD) steps its parameters "
+        "(model.weight, model.bias): their gradients are never averaged across ranks (found at its first step)"
+    )
     assert failed["sharded-data"] == (
         "ranks 0 and 1 drew the same batches from DataLoader #0 (plain_train.py:15): "
         "every rank reads the same data (no DistributedSampler?)"
@@ -65,22 +75,61 @@ def test_unconverted_script_stays_in_sync_by_accident_but_is_not_sharded(tmp_pat
     assert failed["single-writer"].startswith("plain.pt was written by ranks 0, 1")
     # Same seed, same batches: identical parameters prove nothing on their own.
     assert report.check("in-sync").passed
-    assert report.format_table().splitlines()[-3:] == [
-        f"FAILED {name}: {failed[name]}" for name in ("process-group", "sharded-data", "single-writer")
+    assert report.format_table().splitlines()[-4:] == [
+        f"FAILED {name}: {failed[name]}" for name in ("process-group", "wrapped", "sharded-data", "single-writer")
     ]
 
 
 @pytest.mark.torchrun
-def test_missing_ddp_wrap_lets_ranks_drift_apart(tmp_path: Path) -> None:
-    report = verify(DDP_TRAIN, script_args=["--bug", "no-ddp"], max_steps=3, workdir=tmp_path)
+def test_missing_ddp_wrap_is_caught_at_the_first_step(tmp_path: Path) -> None:
+    report = verify(DDP_TRAIN, script_args=["--bug", "no-ddp"], max_steps=1, workdir=tmp_path)
+
+    failed = failures(report)
+    assert set(failed) == {"wrapped", "in-sync"}, explain(report)
+    assert failed["wrapped"] == (
+        "model (Sequential) is not wrapped in DistributedDataParallel, yet optimizer #0 (SGD) steps its parameters "
+        "(model.0.weight, model.0.bias, model.2.weight, model.2.bias): their gradients are never averaged across "
+        "ranks (found at its first step)"
+    )
+    assert failed["in-sync"].startswith("parameters of optimizer #0 (SGD) differ between ranks after the last step")
+    assert failed["in-sync"].endswith(
+        "they belong to a module that is not wrapped in DistributedDataParallel (see wrapped)"
+    )
+    # The max_steps stop is clean: every rank unwound through the script's finally.
+    assert report.check("launched").message.startswith("every rank stopped cleanly after max_steps=1")
+    assert [(rank.status, rank.steps, rank.destroyed) for rank in report.ranks] == [("max-steps", 1, True)] * 2
+
+
+@pytest.mark.torchrun
+def test_parameters_unfrozen_after_wrapping_are_wrapped_but_never_reduced(tmp_path: Path) -> None:
+    report = verify(DDP_TRAIN, script_args=["--bug", "unfreeze-after-wrap"], max_steps=2, workdir=tmp_path)
 
     failed = failures(report)
     assert set(failed) == {"in-sync"}, explain(report)
-    assert failed["in-sync"].startswith("parameters of optimizer #0 (SGD) differ between ranks after the last step")
-    assert "is the model wrapped in DistributedDataParallel?" in failed["in-sync"]
-    # The max_steps stop is clean: every rank unwound through the script's finally.
-    assert report.check("launched").message.startswith("every rank stopped cleanly after max_steps=3")
-    assert [(rank.status, rank.steps, rank.destroyed) for rank in report.ranks] == [("max-steps", 3, True)] * 2
+    assert report.check("wrapped").passed
+    assert "is the model wrapped" not in failed["in-sync"]
+    assert failed["in-sync"].endswith(
+        ": model.module.2.weight, model.module.2.bias require grad but were not registered for reduction when "
+        "DistributedDataParallel was built (frozen when the model was wrapped and unfrozen later?): their gradients "
+        "are never averaged; wrap the model after changing requires_grad, or wrap it again"
+    )
+
+
+@pytest.mark.torchrun
+def test_the_rank_that_raised_is_blamed_not_the_peer_whose_collective_broke(tmp_path: Path) -> None:
+    report = verify(DDP_TRAIN, script_args=["--bug", "crash-on-rank-1"], workdir=tmp_path)
+
+    launched = report.check("launched")
+    assert not launched.passed, explain(report)
+    assert launched.message.startswith(
+        'rank 1 raised ValueError: corrupt sample in batch 2 at ddp_train.py:66 `raise ValueError(f"corrupt sample '
+        'in batch {batch}")`'
+    ), explain(report)
+    assert launched.message.endswith("; torchrun exited with code 1")
+    # Rank 0 either saw its all-reduce fail or was stopped by torchrun first; either way it is not the cause.
+    assert re.search(r"\(rank 0 (failed in turn: .+|was stopped by torchrun)\); torchrun", launched.message)
+    assert report.ranks[1].where == "ddp_train.py:66"
+    assert report.format_table().splitlines()[report.nproc + 1] == f"FAILED launched: {launched.message}"
 
 
 @pytest.mark.torchrun
@@ -90,7 +139,7 @@ def test_missing_sampler_gives_every_rank_the_whole_dataset(tmp_path: Path) -> N
     failed = failures(report)
     assert set(failed) == {"sharded-data"}, explain(report)
     assert failed["sharded-data"] == (
-        "DataLoader #0 (ddp_train.py:43) gives each rank 64 of the 64 samples per epoch; "
+        "DataLoader #0 (ddp_train.py:47) gives each rank 64 of the 64 samples per epoch; "
         "with 2 ranks each should get about 32 (no DistributedSampler?)"
     )
     assert report.check("in-sync").passed  # DDP still averages the gradients
@@ -115,9 +164,13 @@ def test_hang_is_reported_with_where_each_rank_is_stuck(tmp_path: Path) -> None:
     assert report.duration_s < 20 + 10  # stacks collected, then torchrun and the ranks killed
     failed = failures(report)
     assert set(failed) == {"launched", "in-sync", "clean-exit"}, explain(report)
+    assert failed["launched"] == (
+        "stopped after 20 s: rank 0 was waiting at ddp_train.py:84 `dist.barrier()`; "
+        "rank 1 was waiting at ddp_train.py:82 `time.sleep(0.1)`; torchrun and its ranks were then killed"
+    )
     assert failed["clean-exit"] == (
-        "hang: after 20 s, rank 0 was still running at ddp_train.py:74 `dist.barrier()`; "
-        "rank 1 was still running at ddp_train.py:72 `time.sleep(0.1)`"
+        "hang: after 20 s, rank 0 was still running at ddp_train.py:84 `dist.barrier()`; "
+        "rank 1 was still running at ddp_train.py:82 `time.sleep(0.1)`"
     )
     assert [(rank.status, rank.steps) for rank in report.ranks] == [("stuck", 8)] * 2
     assert not _probes_running("--bug", "hang")
@@ -148,7 +201,18 @@ def _record(rank: int, sha: str, stats: list[float]) -> dict[str, object]:
         "exit": {"kind": "ok", "code": 0, "error": None, "where": None},
         "steps": 4,
         "checksummed": True,
-        "optimizers": [{"index": 0, "type": "SGD", "steps": 4, "numel": 100, "sha256": sha, "stats": stats}],
+        "optimizers": [
+            {
+                "index": 0,
+                "type": "SGD",
+                "steps": 4,
+                "ownership": {"parameters": 2, "unwrapped": 0, "unwrapped_modules": [], "unregistered_names": []},
+                "unregistered_names": [],
+                "numel": 100,
+                "sha256": sha,
+                "stats": stats,
+            }
+        ],
         "loaders": [
             {
                 "index": 0,
@@ -164,19 +228,156 @@ def _record(rank: int, sha: str, stats: list[float]) -> dict[str, object]:
     }
 
 
-def _outcome(*records: dict[str, object]) -> RunOutcome:
+def _outcome(*records: dict[str, object], returncode: int = 0, output: str = "") -> RunOutcome:
     return RunOutcome(
         script=str(DDP_TRAIN),
         nproc=len(records),
         command=("torchrun",),
         max_steps=None,
         timeout=60.0,
-        returncode=0,
+        returncode=returncode,
         timed_out=False,
         duration_s=1.0,
-        output="",
+        output=output,
         records=dict(enumerate(records)),
     )
+
+
+def _raised(record: dict[str, object], when: float, **exception: object) -> dict[str, object]:
+    return {**record, "exit": {"kind": "exception", "code": 1, "time": when, **exception}}
+
+
+GLOO_PEER_GONE = {
+    "error": "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:13221",
+    "message": "[pair.cc:553] Connection closed by peer [127.0.0.1]:13221",
+    "type": "builtins.RuntimeError",
+    "bases": ["builtins.Exception", "builtins.BaseException"],
+    "where": "ddp_train.py:69",
+    "in_torch": True,
+}
+SCRIPT_ERROR = {
+    "error": "ValueError: corrupt sample in batch 2",
+    "message": "corrupt sample in batch 2",
+    "type": "builtins.ValueError",
+    "bases": ["builtins.Exception", "builtins.BaseException"],
+    "where": "ddp_train.py:66",
+    "in_torch": False,
+}
+
+
+def test_blame_goes_to_the_rank_with_its_own_exception_even_when_a_peer_failed_first() -> None:
+    # Rank 1's finally destroyed the process group before its exception reached the
+    # probe, so rank 0's broken all-reduce was recorded first.
+    rank0 = _raised(_record(0, "a" * 64, [1.0, 2.0, 3.0]), 100.0, **GLOO_PEER_GONE)
+    rank1 = _raised(_record(1, "a" * 64, [1.0, 2.0, 3.0]), 100.5, **SCRIPT_ERROR)
+
+    launched = evaluate(_outcome(rank0, rank1, returncode=1)).check("launched")
+
+    assert launched.message == (
+        'rank 1 raised ValueError: corrupt sample in batch 2 at ddp_train.py:66 `raise ValueError(f"corrupt sample '
+        'in batch {batch}")` (rank 0 failed in turn: Connection closed by peer); torchrun exited with code 1'
+    )
+
+
+def test_a_network_error_of_the_script_itself_is_its_own_failure() -> None:
+    own = {**GLOO_PEER_GONE, "error": "ConnectionResetError: [Errno 104] Connection reset by peer", "in_torch": False}
+    rank0 = _raised(_record(0, "a" * 64, [1.0, 2.0, 3.0]), 100.0, **own)
+    rank1 = _raised(_record(1, "a" * 64, [1.0, 2.0, 3.0]), 101.0, **GLOO_PEER_GONE)
+
+    launched = evaluate(_outcome(rank0, rank1, returncode=1)).check("launched")
+
+    assert launched.message.startswith("rank 0 raised ConnectionResetError: [Errno 104] Connection reset by peer")
+    assert "(rank 1 failed in turn: Connection closed by peer)" in launched.message
+
+
+RANK1_TRACEBACK = f"""\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "<frozen runpy>", line 88, in _run_code
+[rank1]:   File "{DDP_TRAIN}", line 66, in train
+[rank1]:     raise ValueError(f"corrupt sample in batch {{batch}}")
+[rank1]: ValueError: corrupt sample in batch 2
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "{DDP_TRAIN}", line 69, in train
+[rank0]:   File "{torch.__file__}", line 623, in backward
+[rank0]: RuntimeError: Connection closed by peer
+"""
+
+
+def test_a_rank_without_an_exit_record_is_blamed_from_its_traceback_in_the_output() -> None:
+    rank0 = _raised(_record(0, "a" * 64, [1.0, 2.0, 3.0]), 100.0, **GLOO_PEER_GONE)
+    rank1 = {**_record(1, "a" * 64, [1.0, 2.0, 3.0]), "phase": "running", "exit": None}
+
+    report = evaluate(_outcome(rank0, rank1, returncode=1, output=RANK1_TRACEBACK))
+
+    assert report.check("launched").message.startswith(
+        "rank 1 raised ValueError: corrupt sample in batch 2 at ddp_train.py:66 `raise"
+    )
+    assert report.ranks[1].where == "ddp_train.py:66"
+    assert stderr_exception(RANK1_TRACEBACK, 0, str(DDP_TRAIN)) == {
+        "error": "RuntimeError: Connection closed by peer",
+        "type": "RuntimeError",
+        "message": "Connection closed by peer",
+        "where": "ddp_train.py:69",
+        "in_torch": True,
+    }
+
+
+class _Wrapper:
+    """Stands in for a DistributedDataParallel instance: the probe only reads ``module``."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = nn.Linear(4, 8)
+        self.head = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+
+
+def test_ownership_names_the_largest_module_outside_every_wrapper() -> None:
+    net = _Net()
+    wrapper = _Wrapper(net.backbone)
+    roots = {"net": net}
+
+    found = probe.ownership(list(net.parameters()), [probe.WrapperRecord(wrapper)], roots, probe.parameter_names(roots))
+
+    assert found == {
+        "parameters": 6,
+        "unwrapped": 4,
+        "unwrapped_names": ["net.head.0.weight", "net.head.0.bias", "net.head.2.weight", "net.head.2.bias"],
+        "unwrapped_modules": [{"name": "net.head", "type": "Sequential", "parameters": 4}],
+        "unregistered_names": [],
+    }
+
+
+def test_ownership_without_variables_names_the_owner_through_the_garbage_collector() -> None:
+    net = _Net()
+
+    found = probe.ownership(list(net.backbone.parameters()), [], {}, {})
+
+    assert found["unwrapped_names"] == ["Linear.weight", "Linear.bias"]
+    assert found["unwrapped_modules"] == []
+
+
+def test_ownership_of_a_parameter_frozen_when_wrapped_and_unfrozen_after() -> None:
+    net = _Net()
+    net.head.requires_grad_(False)
+    ddp = _Wrapper(net)  # held: only live wrappers count
+    wrapper = probe.WrapperRecord(ddp)
+    net.head.requires_grad_(True)
+    params = list(net.parameters())
+
+    found = probe.ownership(params, [wrapper], {"net": net}, probe.parameter_names({"net": net}))
+
+    assert (found["unwrapped"], found["unwrapped_modules"]) == (0, [])
+    assert found["unregistered_names"] == [
+        "net.head.0.weight",
+        "net.head.0.bias",
+        "net.head.2.weight",
+        "net.head.2.bias",
+    ]
 
 
 @pytest.mark.parametrize(

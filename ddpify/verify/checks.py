@@ -4,19 +4,36 @@ Checks, in order, each with its own failure messages:
 
 ``launched``
     torchrun exited 0 (a stop at ``max_steps`` counts as clean). Fails with:
-    "timed out after T s ...", "rank R raised E at script.py:L", "rank R
-    called sys.exit(C)", "rank R was killed before the script ended ...",
-    "rank R never started the script ...", "torchrun exited with code C ...".
+    "stopped after T s: rank R was waiting at script.py:L `code` ...", "rank
+    R raised E at script.py:L `code` ...", "rank R called sys.exit(C)",
+    "rank R was killed by SIGNAL ...", "rank R never started the script
+    ...", "torchrun exited with code C ...". When several ranks failed, the
+    one named is where the failure began: a real exception (or exit, or
+    death by a signal) before a failure of torch's collectives that only
+    reacts to a peer gone (a ``DistError``, or "Connection closed by peer"
+    and the like raised inside torch), the earliest first. The exception
+    comes from the rank's record, else from its ``[rankR]:`` traceback in
+    torchrun's output.
 ``process-group``
     every rank joined a default process group of size N. Fails with: "rank R
     never initialized a process group ..." or "rank R is in a process group
     of size W, expected N".
+``wrapped``
+    at the first step of every optimizer, each parameter it steps belongs to
+    the module of a live ``DistributedDataParallel`` instance, so its
+    gradient is averaged across ranks from the first step. Fails with: "M
+    (Type) is not wrapped in DistributedDataParallel, yet optimizer #I (T)
+    steps its parameters (m.weight, ...)", "optimizer #I (T) steps K
+    parameters outside any DistributedDataParallel module ...", "no
+    optimizer stepped ...". Other wrappers (FSDP) are not recognised.
 ``in-sync``
     after the last step (at the ``max_steps`` stop, otherwise at exit) every
     rank holds the same parameters, optimizer by optimizer: the same sha256,
     or float64 statistics equal within ``SYNC_RTOL`` (rounding, not
     bitwise). Fails with: "parameters of optimizer #I (T) differ between
-    ranks ...", "ranks stepped different numbers of optimizers ...", "no
+    ranks ..." and the likely cause (an unwrapped module, parameters that
+    DDP did not register because they were frozen when it was built, or an
+    update outside the gradient all-reduce), "ranks stepped different numbers of optimizers ...", "no
     optimizer stepped ...", "no parameter checksum from rank R ...". An
     unconverted script with a fixed seed stays in sync by accident: that is
     why ``sharded-data`` exists.
@@ -58,9 +75,11 @@ import linecache
 import math
 import os
 import re
+import signal
 import tokenize
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from ddpify.verify import protocol
 from ddpify.verify.launcher import RunOutcome
@@ -68,19 +87,21 @@ from ddpify.verify.report import Check, RankReport, VerifyReport
 
 LAUNCHED = "launched"
 PROCESS_GROUP = "process-group"
+WRAPPED = "wrapped"
 IN_SYNC = "in-sync"
 SHARDED_DATA = "sharded-data"
 STEPS = "steps"
 SINGLE_WRITER = "single-writer"
 CLEAN_EXIT = "clean-exit"
 
-CHECK_NAMES = (LAUNCHED, PROCESS_GROUP, IN_SYNC, SHARDED_DATA, STEPS, SINGLE_WRITER, CLEAN_EXIT)
+CHECK_NAMES = (LAUNCHED, PROCESS_GROUP, WRAPPED, IN_SYNC, SHARDED_DATA, STEPS, SINGLE_WRITER, CLEAN_EXIT)
 
 # Parameters that differ only by rounding (e.g. a reduction summed in another
 # order on one rank) agree to about 1e-7 of their norm in float32; replicas
 # trained on different data drift apart by far more after a single step.
 SYNC_RTOL = 1e-6
 _SHORT = 8
+_NAMES_SHOWN = 8
 
 Records = Mapping[int, dict[str, Any]]
 
@@ -89,6 +110,7 @@ def evaluate(run: RunOutcome) -> VerifyReport:
     judges: tuple[Callable[[RunOutcome], Check], ...] = (
         _launched,
         _process_group,
+        _wrapped,
         _in_sync,
         _sharded_data,
         _steps,
@@ -141,7 +163,7 @@ def _last_line(text: str) -> str:
 def _params_digest(record: dict[str, Any]) -> str | None:
     if not record.get("checksummed"):
         return None
-    shas = [optimizer["sha256"] for optimizer in record.get("optimizers", [])]
+    shas: list[str] = [optimizer["sha256"] for optimizer in record.get("optimizers", [])]
     if not shas:
         return None
     if len(shas) == 1:
@@ -209,9 +231,13 @@ def _rank_report(run: RunOutcome, rank: int) -> RankReport:
         return RankReport(rank, "missing", None, None, None, (), None, None)
     training = _training_loaders(record) or record.get("loaders", [])
     recorded = training[0].get("recorded", []) if training else []
+    script = record.get("script", run.script)
     where = _exit(record).get("where")
     if run.timed_out and not _finished(record) and rank in run.stacks:
-        where = hang_location(run.stacks[rank], record.get("script", run.script))
+        where = hang_location(run.stacks[rank], script)
+    elif not _finished(record):
+        error = stderr_exception(run.output, rank, script)
+        where = error["where"] if error else None
     process_group = record.get("process_group", {})
     return RankReport(
         rank=rank,
@@ -226,6 +252,172 @@ def _rank_report(run: RunOutcome, rank: int) -> RankReport:
     )
 
 
+# -- where a failure began -------------------------------------------------------
+
+# What torch's collectives raise on a rank whose peer went away (exited, crashed,
+# was killed): the reaction to a failure elsewhere, not its origin. Only
+# counted for exceptions raised inside torch: a script's own network code may
+# say "Connection reset by peer" too.
+_PEER_GONE = re.compile(
+    r"connection (?:closed|reset|refused)(?: by peer)?|broken pipe|remote worker|socket timeout|timed out"
+    r"|communicator was aborted|process group (?:was )?(?:aborted|shut ?down)",
+    re.IGNORECASE,
+)
+_DIST_ERROR = "DistError"  # torch.distributed.DistError and its subclasses (backend, network, store)
+_TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+)')
+_TORCHRUN_EXIT = re.compile(r"rank\s*:\s*(?P<rank>\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)")
+_CLIP = 200
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """How one rank failed. ``kind`` orders candidates for the origin: a failure of
+    the rank's own (0) before a collective that failed because a peer went away
+    (1), before a rank stopped from outside for no reason it recorded (2)."""
+
+    rank: int
+    what: str  # "raised ValueError: ... at train.py:12 `code`"
+    consequence: str  # how the rank is mentioned when it is not the origin
+    kind: int
+    time: float | None = None
+
+    OWN: ClassVar[int] = 0
+    REACTION: ClassVar[int] = 1
+    STOPPED: ClassVar[int] = 2
+
+    @property
+    def reaction(self) -> bool:
+        return self.kind != self.OWN
+
+    @property
+    def known(self) -> bool:
+        return self.kind != self.STOPPED
+
+    def order(self) -> tuple[int, bool, float, int]:
+        return (self.kind, self.time is None, self.time or 0.0, self.rank)
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _CLIP else text[: _CLIP - 3] + "..."
+
+
+def _with_code(where: str | None, script: str) -> str:
+    """`` at script.py:L `code``` for a ``script.py:L`` location, or nothing."""
+    if not where:
+        return ""
+    line = where.rpartition(":")[2]
+    code = _without_comment(linecache.getline(script, int(line))).strip() if line.isdigit() else ""
+    return f" at {where} `{code}`" if code else f" at {where}"
+
+
+def _peer_gone(names: list[str], message: str, in_torch: bool) -> str | None:
+    """What shows that an exception is a collective's reaction to a lost peer, or None."""
+    if not in_torch:
+        return None
+    found = _PEER_GONE.search(message)
+    if found:
+        return found.group(0)
+    if any(name.rpartition(".")[2].lstrip("_") == _DIST_ERROR for name in names):
+        return names[0].rpartition(".")[2].lstrip("_")
+    return None
+
+
+def _raised(rank: int, error: str, where: str | None, script: str, sign: str | None, when: float | None) -> _Failure:
+    what = f"raised {_clip(error)}{_with_code(where, script)}"
+    if sign is not None:
+        return _Failure(rank, what, f"failed in turn: {sign}", _Failure.REACTION, when)
+    return _Failure(rank, what, f"also {what}", _Failure.OWN, when)
+
+
+def _failures(run: RunOutcome) -> list[_Failure]:
+    """Every rank that did not end cleanly, as far as its record and torchrun's output tell."""
+    exit_codes = {int(m["rank"]): int(m["code"]) for m in _TORCHRUN_EXIT.finditer(run.output)}
+    found = []
+    for rank, record in sorted(run.records.items()):
+        script = record.get("script", run.script)
+        exit_ = _exit(record)
+        kind = exit_.get("kind")
+        if kind == protocol.ExitKind.EXCEPTION:
+            names = [exit_.get("type") or "", *exit_.get("bases", [])]
+            sign = _peer_gone(names, exit_.get("message") or exit_.get("error") or "", bool(exit_.get("in_torch")))
+            found.append(_raised(rank, exit_.get("error") or "", exit_.get("where"), script, sign, exit_.get("time")))
+        elif kind == protocol.ExitKind.EXIT:
+            what = f"called sys.exit({exit_.get('code')})"
+            found.append(_Failure(rank, what, f"also {what}", _Failure.OWN, exit_.get("time")))
+        elif not _finished(record) and not (run.timed_out and rank in _running(run)):
+            found.append(_unrecorded(run, rank, script, exit_codes.get(rank)))
+    return found
+
+
+def _unrecorded(run: RunOutcome, rank: int, script: str, code: int | None) -> _Failure:
+    """A rank that ended without the probe seeing the script end: its traceback in the output, or its exit code."""
+    error = stderr_exception(run.output, rank, script)
+    if error is not None:
+        sign = _peer_gone([error["type"]], error["message"], error["in_torch"])
+        return _raised(rank, error["error"], error["where"], script, sign, None)
+    if code is not None and code < 0 and -code != signal.SIGTERM:
+        what = f"was killed by {_signal_name(-code)} before the script ended"
+        return _Failure(rank, what, what, _Failure.OWN)
+    if code is not None and code > 0:
+        what = f"exited with code {code} before the script ended (a crash, or os._exit)"
+        return _Failure(rank, what, what, _Failure.OWN)
+    return _Failure(rank, "ended before the script did", "was stopped by torchrun", _Failure.STOPPED)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def stderr_exception(output: str, rank: int, script: str) -> dict[str, Any] | None:
+    """The last uncaught exception of ``rank`` in torchrun's output, from the ``[rankR]:`` lines torch prints.
+
+    Returns ``error`` ("Type: message"), ``type``, ``message``, ``where``
+    (``script.py:L``, the last frame in ``script``) and ``in_torch`` (the
+    innermost frame is in torch), or None.
+    """
+    prefix = f"[rank{rank}]: "
+    lines = [line[len(prefix) :] for line in output.splitlines() if line.startswith(prefix)]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return None
+    block = lines[starts[-1] + 1 :]
+    frames = [m for m in map(_TRACEBACK_FRAME.match, block) if m]
+    error = next((line for line in reversed(block) if line and not line[0].isspace()), None)
+    if error is None:
+        return None
+    ours = [m for m in frames if os.path.abspath(m["file"]) == os.path.abspath(script)]
+    type_name, _, message = error.partition(": ")
+    return {
+        "error": error,
+        "type": type_name,
+        "message": message,
+        "where": f"{os.path.basename(script)}:{ours[-1]['line']}" if ours else None,
+        "in_torch": bool(frames) and f"{os.sep}torch{os.sep}" in frames[-1]["file"],
+    }
+
+
+def _running(run: RunOutcome) -> list[int]:
+    """Ranks that had started and not finished (at the timeout, for a run stopped then)."""
+    return [rank for rank, record in sorted(run.records.items()) if not _finished(record)]
+
+
+def _hang_parts(run: RunOutcome, verb: str) -> list[str]:
+    parts = []
+    for rank in range(run.nproc):
+        record = run.records.get(rank)
+        if record is None:
+            parts.append(f"rank {rank} never started the script")
+        elif not _finished(record):
+            stack = run.stacks.get(rank)
+            where = hang_location(stack, record.get("script", run.script)) if stack else None
+            parts.append(f"rank {rank} {verb}" + (f" at {where}" if where else ""))
+    return parts or ["every rank had finished but torchrun did not exit"]
+
+
 # -- the checks ----------------------------------------------------------------
 
 
@@ -233,19 +425,21 @@ def _launched(run: RunOutcome) -> Check:
     def fail(message: str) -> Check:
         return Check(LAUNCHED, False, message)
 
+    failures = sorted(_failures(run), key=_Failure.order)
     if run.timed_out:
-        return fail(f"timed out after {run.timeout:g} s: torchrun and its ranks were killed (see clean-exit)")
-    records = run.records
-    for rank, record in sorted(records.items()):
-        exit_ = _exit(record)
-        if exit_.get("kind") == protocol.ExitKind.EXCEPTION:
-            where = f" at {exit_['where']}" if exit_.get("where") else ""
-            return fail(f"rank {rank} raised {exit_.get('error')}{where}; torchrun exited with code {run.returncode}")
-    for rank, record in sorted(records.items()):
-        exit_ = _exit(record)
-        if exit_.get("kind") == protocol.ExitKind.EXIT:
-            return fail(f"rank {rank} called sys.exit({exit_.get('code')}); torchrun exited with code {run.returncode}")
-    killed = [rank for rank, record in sorted(records.items()) if not _finished(record)]
+        # Ranks that had finished before the timeout, with a failure of their own, are named after the waiting ones.
+        before = [f"rank {f.rank} {f.what}" for f in failures if not f.reaction and f.rank not in _running(run)]
+        earlier = f"; before that, {before[0]}" if before else ""
+        return fail(
+            f"stopped after {run.timeout:g} s: {'; '.join(_hang_parts(run, 'was waiting'))}{earlier}; "
+            f"torchrun and its ranks were then killed"
+        )
+    origin = next((f for f in failures if f.known), None)
+    if origin is not None:
+        others = [f"rank {f.rank} {f.consequence}" for f in failures if f is not origin][:3]
+        then = f" ({'; '.join(others)})" if others else ""
+        return fail(f"rank {origin.rank} {origin.what}{then}; torchrun exited with code {run.returncode}")
+    killed = [f.rank for f in failures]
     if killed:
         return fail(
             f"{_ranks(killed)} ended before the script did (killed by a signal, or stopped by torchrun "
@@ -259,7 +453,7 @@ def _launched(run: RunOutcome) -> Check:
         )
     if run.returncode != 0:
         return fail(f"torchrun exited with code {run.returncode}: {_last_line(run.output)}")
-    kinds = {_exit(record).get("kind") for record in records.values()}
+    kinds = {_exit(record).get("kind") for record in run.records.values()}
     if kinds == {protocol.ExitKind.MAX_STEPS}:
         return Check(LAUNCHED, True, f"every rank stopped cleanly after max_steps={run.max_steps}; torchrun exited 0")
     return Check(LAUNCHED, True, "every rank ran the script to its end; torchrun exited 0")
@@ -290,8 +484,103 @@ def _process_group(run: RunOutcome) -> Check:
     return Check(PROCESS_GROUP, True, f"{backend} process group of size {run.nproc} on every rank")
 
 
+def _optimizer_name(optimizer: dict[str, Any]) -> str:
+    return f"optimizer #{optimizer.get('index')} ({optimizer.get('type')})"
+
+
+def _listed(names: list[str], total: int) -> str:
+    more = f", and {total - len(names)} more" if total > len(names) else ""
+    return ", ".join(names) + more
+
+
+def _wrapped(run: RunOutcome) -> Check:
+    def fail(message: str) -> Check:
+        return Check(WRAPPED, False, message)
+
+    missing = _not_reported(run, "its optimizers")
+    if missing:
+        return fail(missing)
+    checked: dict[int, str] = {}
+    for rank, record in sorted(run.records.items()):
+        for optimizer in record.get("optimizers", []):
+            if not optimizer.get("steps"):
+                continue
+            found = optimizer.get("ownership")
+            name = _optimizer_name(optimizer)
+            if found is None:
+                return fail(f"{name} on rank {rank} stepped but its parameters were not checked (see probe errors)")
+            if found.get("unwrapped"):
+                on_rank = (
+                    "" if all(_unwraps(r, optimizer.get("index")) for r in run.records.values()) else f" on rank {rank}"
+                )
+                return fail(_unwrapped_message(found, name + on_rank))
+            checked[optimizer["index"]] = name
+    if not checked:
+        return fail("no optimizer stepped on any rank: there are no trained parameters to check")
+    listed = ", ".join(name for _, name in sorted(checked.items()))
+    return Check(
+        WRAPPED,
+        True,
+        f"every parameter of {listed} belongs to a DistributedDataParallel module (checked at its first step)",
+    )
+
+
+def _unwraps(record: dict[str, Any], index: Any) -> bool:
+    return any(
+        o.get("index") == index and (o.get("ownership") or {}).get("unwrapped") for o in record.get("optimizers", [])
+    )
+
+
+def _unwrapped_message(found: dict[str, Any], optimizer: str) -> str:
+    names = _listed(found.get("unwrapped_names", []), found["unwrapped"])
+    modules = found.get("unwrapped_modules", [])
+    consequence = "their gradients are never averaged across ranks (found at its first step)"
+    if not modules:
+        return (
+            f"{optimizer} steps {found['unwrapped']} of its {found.get('parameters')} parameters outside any "
+            f"DistributedDataParallel module ({names}): {consequence}"
+        )
+    described = ", ".join(f"{module['name']} ({module['type']})" for module in modules)
+    verb = "is" if len(modules) == 1 else "are"
+    return (
+        f"{described} {verb} not wrapped in DistributedDataParallel, yet {optimizer} steps "
+        f"{'its' if len(modules) == 1 else 'their'} parameters ({names}): {consequence}"
+    )
+
+
+def _divergence_cause(run: RunOutcome, index: int) -> str:
+    """Why the parameters of optimizer ``index`` differ, as far as the records tell."""
+    optimizers = [o for record in run.records.values() for o in record.get("optimizers", []) if o["index"] == index]
+    ownership = [o.get("ownership") for o in optimizers]
+    if any(found and found.get("unwrapped") for found in ownership):
+        return "they belong to a module that is not wrapped in DistributedDataParallel (see wrapped)"
+    unregistered: list[str] = []
+    for optimizer in optimizers:
+        for name in [
+            *(optimizer.get("ownership") or {}).get("unregistered_names", []),
+            *optimizer.get("unregistered_names", []),
+        ]:
+            if name not in unregistered:
+                unregistered.append(name)
+    if unregistered:
+        shown = _listed(unregistered[:_NAMES_SHOWN], len(unregistered))
+        return (
+            f"{shown} require grad but were not registered for reduction when DistributedDataParallel was built "
+            f"(frozen when the model was wrapped and unfrozen later?): their gradients are never averaged; wrap "
+            f"the model after changing requires_grad, or wrap it again"
+        )
+    if ownership and all(found is not None for found in ownership):
+        return (
+            "every parameter belongs to a DistributedDataParallel module, so something changes them differently on "
+            "each rank outside the gradient all-reduce (an update after backward, a step skipped on some ranks)"
+        )
+    return "gradients are not averaged across ranks; is the model wrapped in DistributedDataParallel?"
+
+
 def _stats_close(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    (sum_a, squares_a, weighted_a), (sum_b, squares_b, weighted_b) = a["stats"], b["stats"]
+    stats_a: list[float] = a["stats"]
+    stats_b: list[float] = b["stats"]
+    (sum_a, squares_a, weighted_a), (sum_b, squares_b, weighted_b) = stats_a, stats_b
     squares = max(squares_a, squares_b)
     # |sum(x)| and |sum(w x)| are at most sqrt(numel * sum(x^2)) (|w| <= 1).
     bound = math.sqrt(max(a.get("numel", 0), 1) * squares)
@@ -331,8 +620,7 @@ def _in_sync(run: RunOutcome) -> Check:
         digests = ", ".join(f"rank {rank} {o['sha256'][:_SHORT]}" for rank, o in by_rank.items())
         return fail(
             f"parameters of optimizer #{index} ({reference['type']}) differ between ranks after the last step "
-            f"({digests}): gradients are not averaged across ranks; is the model wrapped in "
-            f"DistributedDataParallel?"
+            f"({digests}): {_divergence_cause(run, index)}"
         )
     digest = _params_digest(run.records[0])
     if bitwise:
@@ -457,17 +745,7 @@ def _single_writer(run: RunOutcome) -> Check:
 
 def _clean_exit(run: RunOutcome) -> Check:
     if run.timed_out:
-        parts = []
-        for rank in range(run.nproc):
-            record = run.records.get(rank)
-            if record is None:
-                parts.append(f"rank {rank} never started the script")
-            elif not _finished(record):
-                stack = run.stacks.get(rank)
-                where = hang_location(stack, record.get("script", run.script)) if stack else None
-                parts.append(f"rank {rank} was still running" + (f" at {where}" if where else ""))
-        if not parts:
-            parts.append("every rank finished but torchrun did not exit")
+        parts = _hang_parts(run, "was still running")
         return Check(CLEAN_EXIT, False, f"hang: after {run.timeout:g} s, " + "; ".join(parts))
     not_destroyed = [
         rank

@@ -8,11 +8,15 @@ On a timeout the ranks still running are asked for their Python stacks
 with SIGTERM (it passes it on to its workers) and, if anything is left after
 a grace period, SIGKILL: torchrun's process group and every rank that is
 still alive (each worker leads a session of its own, so the group of
-torchrun alone would miss them).
+torchrun alone would miss them). The records of the ranks still running at
+the timeout are read before the stop and kept as they were: what a rank
+does while it is being stopped (a collective that fails because a peer was
+killed first) is the stop's doing, not the script's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -48,7 +52,8 @@ class RunOutcome:
     timed_out: bool
     duration_s: float
     output: str
-    records: Mapping[int, dict[str, Any]] = field(default_factory=dict)  # rank -> last document
+    # rank -> last document; for a rank still running at the timeout, its document then
+    records: Mapping[int, dict[str, Any]] = field(default_factory=dict)
     stacks: Mapping[int, str] = field(default_factory=dict)  # rank -> stacks dumped at the timeout
 
 
@@ -96,6 +101,7 @@ def run_under_torchrun(
     with tempfile.TemporaryDirectory(prefix="ddpify-verify-") as probe_dir:
         log_path = Path(probe_dir) / "torchrun.log"
         stacks: dict[int, str] = {}
+        at_timeout: dict[int, dict[str, Any]] = {}
         started = time.monotonic()
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
@@ -113,12 +119,18 @@ def run_under_torchrun(
             except subprocess.TimeoutExpired:
                 timed_out = True
                 returncode = None
+                at_timeout = read_records(probe_dir, nproc)
                 stacks = _collect_stacks(probe_dir, nproc)
                 _stop(process, probe_dir, nproc)
             except BaseException:  # Ctrl-C in the parent: leave nothing behind
                 _stop(process, probe_dir, nproc)
                 raise
         duration = time.monotonic() - started
+        records = read_records(probe_dir, nproc)
+        if timed_out:
+            records.update(
+                (rank, record) for rank, record in at_timeout.items() if record.get("phase") != protocol.Phase.EXITED
+            )
         return RunOutcome(
             script=str(script),
             nproc=nproc,
@@ -129,13 +141,13 @@ def run_under_torchrun(
             timed_out=timed_out,
             duration_s=duration,
             output=_tail(log_path),
-            records=read_records(probe_dir, nproc),
+            records=records,
             stacks=stacks,
         )
 
 
 def read_records(probe_dir: str, nproc: int) -> dict[int, dict[str, Any]]:
-    records = {}
+    records: dict[int, dict[str, Any]] = {}
     for rank in range(nproc):
         path = Path(probe_dir) / protocol.record_name(rank)
         try:
@@ -178,10 +190,8 @@ def _collect_stacks(probe_dir: str, nproc: int) -> dict[int, str]:
         return {}
     running = _running_ranks(probe_dir, nproc)
     for pid in running.values():
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, protocol.STACK_SIGNAL)
-        except OSError:
-            pass
     stacks: dict[int, str] = {}
     deadline = time.monotonic() + _STACK_WAIT_S
     while running and time.monotonic() < deadline:
@@ -206,10 +216,8 @@ def _stop(process: subprocess.Popen[bytes], probe_dir: str, nproc: int) -> None:
         process.wait()
         return
     _signal_group(process.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=_TERMINATE_GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
     for pid in _running_ranks(probe_dir, nproc).values():
         _signal_group(pid, signal.SIGKILL)
     if process.poll() is None:
@@ -221,10 +229,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pid, sig)
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, sig)
-        except OSError:
-            pass
 
 
 def _tail(path: Path) -> str:

@@ -30,10 +30,26 @@ What is hooked, and how:
   so evaluation loaders (typically the same on every rank) do not count.
 * files: ``torch.save`` (and ``torch.serialization.save``) note the target of
   every call: the path as given and as an absolute path.
+* wrapping: ``DistributedDataParallel.__init__`` keeps a weak reference to
+  every DDP instance and notes which parameters it registered for gradient
+  reduction (those that required grad and were not ignored when it was
+  built). At the first step of each optimizer, every parameter the
+  optimizer holds is looked up by identity among the live DDP instances'
+  ``module.parameters()``; parameters outside all of them are named by the
+  script's variables on the stack (``decoder.fc.weight``) and grouped by the
+  largest module that holds only such parameters. When the run stops, the
+  parameters that require grad now but were not registered (frozen when DDP
+  was built, unfrozen later) are recorded too. Other wrappers (FSDP,
+  DataParallel) are not recognised.
 * process group: ``init_process_group`` and ``destroy_process_group`` (on
   ``torch.distributed`` and ``torch.distributed.distributed_c10d``) are
   wrapped; ``is_initialized()`` is also sampled at every step and at exit,
   which covers other ways of creating the default group.
+* failures: an uncaught exception is recorded with its type (and the names
+  of its bases), message, the last line of the script in its traceback,
+  whether its innermost frame is in torch, and the time it reached the
+  probe, so that the parent can tell the rank where a failure began from
+  ranks whose collectives failed because of it.
 * hangs: a daemon thread rewrites the record a moment after anything
   changed, so that a rank blocked in a collective (which releases the GIL)
   still shows its latest steps and saves; ``faulthandler`` dumps all Python
@@ -47,9 +63,11 @@ hook is recorded in ``probe_errors`` instead of breaking the script.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import faulthandler
 import functools
+import gc
 import hashlib
 import json
 import os
@@ -58,22 +76,30 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from types import FrameType, TracebackType
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ddpify.verify import protocol
 
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _LOADER_ATTR = "_ddpify_probe_loader"
 _ITERATOR_ATTR = "_ddpify_probe_iteration"
 _FLUSH_INTERVAL_S = 0.25
 # An irrational step makes sin() a sequence without a period over any model size.
 _WEIGHT_STEP = 0.7548776662466927
+# Parameter names kept per finding, and owners looked up through the garbage
+# collector (a scan of the whole heap each) when no variable names them.
+_NAMED_PARAMETERS = 8
+_OWNER_LOOKUPS = 3
 
 
 class MaxStepsReached(SystemExit):
@@ -138,11 +164,167 @@ def hash_batch(batch: Any) -> tuple[str, list[str] | None]:
     return whole, samples
 
 
+def _replace(owner: Any, name: str, replacement: Any) -> None:
+    """Install a hook in place of a torch function or method (which typing cannot express)."""
+    setattr(owner, name, replacement)
+
+
+def _qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _safe_len(obj: Any) -> int | None:
     try:
         return len(obj)
     except Exception:  # no __len__, or an IterableDataset that refuses
         return None
+
+
+class WrapperRecord:
+    """One ``DistributedDataParallel`` instance, held weakly, and what it registered for reduction."""
+
+    def __init__(self, ddp: Any) -> None:
+        self.ref = weakref.ref(ddp)
+        ignored = getattr(ddp, "parameters_to_ignore", None) or set()
+        named = list(ddp.module.named_parameters())
+        # Weak references keyed by id: a tensor's == is elementwise, so tensors
+        # cannot be members of a set that compares them.
+        self.at_init = {id(p): weakref.ref(p) for _, p in named}
+        self.registered = {id(p): weakref.ref(p) for name, p in named if p.requires_grad and name not in ignored}
+
+    def parameters(self, *, live: bool = True) -> list[torch.Tensor]:
+        """The wrapped module's parameters now; once the DDP instance is gone, none
+        (``live``) or those it had when it was built."""
+        ddp = self.ref()
+        if ddp is not None:
+            return list(ddp.module.parameters())
+        if live:
+            return []
+        return [p for p in (ref() for ref in self.at_init.values()) if p is not None]
+
+    def is_registered(self, param: torch.Tensor) -> bool:
+        ref = self.registered.get(id(param))
+        return ref is not None and ref() is param
+
+
+def parameter_names(roots: Mapping[str, nn.Module]) -> dict[int, str]:
+    """id(parameter) -> its name under the first root that holds it (``decoder.fc.weight``)."""
+    names: dict[int, str] = {}
+    for root, module in roots.items():
+        for name, param in module.named_parameters(prefix=root):
+            names.setdefault(id(param), name)
+    return names
+
+
+def _unwrapped_modules(unwrapped: set[int], roots: Mapping[str, nn.Module]) -> list[dict[str, Any]]:
+    """The largest modules, reachable from ``roots``, whose parameters are all in ``unwrapped``."""
+    found: list[dict[str, Any]] = []
+    seen: set[int] = set()
+
+    def visit(name: str, module: nn.Module) -> None:
+        if id(module) in seen:
+            return
+        seen.add(id(module))
+        params = [id(p) for p in module.parameters()]
+        if params and all(p in unwrapped for p in params):
+            found.append({"name": name, "type": type(module).__qualname__, "parameters": len(params)})
+            return
+        if any(p in unwrapped for p in params):
+            for child, submodule in module.named_children():
+                visit(f"{name}.{child}", submodule)
+
+    for root, module in roots.items():
+        visit(root, module)
+    return found
+
+
+def _owner(param: torch.Tensor) -> str | None:
+    """``Type.attribute`` of a module that holds ``param``, found through the garbage collector.
+
+    A module holds its parameters in its ``_parameters`` dict, which its
+    instance ``__dict__`` holds (or the module itself, where attributes live
+    inline in the object).
+    """
+    for container in gc.get_referrers(param):
+        if not isinstance(container, dict) or not any(value is param for value in container.values()):
+            continue
+        for holder in gc.get_referrers(container):
+            if isinstance(holder, nn.Module):
+                candidates = [holder]
+            elif isinstance(holder, dict) and holder.get("_parameters") is container:
+                candidates = gc.get_referrers(holder)
+            else:
+                continue
+            for module in candidates:
+                if isinstance(module, nn.Module) and module._parameters is container:
+                    attribute = next(key for key, value in container.items() if value is param)
+                    return f"{type(module).__qualname__}.{attribute}"
+    return None
+
+
+def owners(wrappers: Iterable[WrapperRecord], *, live: bool = True) -> dict[int, WrapperRecord]:
+    """id(parameter) -> the DDP instance whose module holds it (see ``WrapperRecord.parameters``)."""
+    found: dict[int, WrapperRecord] = {}
+    for wrapper in wrappers:
+        for param in wrapper.parameters(live=live):
+            found.setdefault(id(param), wrapper)
+    return found
+
+
+def ownership(
+    params: Sequence[torch.Tensor],
+    wrappers: Iterable[WrapperRecord],
+    roots: Mapping[str, nn.Module],
+    names: dict[int, str],
+) -> dict[str, Any]:
+    """Which of an optimizer's ``params`` belong to no live DDP instance, and which their DDP did not register.
+
+    ``roots`` are the modules the script's variables hold and ``names`` the
+    parameter names under them (``parameter_names``); both serve only to name
+    what is found. Owners found through the garbage collector are added to
+    ``names``.
+    """
+    by_owner = owners(wrappers)
+    unwrapped = [p for p in params if id(p) not in by_owner]
+    for param in [p for p in unwrapped if id(p) not in names][:_OWNER_LOOKUPS]:
+        owner = _owner(param)
+        if owner is not None:
+            names[id(param)] = owner
+    return {
+        "parameters": len(params),
+        "unwrapped": len(unwrapped),
+        "unwrapped_names": [_name(p, names) for p in unwrapped[:_NAMED_PARAMETERS]],
+        "unwrapped_modules": _unwrapped_modules({id(p) for p in unwrapped}, roots) if unwrapped else [],
+        "unregistered_names": unregistered(params, by_owner, names),
+    }
+
+
+def unregistered(
+    params: Sequence[torch.Tensor], by_owner: Mapping[int, WrapperRecord], names: Mapping[int, str]
+) -> list[str]:
+    """Names of the wrapped ``params`` that require grad but that their DDP did not register for reduction."""
+    found = []
+    for param in params:
+        wrapper = by_owner.get(id(param))
+        if wrapper is not None and param.requires_grad and not wrapper.is_registered(param):
+            found.append(_name(param, names))
+    return found
+
+
+def _name(param: torch.Tensor, names: Mapping[int, str]) -> str:
+    return names.get(id(param), f"<parameter of shape {tuple(param.shape)}>")
+
+
+def script_roots(frame: FrameType | None) -> dict[str, nn.Module]:
+    """The modules held by variables of the frames from ``frame`` outwards, innermost first (torch's own skipped)."""
+    roots: dict[str, nn.Module] = {}
+    while frame is not None:
+        if not os.path.abspath(frame.f_code.co_filename).startswith(_TORCH_DIR + os.sep):
+            for name, value in frame.f_locals.items():
+                if isinstance(value, nn.Module):
+                    roots.setdefault(name, value)
+        frame = frame.f_back
+    return roots
 
 
 class _LoaderRecord:
@@ -159,7 +341,7 @@ class _LoaderRecord:
         self.steps = 0
         self.recorded: list[dict[str, Any]] = []
 
-    def describe(self, loader: DataLoader) -> None:
+    def describe(self, loader: DataLoader[Any]) -> None:
         self.described = True
         self.dataset = type(loader.dataset).__qualname__
         self.sampler = type(loader.sampler).__qualname__
@@ -189,9 +371,22 @@ class _OptimizerRecord:
         self.index = index
         self.optimizer = optimizer
         self.steps = 0
+        self.ownership: dict[str, Any] | None = None  # found at the first step
+        self.names: dict[int, str] = {}  # parameter names known at the first step
 
-    def checksum(self) -> dict[str, Any]:
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+    def parameters(self) -> list[torch.Tensor]:
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "type": type(self.optimizer).__qualname__,
+            "steps": self.steps,
+            "ownership": self.ownership,
+        }
+
+    def checksum(self, wrappers: Iterable[WrapperRecord]) -> dict[str, Any]:
+        params = self.parameters()
         digest = hashlib.sha256()
         total = squares = weighted = 0.0
         numel = 0
@@ -210,9 +405,9 @@ class _OptimizerRecord:
                 weighted += (values * weights).sum().item()
                 numel += count
         return {
-            "index": self.index,
-            "type": type(self.optimizer).__qualname__,
-            "steps": self.steps,
+            **self.summary(),
+            # Requiring grad now but not registered when DDP was built: never reduced.
+            "unregistered_names": unregistered(params, owners(wrappers, live=False), self.names),
             "tensors": len(params),
             "numel": numel,
             "sha256": digest.hexdigest(),
@@ -235,6 +430,7 @@ class Recorder:
         self.phase = protocol.Phase.RUNNING
         self.exit: dict[str, Any] | None = None
         self.optimizers: dict[int, _OptimizerRecord] = {}
+        self.wrappers: list[WrapperRecord] = []
         self.loaders: list[_LoaderRecord] = []
         self.last_loader: _LoaderRecord | None = None
         self.saves: list[dict[str, Any]] = []
@@ -260,6 +456,7 @@ class Recorder:
             faulthandler.register(protocol.STACK_SIGNAL, file=self._stack_file, all_threads=True)
         register_optimizer_step_post_hook(self._after_step)
         self._patch_process_group()
+        self._patch_ddp()
         self._patch_save()
         self._patch_data_loader()
         atexit.register(self._at_exit)
@@ -303,8 +500,22 @@ class Recorder:
             return result
 
         for module in (dist, c10d):
-            module.init_process_group = init_process_group
-            module.destroy_process_group = destroy_process_group
+            _replace(module, "init_process_group", init_process_group)
+            _replace(module, "destroy_process_group", destroy_process_group)
+
+    def _patch_ddp(self) -> None:
+        try:
+            from torch.nn.parallel import DistributedDataParallel
+        except ImportError:  # a torch built without distributed support
+            return
+        original_init = DistributedDataParallel.__init__
+
+        @functools.wraps(original_init)
+        def __init__(ddp: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(ddp, *args, **kwargs)
+            self._guarded("DistributedDataParallel", self._note_wrapper, ddp)
+
+        _replace(DistributedDataParallel, "__init__", __init__)
 
     def _patch_save(self) -> None:
         original_save = torch.save
@@ -315,8 +526,8 @@ class Recorder:
             self._guarded("torch.save", self._note_save, f)
             return result
 
-        torch.save = save
-        torch.serialization.save = save
+        _replace(torch, "save", save)
+        _replace(torch.serialization, "save", save)
 
     def _patch_data_loader(self) -> None:
         original_init = DataLoader.__init__
@@ -325,7 +536,7 @@ class Recorder:
         recorder = self
 
         @functools.wraps(original_init)
-        def __init__(loader: DataLoader, *args: Any, **kwargs: Any) -> None:
+        def __init__(loader: DataLoader[Any], *args: Any, **kwargs: Any) -> None:
             original_init(loader, *args, **kwargs)
             if getattr(loader, _LOADER_ATTR, None) is None:
                 record = _LoaderRecord(len(recorder.loaders), recorder._script_site())
@@ -334,17 +545,15 @@ class Recorder:
                 object.__setattr__(loader, _LOADER_ATTR, record)
 
         @functools.wraps(original_iter)
-        def __iter__(loader: DataLoader) -> Any:
+        def __iter__(loader: DataLoader[Any]) -> Any:
             iterator = original_iter(loader)
             record = getattr(loader, _LOADER_ATTR, None)
             if record is not None:
                 record.iterations += 1
                 if not record.described:
                     recorder._guarded("DataLoader", record.describe, loader)
-                try:
+                with contextlib.suppress(AttributeError, TypeError):
                     object.__setattr__(iterator, _ITERATOR_ATTR, (record, record.iterations))
-                except (AttributeError, TypeError):
-                    pass
             return iterator
 
         @functools.wraps(original_next)
@@ -355,9 +564,9 @@ class Recorder:
                 recorder._guarded("DataLoader batch", recorder._note_batch, *tag, batch)
             return batch
 
-        DataLoader.__init__ = __init__  # type: ignore[method-assign]
-        DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
-        _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
+        _replace(DataLoader, "__init__", __init__)
+        _replace(DataLoader, "__iter__", __iter__)
+        _replace(_BaseDataLoaderIter, "__next__", __next__)
 
     # -- what the hooks record -------------------------------------------------
 
@@ -367,6 +576,8 @@ class Recorder:
             record = _OptimizerRecord(len(self.optimizers), optimizer)
             self.optimizers[id(optimizer)] = record
         record.steps += 1
+        if record.steps == 1:
+            self._guarded("ownership", self._check_ownership, record, sys._getframe(1))
         if self.last_loader is not None:
             self.last_loader.steps += 1
         self._guarded("optimizer step", self._note_process_group)
@@ -375,6 +586,17 @@ class Recorder:
             self._guarded("checksum", self._take_checksums)
             self.write()
             raise MaxStepsReached(record.steps)
+        self._dirty = True
+
+    def _note_wrapper(self, ddp: Any) -> None:
+        self.wrappers.append(WrapperRecord(ddp))
+
+    def _check_ownership(self, record: _OptimizerRecord, frame: FrameType) -> None:
+        roots = script_roots(frame)
+        params = record.parameters()
+        names = parameter_names(roots)
+        record.ownership = ownership(params, self.wrappers, roots, names)
+        record.names = {id(p): names[id(p)] for p in params if id(p) in names}
         self._dirty = True
 
     def _note_process_group(self) -> None:
@@ -411,22 +633,35 @@ class Recorder:
 
     def _take_checksums(self) -> None:
         ordered = sorted(self.optimizers.values(), key=lambda r: r.index)
-        self.checksums = [record.checksum() for record in ordered]
+        self.checksums = [record.checksum(self.wrappers) for record in ordered]
 
     def _script_site(self) -> str | None:
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:
             if os.path.abspath(frame.f_code.co_filename) == self.script:
                 return f"{os.path.basename(self.script)}:{frame.f_lineno}"
             frame = frame.f_back
         return None
 
-    def script_location(self, tb: Any) -> str | None:
+    def script_location(self, tb: TracebackType | None) -> str | None:
         where = None
         for entry in traceback.extract_tb(tb):
             if os.path.abspath(entry.filename) == self.script:
                 where = f"{os.path.basename(self.script)}:{entry.lineno}"
         return where
+
+    def describe_exception(self, exc: BaseException) -> dict[str, Any]:
+        """What the parent needs to tell where a failure began (see ``checks``)."""
+        frames = traceback.extract_tb(exc.__traceback__)
+        innermost = os.path.abspath(frames[-1].filename) if frames else ""
+        return {
+            "error": f"{type(exc).__name__}: {exc}",
+            "where": self.script_location(exc.__traceback__),
+            "type": _qualified_name(type(exc)),
+            "bases": [_qualified_name(base) for base in type(exc).__mro__[1:] if base is not object],
+            "message": str(exc),
+            "in_torch": innermost.startswith(_TORCH_DIR + os.sep),
+        }
 
     @property
     def steps(self) -> int:
@@ -434,8 +669,10 @@ class Recorder:
 
     # -- output ----------------------------------------------------------------
 
-    def finish(self, kind: str, *, code: Any = 0, error: str | None = None, where: str | None = None) -> None:
-        self.exit = {"kind": kind, "code": code, "error": error, "where": where}
+    def finish(self, kind: str, *, code: Any = 0, exception: BaseException | None = None) -> None:
+        self.exit = {"kind": kind, "code": code, "time": time.time(), "error": None, "where": None}
+        if exception is not None:
+            self.exit.update(self.describe_exception(exception))
         self.phase = protocol.Phase.EXITED
         if self.checksums is None:
             self._guarded("checksum", self._take_checksums)
@@ -465,10 +702,7 @@ class Recorder:
             "steps": self.steps,
             "optimizers": self.checksums
             if self.checksums is not None
-            else [
-                {"index": r.index, "type": type(r.optimizer).__qualname__, "steps": r.steps}
-                for r in sorted(self.optimizers.values(), key=lambda r: r.index)
-            ],
+            else [r.summary() for r in sorted(self.optimizers.values(), key=lambda r: r.index)],
             "checksummed": self.checksums is not None,
             "loaders": [record.to_json() for record in self.loaders],
             "saves": self.saves,
@@ -523,12 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         recorder.finish(kind, code=code or 0)
         raise
     except BaseException as exc:
-        recorder.finish(
-            protocol.ExitKind.EXCEPTION,
-            code=1,
-            error=f"{type(exc).__name__}: {exc}",
-            where=recorder.script_location(exc.__traceback__),
-        )
+        recorder.finish(protocol.ExitKind.EXCEPTION, code=1, exception=exc)
         raise
     recorder.finish(protocol.ExitKind.OK)
     return 0

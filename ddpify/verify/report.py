@@ -79,7 +79,7 @@ class VerifyReport:
     def format_table(self) -> str:
         """A plain-text table of the ranks, then one line per failed check (or a summary)."""
         header = ("rank", "status", "steps", "params", "first batch", "destroyed", "saves", "where")
-        rows = [header]
+        rows: list[tuple[str, ...]] = [header]
         for rank in self.ranks:
             rows.append(
                 (

@@ -7,7 +7,11 @@ torchrun (or hangs) without training in data-parallel:
 * ``no-sampler``: no DistributedSampler, every rank reads the whole dataset;
 * ``save-on-every-rank``: the checkpoint is written by every rank;
 * ``hang``: rank 1 waits for a checkpoint under the wrong name while rank 0
-  waits for it at a barrier.
+  waits for it at a barrier;
+* ``crash-on-rank-1``: rank 1 raises at its third batch, while rank 0 waits
+  for its gradients in the all-reduce;
+* ``unfreeze-after-wrap``: the last layer is frozen when DDP is built and
+  unfrozen after, so DDP never averages its gradients.
 
 Runs without torchrun too (a process group of one is not created).
 """
@@ -23,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-BUGS = ("none", "no-ddp", "no-sampler", "save-on-every-rank", "hang")
+BUGS = ("none", "no-ddp", "no-sampler", "save-on-every-rank", "hang", "crash-on-rank-1", "unfreeze-after-wrap")
 
 
 def make_dataset(num_samples, generator):
@@ -44,8 +48,12 @@ def train(args, rank, distributed):
     val_loader = DataLoader(val_set, batch_size=8)
 
     model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+    frozen_head = args.bug == "unfreeze-after-wrap"
+    model[2].requires_grad_(not frozen_head)
     if distributed and args.bug != "no-ddp":
         model = DDP(model)
+    if frozen_head:
+        model.requires_grad_(True)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     criterion = nn.MSELoss()
 
@@ -53,7 +61,9 @@ def train(args, rank, distributed):
         if sampler is not None:
             sampler.set_epoch(epoch)
         model.train()
-        for inputs, targets in train_loader:
+        for batch, (inputs, targets) in enumerate(train_loader):
+            if args.bug == "crash-on-rank-1" and rank == 1 and batch == 2:
+                raise ValueError(f"corrupt sample in batch {batch}")
             optimizer.zero_grad()
             loss = criterion(model(inputs), targets)
             loss.backward()
