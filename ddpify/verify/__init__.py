@@ -4,8 +4,9 @@ A script can run to completion under ``torchrun`` and still be wrong: ranks
 that drift apart, every rank reading the whole dataset, N copies of a
 checkpoint, a hang at exit. ``verify()`` runs the script unchanged under
 ``torchrun --standalone --nproc_per_node=N`` with an in-rank probe
-(``ddpify.verify.probe``: optimizer-step, DataLoader, ``torch.save`` and
-process-group hooks installed from outside the script), collects one JSON
+(``ddpify.verify.probe``: optimizer-step, DataLoader, ``torch.save``,
+process-group and ``DistributedDataParallel`` hooks installed from outside
+the script), collects one JSON
 record per rank and judges the run (``ddpify.verify.checks``)::
 
     report = verify(Path("train_ddp.py"), nproc=2, max_steps=5)

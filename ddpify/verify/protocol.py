@@ -10,7 +10,14 @@ process ids), again while it trains, and a last time when it stops. Its
 * ``stopping``: the ``max_steps``-th optimizer step ran and the script is
   unwinding (parameter checksums are already in the document);
 * ``exited``: the script ended (normally, by ``sys.exit``, by an exception or
-  by the ``max_steps`` stop); ``exit`` says how.
+  by the ``max_steps`` stop); ``exit`` says how (``kind``, ``code``, ``time``)
+  and, for an exception, what it was (``error``, ``type``, ``bases``,
+  ``message``, ``where``, ``in_torch``).
+
+Each optimizer's entry carries ``ownership``, found at its first step: how
+many of its parameters belong to no live ``DistributedDataParallel`` module,
+their names and the modules that hold them, and the wrapped parameters that
+require grad but were not registered for reduction.
 
 ``rank-<RANK>.stack`` receives the Python stacks of a rank when the parent
 sends it ``STACK_SIGNAL`` (only done on a timeout, to say where a rank hangs).
