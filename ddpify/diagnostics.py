@@ -87,6 +87,13 @@ FORM_FEED = Code(
     "a form feed inside indentation, next to which new code cannot be indented",
     "remove the form feed",
 )
+UNSUPPORTED = Code(
+    "DDP007",
+    Severity.ERROR,
+    "input",
+    "valid Python that the parser cannot read",
+    "write the statement more simply (e.g. fewer adjacent string literals)",
+)
 ALREADY_DISTRIBUTED = Code(
     "DDP010", Severity.INFO, "input", "the script already runs distributed: left unchanged", "nothing to do"
 )
@@ -97,7 +104,16 @@ INTERNAL_ERROR = Code(
     "DDP900", Severity.ERROR, "ddpify", "a bug in ddpify: nothing is written", "report it with the input script"
 )
 
-INPUT_CODES = (INVALID_SYNTAX, UNREADABLE, NO_ROUND_TRIP, TOO_DEEP, FORM_FEED, ALREADY_DISTRIBUTED, NOTHING_TO_DO)
+INPUT_CODES = (
+    INVALID_SYNTAX,
+    UNREADABLE,
+    NO_ROUND_TRIP,
+    TOO_DEEP,
+    FORM_FEED,
+    UNSUPPORTED,
+    ALREADY_DISTRIBUTED,
+    NOTHING_TO_DO,
+)
 INTERNAL_CODES = (INTERNAL_ERROR,)
 
 

@@ -3,7 +3,8 @@
 Each case holds ``input.py`` and ``diagnostics.txt`` (the status, then every
 diagnostic and change as the CLI prints them); ``expected.py`` exists when the
 script is rewritten and is compared byte for byte. A case without
-``expected.py`` asserts that the input comes back unchanged.
+``expected.py`` asserts that the input comes back unchanged. An optional
+``options.json`` holds the :class:`~ddpify.Options` the case converts with.
 
 Regenerate after an intended change with ``DDPIFY_REGENERATE=1 pytest
 tests/test_fixtures.py`` and review the result with ``git diff``.
@@ -12,16 +13,22 @@ tests/test_fixtures.py`` and review the result with ``git diff``.
 from __future__ import annotations
 
 import ast
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from ddpify import Conversion, Status, convert
+from ddpify import Conversion, Options, Status, convert
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = sorted(p.parent for p in FIXTURES.glob("*/*/input.py"))
 REGENERATE = os.environ.get("DDPIFY_REGENERATE") == "1"
+
+
+def options(case: Path) -> Options:
+    path = case / "options.json"
+    return Options(**json.loads(path.read_text())) if path.exists() else Options()
 
 
 def report(conversion: Conversion) -> str:
@@ -34,7 +41,7 @@ def report(conversion: Conversion) -> str:
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.parent.name}/{c.name}" for c in CASES])
 def test_fixture(case: Path) -> None:
     source = (case / "input.py").read_bytes()
-    conversion = convert(source, path="input.py")
+    conversion = convert(source, path="input.py", options=options(case))
     expected_path = case / "expected.py"
     diagnostics_path = case / "diagnostics.txt"
     if REGENERATE:
@@ -49,7 +56,7 @@ def test_fixture(case: Path) -> None:
         expected = expected_path.read_bytes()
         assert conversion.code == expected
         ast.parse(expected)
-        again = convert(expected, path="expected.py")
+        again = convert(expected, path="expected.py", options=options(case))
         assert again.status is Status.UNCHANGED and again.code == expected, "the output must be a fixed point"
     else:
         assert conversion.code == source
