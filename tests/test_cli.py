@@ -1,8 +1,8 @@
 """The command-line shell: files, streams and exit codes.
 
-The converter is replaced through its seam, ``ddpify.cli.convert``, by a fake
+The converter is replaced through its seam, ``ddpify.cli.backend.convert``, by a fake
 that returns a chosen ``Conversion``, and the verification run through
-``ddpify.cli.verify`` by a fake that returns a chosen ``VerifyReport``; both
+``ddpify.cli.backend.verify`` by a fake that returns a chosen ``VerifyReport``; both
 are tested for real elsewhere (one real ``--verify`` run is in
 ``test_cli_verify.py``).  Every test runs in its own empty folder, so
 "nothing left behind" means the folder holds exactly the files the test put
@@ -24,13 +24,14 @@ from pathlib import Path
 import pytest
 
 from ddpify import __version__, cli
+from ddpify.cli import backend, diff
 from ddpify.diagnostics import Change, Diagnostic, Severity
 from ddpify.result import Conversion, Options, Status
 from ddpify.verify import CHECK_NAMES, Check, RankReport, VerifyReport
 
 SOURCE = b"import torch\n\nmodel = Net()\ntrain(model)\n"
 CONVERTED = b"import torch\n\nmodel = DDP(Net())\ntrain(model)\n"
-BUG_REPORT = "please report a bug at the ddpify issue tracker with the input attached"
+BUG_REPORT = "please report a bug at https://github.com/ddpify/ddpify/issues with the input attached"
 
 
 def to_ddp(source: bytes) -> bytes:
@@ -106,14 +107,14 @@ def workdir(tmp_path, monkeypatch):
 @pytest.fixture
 def converter(monkeypatch) -> FakeConverter:
     fake = FakeConverter()
-    monkeypatch.setattr(cli, "convert", fake)
+    monkeypatch.setattr(backend, "convert", fake)
     return fake
 
 
 @pytest.fixture
 def verifier(monkeypatch) -> FakeVerifier:
     fake = FakeVerifier()
-    monkeypatch.setattr(cli, "verify", fake)
+    monkeypatch.setattr(backend, "verify", fake)
     return fake
 
 
@@ -607,16 +608,16 @@ def test_bytes_round_trip_to_stdout(converter, workdir, capsysbinary):
 # ----------------------------------------------------------------------------
 # --diff
 
-EXPECTED_DIFF = """\
---- train.py
-+++ train_ddp.py
-@@ -1,4 +1,4 @@
- import torch
- 
--model = Net()
-+model = DDP(Net())
- train(model)
-"""
+EXPECTED_DIFF = (
+    "--- train.py\n"
+    "+++ train_ddp.py\n"
+    "@@ -1,4 +1,4 @@\n"
+    " import torch\n"
+    " \n"
+    "-model = Net()\n"
+    "+model = DDP(Net())\n"
+    " train(model)\n"
+)
 
 
 def test_diff_writes_nothing(converter, script, workdir, capsys):
@@ -676,7 +677,7 @@ def test_diff_colour_can_be_turned_off(converter, script, monkeypatch, capsys, h
 
 
 def test_diff_marks_a_missing_final_newline():
-    lines = list(cli.unified_diff("a\nb", "a\nc", from_name="x", to_name="y"))
+    lines = list(diff.unified_diff("a\nb", "a\nc", from_name="x", to_name="y"))
 
     assert lines == [
         "--- x\n",
@@ -713,7 +714,7 @@ def test_verify_writes_then_runs_the_output(converter, verifier, script, workdir
     assert stderr_lines(captured) == [
         "converted train.py -> train_ddp.py (0 changes)",
         "verifying train_ddp.py under torchrun with 2 processes",
-        "train_ddp.py trains in data-parallel: 7 checks passed",
+        f"train_ddp.py trains in data-parallel: {len(CHECK_NAMES)} checks passed",
     ]
     assert verifier.calls == [
         {
@@ -798,7 +799,7 @@ def test_check_verify_runs_the_committed_output_without_writing(converter, verif
     assert stderr_lines(capsys.readouterr()) == [
         "train_ddp.py is up to date",
         "verifying train_ddp.py under torchrun with 2 processes",
-        "train_ddp.py trains in data-parallel: 7 checks passed",
+        f"train_ddp.py trains in data-parallel: {len(CHECK_NAMES)} checks passed",
     ]
     assert verifier.scripts == [CONVERTED]
     assert verifier.calls[0]["max_steps"] == 20

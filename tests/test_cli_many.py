@@ -2,7 +2,7 @@
 
 Where only the plumbing is tested (which files are found, where outputs go,
 what is printed and the exit code), the converter is replaced through its seam
-``ddpify.cli.convert`` by a fake whose outcome is chosen by a marker in the
+``ddpify.cli.backend.convert`` by a fake whose outcome is chosen by a marker in the
 source.  The real converter runs on tiny training scripts where its results
 matter (``-j 1`` against ``-j 2``, real refusals, the report after a real
 conversion); it takes about a second a file, so those tests convert few files.
@@ -22,6 +22,9 @@ from pathlib import Path
 import pytest
 
 from ddpify import cli
+from ddpify.cli import backend, workers
+from ddpify.cli.exits import Outcome
+from ddpify.cli.report import summary_line
 from ddpify.diagnostics import Diagnostic, Severity
 from ddpify.result import Conversion, Options, Status
 
@@ -117,9 +120,9 @@ def workdir(tmp_path, monkeypatch):
 @pytest.fixture
 def converter(monkeypatch) -> FakeConverter:
     fake = FakeConverter()
-    monkeypatch.setattr(cli, "convert", fake)
+    monkeypatch.setattr(backend, "convert", fake)
     # The fake lives in this process: convert one file after another, as -j 1 does.
-    monkeypatch.setattr(cli, "_cpu_count", lambda: 1)
+    monkeypatch.setattr(workers, "cpu_count", lambda: 1)
     return fake
 
 
@@ -497,7 +500,7 @@ def test_a_file_that_breaks_the_converter_is_reported_and_the_others_still_writt
 
     assert cli.main(["a.py", "b.py", "c.py"]) == 123
 
-    report = "please report a bug at the ddpify issue tracker with the input attached"
+    report = "please report a bug at https://github.com/ddpify/ddpify/issues with the input attached"
     assert err_lines(capsys) == [
         f"error: internal error while converting a.py: RuntimeError: boom; {report}",
         f"error: internal error while converting b.py: output does not compile; {report}",
@@ -521,11 +524,11 @@ def test_unreadable_file_is_counted_as_failed(converter, workdir, capsys):
 
 
 def test_summary_line_wording():
-    outcomes = Counter({cli.Outcome.CONVERTED: 9, cli.Outcome.UNCHANGED: 2, cli.Outcome.REFUSED: 1})
+    outcomes = Counter({Outcome.CONVERTED: 9, Outcome.UNCHANGED: 2, Outcome.REFUSED: 1})
 
-    assert cli.summary_line(outcomes, warnings=1) == "12 files: 9 converted, 2 unchanged, 1 refused (1 warning)"
-    assert cli.summary_line(Counter({cli.Outcome.CONVERTED: 1}), warnings=0) == "1 file: 1 converted"
-    assert cli.summary_line(Counter({cli.Outcome.STALE: 2, cli.Outcome.INVALID: 1}), warnings=3) == (
+    assert summary_line(outcomes, warnings=1) == "12 files: 9 converted, 2 unchanged, 1 refused (1 warning)"
+    assert summary_line(Counter({Outcome.CONVERTED: 1}), warnings=0) == "1 file: 1 converted"
+    assert summary_line(Counter({Outcome.STALE: 2, Outcome.INVALID: 1}), warnings=3) == (
         "3 files: 2 would be rewritten, 1 invalid (3 warnings)"
     )
 

@@ -1,0 +1,50 @@
+"""The command line: finds the scripts, calls :func:`ddpify.convert`, writes, reports, exits.
+
+This package is the only part of ddpify that touches files, terminals and exit
+codes; the conversion itself never raises.  Code, diffs and verification
+reports go to stdout, every message goes to stderr; the exit codes are listed
+in :mod:`ddpify.cli.exits` and README.md.
+
+====================  =====================================================
+``command``           the typer command and its options
+``request``           the parsed request and its validation
+``run``               one run: a single script, ``--sbatch``, ``--verify``
+``results``           one conversion reported, written, compared or shown
+``discovery``         the scripts in folders, excludes, ``.gitignore``
+``workers``           several files in worker processes
+``files``             reading input, atomic writes
+``diff``              unified diff and colour
+``report``            messages, summary line, progress
+``backend``           ``convert()`` and ``verify()``, imported on first use
+====================  =====================================================
+
+libcst is imported only when a script is converted and ``ddpify.verify`` only
+when a script is verified, so ``--help`` and ``--version`` start quickly.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from ddpify.cli.exits import ExitCode
+from ddpify.cli.report import bug_report_address, describe, error
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ddpify with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
+    from ddpify.cli.command import app
+
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="ddpify", standalone_mode=False)
+    except typer.TyperException as exc:
+        message = exc.format_message().rstrip(".")
+        error(f"error: {message}; see 'ddpify --help'")
+        return int(ExitCode.USAGE)
+    except Exception as exc:
+        error(f"error: internal error: {describe(exc)}; please report a bug at {bug_report_address()}")
+        return int(ExitCode.INTERNAL_ERROR)
+    # --help and --version end with an exit code; the command returns one.
+    return result if isinstance(result, int) else int(ExitCode.OK)

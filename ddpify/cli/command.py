@@ -1,0 +1,284 @@
+"""The ``ddpify`` command: its options, parsed by typer into a :class:`~ddpify.cli.request.Request`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Annotated
+
+import typer
+import typer.core
+
+import ddpify
+from ddpify.cli.exits import ExitCode, Failure
+from ddpify.cli.report import describe, error, internal_error_message
+from ddpify.cli.request import (
+    DEFAULT_GPUS_PER_NODE,
+    DEFAULT_NODES,
+    DEFAULT_NPROC,
+    DEFAULT_SUFFIX,
+    DEFAULT_TIMEOUT_S,
+    ReportFormat,
+    Request,
+)
+
+SCRIPT_ARGS = "ddpify.script_args"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"ddpify {ddpify.__version__}")
+        raise typer.Exit()
+
+
+class Command(typer.core.TyperCommand):
+    """Takes the words after the first ``--`` as the script's own arguments.
+
+    Both SRC... and the script's arguments are lists of positional words, which
+    click cannot tell apart, so they are split here, before it parses the rest.
+    A ``--`` that is an option's value (``-o --``) does not split.
+    """
+
+    # typer passes its own Context, a subclass of the one the base class names.
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
+        valued = {
+            name
+            for param in self.get_params(ctx)
+            if getattr(param, "param_type_name", "") == "option"
+            and not getattr(param, "is_flag", False)
+            and not getattr(param, "count", False)
+            for name in param.opts
+        }
+        words = iter(enumerate(args))
+        for index, word in words:
+            if word == "--":
+                ctx.meta[SCRIPT_ARGS] = tuple(args[index + 1 :])
+                args = args[:index]
+                break
+            if word in valued:
+                next(words, None)
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
+        return [*super().collect_usage_pieces(ctx), "[-- SCRIPT_ARGS]..."]
+
+
+Sources = Annotated[
+    list[str],
+    typer.Argument(
+        metavar="SRC",
+        show_default=False,
+        help=(
+            "The training scripts to convert: files, and folders searched for *.py "
+            "('-' reads one script from stdin). Arguments after '--' go to the script "
+            "(--verify, --sbatch)."
+        ),
+    ),
+]
+Output = Annotated[
+    str | None,
+    typer.Option(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help=(
+            "Write the converted script to OUT (default: stdout); with several inputs, "
+            "OUT is an existing folder that receives them under their relative paths."
+        ),
+    ),
+]
+InPlace = Annotated[bool, typer.Option("--in-place", help="Rewrite each SRC itself.")]
+Suffix = Annotated[
+    str | None,
+    typer.Option(
+        "--suffix",
+        metavar="SUFFIX",
+        show_default=False,
+        help=(
+            f"Without -o, write each output next to its input, SUFFIX added to its name "
+            f"(default {DEFAULT_SUFFIX}: train.py -> train{DEFAULT_SUFFIX}.py); "
+            "a single file goes to stdout unless SUFFIX is given."
+        ),
+    ),
+]
+Diff = Annotated[
+    bool, typer.Option("--diff", help="Print a unified diff of each SRC and its converted script; write nothing.")
+]
+Check = Annotated[
+    bool, typer.Option("--check", help="Write nothing; exit 1 if an output is missing or not what would be generated.")
+]
+KeepGlobalBatch = Annotated[
+    bool,
+    typer.Option(
+        "--keep-global-batch",
+        help="Divide each training DataLoader's batch_size by the world size to keep the global batch.",
+    ),
+]
+Spawn = Annotated[
+    bool,
+    typer.Option("--spawn", help="Let `python OUT` start one process per GPU itself (for machines without torchrun)."),
+]
+Jobs = Annotated[
+    int | None,
+    typer.Option(
+        "-j",
+        "--jobs",
+        metavar="N",
+        min=1,
+        show_default=False,
+        help="Convert up to N files at once (default: the number of CPUs).",
+    ),
+]
+NoColor = Annotated[bool, typer.Option("--no-color", help="Never colour the diff (NO_COLOR is respected too).")]
+Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="Print errors only.")]
+Sbatch = Annotated[
+    str | None,
+    typer.Option(
+        "--sbatch",
+        metavar="FILE",
+        show_default=False,
+        help="Also write FILE, a SLURM batch script that runs OUT with srun torchrun (needs -o OUT).",
+    ),
+]
+Nodes = Annotated[
+    int | None,
+    typer.Option(
+        "--nodes", metavar="N", min=1, show_default=False, help=f"--sbatch: nodes to run on (default {DEFAULT_NODES})."
+    ),
+]
+GpusPerNode = Annotated[
+    int | None,
+    typer.Option(
+        "--gpus-per-node",
+        metavar="G",
+        min=1,
+        show_default=False,
+        help=f"--sbatch: GPUs of each node, one process each (default {DEFAULT_GPUS_PER_NODE}).",
+    ),
+]
+Verify = Annotated[
+    bool,
+    typer.Option(
+        "--verify",
+        help=(
+            "Then run OUT under torchrun in the current folder and check that it trains in data-parallel; "
+            "exit 4 if a check fails. Needs torch (pip install 'ddpify[run]')."
+        ),
+    ),
+]
+Nproc = Annotated[
+    int | None,
+    typer.Option(
+        "--nproc", metavar="N", min=2, show_default=False, help=f"--verify: processes to run (default {DEFAULT_NPROC})."
+    ),
+]
+Timeout = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        metavar="S",
+        min=1,
+        show_default=False,
+        help=f"--verify: seconds before the run counts as hung (default {DEFAULT_TIMEOUT_S:g}).",
+    ),
+]
+MaxSteps = Annotated[
+    int | None,
+    typer.Option(
+        "--max-steps",
+        metavar="K",
+        min=1,
+        show_default=False,
+        help="--verify: stop every rank after K optimizer steps (default: train to the end).",
+    ),
+]
+Format = Annotated[
+    ReportFormat | None,
+    typer.Option("--format", show_default=False, help="--verify: print the report as a table (text) or JSON."),
+]
+Version = Annotated[
+    bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+]
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.command(cls=Command)
+def ddpify_command(
+    ctx: typer.Context,
+    src: Sources,
+    output: Output = None,
+    in_place: InPlace = False,
+    suffix: Suffix = None,
+    diff: Diff = False,
+    check: Check = False,
+    keep_global_batch: KeepGlobalBatch = False,
+    spawn: Spawn = False,
+    jobs: Jobs = None,
+    no_color: NoColor = False,
+    quiet: Quiet = False,
+    sbatch: Sbatch = None,
+    nodes: Nodes = None,
+    gpus_per_node: GpusPerNode = None,
+    verify_run: Verify = False,
+    nproc: Nproc = None,
+    timeout: Timeout = None,
+    max_steps: MaxSteps = None,
+    report_format: Format = None,
+    version: Version = False,
+) -> int:
+    """Convert single-GPU PyTorch training scripts into torchrun / DistributedDataParallel scripts.
+
+    Exit codes: 0 converted or nothing to do (and verified with --verify), 1
+    --check found an output missing or stale, 2 bad usage or unreadable input, 3
+    conversion refused, 4 --verify found that OUT does not train in data-parallel,
+    123 internal error. With several files, the highest under 123 > 3 > 2 > 1 > 0.
+    """
+    request = Request(
+        sources=tuple(src),
+        output=output,
+        in_place=in_place,
+        diff=diff,
+        check=check,
+        keep_global_batch=keep_global_batch,
+        color=not no_color,
+        quiet=quiet,
+        spawn=spawn,
+        suffix=suffix,
+        jobs=jobs,
+        sbatch=sbatch,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        verify=verify_run,
+        nproc=nproc,
+        timeout=timeout,
+        max_steps=max_steps,
+        report_format=report_format,
+        script_args=ctx.meta.get(SCRIPT_ARGS, ()),
+    )
+    return execute(request)
+
+
+def execute(request: Request) -> int:
+    """Carry out ``request``; every failure becomes a message on stderr and an exit code."""
+    from ddpify.cli.run import run
+
+    try:
+        return int(run(request))
+    except Failure as failure:
+        error(f"error: {failure.message}")
+        return int(failure.code)
+    except BrokenPipeError:
+        # The reader went away (`ddpify train.py --diff | head`); not a bug.
+        # Point stdout at /dev/null so that the final flush stays quiet.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        return int(ExitCode.BROKEN_PIPE)
+    except Exception as exc:
+        error(f"error: {internal_error_message(request.name, describe(exc))}")
+        return int(ExitCode.INTERNAL_ERROR)

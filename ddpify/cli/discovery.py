@@ -1,0 +1,150 @@
+"""Finding the scripts that several inputs name, and where each one's output goes.
+
+A folder is searched recursively for ``*.py`` files, skipping the folders in
+:data:`EXCLUDED_FOLDERS`, what ``.gitignore`` excludes (asked of ``git
+check-ignore`` when the folder is in a git work tree) and earlier outputs
+(``*_ddp.py``).  Each output goes next to its input with ``--suffix`` added to
+its name, into the folder ``-o`` names under its path relative to the common
+base of the inputs, or over the input with ``--in-place``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from typing import TYPE_CHECKING
+
+from ddpify.cli.exits import Failure
+from ddpify.cli.request import DEFAULT_SUFFIX, Job, Request, is_output, same_file, with_suffix
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ddpify.cli.report import Reporter
+
+# Folders never searched for scripts: version control, environments, build
+# output and caches (black's defaults, plus the places installed packages live).
+EXCLUDED_FOLDERS = frozenset(
+    {
+        ".direnv",
+        ".eggs",
+        ".git",
+        ".hg",
+        ".ipynb_checkpoints",
+        ".mypy_cache",
+        ".nox",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".svn",
+        ".tox",
+        ".venv",
+        "__pycache__",
+        "build",
+        "dist",
+        "node_modules",
+        "site-packages",
+        "venv",
+    }
+)
+
+
+def plan(request: Request, reporter: Reporter) -> list[Job]:
+    """The files the inputs name, in order, and where each one's output goes."""
+    suffix = request.suffix or DEFAULT_SUFFIX
+    folder = request.output
+    paths = find_scripts(request.sources, suffix=suffix, skip=folder, reporter=reporter)
+    if folder is None:
+        if request.in_place:
+            return [Job(path, path, in_place=True, write_unchanged=False) for path in paths]
+        jobs = [Job(path, with_suffix(path, suffix), write_unchanged=False) for path in paths]
+    else:
+        if not os.path.isdir(folder):
+            problem = "not a folder" if os.path.exists(folder) else "no such folder"
+            raise Failure(f"{folder}: {problem}; with several inputs, -o names an existing folder for the outputs")
+        base = common_base(request.sources)
+        jobs = [
+            Job(path, os.path.join(folder, os.path.relpath(os.path.abspath(path), base)), make_folders=True)
+            for path in paths
+        ]
+    for job in jobs:
+        assert job.target is not None
+        if same_file(job.src, job.target):
+            raise Failure(f"{job.target} is the input file; pass --in-place to rewrite the inputs")
+    return jobs
+
+
+def find_scripts(sources: Sequence[str], *, suffix: str, skip: str | None, reporter: Reporter) -> list[str]:
+    """The scripts that ``sources`` name, each once, in order; raises ``Failure`` for a missing or empty input.
+
+    A file is taken as given unless its name marks it as an output (``*_ddp.py``);
+    a folder gives its ``*.py`` files (see :func:`scripts_in`); ``skip`` is a
+    folder not to search (the output folder).
+    """
+    found: list[str] = []
+    seen: set[str] = set()
+    for src in sources:
+        if os.path.isdir(src):
+            paths = scripts_in(src, suffix=suffix, skip=skip)
+            if not paths:
+                raise Failure(f"{src}: no Python files")
+        elif os.path.exists(src):
+            if is_output(src, suffix):
+                reporter.say(f"{src}: skipped, the name of an output (*{suffix}.py)")
+                continue
+            paths = [src]
+        else:
+            raise Failure(f"{src}: {os.strerror(errno.ENOENT)}")
+        for path in paths:
+            key = os.path.realpath(path)
+            if key not in seen:
+                seen.add(key)
+                found.append(path)
+    if not found:
+        raise Failure("no Python files to convert")
+    return found
+
+
+def scripts_in(folder: str, *, suffix: str, skip: str | None = None) -> list[str]:
+    """The ``*.py`` files under ``folder``, sorted, without excluded folders, ignored files and outputs."""
+    skipped = os.path.realpath(skip) if skip is not None else None
+    candidates: list[str] = []
+    for root, folders, names in os.walk(folder):
+        folders[:] = sorted(
+            name
+            for name in folders
+            if name not in EXCLUDED_FOLDERS and os.path.realpath(os.path.join(root, name)) != skipped
+        )
+        candidates.extend(
+            os.path.join(root, name) for name in sorted(names) if name.endswith(".py") and not is_output(name, suffix)
+        )
+    ignored = git_ignored(folder, [os.path.relpath(path, folder) for path in candidates])
+    return [path for path in candidates if os.path.relpath(path, folder) not in ignored]
+
+
+def git_ignored(folder: str, paths: Sequence[str]) -> set[str]:
+    """Which of ``paths`` (relative to ``folder``) git ignores; none outside a git work tree or without git."""
+    if not paths:
+        return set()
+    try:
+        inside = subprocess.run(
+            ["git", "-C", folder, "rev-parse", "--is-inside-work-tree"], capture_output=True, check=False
+        )
+        if inside.returncode != 0 or inside.stdout.strip() != b"true":
+            return set()
+        answer = subprocess.run(
+            ["git", "-C", folder, "check-ignore", "--stdin", "-z"],
+            input=b"".join(os.fsencode(path) + b"\0" for path in paths),
+            capture_output=True,
+            check=False,
+        )
+    except OSError:  # no git
+        return set()
+    if answer.returncode not in (0, 1):  # 1: nothing ignored; otherwise git failed
+        return set()
+    return {os.fsdecode(path) for path in answer.stdout.split(b"\0") if path}
+
+
+def common_base(sources: Sequence[str]) -> str:
+    folders = [os.path.abspath(src if os.path.isdir(src) else os.path.dirname(src) or ".") for src in sources]
+    return os.path.commonpath(folders)

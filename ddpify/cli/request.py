@@ -1,0 +1,210 @@
+"""What the user asked for, once the command line is parsed, and whether it makes sense.
+
+:func:`validate` refuses every combination of options that cannot be carried
+out (exit 2) before anything is read or written.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+
+from ddpify import Options
+from ddpify.cli.exits import Failure
+
+STDIN_NAME = "<stdin>"
+STDOUT_NAME = "<stdout>"
+DEFAULT_NPROC = 2
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_SUFFIX = "_ddp"
+DEFAULT_NODES = 1
+DEFAULT_GPUS_PER_NODE = 8
+
+
+class ReportFormat(str, enum.Enum):
+    """How the verification report is printed on stdout."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for, once the command line is parsed."""
+
+    sources: tuple[str, ...]
+    output: str | None
+    in_place: bool
+    diff: bool
+    check: bool
+    keep_global_batch: bool
+    color: bool
+    quiet: bool
+    spawn: bool = False
+    suffix: str | None = None  # None: not given
+    jobs: int | None = None  # None: one per CPU
+    sbatch: str | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    verify: bool = False
+    # The settings below belong to --verify; None means "not given".
+    nproc: int | None = None
+    timeout: float | None = None
+    max_steps: int | None = None
+    report_format: ReportFormat | None = None
+    script_args: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The inputs as they appear in messages."""
+        return ", ".join(STDIN_NAME if src == "-" else src for src in self.sources)
+
+    @property
+    def several(self) -> bool:
+        """Whether the inputs are several files (several SRC, or a folder) rather than one script."""
+        return len(self.sources) > 1 or os.path.isdir(self.sources[0])
+
+    @property
+    def options(self) -> Options:
+        return Options(keep_global_batch=self.keep_global_batch, spawn=self.spawn)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One file to convert and where its result goes."""
+
+    src: str  # a path, or '-' for stdin
+    target: str | None  # the file to write or compare; None: stdout
+    in_place: bool = False
+    write_unchanged: bool = True  # also write a script that needs no change, as it is
+    make_folders: bool = False  # create the target's folder (inside the -o folder)
+
+    @property
+    def name(self) -> str:
+        """The input as it appears in messages and diagnostics."""
+        return STDIN_NAME if self.src == "-" else self.src
+
+
+def validate(request: Request, *, several: bool) -> None:
+    """Raise ``Failure`` for options that cannot go together or cannot be carried out."""
+    if "-" in request.sources and len(request.sources) > 1:
+        raise Failure("'-' reads one script from stdin; it cannot be combined with other inputs")
+    if request.check and request.output is None and request.suffix is None and not several:
+        raise Failure("--check needs -o OUT")
+    _validate_suffix(request)
+    _validate_script_args(request)
+    _validate_verify(request, several=several)
+    _validate_sbatch(request, several=several)
+    if several:
+        if request.in_place and request.output is not None:
+            raise Failure("--in-place rewrites each SRC; it cannot be combined with -o OUT")
+        return
+    (src,) = request.sources
+    if src == "-":
+        if request.in_place:
+            raise Failure("--in-place needs a file, not stdin")
+        return
+    if request.output is None:
+        return
+    same = same_file(src, request.output)
+    if request.in_place and not same:
+        raise Failure("--in-place rewrites SRC; it cannot be combined with -o OUT")
+    if same and not request.in_place:
+        raise Failure(f"{request.output} is the input file; pass --in-place to rewrite it")
+
+
+def _validate_suffix(request: Request) -> None:
+    suffix = request.suffix
+    if suffix is None:
+        return
+    if not suffix or "/" in suffix or os.sep in suffix or suffix in (".", ".."):
+        raise Failure(f"--suffix {suffix!r}: give a part of a file name, such as {DEFAULT_SUFFIX}")
+    if request.output is not None or request.in_place:
+        raise Failure("--suffix names outputs next to their inputs; it cannot be combined with -o OUT or --in-place")
+    if request.sources == ("-",):
+        raise Failure("--suffix needs a file, not stdin")
+
+
+def _validate_script_args(request: Request) -> None:
+    if request.script_args and not (request.verify or request.sbatch is not None):
+        raise Failure(
+            f"unexpected argument {request.script_args[0]!r}; arguments for the script go after -- "
+            "and need --verify or --sbatch"
+        )
+
+
+def _validate_verify(request: Request, *, several: bool) -> None:
+    if not request.verify:
+        given = {
+            "--nproc": request.nproc,
+            "--timeout": request.timeout,
+            "--max-steps": request.max_steps,
+            "--format": request.report_format,
+        }
+        for option, value in given.items():
+            if value is not None:
+                raise Failure(f"{option} needs --verify")
+        return
+    if several:
+        raise Failure("--verify runs one script; give a single SRC")
+    if request.output is None:
+        raise Failure("--verify needs -o OUT: the script it runs")
+    if request.diff and not request.check:
+        raise Failure("--diff writes nothing for --verify to run; drop --diff or add --check")
+    require_torch("--verify")
+
+
+def require_torch(what: str) -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise Failure(f"{what} needs torch in {sys.executable}: pip install 'ddpify[run]'")
+
+
+def _validate_sbatch(request: Request, *, several: bool) -> None:
+    if request.sbatch is None:
+        for option, value in (("--nodes", request.nodes), ("--gpus-per-node", request.gpus_per_node)):
+            if value is not None:
+                raise Failure(f"{option} needs --sbatch")
+        return
+    if several:
+        raise Failure("--sbatch starts one script; give a single SRC")
+    if request.output is None:
+        raise Failure("--sbatch needs -o OUT: the script it starts")
+    if request.check or request.diff:
+        raise Failure("--sbatch writes a file; it cannot be combined with --check or --diff")
+    scripts = [request.output, *(src for src in request.sources if src != "-")]
+    if any(same_file(request.sbatch, script) for script in scripts):
+        raise Failure(f"--sbatch {request.sbatch} names a training script; give the batch script a name of its own")
+
+
+def single_job(request: Request) -> Job:
+    """Where the one input's result goes."""
+    (src,) = request.sources
+    if request.output is not None:
+        return Job(src, request.output, in_place=request.in_place)
+    if request.in_place:
+        return Job(src, src, in_place=True)
+    if request.suffix is not None:
+        return Job(src, with_suffix(src, request.suffix), write_unchanged=False)
+    return Job(src, None)
+
+
+def same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)  # hard links
+    except OSError:
+        return False
+
+
+def with_suffix(path: str, suffix: str) -> str:
+    root, extension = os.path.splitext(path)
+    return f"{root}{suffix}{extension}"
+
+
+def is_output(path: str, suffix: str) -> bool:
+    """Whether the file's name marks it as an earlier output (``*_ddp.py``)."""
+    return os.path.splitext(os.path.basename(path))[0].endswith(suffix)

@@ -1,0 +1,138 @@
+"""One run of the command: validate, then convert a single script or hand several to the workers.
+
+For a single script this also writes the ``--sbatch`` batch script and runs
+``--verify`` once the output is written (or, with ``--check``, once it is known
+to be current).  The verification runs in the current folder, as ``torchrun
+train_ddp.py`` typed in the same shell would.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ddpify import launchers
+from ddpify.cli import backend
+from ddpify.cli.discovery import plan
+from ddpify.cli.exits import ExitCode, Failure, Outcome
+from ddpify.cli.files import read_input, write_atomically
+from ddpify.cli.report import Reporter, error, plural
+from ddpify.cli.request import (
+    DEFAULT_GPUS_PER_NODE,
+    DEFAULT_NODES,
+    DEFAULT_NPROC,
+    DEFAULT_TIMEOUT_S,
+    ReportFormat,
+    single_job,
+    validate,
+)
+from ddpify.cli.results import finish
+from ddpify.cli.workers import run_many
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ddpify.cli.request import Job, Request
+
+
+def run(request: Request) -> ExitCode:
+    several = request.several
+    validate(request, several=several)
+    reporter = Reporter(quiet=request.quiet)
+    if several:
+        return run_many(request, plan(request, reporter), reporter)
+    return _run_one(request, single_job(request), reporter)
+
+
+def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
+    source = read_input(job.src)
+    conversion = backend.convert(source, path=job.name, options=request.options)
+    outcome = finish(request, job, source, conversion, reporter)
+    if outcome.code is not ExitCode.OK:
+        return outcome.code
+    if request.sbatch is not None:
+        assert job.target is not None  # validate(): --sbatch needs -o
+        _write_sbatch(request, job.target, reporter)
+    if request.verify:
+        assert job.target is not None  # validate(): --verify needs -o
+        return verify_script(
+            job.target,
+            nproc=request.nproc,
+            timeout=request.timeout,
+            max_steps=request.max_steps,
+            report_format=request.report_format,
+            script_args=request.script_args,
+            reporter=reporter,
+        )
+    if outcome is Outcome.CONVERTED and job.target is not None and not job.in_place:
+        _say_launch_commands(request, job.target, reporter)
+    return ExitCode.OK
+
+
+def verify_script(
+    target: str,
+    *,
+    nproc: int | None,
+    timeout: float | None,
+    max_steps: int | None,
+    report_format: ReportFormat | None,
+    script_args: Sequence[str],
+    reporter: Reporter,
+) -> ExitCode:
+    """Run ``target`` under torchrun and report whether it trains in data-parallel."""
+    from ddpify.verify.checks import LAUNCHED
+
+    nproc = nproc or DEFAULT_NPROC
+    as_json = report_format is ReportFormat.JSON
+    reporter.say(f"verifying {target} under torchrun with {nproc} processes")
+    report = backend.verify(
+        Path(target),
+        nproc=nproc,
+        script_args=script_args,
+        timeout=timeout or DEFAULT_TIMEOUT_S,
+        max_steps=max_steps,
+        workdir=Path.cwd(),
+    )
+    print(json.dumps(report.to_json(), indent=2) if as_json else report.format_table(), flush=True)
+    if report.ok:
+        reporter.say(f"{target} trains in data-parallel: {plural(len(report.checks), 'check')} passed")
+        return ExitCode.OK
+    failed = [check.name for check in report.failed]
+    # A script that did not run to the end says why in its own output (a
+    # traceback, an argparse error); the JSON report carries that output itself.
+    if LAUNCHED in failed and not as_json and report.output.strip():
+        reporter.say("--- torchrun output ---")
+        reporter.say(report.output.rstrip())
+    error(
+        f"error: {target} does not train in data-parallel ({plural(len(failed), 'check')} failed: {', '.join(failed)})"
+    )
+    return ExitCode.NOT_DATA_PARALLEL
+
+
+def _say_launch_commands(request: Request, target: str, reporter: Reporter) -> None:
+    commands = launchers.torchrun_commands(target, [])
+    reporter.say(f"run it: {commands['single_node']}")
+    reporter.say(f"on several nodes: {commands['multi_node']}")
+    if request.spawn:
+        reporter.say(f"or without torchrun: python {shlex.quote(target)}")
+
+
+def _write_sbatch(request: Request, target: str, reporter: Reporter) -> None:
+    path = request.sbatch
+    assert path is not None
+    nodes = request.nodes or DEFAULT_NODES
+    gpus = request.gpus_per_node or DEFAULT_GPUS_PER_NODE
+    try:
+        text = launchers.sbatch_script(target, request.script_args, nodes=nodes, gpus_per_node=gpus)
+    except ValueError as exc:
+        raise Failure(f"cannot write {path}: {exc}") from exc
+    try:
+        write_atomically(path, text.encode(), mode=0o755)
+    except OSError as exc:
+        raise Failure(f"cannot write {path}: {exc.strerror or exc}") from exc
+    reporter.say(
+        f"wrote {path} ({plural(nodes, 'node')} x {plural(gpus, 'GPU')}); "
+        f"submit it from this folder: sbatch {shlex.quote(path)}"
+    )
