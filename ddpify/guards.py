@@ -3,70 +3,95 @@
 Run before anything is analysed, in order; the first that fails turns the
 input away with one diagnostic and the input is left as it is:
 
-1. the bytes decode as Python source text (DDP003);
+1. the bytes decode as Python source text, with an encoding that writes text
+   back unchanged (DDP003): ``# coding: idna`` decodes but cannot encode a
+   long line again;
 2. the text compiles under the running Python (DDP002): Python 2 code such as
    ``except E, e:`` parses in libcst's newest grammar but is not Python 3, and
-   CPython's messages name the problem and its place;
+   CPython's messages name the problem and its place. When libcst's parser
+   does read the file, the construct at CPython's error may be newer syntax
+   (``type X = int`` on 3.11): the message names the Python it needs;
 3. no form feed inside indentation (DDP006): libcst cannot indent new code
    next to it;
-4. libcst parses it (DDP002; DDP005 when the nesting is too deep for it);
-5. libcst reproduces it byte for byte (DDP004): it cannot for a few
+4. libcst parses it (DDP007 when CPython compiled it but libcst cannot);
+5. the tree is at most :data:`MAX_DEPTH` nodes deep (DDP005): every later
+   step walks it recursively (libcst's visitors, its code generator, ddpify's
+   index), and a deeper tree would end in a RecursionError halfway through.
+   CPython's own compiler has a limit too (``1 + 1 + ... + 1`` with thousands
+   of terms), also DDP005;
+6. libcst reproduces it byte for byte (DDP004): it cannot for a few
    whitespace-only endings and CR-only line breaks.
 
 A text that compiles but never mentions ``torch`` has nothing for ddpify and
-is not parsed at all (guards 3 to 5 are skipped for it).
+is not parsed at all (guards 3 to 6 are skipped for it).
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import io
 import re
+import sys
 import tokenize
 import warnings
 
 import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
-from ddpify.diagnostics import Diagnostic, Severity
+from ddpify.diagnostics import FORM_FEED, INVALID_SYNTAX, NO_ROUND_TRIP, TOO_DEEP, UNREADABLE, UNSUPPORTED, Diagnostic
+
+# How deep a libcst tree may be. Each level costs about three Python frames in
+# libcst's visitors, so with Python's default recursion limit (1000) this
+# leaves room for the frames below convert() and for what the rewrite adds.
+# Real training scripts stay under 40.
+MAX_DEPTH = 200
+
+_TOO_DEEP = "the code is nested too deeply for ddpify's parser"
 
 
 def parse_checked(source: str | bytes, path: str) -> cst.Module | Diagnostic | None:
     """The parsed module; the diagnostic that turns the input away; or None for valid
     Python that never mentions ``torch`` (not parsed)."""
-    unreadable = _undecodable(source)
+    unreadable = _unreadable(source)
     if unreadable is not None:
-        return _error(path, 1, 1, "DDP003", f"cannot decode the file: {unreadable}")
+        return UNREADABLE.at(1, 1, unreadable, path)
     try:
         compile_quietly(source, path)
     except SyntaxError as exc:
-        return _error(path, exc.lineno or 1, exc.offset or 1, "DDP002", f"invalid Python 3: {exc.msg}")
+        line, column = exc.lineno or 1, exc.offset or 1
+        message = _newer_syntax(source, line, column) or f"invalid Python 3: {exc.msg}"
+        return INVALID_SYNTAX.at(line, column, message, path)
     except ValueError as exc:  # e.g. null bytes
-        return _error(path, 1, 1, "DDP003", f"cannot read the file: {exc}")
+        return UNREADABLE.at(1, 1, f"cannot read the file: {exc}", path)
+    except RecursionError:
+        return TOO_DEEP.at(1, 1, f"{_TOO_DEEP} (Python's own compiler runs out of recursion depth on it)", path)
     text = source.decode("latin-1") if isinstance(source, bytes) else source
     if "torch" not in text:
         return None
     form_feed = _FORM_FEED_INDENT.search(text)
     if form_feed is not None:
         line = text.count("\n", 0, form_feed.start()) + 1
-        return _error(
-            path, line, 1, "DDP006", "a form feed inside indentation: libcst cannot indent new code next to it"
-        )
+        return FORM_FEED.at(line, 1, "a form feed inside indentation: libcst cannot indent new code next to it", path)
     try:
         module = cst.parse_module(source)
     except RecursionError:
-        return _error(path, 1, 1, "DDP005", "the code is nested too deeply for ddpify's parser")
-    except cst.ParserSyntaxError as exc:
-        return _error(path, exc.raw_line, exc.raw_column + 1, "DDP002", f"syntax error: {exc.message}")
+        return TOO_DEEP.at(1, 1, _TOO_DEEP, path)
+    except cst.ParserSyntaxError as exc:  # CPython compiled it: a limit or gap of the parser, not the user's error
+        message = "valid Python that ddpify's parser (libcst) cannot read; simpler code here may help"
+        return UNSUPPORTED.at(exc.raw_line, exc.raw_column + 1, message, path)
     except (SyntaxError, UnicodeDecodeError, LookupError) as exc:  # encoding detection
-        return _error(path, 1, 1, "DDP003", f"cannot decode the file: {exc}")
+        return UNREADABLE.at(1, 1, f"cannot decode the file: {exc}", path)
+    depth = nesting_depth(module)
+    if depth > MAX_DEPTH:
+        message = f"{_TOO_DEEP} ({depth} levels; it reads up to {MAX_DEPTH})"
+        return TOO_DEEP.at(_deepest_line(source), 1, message, path)
     if (module.bytes if isinstance(source, bytes) else module.code) != source:
-        return _error(
-            path,
-            1,
-            1,
-            "DDP004",
+        message = (
             "the parser cannot reproduce this file byte for byte (unusual line endings "
-            "or trailing whitespace); normalise them and try again",
+            "or trailing whitespace); normalise them and try again"
         )
+        return NO_ROUND_TRIP.at(1, 1, message, path)
     return module
 
 
@@ -77,23 +102,116 @@ def compile_quietly(source: str | bytes, path: str) -> None:
         compile(source, path, "exec", dont_inherit=True)
 
 
+def nesting_depth(module: cst.Module) -> int:
+    """How many nodes deep the tree goes, counted without recursion."""
+    deepest = 0
+    stack: list[tuple[cst.CSTNode, int]] = [(module, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        for name in _child_fields(type(node)):
+            value = getattr(node, name)
+            if isinstance(value, cst.CSTNode):
+                stack.append((value, depth + 1))
+            elif isinstance(value, (tuple, list)):
+                stack.extend((item, depth + 1) for item in value if isinstance(item, cst.CSTNode))
+    return deepest
+
+
+_FIELDS: dict[type[cst.CSTNode], tuple[str, ...]] = {}
+
+
+def _child_fields(kind: type[cst.CSTNode]) -> tuple[str, ...]:
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind))
+    return names
+
+
+def _deepest_line(source: str | bytes) -> int:
+    """The line where the nesting is deepest, by CPython's own tree (which the input compiled to)."""
+    deepest, line = 0, 1
+    stack: list[tuple[ast.AST, int]] = [(ast.parse(source), 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest and isinstance(node, (ast.expr, ast.stmt)):
+            deepest, line = depth, node.lineno
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return line
+
+
+# Syntax that libcst's parser reads but an older Python does not, by the node
+# that holds it and the Python that introduced it. Python 3.14's unparenthesised
+# ``except A, B:`` is left out on purpose: in Python 2 code it means something else.
+_INTRODUCED: dict[type[cst.CSTNode], tuple[tuple[int, int], str]] = {
+    cst.TryStar: ((3, 11), "`except*`"),
+    cst.TypeAlias: ((3, 12), "a `type` statement"),
+    cst.TypeParameters: ((3, 12), "a type parameter list (`[T]`)"),
+    cst.FormattedString: ((3, 12), "this f-string (nested quotes, backslashes or comments inside `{}`)"),
+    cst.TemplatedString: ((3, 14), "a template string (`t'...'`)"),
+}
+
+
+def _newer_syntax(source: str | bytes, line: int, column: int) -> str | None:
+    """Why the running Python rejects code at ``line:column`` that libcst's grammar accepts, or None."""
+    try:
+        wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
+        positions = wrapper.resolve(PositionProvider)
+    except Exception:  # the parser rejects it too (a real syntax error), or it is too deep to walk
+        return None
+    newer = [(where, introduced) for node, where in positions.items() if (introduced := _introduced(node))]
+    # The construct at the error, and any newer one inside it (``[T = int]``: CPython stops at the ``[``).
+    around = [where for where, _ in newer if _contains(where, (line, column - 1))]
+    inside = [introduced for where, introduced in newer if any(_within(where, outer) for outer in around)]
+    newest = max(inside, default=None)
+    running = sys.version_info[:2]
+    if newest is None or newest[0] <= running:
+        return None
+    needed = "{}.{}".format(*newest[0])
+    return f"{newest[1]} needs Python {needed} or newer; this is {running[0]}.{running[1]}"
+
+
+def _introduced(node: cst.CSTNode) -> tuple[tuple[int, int], str] | None:
+    if isinstance(node, cst.TypeParam) and node.default is not None:
+        return (3, 13), "a type parameter default (`[T = int]`)"
+    return _INTRODUCED.get(type(node))
+
+
+def _contains(where: CodeRange, place: tuple[int, int]) -> bool:
+    """Whether ``(line, column)`` (0-based column, as libcst counts) lies in ``where``."""
+    return (where.start.line, where.start.column) <= place <= (where.end.line, where.end.column)
+
+
+def _within(inner: CodeRange, outer: CodeRange) -> bool:
+    return _contains(outer, (inner.start.line, inner.start.column)) and _contains(
+        outer, (inner.end.line, inner.end.column)
+    )
+
+
 _FORM_FEED_INDENT = re.compile(r"^[ \t]*\x0c[ \t]+\S", re.MULTILINE)
 
+# What ddpify writes into a file: ASCII code, with lines longer than 63
+# characters (the label limit that makes the ``idna`` codec fail). Text with
+# it appended must encode to the file's bytes with it appended.
+_ASCII_PROBE = "".join(map(chr, range(32, 127))) + "\t\r\n"
 
-def _undecodable(source: str | bytes) -> str | None:
-    """Why the input is not Python source text at all, or None."""
+
+def _unreadable(source: str | bytes) -> str | None:
+    """Why the input is not Python source text that ddpify can write back, or None."""
     if "\0" in source if isinstance(source, str) else b"\0" in source:
-        return "it contains null bytes (a binary file?)"
+        return "cannot decode the file: it contains null bytes (a binary file?)"
     try:
-        if isinstance(source, bytes):
-            encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
-            source.decode(encoding)
-        else:
+        if isinstance(source, str):
             source.encode("utf-8")
+            return None
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+        text = source.decode(encoding)
     except (SyntaxError, UnicodeError, LookupError) as exc:
-        return str(exc)
+        return f"cannot decode the file: {exc}"
+    try:
+        faithful = (text + _ASCII_PROBE).encode(encoding) == source + _ASCII_PROBE.encode("ascii")
+    except UnicodeError:
+        faithful = False
+    if not faithful:
+        return f"the file's encoding ({encoding}) cannot write Python code back unchanged; save the file as UTF-8"
     return None
-
-
-def _error(path: str, line: int, column: int, code: str, message: str) -> Diagnostic:
-    return Diagnostic(line, column, code, Severity.ERROR, message, path)
