@@ -206,8 +206,8 @@ def _record(rank: int, sha: str, stats: list[float]) -> dict[str, object]:
                 "index": 0,
                 "type": "SGD",
                 "steps": 4,
-                "ownership": {"parameters": 2, "unwrapped": 0, "unwrapped_modules": [], "unregistered_names": []},
-                "unregistered_names": [],
+                "ownership": {"parameters": 2, "unwrapped": 0, "unwrapped_modules": [], "unregistered": 0},
+                "at_end": {"unregistered": 0, "unregistered_names": []},
                 "numel": 100,
                 "sha256": sha,
                 "stats": stats,
@@ -348,6 +348,7 @@ def test_ownership_names_the_largest_module_outside_every_wrapper() -> None:
         "unwrapped": 4,
         "unwrapped_names": ["net.head.0.weight", "net.head.0.bias", "net.head.2.weight", "net.head.2.bias"],
         "unwrapped_modules": [{"name": "net.head", "type": "Sequential", "parameters": 4}],
+        "unregistered": 0,
         "unregistered_names": [],
     }
 
@@ -372,6 +373,7 @@ def test_ownership_of_a_parameter_frozen_when_wrapped_and_unfrozen_after() -> No
     found = probe.ownership(params, [wrapper], {"net": net}, probe.parameter_names({"net": net}))
 
     assert (found["unwrapped"], found["unwrapped_modules"]) == (0, [])
+    assert found["unregistered"] == 4
     assert found["unregistered_names"] == [
         "net.head.0.weight",
         "net.head.0.bias",

@@ -101,7 +101,6 @@ CHECK_NAMES = (LAUNCHED, PROCESS_GROUP, WRAPPED, IN_SYNC, SHARDED_DATA, STEPS, S
 # trained on different data drift apart by far more after a single step.
 SYNC_RTOL = 1e-6
 _SHORT = 8
-_NAMES_SHOWN = 8
 
 Records = Mapping[int, dict[str, Any]]
 
@@ -427,8 +426,8 @@ def _launched(run: RunOutcome) -> Check:
 
     failures = sorted(_failures(run), key=_Failure.order)
     if run.timed_out:
-        # Ranks that had finished before the timeout, with a failure of their own, are named after the waiting ones.
-        before = [f"rank {f.rank} {f.what}" for f in failures if not f.reaction and f.rank not in _running(run)]
+        # A rank that failed on its own before the timeout is named after the waiting ones.
+        before = [f"rank {f.rank} {f.what}" for f in failures if not f.reaction]
         earlier = f"; before that, {before[0]}" if before else ""
         return fail(
             f"stopped after {run.timeout:g} s: {'; '.join(_hang_parts(run, 'was waiting'))}{earlier}; "
@@ -554,16 +553,11 @@ def _divergence_cause(run: RunOutcome, index: int) -> str:
     ownership = [o.get("ownership") for o in optimizers]
     if any(found and found.get("unwrapped") for found in ownership):
         return "they belong to a module that is not wrapped in DistributedDataParallel (see wrapped)"
-    unregistered: list[str] = []
-    for optimizer in optimizers:
-        for name in [
-            *(optimizer.get("ownership") or {}).get("unregistered_names", []),
-            *optimizer.get("unregistered_names", []),
-        ]:
-            if name not in unregistered:
-                unregistered.append(name)
-    if unregistered:
-        shown = _listed(unregistered[:_NAMES_SHOWN], len(unregistered))
+    # Found at the first step (parameters added after wrapping) or at the end (unfrozen after wrapping).
+    found = [o.get(key) or {} for o in optimizers for key in ("at_end", "ownership")]
+    unregistered = max(found, key=lambda f: f.get("unregistered", 0), default={})
+    if unregistered.get("unregistered"):
+        shown = _listed(unregistered.get("unregistered_names", []), unregistered["unregistered"])
         return (
             f"{shown} require grad but were not registered for reduction when DistributedDataParallel was built "
             f"(frozen when the model was wrapped and unfrozen later?): their gradients are never averaged; wrap "

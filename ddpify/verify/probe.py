@@ -295,20 +295,21 @@ def ownership(
         "unwrapped": len(unwrapped),
         "unwrapped_names": [_name(p, names) for p in unwrapped[:_NAMED_PARAMETERS]],
         "unwrapped_modules": _unwrapped_modules({id(p) for p in unwrapped}, roots) if unwrapped else [],
-        "unregistered_names": unregistered(params, by_owner, names),
+        **unregistered(params, by_owner, names),
     }
 
 
 def unregistered(
     params: Sequence[torch.Tensor], by_owner: Mapping[int, WrapperRecord], names: Mapping[int, str]
-) -> list[str]:
-    """Names of the wrapped ``params`` that require grad but that their DDP did not register for reduction."""
-    found = []
-    for param in params:
-        wrapper = by_owner.get(id(param))
-        if wrapper is not None and param.requires_grad and not wrapper.is_registered(param):
-            found.append(_name(param, names))
-    return found
+) -> dict[str, Any]:
+    """How many of the wrapped ``params`` require grad but were not registered for reduction by their DDP, and
+    the first names."""
+    found = [
+        param
+        for param in params
+        if (wrapper := by_owner.get(id(param))) is not None and param.requires_grad and not wrapper.is_registered(param)
+    ]
+    return {"unregistered": len(found), "unregistered_names": [_name(p, names) for p in found[:_NAMED_PARAMETERS]]}
 
 
 def _name(param: torch.Tensor, names: Mapping[int, str]) -> str:
@@ -407,7 +408,7 @@ class _OptimizerRecord:
         return {
             **self.summary(),
             # Requiring grad now but not registered when DDP was built: never reduced.
-            "unregistered_names": unregistered(params, owners(wrappers, live=False), self.names),
+            "at_end": unregistered(params, owners(wrappers, live=False), self.names),
             "tensors": len(params),
             "numel": numel,
             "sha256": digest.hexdigest(),
