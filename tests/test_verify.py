@@ -322,6 +322,44 @@ def test_a_rank_without_an_exit_record_is_blamed_from_its_traceback_in_the_outpu
     }
 
 
+TORCHRUN_SUMMARY = """\
+Failures:
+[1]:
+  time      : 2026-01-01_00:00:00
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 101)  (SIGTERM)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-01-01_00:00:00
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -11 (pid: 102)  (SIGSEGV)
+"""
+
+
+def test_a_rank_killed_by_a_signal_is_blamed_before_the_rank_torchrun_stopped() -> None:
+    unfinished = [{**_record(rank, "a" * 64, [1.0, 2.0, 3.0]), "phase": "running", "exit": None} for rank in (0, 1)]
+
+    launched = evaluate(_outcome(*unfinished, returncode=1, output=TORCHRUN_SUMMARY)).check("launched")
+
+    assert launched.message == (
+        "rank 1 was killed by SIGSEGV before the script ended (rank 0 was stopped by torchrun); "
+        "torchrun exited with code 1"
+    )
+
+
+def test_ranks_that_raised_the_same_error_are_named_once() -> None:
+    rank0 = _raised(_record(0, "a" * 64, [1.0, 2.0, 3.0]), 100.0, **SCRIPT_ERROR)
+    rank1 = _raised(_record(1, "a" * 64, [1.0, 2.0, 3.0]), 100.1, **SCRIPT_ERROR)
+
+    launched = evaluate(_outcome(rank0, rank1, returncode=1)).check("launched")
+
+    assert launched.message.startswith("rank 0 raised ValueError: corrupt sample in batch 2 at ddp_train.py:66")
+    assert launched.message.endswith("(rank 1 failed the same way); torchrun exited with code 1")
+
+
 class _Wrapper:
     """Stands in for a DistributedDataParallel instance: the probe only reads ``module``."""
 

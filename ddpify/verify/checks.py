@@ -435,7 +435,11 @@ def _launched(run: RunOutcome) -> Check:
         )
     origin = next((f for f in failures if f.known), None)
     if origin is not None:
-        others = [f"rank {f.rank} {f.consequence}" for f in failures if f is not origin][:3]
+        others = [
+            f"rank {f.rank} " + ("failed the same way" if f.what == origin.what else f.consequence)
+            for f in failures
+            if f is not origin
+        ][:3]
         then = f" ({'; '.join(others)})" if others else ""
         return fail(f"rank {origin.rank} {origin.what}{then}; torchrun exited with code {run.returncode}")
     killed = [f.rank for f in failures]
