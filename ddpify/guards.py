@@ -131,7 +131,10 @@ def _child_fields(kind: type[cst.CSTNode]) -> tuple[str, ...]:
 def _deepest_line(source: str | bytes) -> int:
     """The line where the nesting is deepest, by CPython's own tree (which the input compiled to)."""
     deepest, line = 0, 1
-    stack: list[tuple[ast.AST, int]] = [(ast.parse(source), 0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tree = ast.parse(source)
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
     while stack:
         node, depth = stack.pop()
         if depth > deepest and isinstance(node, (ast.expr, ast.stmt)):

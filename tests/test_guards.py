@@ -9,6 +9,7 @@ cannot read, and syntax that needs a newer Python than the running one.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -86,6 +87,17 @@ def test_sum_that_compiles_but_is_too_deep_to_walk() -> None:
 
     assert conversion.status is Status.INVALID
     assert only(conversion) == f"sum.py:16:1: {TOO_DEEP} (504 levels; it reads up to {MAX_DEPTH})"
+
+
+def test_finding_the_deepest_line_prints_no_warning_about_the_user_s_code() -> None:
+    source = TRAIN + 'pattern = "\\d"\n' + long_sum(500)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning would surface as an internal error
+        conversion = convert(source, path="sum.py")
+
+    assert conversion.status is Status.INVALID
+    assert only(conversion).startswith(f"sum.py:17:1: {TOO_DEEP} (")
 
 
 # Shapes whose libcst tree grows one or more levels with each step of n.
