@@ -115,10 +115,12 @@ def _place_imports(plan: EditPlan) -> None:
     module = plan.index.module
     # ``from __future__`` imports must stay first: they are never a neighbour to sort against.
     imports = [stmt for stmt in module.body if _import_module(stmt) not in (None, "__future__")]
-    if not imports:
-        first = module.body[0] if module.body else None
-        for item in sorted(plan.imports, key=_sort_key):
-            plan.insert_before(first, _import_statement(item))
+    if not imports and plan.imports:  # a group of their own after the docstring and ``from __future__`` imports
+        start = int(module.get_docstring(clean=False) is not None)
+        while _import_module(module.body[start]) == "__future__":
+            start += 1
+        lines: list[cst.BaseStatement] = [_import_statement(item) for item in sorted(plan.imports, key=_sort_key)]
+        _insert_first(plan, module.body[start], lines, separate=True)
         return
     for stdlib in (True, False):
         items = sorted((i for i in plan.imports if _is_stdlib(i.module) == stdlib), key=_sort_key)
