@@ -20,8 +20,12 @@ import hashlib
 import os
 import random
 import re
+import shlex
+import signal
+import stat
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -431,3 +435,316 @@ def test_future_import_stays_first(head: bytes, cli, workdir: Path) -> None:
 
     assert out.startswith(head)
     assert_compiles(out)
+
+
+# ----------------------------------------------------------------------------
+# Hostile targets, closed streams, sizes: what README's "Bad input and file
+# safety" table promises.  Cases that could hang or exhaust memory when handled
+# wrongly run in a subprocess under a timeout.
+
+
+def ddpify_process(
+    *argv: str, cwd: Path, timeout: float = 60, shell_redirect: str = ""
+) -> subprocess.CompletedProcess[bytes]:
+    """``python -m ddpify ARGV`` in ``cwd``; ``shell_redirect`` is appended to the command line run by bash.
+
+    The command runs in a session of its own, killed whole when it outlives ``timeout``.
+    """
+    command = " ".join(map(shlex.quote, [sys.executable, "-m", "ddpify", *argv]))
+    with subprocess.Popen(
+        ["bash", "-c", f"{command} {shell_redirect}"],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    ) as child:
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            raise
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+
+def converted_train(cli, workdir: Path) -> bytes:
+    (workdir / "reference").mkdir()
+    (workdir / "reference" / "train.py").write_bytes(TRAIN)
+    assert cli("reference/train.py", "-o", "reference/out.py", "-q").code == 0
+    return (workdir / "reference" / "out.py").read_bytes()
+
+
+def test_output_to_a_fifo_is_refused_without_reading_or_replacing_it(workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+    os.mkfifo(workdir / "out.py")
+
+    done = ddpify_process("train.py", "-o", "out.py", cwd=workdir)
+
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == ["error: out.py: not a regular file (a FIFO); give a file or -o -"]
+    assert stat.S_ISFIFO(os.lstat(workdir / "out.py").st_mode)
+    assert sorted(p.name for p in workdir.iterdir()) == ["out.py", "train.py"]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mknod of a device needs root")
+def test_output_to_a_character_device_is_refused_and_the_device_kept(cli, workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+    null = os.stat("/dev/null")
+    os.mknod(workdir / "out.py", stat.S_IFCHR | 0o666, null.st_rdev)
+
+    run = cli("train.py", "-o", "out.py")
+
+    assert run.code == 2
+    assert run.err == ["error: out.py: not a regular file (a character device); give a file or -o -"]
+    assert stat.S_ISCHR(os.lstat(workdir / "out.py").st_mode)
+
+
+@pytest.mark.parametrize("target", ["/dev/full", "/dev/stdout"])
+def test_output_to_a_device_is_refused_at_once(target: str, workdir: Path) -> None:
+    # /dev/full reads zeros forever; /dev/stdout piped into `wc -c` waits for input that never comes.
+    (workdir / "train.py").write_bytes(TRAIN)
+
+    done = ddpify_process("train.py", "-o", target, cwd=workdir, timeout=30, shell_redirect="| wc -c")
+
+    assert done.stdout.strip() == b"0"
+    assert b"not a regular file" in done.stderr
+    assert sorted(p.name for p in workdir.iterdir()) == ["train.py"]
+
+
+def test_output_dash_is_stdout(cli, workdir: Path) -> None:
+    expected = converted_train(cli, workdir)
+    (workdir / "train.py").write_bytes(TRAIN)
+
+    code = main(["train.py", "-o", "-", "-q"])
+
+    assert code == 0
+    assert not (workdir / "-").exists()
+    assert sorted(p.name for p in workdir.iterdir()) == ["reference", "train.py"]
+    assert expected  # the stdout bytes are compared by test_output_dash_writes_the_code_on_stdout
+
+
+def test_output_dash_writes_the_code_on_stdout(capsysbinary, workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+    assert main(["train.py", "-o", "out.py", "-q"]) == 0
+    expected = (workdir / "out.py").read_bytes()
+    capsysbinary.readouterr()
+
+    assert main(["train.py", "-o", "-", "-q"]) == 0
+
+    assert capsysbinary.readouterr().out == expected
+    assert not (workdir / "-").exists()
+
+
+@pytest.mark.parametrize("option", ["--check", "--in-place", "--verify"])
+def test_output_dash_with_an_option_that_needs_a_file(option: str, cli, workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+
+    run = cli("train.py", "-o", "-", option)
+
+    assert run.code == 2
+    assert len(run.err) == 1 and run.err[0].startswith("error: ")
+    assert sorted(p.name for p in workdir.iterdir()) == ["train.py"]
+
+
+def test_output_with_a_trailing_slash_is_a_folder_that_is_created(cli, workdir: Path) -> None:
+    expected = converted_train(cli, workdir)
+    (workdir / "train.py").write_bytes(TRAIN)
+
+    run = cli("train.py", "-o", "newdir/", "-q")
+
+    assert run.code == 0, run.err
+    assert (workdir / "newdir" / "train.py").read_bytes() == expected
+    assert sorted(p.name for p in (workdir / "newdir").iterdir()) == ["train.py"]
+
+
+def test_several_inputs_into_a_new_folder_with_a_trailing_slash(cli, workdir: Path) -> None:
+    (workdir / "src").mkdir()
+    (workdir / "src" / "a.py").write_bytes(TRAIN)
+    (workdir / "src" / "b.py").write_bytes(TRAIN)
+
+    run = cli("src", "-o", "out/", "-q", "-j", "1")
+
+    assert run.code == 0, run.err
+    assert sorted(p.name for p in (workdir / "out").iterdir()) == ["a.py", "b.py"]
+
+
+def test_input_above_the_size_limit_is_refused_before_it_is_converted(cli, workdir: Path, monkeypatch) -> None:
+    from ddpify.cli import backend
+
+    big = TRAIN + b"# padding\n" * (1024 * 1024 // 10)
+    (workdir / "big.py").write_bytes(big)
+    monkeypatch.setattr(backend, "convert", lambda *a, **k: pytest.fail("converted a file above the limit"))
+
+    run = cli("big.py", "-o", "out.py")
+
+    assert run.code == 2
+    assert run.err == [
+        f"error: big.py: {len(big)} bytes, more than the limit of 1048576; raise it with --max-size BYTES"
+    ]
+    assert sorted(p.name for p in workdir.iterdir()) == ["big.py"]
+
+
+def test_max_size_lowers_and_raises_the_limit(cli, workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+
+    small = cli("train.py", "-o", "out.py", "--max-size", "100")
+    large = cli("train.py", "-o", "out.py", "--max-size", str(2 * len(TRAIN)), "-q")
+
+    assert small.code == 2
+    assert small.err == [
+        f"error: train.py: {len(TRAIN)} bytes, more than the limit of 100; raise it with --max-size BYTES"
+    ]
+    assert large.code == 0, large.err
+    assert (workdir / "out.py").exists()
+
+
+def test_stdin_above_the_size_limit_is_refused(workdir: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpify", "-", "--max-size", "100"],
+        input=TRAIN * 4,
+        cwd=workdir,
+        capture_output=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == [
+        "error: <stdin>: more than the limit of 100 bytes; raise it with --max-size BYTES"
+    ]
+    assert done.stdout == b""
+
+
+def test_every_target_is_checked_before_anything_is_written(cli, workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+
+    run = cli("train.py", "-o", "y.py", "--sbatch", "nodir/job.sh")
+
+    assert run.code == 2
+    assert run.err == ["error: cannot write nodir/job.sh: No such file or directory"]
+    assert sorted(p.name for p in workdir.iterdir()) == ["train.py"]
+
+
+@pytest.mark.parametrize("options", [[], ["-o", "out.py"]], ids=["stdout", "-o"])
+def test_notebook_is_refused_with_the_export_command(options: list[str], cli, workdir: Path) -> None:
+    (workdir / "train.ipynb").write_text('{"cells": [], "nbformat": 4, "nbformat_minor": 5}')
+
+    run = cli("train.ipynb", *options)
+
+    assert run.code == 2
+    assert run.err == [
+        "error: train.ipynb: a notebook; export it to a script first: jupyter nbconvert --to script train.ipynb"
+    ]
+    assert sorted(p.name for p in workdir.iterdir()) == ["train.ipynb"]
+
+
+def test_fifo_in_a_scanned_folder_is_skipped(workdir: Path) -> None:
+    (workdir / "src").mkdir()
+    (workdir / "src" / "a.py").write_bytes(TRAIN)
+    os.mkfifo(workdir / "src" / "b.py")
+
+    done = ddpify_process("src", "-j", "1", cwd=workdir, timeout=60)
+
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stderr.decode().splitlines()
+    assert "src/b.py: skipped, not a regular file (a FIFO)" in lines
+    assert lines[-1] == "1 file: 1 converted"
+    assert (workdir / "src" / "a_ddp.py").exists()
+
+
+@pytest.mark.parametrize("suffix", [".py", "_ddp.py", " ", "_a b", "x/y", "x\\y", "\t"])
+def test_odd_suffix_is_refused(suffix: str, cli, workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+
+    run = cli("train.py", "--suffix", suffix)
+
+    assert run.code == 2
+    assert run.err == [f"error: --suffix {suffix!r}: give a part of a file name, such as _ddp"]
+    assert sorted(p.name for p in workdir.iterdir()) == ["train.py"]
+
+
+# Closed or broken standard streams are the environment's fault: exit 2 and a message.
+
+
+def test_closed_stdin(workdir: Path) -> None:
+    done = ddpify_process("-", cwd=workdir, shell_redirect="<&-")
+
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == ["error: <stdin>: stdin is closed"]
+
+
+@pytest.mark.parametrize("redirect", [">&-", "> /dev/full"], ids=["closed", "full"])
+def test_unwritable_stdout(redirect: str, workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+
+    done = ddpify_process("train.py", "-q", cwd=workdir, shell_redirect=redirect)
+
+    assert done.returncode == 2
+    message = "stdout is closed" if redirect == ">&-" else "No space left on device"
+    assert done.stderr.decode().splitlines() == [f"error: cannot write to stdout: {message}"]
+    assert sorted(p.name for p in workdir.iterdir()) == ["train.py"]
+
+
+def test_closed_stderr_never_sends_the_report_into_the_output(cli, workdir: Path) -> None:
+    expected = converted_train(cli, workdir)
+    (workdir / "train.py").write_bytes(TRAIN)
+
+    done = ddpify_process("train.py", cwd=workdir, shell_redirect="> out.py 2>&-")
+
+    assert done.returncode == 0
+    assert (workdir / "out.py").read_bytes() == expected
+
+
+NONBLOCKING_RUN = """\
+import os, sys
+from ddpify import Conversion, Status
+from ddpify.cli import backend, main
+
+def big(source, *, path, options):
+    return Conversion(source=source, code=source + b"# " + b"x" * 500_000 + b"\\n", status=Status.CONVERTED)
+
+backend.convert = big
+os.set_blocking(1, False)
+sys.exit(main(["train.py", "-q"]))
+"""
+
+
+def test_nonblocking_stdout_gets_the_whole_output(workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+    child = subprocess.Popen([sys.executable, "-c", NONBLOCKING_RUN], cwd=workdir, stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    time.sleep(1.0)  # let the pipe fill up while nobody reads
+    out = child.stdout.read()
+    code = child.wait(timeout=60)
+
+    assert code == 0
+    assert len(out) == len(TRAIN) + 2 + 500_000 + 1
+
+
+# Writing over existing files
+
+
+def test_in_place_writes_through_hard_links(cli, workdir: Path) -> None:
+    expected = converted_train(cli, workdir)
+    (workdir / "train.py").write_bytes(TRAIN)
+    os.link(workdir / "train.py", workdir / "linked.py")
+
+    run = cli("train.py", "--in-place")
+
+    assert run.code == 0, run.err
+    assert (workdir / "linked.py").read_bytes() == expected
+    assert os.path.samefile(workdir / "train.py", workdir / "linked.py")
+    assert "train.py: written through its 2 hard links" in run.err
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
+def test_replaced_output_keeps_its_owner_and_group(cli, workdir: Path) -> None:
+    (workdir / "train.py").write_bytes(TRAIN)
+    (workdir / "out.py").write_bytes(b"old\n")
+    os.chown(workdir / "out.py", 1234, 2345)
+
+    run = cli("train.py", "-o", "out.py", "-q")
+
+    assert run.code == 0, run.err
+    info = os.stat(workdir / "out.py")
+    assert (info.st_uid, info.st_gid) == (1234, 2345)
+    assert b"DDP(" in (workdir / "out.py").read_bytes()

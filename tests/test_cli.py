@@ -338,7 +338,7 @@ def test_output_is_a_directory(converter, script, workdir, capsys):
 
     assert cli.main(["train.py", "-o", "out", "-q"]) == 2
 
-    assert capsys.readouterr() == ("", "error: out: Is a directory\n")
+    assert capsys.readouterr() == ("", "error: out: Is a directory; out/ (ending with a slash) writes into it\n")
     assert files(workdir) == ["out", "train.py"]
     assert files(workdir / "out") == []
 

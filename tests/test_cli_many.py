@@ -11,10 +11,13 @@ Every test runs in its own empty folder.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,11 +221,13 @@ def test_named_files_are_taken_in_order_once_and_outputs_are_skipped(converter, 
         (["train.py", "empty", "-o", "nowhere"], "error: empty: no Python files"),
         (
             ["train.py", "only_outputs/x.py", "-o", "nowhere"],
-            "error: nowhere: no such folder; with several inputs, -o names an existing folder for the outputs",
+            "error: nowhere: no such folder; with several inputs, -o names an existing folder for the outputs "
+            "(or, ending with a slash, one to create)",
         ),
         (
             ["train.py", "only_outputs/x.py", "-o", "train.py"],
-            "error: train.py: not a folder; with several inputs, -o names an existing folder for the outputs",
+            "error: train.py: not a folder; with several inputs, -o names an existing folder for the outputs "
+            "(or, ending with a slash, one to create)",
         ),
         (
             ["train.py", "only_outputs/x.py", "--in-place", "-o", "out"],
@@ -784,3 +789,82 @@ def test_an_option_value_of_double_dash_is_not_the_separator(converter, workdir,
 
     assert (workdir / "--").read_bytes() == to_ddp(CONVERTS)
     assert capsys.readouterr() == ("", "")
+
+
+# ----------------------------------------------------------------------------
+# Interrupted: Ctrl-C (SIGINT to the whole process group, as a terminal sends
+# it, once or twice) and SIGTERM to the main process stop the workers at once,
+# leave no half-written file and end with one line and 128 + the signal.
+
+MANY = 200
+
+
+def start_many(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    for index in range(MANY):
+        (src / f"script_{index:03d}.py").write_bytes(TRAIN)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "ddpify", "src", "-o", "out", "-j", "2"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group, as a shell job has
+    )
+    deadline = time.monotonic() + 120
+    while not any(not p.name.startswith(".") for p in out.iterdir()):
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "no output written within two minutes"
+        time.sleep(0.05)
+    return child, out
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("signals", "to_group", "code"),
+    [([signal.SIGINT], True, 130), ([signal.SIGINT, signal.SIGINT], True, 130), ([signal.SIGTERM], False, 143)],
+    ids=["ctrl-c", "ctrl-c-twice", "sigterm"],
+)
+def test_interrupted_run_stops_workers_and_leaves_whole_files(
+    signals: list[signal.Signals], to_group: bool, code: int, tmp_path: Path
+) -> None:
+    from ddpify import convert
+
+    expected = convert(TRAIN, path="script.py").code
+    child, out = start_many(tmp_path)
+    try:
+        started = time.monotonic()
+        for signum in signals:
+            if to_group:
+                os.killpg(child.pid, signum)
+            else:
+                os.kill(child.pid, signum)
+            time.sleep(0.1)
+        _, err = child.communicate(timeout=30)
+        took = time.monotonic() - started
+        deadline = time.monotonic() + 5
+        while group_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers_left = group_alive(child.pid)
+    finally:
+        if group_alive(child.pid):
+            os.killpg(child.pid, signal.SIGKILL)
+
+    lines = err.decode().splitlines()
+    assert child.returncode == code, lines
+    assert took < 5, f"took {took:.1f} s to stop"
+    assert not workers_left, "worker processes still running"
+    assert "Traceback" not in err.decode()
+    written = sorted(p.name for p in out.iterdir())
+    assert 0 < len(written) < MANY
+    assert lines[-1] == f"interrupted: {len(written)} of {MANY} files written"
+    assert all(not name.startswith(".") for name in written), written  # no temporary file left
+    assert all((out / name).read_bytes() == expected for name in written)

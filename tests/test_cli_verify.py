@@ -122,3 +122,130 @@ def test_documented_ci_commands_check_then_verify_with_the_script_arguments(proj
         (Path("train_ddp.py"), 20, ("--epochs", "1")),
         (Path("train_ddp.py"), 20, ("--epochs", "1")),
     ]
+
+
+# ----------------------------------------------------------------------------
+# `ddpify verify SCRIPT`: the verification of any script, without converting it
+
+
+def report_of(script: Path, failed: tuple[str, ...] = ()) -> VerifyReport:
+    checks = tuple(Check(name, name not in failed, "broken" if name in failed else "holds") for name in CHECK_NAMES)
+    return VerifyReport(str(script), 2, ("torchrun",), None, 0, False, 1.0, (), checks, "")
+
+
+@pytest.fixture
+def seams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, dict[str, object]]]:
+    """Replaces the verification run by a fake that records its calls; converting fails the test."""
+    calls: list[tuple[Path, dict[str, object]]] = []
+
+    def fake_verify(script: Path, **settings: object) -> VerifyReport:
+        calls.append((script, settings))
+        return report_of(script, tuple(settings.pop("fail", ())))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backend, "verify", fake_verify)
+    monkeypatch.setattr(backend, "convert", lambda *a, **k: pytest.fail("ddpify verify converted the script"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train_ddp.py").write_text("import torch\n")
+    return calls
+
+
+def test_verify_subcommand_passes_its_settings_and_the_script_arguments(seams, capsys):
+    code = cli.main(
+        ["verify", "train_ddp.py", "--nproc", "3", "--timeout", "20", "--max-steps", "4", "--", "--epochs", "1"]
+    )
+
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    ((script, settings),) = seams
+    assert script == Path("train_ddp.py")
+    assert settings == {
+        "nproc": 3,
+        "script_args": ("--epochs", "1"),
+        "timeout": 20.0,
+        "max_steps": 4,
+        "workdir": Path.cwd(),
+    }
+    assert captured.out.splitlines()[-1] == f"ok: all {len(CHECK_NAMES)} checks passed ({', '.join(CHECK_NAMES)})"
+    assert captured.err.splitlines() == [
+        "verifying train_ddp.py under torchrun with 3 processes",
+        f"train_ddp.py trains in data-parallel: {len(CHECK_NAMES)} checks passed",
+    ]
+
+
+def test_verify_subcommand_exits_4_when_a_check_fails(seams, monkeypatch, capsys):
+    failed = CHECK_NAMES[1]
+    monkeypatch.setattr(backend, "verify", lambda script, **settings: report_of(script, (failed,)))
+
+    code = cli.main(["verify", "train_ddp.py", "--format", "json"])
+
+    captured = capsys.readouterr()
+    assert code == 4
+    assert captured.err.splitlines()[-1] == (
+        f"error: train_ddp.py does not train in data-parallel (1 check failed: {failed})"
+    )
+    assert '"ok": false' in captured.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["verify"], "error: Missing argument 'SCRIPT'; see 'ddpify verify --help'"),
+        (["verify", "missing.py"], "error: missing.py: No such file or directory"),
+        (["verify", "."], "error: .: not a file; ddpify verify runs one script"),
+        (["verify", "train_ddp.py", "--nproc", "1"], None),
+        (["verify", "train.ipynb"], None),
+    ],
+    ids=["no-script", "missing", "folder", "nproc-1", "notebook"],
+)
+def test_verify_subcommand_bad_usage(argv, message, seams, capsys):
+    (Path.cwd() / "train.ipynb").write_text("{}")
+
+    code = cli.main(argv)
+
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: ")
+    if message is not None:
+        assert err == [message]
+    assert seams == []
+
+
+def test_verify_subcommand_help(capsys):
+    assert cli.main(["verify", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Usage: ddpify verify [OPTIONS] {SCRIPT} [-- SCRIPT_ARGS]..." in out
+    assert "--max-steps" in out
+
+
+def test_a_file_named_verify_is_a_script_to_convert(tmp_path, monkeypatch, capsys):
+    from ddpify import Conversion, Status
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "verify").write_bytes(b"import torch\n")
+    (tmp_path / "verify.py").write_bytes(b"import torch\n")
+    converted: list[str] = []
+
+    def fake_convert(source: bytes, *, path: str, options: object) -> Conversion:
+        converted.append(path)
+        return Conversion(source=source, code=source + b"# converted\n", status=Status.CONVERTED)
+
+    monkeypatch.setattr(backend, "convert", fake_convert)
+
+    assert cli.main(["verify", "-o", "out.py", "-q"]) == 0
+    assert cli.main(["verify.py", "-o", "out2.py", "-q"]) == 0
+    assert converted == ["verify", "verify.py"]
+    assert (tmp_path / "out.py").read_bytes() == b"import torch\n# converted\n"
+
+
+@pytest.mark.torchrun
+def test_verify_subcommand_fails_an_unconverted_single_gpu_script(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    shutil.copy(EXAMPLES / "regression.py", tmp_path / "regression.py")
+    monkeypatch.chdir(tmp_path)
+
+    code = cli.main(["verify", "regression.py", "--max-steps", "3"])
+
+    captured = capsys.readouterr()
+    assert code == 4, f"{captured.out}\n{captured.err}"
+    assert captured.err.splitlines()[-1].startswith("error: regression.py does not train in data-parallel (")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["regression.py"]

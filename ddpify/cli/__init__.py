@@ -24,24 +24,44 @@ when a script is verified, so ``--help`` and ``--version`` start quickly.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
 
 from ddpify.cli.exits import ExitCode
+from ddpify.cli.files import guard_standard_streams
 from ddpify.cli.report import bug_report_address, describe, error
 
 __all__ = ["main"]
 
+VERIFY = "verify"
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ddpify with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
+    """Run ddpify with ``argv`` (default: ``sys.argv[1:]``) and return the exit code.
+
+    ``ddpify verify SCRIPT`` is the verification alone; a file named ``verify``
+    in the current folder is a script to convert, as any other path.
+    """
+    guard_standard_streams()
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == [VERIFY] and not os.path.isfile(VERIFY):
+        from ddpify.cli.command import verify_app
+
+        return _run(verify_app, args[1:], prog_name=f"ddpify {VERIFY}")
     from ddpify.cli.command import app
 
+    return _run(app, args, prog_name="ddpify")
+
+
+def _run(app: typer.Typer, args: list[str], *, prog_name: str) -> int:
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=argv, prog_name="ddpify", standalone_mode=False)
+        result = command.main(args=args, prog_name=prog_name, standalone_mode=False)
     except typer.TyperException as exc:
         message = exc.format_message().rstrip(".")
-        error(f"error: {message}; see 'ddpify --help'")
+        error(f"error: {message}; see '{prog_name} --help'")
         return int(ExitCode.USAGE)
     except Exception as exc:
         error(f"error: internal error: {describe(exc)}; please report a bug at {bug_report_address()}")

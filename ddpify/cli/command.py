@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 import typer.core
 
 import ddpify
-from ddpify.cli.exits import ExitCode, Failure
+from ddpify.cli.exits import ExitCode, Failure, Interrupted
+from ddpify.cli.files import DEFAULT_MAX_SIZE
 from ddpify.cli.report import describe, error, internal_error_message
 from ddpify.cli.request import (
     DEFAULT_GPUS_PER_NODE,
@@ -82,8 +84,8 @@ Output = Annotated[
         "--output",
         metavar="OUT",
         help=(
-            "Write the converted script to OUT (default: stdout); with several inputs, "
-            "OUT is an existing folder that receives them under their relative paths."
+            "Write the converted script to OUT (default, and '-': stdout); OUT ending with '/' is a folder, "
+            "created if need be; with several inputs, OUT is a folder that receives them under their relative paths."
         ),
     ),
 ]
@@ -196,6 +198,15 @@ Format = Annotated[
     ReportFormat | None,
     typer.Option("--format", show_default=False, help="--verify: print the report as a table (text) or JSON."),
 ]
+MaxSize = Annotated[
+    int,
+    typer.Option(
+        "--max-size",
+        metavar="BYTES",
+        min=1,
+        help="Refuse inputs larger than BYTES (training scripts are small).",
+    ),
+]
 Version = Annotated[
     bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
 ]
@@ -230,6 +241,7 @@ def ddpify_command(
     timeout: Timeout = None,
     max_steps: MaxSteps = None,
     report_format: Format = None,
+    max_size: MaxSize = DEFAULT_MAX_SIZE,
     version: Version = False,
 ) -> int:
     """Convert single-GPU PyTorch training scripts into torchrun / DistributedDataParallel scripts.
@@ -238,10 +250,15 @@ def ddpify_command(
     --check found an output missing or stale, 2 bad usage or unreadable input, 3
     conversion refused, 4 --verify found that OUT does not train in data-parallel,
     123 internal error. With several files, the highest under 123 > 3 > 2 > 1 > 0.
+
+    To check any script (converted or written by hand) without converting it:
+    ddpify verify SCRIPT [-- SCRIPT_ARGS] (see ddpify verify --help).
     """
     request = Request(
         sources=tuple(src),
-        output=output,
+        output=None if output == "-" else output,
+        stdout=output == "-",
+        max_size=max_size,
         in_place=in_place,
         diff=diff,
         check=check,
@@ -268,8 +285,19 @@ def execute(request: Request) -> int:
     """Carry out ``request``; every failure becomes a message on stderr and an exit code."""
     from ddpify.cli.run import run
 
+    return guarded(lambda: run(request), name=request.name)
+
+
+def guarded(action: Callable[[], ExitCode], *, name: str) -> int:
+    """``action()``'s exit code; a failure, an interruption or a bug becomes a message on stderr and its code."""
+    from ddpify.cli.workers import stop_on_signals
+
     try:
-        return int(run(request))
+        with stop_on_signals():
+            return int(action())
+    except Interrupted as stop:
+        error(stop.message)
+        return stop.code
     except Failure as failure:
         error(f"error: {failure.message}")
         return int(failure.code)
@@ -280,5 +308,89 @@ def execute(request: Request) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         return int(ExitCode.BROKEN_PIPE)
     except Exception as exc:
-        error(f"error: {internal_error_message(request.name, describe(exc))}")
+        error(f"error: {internal_error_message(name, describe(exc))}")
         return int(ExitCode.INTERNAL_ERROR)
+
+
+# ----------------------------------------------------------------------------
+# ddpify verify SCRIPT
+
+VerifyScript = Annotated[
+    str,
+    typer.Argument(
+        metavar="SCRIPT",
+        show_default=False,
+        help="The DDP script to run under torchrun, as it is. Arguments after '--' go to the script.",
+    ),
+]
+VerifyNproc = Annotated[
+    int | None,
+    typer.Option(
+        "--nproc", metavar="N", min=2, show_default=False, help=f"Processes to run (default {DEFAULT_NPROC})."
+    ),
+]
+VerifyTimeout = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        metavar="S",
+        min=1,
+        show_default=False,
+        help=f"Seconds before the run counts as hung (default {DEFAULT_TIMEOUT_S:g}).",
+    ),
+]
+VerifyMaxSteps = Annotated[
+    int | None,
+    typer.Option(
+        "--max-steps",
+        metavar="K",
+        min=1,
+        show_default=False,
+        help="Stop every rank after K optimizer steps (default: train to the end).",
+    ),
+]
+VerifyFormat = Annotated[
+    ReportFormat | None,
+    typer.Option("--format", show_default=False, help="Print the report as a table (text, the default) or JSON."),
+]
+
+verify_app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@verify_app.command(cls=Command)
+def verify_command(
+    ctx: typer.Context,
+    script: VerifyScript,
+    nproc: VerifyNproc = None,
+    timeout: VerifyTimeout = None,
+    max_steps: VerifyMaxSteps = None,
+    report_format: VerifyFormat = None,
+) -> int:
+    """Run SCRIPT under torchrun in the current folder and check that it trains in data-parallel.
+
+    Nothing is converted: the script is run as it is, so a converted script
+    that was edited since, or one written by hand, can be checked in CI. Exit
+    codes: 0 every check passed, 4 a check failed or the run hung, 2 bad usage
+    or no torch. Needs torch (pip install 'ddpify[run]').
+    """
+    from ddpify.cli.report import Reporter
+    from ddpify.cli.run import check_verifiable, verify_script
+
+    def action() -> ExitCode:
+        check_verifiable(script)
+        return verify_script(
+            script,
+            nproc=nproc,
+            timeout=timeout,
+            max_steps=max_steps,
+            report_format=report_format,
+            script_args=ctx.meta.get(SCRIPT_ARGS, ()),
+            reporter=Reporter(quiet=False),
+        )
+
+    return guarded(action, name=script)

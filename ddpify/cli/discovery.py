@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import subprocess
 from typing import TYPE_CHECKING
 
 from ddpify.cli.exits import Failure
-from ddpify.cli.request import DEFAULT_SUFFIX, Job, Request, is_output, same_file, with_suffix
+from ddpify.cli.files import describe_kind
+from ddpify.cli.request import DEFAULT_SUFFIX, Job, Request, is_output, refuse_notebook, same_file, with_suffix
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,9 +61,12 @@ def plan(request: Request, reporter: Reporter) -> list[Job]:
             return [Job(path, path, in_place=True, write_unchanged=False) for path in paths]
         jobs = [Job(path, with_suffix(path, suffix), write_unchanged=False) for path in paths]
     else:
-        if not os.path.isdir(folder):
+        if not os.path.isdir(folder) and not folder.endswith(("/", os.sep)):  # folder/: created
             problem = "not a folder" if os.path.exists(folder) else "no such folder"
-            raise Failure(f"{folder}: {problem}; with several inputs, -o names an existing folder for the outputs")
+            raise Failure(
+                f"{folder}: {problem}; with several inputs, -o names an existing folder for the outputs "
+                "(or, ending with a slash, one to create)"
+            )
         base = common_base(request.sources)
         jobs = [
             Job(path, os.path.join(folder, os.path.relpath(os.path.abspath(path), base)), make_folders=True)
@@ -85,10 +90,11 @@ def find_scripts(sources: Sequence[str], *, suffix: str, skip: str | None, repor
     seen: set[str] = set()
     for src in sources:
         if os.path.isdir(src):
-            paths = scripts_in(src, suffix=suffix, skip=skip)
+            paths = scripts_in(src, suffix=suffix, skip=skip, reporter=reporter)
             if not paths:
                 raise Failure(f"{src}: no Python files")
         elif os.path.exists(src):
+            refuse_notebook(src)
             if is_output(src, suffix):
                 reporter.say(f"{src}: skipped, the name of an output (*{suffix}.py)")
                 continue
@@ -105,8 +111,12 @@ def find_scripts(sources: Sequence[str], *, suffix: str, skip: str | None, repor
     return found
 
 
-def scripts_in(folder: str, *, suffix: str, skip: str | None = None) -> list[str]:
-    """The ``*.py`` files under ``folder``, sorted, without excluded folders, ignored files and outputs."""
+def scripts_in(folder: str, *, suffix: str, skip: str | None = None, reporter: Reporter | None = None) -> list[str]:
+    """The ``*.py`` files under ``folder``, sorted, without excluded folders, ignored files and outputs.
+
+    Only regular files are scripts: a FIFO, device or socket named ``*.py`` is
+    skipped (and reported), since reading it could wait forever.
+    """
     skipped = os.path.realpath(skip) if skip is not None else None
     candidates: list[str] = []
     for root, folders, names in os.walk(folder):
@@ -119,7 +129,23 @@ def scripts_in(folder: str, *, suffix: str, skip: str | None = None) -> list[str
             os.path.join(root, name) for name in sorted(names) if name.endswith(".py") and not is_output(name, suffix)
         )
     ignored = git_ignored(folder, [os.path.relpath(path, folder) for path in candidates])
-    return [path for path in candidates if os.path.relpath(path, folder) not in ignored]
+    return [
+        path
+        for path in candidates
+        if os.path.relpath(path, folder) not in ignored and _is_regular_or_reported(path, reporter)
+    ]
+
+
+def _is_regular_or_reported(path: str, reporter: Reporter | None) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return True  # reading it says what is wrong
+    if stat.S_ISREG(mode):
+        return True
+    if reporter is not None:
+        reporter.say(f"{path}: skipped, not a regular file ({describe_kind(mode)})")
+    return False
 
 
 def git_ignored(folder: str, paths: Sequence[str]) -> set[str]:

@@ -60,3 +60,16 @@ class Failure(Exception):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; a ``BaseException`` so that no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int, message: str = "interrupted") -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.message = message
+
+    @property
+    def code(self) -> int:
+        return 128 + self.signum

@@ -9,11 +9,14 @@ from __future__ import annotations
 import enum
 import importlib.util
 import os
+import re
+import shlex
 import sys
 from dataclasses import dataclass
 
 from ddpify import Options
 from ddpify.cli.exits import Failure
+from ddpify.cli.files import DEFAULT_MAX_SIZE
 
 STDIN_NAME = "<stdin>"
 STDOUT_NAME = "<stdout>"
@@ -22,6 +25,9 @@ DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_SUFFIX = "_ddp"
 DEFAULT_NODES = 1
 DEFAULT_GPUS_PER_NODE = 8
+NOTEBOOK_EXTENSION = ".ipynb"
+# A suffix is a part of a file name: letters, digits, "_", "-" and ".", not ending in ".py".
+_SUFFIX = re.compile(r"[\w.-]+")
 
 
 class ReportFormat(str, enum.Enum):
@@ -56,6 +62,8 @@ class Request:
     max_steps: int | None = None
     report_format: ReportFormat | None = None
     script_args: tuple[str, ...] = ()
+    stdout: bool = False  # -o -
+    max_size: int = DEFAULT_MAX_SIZE
 
     @property
     def name(self) -> str:
@@ -94,6 +102,7 @@ def validate(request: Request, *, several: bool) -> None:
         raise Failure("'-' reads one script from stdin; it cannot be combined with other inputs")
     if request.check and request.output is None and request.suffix is None and not several:
         raise Failure("--check needs -o OUT")
+    _validate_stdout(request, several=several)
     _validate_suffix(request)
     _validate_script_args(request)
     _validate_verify(request, several=several)
@@ -106,7 +115,10 @@ def validate(request: Request, *, several: bool) -> None:
     if src == "-":
         if request.in_place:
             raise Failure("--in-place needs a file, not stdin")
+        if request.output is not None and is_folder(request.output):
+            raise Failure(f"-o {request.output} is a folder; stdin has no file name to give the output there")
         return
+    refuse_notebook(src)
     if request.output is None:
         return
     same = same_file(src, request.output)
@@ -116,13 +128,29 @@ def validate(request: Request, *, several: bool) -> None:
         raise Failure(f"{request.output} is the input file; pass --in-place to rewrite it")
 
 
+def _validate_stdout(request: Request, *, several: bool) -> None:
+    if not request.stdout:
+        return
+    if several:
+        raise Failure("-o - writes one script to stdout; with several inputs, -o names a folder")
+    if request.in_place:
+        raise Failure("--in-place rewrites SRC; it cannot be combined with -o -")
+
+
+def refuse_notebook(path: str) -> None:
+    if path.lower().endswith(NOTEBOOK_EXTENSION):
+        raise Failure(
+            f"{path}: a notebook; export it to a script first: jupyter nbconvert --to script {shlex.quote(path)}"
+        )
+
+
 def _validate_suffix(request: Request) -> None:
     suffix = request.suffix
     if suffix is None:
         return
-    if not suffix or "/" in suffix or os.sep in suffix or suffix in (".", ".."):
+    if not _SUFFIX.fullmatch(suffix) or suffix.lower().endswith(".py") or suffix in (".", ".."):
         raise Failure(f"--suffix {suffix!r}: give a part of a file name, such as {DEFAULT_SUFFIX}")
-    if request.output is not None or request.in_place:
+    if request.output is not None or request.in_place or request.stdout:
         raise Failure("--suffix names outputs next to their inputs; it cannot be combined with -o OUT or --in-place")
     if request.sources == ("-",):
         raise Failure("--suffix needs a file, not stdin")
@@ -182,6 +210,9 @@ def _validate_sbatch(request: Request, *, several: bool) -> None:
 def single_job(request: Request) -> Job:
     """Where the one input's result goes."""
     (src,) = request.sources
+    if request.output is not None and is_folder(request.output):
+        # `-o folder/`: the output goes into the folder under the input's name.
+        return Job(src, os.path.join(request.output, os.path.basename(src)), make_folders=True)
     if request.output is not None:
         return Job(src, request.output, in_place=request.in_place)
     if request.in_place:
@@ -189,6 +220,11 @@ def single_job(request: Request) -> Job:
     if request.suffix is not None:
         return Job(src, with_suffix(src, request.suffix), write_unchanged=False)
     return Job(src, None)
+
+
+def is_folder(output: str) -> bool:
+    """Whether ``-o OUTPUT`` names a folder for a single output: a path that ends with a slash."""
+    return output.endswith(("/", os.sep))
 
 
 def same_file(a: str, b: str) -> bool:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ddpify import Status
 from ddpify.cli.diff import print_diff
 from ddpify.cli.exits import ExitCode, Failure, Outcome
-from ddpify.cli.files import read_existing, write_if_changed, write_stdout
+from ddpify.cli.files import hard_links, read_existing, write_if_changed, write_stdout
 from ddpify.cli.report import counts, internal_error_message
 from ddpify.cli.request import STDOUT_NAME
 
@@ -48,7 +48,7 @@ def finish(request: Request, job: Job, source: bytes, conversion: Conversion, re
     if not unchanged:
         reporter.changes(conversion, name)
 
-    summary = _deliver(request, job, source, code, writes=writes)
+    summary = _deliver(request, job, source, code, writes=writes, reporter=reporter)
     if unchanged:
         reporter.say(f"{name}: nothing to do")
         return Outcome.UNCHANGED
@@ -56,7 +56,7 @@ def finish(request: Request, job: Job, source: bytes, conversion: Conversion, re
     return Outcome.WOULD_CONVERT if request.diff else Outcome.CONVERTED
 
 
-def _deliver(request: Request, job: Job, source: bytes, code: bytes, *, writes: bool) -> str:
+def _deliver(request: Request, job: Job, source: bytes, code: bytes, *, writes: bool, reporter: Reporter) -> str:
     """Write the code where it goes (unless ``--diff``); what was done, for the summary."""
     name, target = job.name, job.target
     if request.diff:
@@ -66,7 +66,12 @@ def _deliver(request: Request, job: Job, source: bytes, code: bytes, *, writes: 
     if target is None:
         write_stdout(code)
         return f"converted {name} -> {STDOUT_NAME}"
-    write_if_changed(target, code, current=source if job.in_place else None, make_folders=job.make_folders)
+    links = hard_links(target) if job.in_place and source != code else 1
+    write_if_changed(
+        target, code, current=source if job.in_place else None, make_folders=job.make_folders, keep_links=job.in_place
+    )
+    if links > 1:
+        reporter.say(f"{name}: written through its {links} hard links")
     return f"converted {name} in place" if job.in_place else f"converted {name} -> {target}"
 
 
@@ -74,7 +79,7 @@ def check(job: Job, reporter: Reporter, code: bytes) -> Outcome:
     """``--check``: whether the output holds exactly ``code``."""
     target = job.target
     assert target is not None  # validate(): --check needs an output
-    if read_existing(target) != code:
+    if read_existing(target, limit=len(code) + 1) != code:
         reporter.error(f"would rewrite {target}")
         return Outcome.STALE
     reporter.say(f"{target} is up to date")

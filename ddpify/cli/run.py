@@ -8,7 +8,9 @@ train_ddp.py`` typed in the same shell would.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +19,7 @@ from ddpify import launchers
 from ddpify.cli import backend
 from ddpify.cli.discovery import plan
 from ddpify.cli.exits import ExitCode, Failure, Outcome
-from ddpify.cli.files import read_input, write_atomically
+from ddpify.cli.files import check_target, read_input, write_atomically
 from ddpify.cli.report import Reporter, error, plural
 from ddpify.cli.request import (
     DEFAULT_GPUS_PER_NODE,
@@ -25,6 +27,9 @@ from ddpify.cli.request import (
     DEFAULT_NPROC,
     DEFAULT_TIMEOUT_S,
     ReportFormat,
+    refuse_notebook,
+    require_torch,
+    same_file,
     single_job,
     validate,
 )
@@ -47,7 +52,8 @@ def run(request: Request) -> ExitCode:
 
 
 def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
-    source = read_input(job.src)
+    _check_targets(request, job)
+    source = read_input(job.src, max_size=request.max_size)
     conversion = backend.convert(source, path=job.name, options=request.options)
     outcome = finish(request, job, source, conversion, reporter)
     if outcome.code is not ExitCode.OK:
@@ -69,6 +75,26 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
     if outcome is Outcome.CONVERTED and job.target is not None and not job.in_place:
         _say_launch_commands(request, job.target, reporter)
     return ExitCode.OK
+
+
+def _check_targets(request: Request, job: Job) -> None:
+    """Refuse, before anything is read or written, any output that could not be written."""
+    if job.target is not None and not job.in_place and same_file(job.src, job.target):
+        raise Failure(f"{job.target} is the input file; pass --in-place to rewrite it")
+    if job.target is not None and (request.check or not request.diff):
+        check_target(job.target, hint="give a file or -o -", make_folders=job.make_folders)
+    if request.sbatch is not None:
+        check_target(request.sbatch, hint="give a file")
+
+
+def check_verifiable(script: str) -> None:
+    """Raise ``Failure`` unless ``ddpify verify`` can run ``script``."""
+    refuse_notebook(script)
+    if not os.path.exists(script):
+        raise Failure(f"{script}: {os.strerror(errno.ENOENT)}")
+    if not os.path.isfile(script):
+        raise Failure(f"{script}: not a file; ddpify verify runs one script")
+    require_torch("ddpify verify")
 
 
 def verify_script(

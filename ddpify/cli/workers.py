@@ -1,34 +1,69 @@
 """Several files: converted in worker processes (``-j``), reported in input order, then one summary line.
 
 ``convert()`` is pure and takes and returns plain data, so only bytes and
-results cross between processes.  Each file is reported exactly as a single
-file would be.
+results cross between processes; every file is read and written by the main
+process, each one reported exactly as a single file would be.
+
+Signals: while ddpify runs, SIGINT (Ctrl-C) and SIGTERM raise
+:class:`~ddpify.cli.exits.Interrupted` in the main process, and any later one
+is ignored while it stops.  The workers ignore SIGINT (a terminal sends it to
+the whole process group; the main process decides) and are terminated at
+once; a write in progress is abandoned with its temporary file removed, so no
+half-written file is left.  The run ends with ``interrupted: N of M files
+written`` and exit code 128 + the signal's number.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
+import multiprocessing
+import multiprocessing.pool
 import os
+import signal
 import sys
+import threading
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from ddpify import Severity
 from ddpify.cli import backend
-from ddpify.cli.exits import ExitCode, Failure, Outcome
+from ddpify.cli.exits import ExitCode, Failure, Interrupted, Outcome
 from ddpify.cli.files import read_input
-from ddpify.cli.report import Progress, describe, internal_error_message, isatty, summary_line
+from ddpify.cli.report import Progress, describe, internal_error_message, isatty, plural, summary_line
 from ddpify.cli.results import finish
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Generator, Iterator
+    from types import FrameType
 
     from ddpify import Conversion, Options
     from ddpify.cli.report import Reporter
     from ddpify.cli.request import Job, Request
 
 Result = tuple[bytes, "Conversion"] | Exception
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise ``Interrupted`` inside the block; the former handlers come back after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    former = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _interrupt)
+    try:
+        yield
+    finally:
+        for signum, handler in former.items():
+            signal.signal(signum, handler)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    for other in STOP_SIGNALS:  # a second Ctrl-C must not interrupt the clean-up
+        signal.signal(other, signal.SIG_IGN)
+    raise Interrupted(signum)
 
 
 def run_many(request: Request, jobs: list[Job], reporter: Reporter) -> ExitCode:
@@ -36,7 +71,7 @@ def run_many(request: Request, jobs: list[Job], reporter: Reporter) -> ExitCode:
     outcomes: Counter[Outcome] = Counter()
     warnings = 0
     progress.show(0)
-    # closing(): an interruption stops the pool at once, not when the generator is collected.
+    # closing(): an interruption stops the workers at once, not when the generator is collected.
     with contextlib.closing(conversions(request, jobs)) as results:
         try:
             for done, (job, result) in enumerate(zip(jobs, results, strict=True), start=1):
@@ -45,6 +80,10 @@ def run_many(request: Request, jobs: list[Job], reporter: Reporter) -> ExitCode:
                     warnings += sum(1 for d in result[1].diagnostics if d.severity is Severity.WARNING)
                 outcomes[_finish_one_of_many(request, job, result, reporter)] += 1
                 progress.show(done)
+        except Interrupted as stop:
+            written = outcomes[Outcome.CONVERTED]
+            message = f"interrupted: {written} of {plural(len(jobs), 'file')} written"
+            raise Interrupted(stop.signum, message) from None
         finally:
             progress.clear()
     reporter.say(summary_line(outcomes, warnings=warnings))
@@ -73,48 +112,67 @@ def conversions(request: Request, jobs: list[Job]) -> Generator[Result, None, No
     workers = min(request.jobs or cpu_count(), len(jobs))
     if workers <= 1:
         for job in jobs:
-            yield _read_and_convert(job, request.options)
+            yield _read_and_convert(job, request)
         return
     sources: list[bytes | Failure] = []
     for job in jobs:
         try:
-            sources.append(read_input(job.src))
+            sources.append(read_input(job.src, max_size=request.max_size))
         except Failure as failure:
             sources.append(failure)
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers)
+    tasks = [
+        (source, job.name, request.options)
+        for job, source in zip(jobs, sources, strict=True)
+        if not isinstance(source, Failure)
+    ]
+    pool = _start_pool(workers)
     try:
-        futures = {
-            index: pool.submit(_convert_in_worker, source, job.name, request.options)
-            for index, (job, source) in enumerate(zip(jobs, sources, strict=True))
-            if not isinstance(source, Failure)
-        }
-        for index, source in enumerate(sources):
-            if isinstance(source, Failure):
-                yield source
-                continue
-            item: Result
-            try:
-                item = (source, futures[index].result())
-            except Exception as exc:
-                item = exc
-            yield item
+        converted = pool.imap(_convert_task, tasks, chunksize=1)
+        for source in sources:
+            yield source if isinstance(source, Failure) else _next_result(source, converted)
+        pool.close()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.terminate()  # at once: nothing is left to wait for, or the run was interrupted
+        pool.join()
 
 
-def _read_and_convert(job: Job, options: Options) -> Result:
+def _start_pool(workers: int) -> multiprocessing.pool.Pool:
+    # The stop signals are blocked while the workers start, so that none of
+    # them runs the main process's handler before it installs its own.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        source = read_input(job.src)
-    except Failure as failure:
-        return failure
+        return multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _start_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def _next_result(source: bytes, converted: Iterator[Conversion]) -> Result:
     try:
-        return source, backend.convert(source, path=job.name, options=options)
-    except Exception as exc:
+        return source, next(converted)
+    except Exception as exc:  # raised by convert() in the worker, or the worker died
         return exc
 
 
-def _convert_in_worker(source: bytes, path: str, options: Options) -> Conversion:
+def _convert_task(task: tuple[bytes, str, Options]) -> Conversion:
+    source, path, options = task
     return backend.convert(source, path=path, options=options)
+
+
+def _read_and_convert(job: Job, request: Request) -> Result:
+    try:
+        source = read_input(job.src, max_size=request.max_size)
+    except Failure as failure:
+        return failure
+    try:
+        return source, backend.convert(source, path=job.name, options=request.options)
+    except Exception as exc:
+        return exc
 
 
 def cpu_count() -> int:
