@@ -25,7 +25,7 @@ from ddpify.guards import compile_quietly, parse_checked
 from ddpify.result import Conversion, Options, Status
 
 
-def convert(source: str | bytes, *, path: str = "<string>", options: Options = Options()) -> Conversion:
+def convert(source: str | bytes, *, path: str = "<string>", options: Options = Options()) -> Conversion:  # noqa: B008 (frozen)
     """Convert one training script; see the module docstring for what is guaranteed."""
     try:
         return _convert(source, path, options)
@@ -39,25 +39,24 @@ def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
         return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
     if isinstance(module, Diagnostic):
         return _outcome(source, Status.INVALID, [module])
-    already = distributed_use(module)
+    program = read_program(module, path)
+    already = distributed_use(program.index)
     if already is not None:
         message = f"already distributed (uses {already}): left unchanged"
         return _outcome(source, Status.UNCHANGED, [ALREADY_DISTRIBUTED.at(1, 1, message, path)])
-
-    program = read_program(module, path)
     if not program.trains:
         return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
     found = concerns.find(program)
     plan = EditPlan(program.index, path, program.names)
     concerns.rewrite(found, plan, options)
-    diagnostics = sorted([*program.diagnostics, *plan.diagnostics], key=lambda d: (d.line, d.column, d.code))
+    diagnostics = sorted([*program.diagnostics(), *plan.diagnostics()], key=lambda d: (d.line, d.column, d.code))
     if any(d.severity is Severity.ERROR for d in diagnostics):
         return _outcome(source, Status.REFUSED, diagnostics)
 
     converted = apply(plan)
     code = converted.bytes if isinstance(source, bytes) else converted.code
     compile_quietly(code, path)  # output that does not compile is a bug: an internal error, nothing written
-    changes = tuple(sorted(plan.changes, key=lambda c: c.line))
+    changes = tuple(sorted(plan.changes(), key=lambda c: c.line))
     return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), changes)
 
 

@@ -113,10 +113,10 @@ class Facts:
 
 def find(program: Program) -> Facts:
     finder = _Finder(program)
-    reported = len(program.diagnostics)
+    reported = len(program.findings)
     models = tuple(finder.models())
     backward = program.first_backward()
-    if not models and len(program.diagnostics) == reported and backward is not None:
+    if not models and len(program.findings) == reported and backward is not None:
         program.report(
             backward,
             NO_OPTIMIZER,

@@ -44,7 +44,6 @@ from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.index import Index
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import dotted, imported_names
 from ddpify.result import Options
 
 LATE_IMPORTS = Code(
@@ -72,42 +71,13 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
     return Facts(any(index.scope_of(node) is index.module and not index.inside(node, guard) for node in nodes))
 
 
-def distributed_use(module: cst.Module) -> str | None:
-    """The first distributed API the script calls (by qualified name), or None.
-
-    Runs before the script is indexed, so that already-converted scripts --
-    ddpify's own output among them -- are recognised cheaply.
-    """
-    code = module.code
-    if not any(word in code for word in _DISTRIBUTED_WORDS):
-        return None
-    finder = _DistributedUse()
-    module.visit(finder)
-    return finder.found
-
-
-# Text that any distributed call must contain, to skip the search for most scripts.
-_DISTRIBUTED_WORDS = tuple({name.rstrip(".").rsplit(".", 1)[-1] for name in torch_api.DISTRIBUTED_CALLS})
-
-
-class _DistributedUse(cst.CSTVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.aliases: dict[str, str] = {}
-        self.found: str | None = None
-
-    def visit_Import(self, node: cst.Import) -> None:
-        self.aliases.update(imported_names(node))
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self.aliases.update(imported_names(node))
-
-    def visit_Call(self, node: cst.Call) -> None:
-        root, _, rest = dotted(node.func).partition(".")
-        if self.found is None and root in self.aliases:
-            name = f"{self.aliases[root]}.{rest}" if rest else self.aliases[root]
+def distributed_use(index: Index) -> str | None:
+    """The first distributed API the script calls (by qualified name), or None."""
+    for call in index.calls:
+        for name in sorted(index.qualified_names(call.func)):
             if name.startswith(torch_api.DISTRIBUTED_CALLS):
-                self.found = name
+                return name
+    return None
 
 
 SETUP = '''

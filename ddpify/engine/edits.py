@@ -48,8 +48,8 @@ class EditPlan:
     imports: list[Import] = field(default_factory=list)
     setup_helpers: dict[str, cst.FunctionDef] = field(default_factory=dict)  # emitted after the setup function
     setup_definition: cst.FunctionDef | None = None
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    changes: list[Change] = field(default_factory=list)
+    findings: list[tuple[cst.CSTNode, Code, str]] = field(default_factory=list)
+    changed: list[tuple[cst.CSTNode, str]] = field(default_factory=list)
     rank_zero: cst.BaseExpression = field(init=False)  # the test that is true on global rank 0 only
 
     def __post_init__(self) -> None:
@@ -87,11 +87,20 @@ class EditPlan:
             self.imports.append(item)
 
     def change(self, node: cst.CSTNode, summary: str) -> None:
-        self.changes.append(Change(self.index.position(node)[0], summary))
+        self.index.want_position(node)
+        self.changed.append((node, summary))
 
     def report(self, node: cst.CSTNode, code: Code, message: str) -> None:
-        line, column = self.index.position(node)
-        self.diagnostics.append(code.at(line, column, message, self.path))
+        self.index.want_position(node)
+        self.findings.append((node, code, message))
+
+    def diagnostics(self) -> list[Diagnostic]:
+        """What the rewrites reported, at its place in the input."""
+        return [code.at(*self.index.position(node), message, self.path) for node, code, message in self.findings]
+
+    def changes(self) -> list[Change]:
+        """Every change, at the line of the input it was made for."""
+        return [Change(self.index.position(node)[0], summary) for node, summary in self.changed]
 
 
 def apply(plan: EditPlan) -> cst.Module:
@@ -213,6 +222,24 @@ class _Applier(cst.CSTTransformer):
             and plan.index.parent(plan.index.parent(s)) not in merged_ifs
             and not any(a in everything for a in plan.index.ancestors(s))  # already inside a rank-0 block
         }
+        # Only the paths from the root to an edited node are rebuilt; every other subtree is kept as it is.
+        edited = (
+            *plan.replacements,
+            *plan.before,
+            *plan.after,
+            *plan.removed,
+            *plan.inlined,
+            *plan.rank_zero_only,
+            *merged_ifs,
+        )
+        self.on_path: set[cst.CSTNode] = set()
+        for node in edited:
+            if node not in self.on_path:
+                self.on_path.add(node)
+                self.on_path.update(plan.index.ancestors(node))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node in self.on_path
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
         for rewrite in self.plan.replacements.get(original_node, ()):

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import builtins
 from collections import defaultdict, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from ddpify import torch_api
+from ddpify.engine.positions import locate
 from ddpify.engine.syntax import assigned, dotted, imported_names, parameter_names
 
 Scope = cst.Module | cst.FunctionDef | cst.ClassDef
@@ -79,7 +79,8 @@ class Index:
     order: dict[cst.CSTNode, int] = field(default_factory=dict)
     last: dict[cst.CSTNode, int] = field(default_factory=dict)
     _bound_anywhere: set[str] | None = None
-    _positions: Mapping[cst.CSTNode, CodeRange] | None = None
+    _positions: dict[cst.CSTNode, tuple[int, int]] = field(default_factory=dict)
+    _wanted: set[cst.CSTNode] = field(default_factory=set)
     _flows_from: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
     _flows_into: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
     _callers: dict[cst.FunctionDef, list[cst.Call]] | None = None
@@ -89,17 +90,22 @@ class Index:
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
 
+    def want_position(self, node: cst.CSTNode) -> None:
+        """``node``'s position will be asked for: find it together with the others."""
+        if node not in self._positions:
+            self._wanted.add(node)
+
     def position(self, node: cst.CSTNode) -> tuple[int, int]:
         """Line and column (both 1-based) where ``node`` starts in the input.
 
-        Positions cost a whole extra code generation, so they are computed on first use
-        only; comparisons of source order use :meth:`after` instead.
+        Finding positions prints the script once, so every position announced with
+        :meth:`want_position` is found in the same pass; comparisons of source order use
+        :meth:`after` instead.
         """
-        if self._positions is None:
-            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-            self._positions = wrapper.resolve(PositionProvider)
-        start = self._positions[node].start
-        return start.line, start.column + 1
+        if node not in self._positions:
+            self._positions.update(locate(self.module, self._wanted | {node}))
+            self._wanted.clear()
+        return self._positions[node]
 
     def after(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
         """Whether ``node`` comes after the whole of ``other`` in the source."""

@@ -29,11 +29,15 @@ class Program:
     index: Index
     path: str
     names: Names
-    diagnostics: list[Diagnostic] = field(default_factory=list)
+    findings: list[tuple[cst.CSTNode, Code, str]] = field(default_factory=list)
 
     def report(self, node: cst.CSTNode, code: Code, message: str) -> None:
-        line, column = self.index.position(node)
-        self.diagnostics.append(code.at(line, column, message, self.path))
+        self.index.want_position(node)
+        self.findings.append((node, code, message))
+
+    def diagnostics(self) -> list[Diagnostic]:
+        """What the finders reported, at its place in the input."""
+        return [code.at(*self.index.position(node), message, self.path) for node, code, message in self.findings]
 
     @property
     def trains(self) -> bool:
