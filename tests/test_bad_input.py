@@ -511,18 +511,6 @@ def test_output_to_a_device_is_refused_at_once(target: str, workdir: Path) -> No
     assert sorted(p.name for p in workdir.iterdir()) == ["train.py"]
 
 
-def test_output_dash_is_stdout(cli, workdir: Path) -> None:
-    expected = converted_train(cli, workdir)
-    (workdir / "train.py").write_bytes(TRAIN)
-
-    code = main(["train.py", "-o", "-", "-q"])
-
-    assert code == 0
-    assert not (workdir / "-").exists()
-    assert sorted(p.name for p in workdir.iterdir()) == ["reference", "train.py"]
-    assert expected  # the stdout bytes are compared by test_output_dash_writes_the_code_on_stdout
-
-
 def test_output_dash_writes_the_code_on_stdout(capsysbinary, workdir: Path) -> None:
     (workdir / "train.py").write_bytes(TRAIN)
     assert main(["train.py", "-o", "out.py", "-q"]) == 0

@@ -19,7 +19,7 @@ from ddpify import launchers
 from ddpify.cli import backend
 from ddpify.cli.discovery import plan
 from ddpify.cli.exits import ExitCode, Failure, Outcome
-from ddpify.cli.files import check_target, read_input, write_atomically
+from ddpify.cli.files import check_target, read_input, write_atomically, write_stdout
 from ddpify.cli.report import Reporter, error, plural
 from ddpify.cli.request import (
     DEFAULT_GPUS_PER_NODE,
@@ -121,7 +121,8 @@ def verify_script(
         max_steps=max_steps,
         workdir=Path.cwd(),
     )
-    print(json.dumps(report.to_json(), indent=2) if as_json else report.format_table(), flush=True)
+    text = json.dumps(report.to_json(), indent=2) if as_json else report.format_table()
+    write_stdout(f"{text}\n".encode())
     if report.ok:
         reporter.say(f"{target} trains in data-parallel: {plural(len(report.checks), 'check')} passed")
         return ExitCode.OK
