@@ -78,6 +78,7 @@ class Index:
     # Source order: each node's number in a pre-order walk, and the last number inside it.
     order: dict[cst.CSTNode, int] = field(default_factory=dict)
     last: dict[cst.CSTNode, int] = field(default_factory=dict)
+    function_of: dict[cst.CSTNode, Scope] = field(default_factory=dict)  # see scope_of()
     _bound_anywhere: set[str] | None = None
     _positions: dict[cst.CSTNode, tuple[int, int]] = field(default_factory=dict)
     _wanted: set[cst.CSTNode] = field(default_factory=set)
@@ -162,10 +163,7 @@ class Index:
 
     def scope_of(self, node: cst.CSTNode) -> Scope:
         """The function whose body holds ``node`` (lambdas and comprehensions included), or the module."""
-        for ancestor in self.ancestors(node):
-            if isinstance(ancestor, cst.FunctionDef) and node is not ancestor:
-                return ancestor
-        return self.module
+        return self.function_of.get(node, self.module)
 
     def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement:
         """The innermost statement (simple line or compound) that contains ``node``."""
@@ -250,8 +248,15 @@ class Index:
     def mentions(self, node: cst.CSTNode, ref: Ref, scope: Scope) -> list[cst.BaseExpression]:
         """Every expression inside ``node`` that reads ``ref``."""
         found: list[cst.BaseExpression] = []
+        # A name reads a place of the same name; an attribute can only read ``self.<attr>``.
+        attribute = ref.path[5:] if ref.path.startswith("self.") else None
         for expr in self.walk(node):
-            if isinstance(expr, (cst.Name, cst.Attribute)) and self.ref_of(expr, self.scope_of(expr)) == ref:
+            if isinstance(expr, cst.Name):
+                if attribute is not None or expr.value != ref.path:
+                    continue
+            elif not isinstance(expr, cst.Attribute) or expr.attr.value != attribute:
+                continue
+            if self.ref_of(expr, self.scope_of(expr)) == ref:
                 parent = self.parent(expr)
                 # ``self.model`` is one read, not also a read of ``self``.
                 if not (
@@ -396,6 +401,7 @@ class _Collector(cst.CSTVisitor):
         self.class_stack: list[cst.ClassDef] = []
         self.path: list[cst.CSTNode] = []
         self.counter = 0
+        self.functions: list[Scope] = [index.module]
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self.path:
@@ -404,12 +410,17 @@ class _Collector(cst.CSTVisitor):
             self.index.children.setdefault(parent, []).append(node)
         self.path.append(node)
         self.index.order[node] = self.counter
+        self.index.function_of[node] = self.functions[-1]
+        if isinstance(node, cst.FunctionDef):
+            self.functions.append(node)
         self.counter += 1
         return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         super().on_leave(original_node)
         self.index.last[original_node] = self.counter - 1
+        if isinstance(original_node, cst.FunctionDef):
+            self.functions.pop()
         self.path.pop()
 
     def visit_Import(self, node: cst.Import) -> None:
