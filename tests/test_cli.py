@@ -15,9 +15,11 @@ import hashlib
 import io
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -882,3 +884,35 @@ def test_python_dash_m_exit_status(workdir):
 
     assert (version.returncode, version.stdout) == (0, f"ddpify {__version__}\n")
     assert (missing.returncode, missing.stderr) == (2, "error: missing.py: No such file or directory\n")
+
+
+def wait_for_sigterm_handler(pid: int, timeout: float = 60) -> None:
+    """Until the process catches SIGTERM (ddpify's handlers are in place), as Linux's /proc shows."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.02)
+    raise AssertionError("ddpify never installed its signal handlers")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads signal dispositions from Linux's /proc")
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_reading_stdin_ends_with_one_line(signum, code, tmp_path):
+    child = subprocess.Popen(
+        [sys.executable, "-m", "ddpify", "-"],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,  # held open: ddpify waits for the script
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_sigterm_handler(child.pid)
+        child.send_signal(signum)
+        out, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+
+    assert (child.returncode, out, err) == (code, b"", b"interrupted\n")
