@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ddpify.diagnostics import Code, Diagnostic
-from ddpify.engine.index import Index, build_index
+from ddpify.engine.collect import build_index
+from ddpify.engine.index import Index
 
 
 @dataclass(frozen=True)

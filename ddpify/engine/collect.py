@@ -1,0 +1,234 @@
+"""Building the index: one visit of the tree, then the flows between places.
+
+:func:`build_index` records the tree's links and source order, definitions,
+bound names, imports, calls, loops and statements (:class:`_Collector`), then
+how values move between places (:func:`_collect_flows`): assignments, calls
+into the script's own functions and constructors, and returns.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.engine.index import Flow, Index, Ref, Scope
+from ddpify.engine.syntax import assigned, imported_names, parameter_names
+
+
+def build_index(module: cst.Module) -> Index:
+    index = Index(module=module)
+    module.visit(_Collector(index))
+    _collect_flows(index)
+    return index
+
+
+class _Collector(cst.CSTVisitor):
+    """Fills an :class:`Index`: the tree's links, definitions, bound names, imports, calls, loops, statements."""
+
+    def __init__(self, index: Index) -> None:
+        super().__init__()
+        self.index = index
+        self.scopes: list[Scope] = [index.module]
+        self.class_stack: list[cst.ClassDef] = []
+        self.path: list[cst.CSTNode] = []
+        self.counter = 0
+        self.functions: list[Scope] = [index.module]
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.path:
+            parent = self.path[-1]
+            self.index.parents[node] = parent
+            self.index.children.setdefault(parent, []).append(node)
+        self.path.append(node)
+        self.index.order[node] = self.counter
+        self.index.function_of[node] = self.functions[-1]
+        if isinstance(node, cst.FunctionDef):
+            self.functions.append(node)
+        self.counter += 1
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.index.last[original_node] = self.counter - 1
+        if isinstance(original_node, cst.FunctionDef):
+            self.functions.pop()
+        self.path.pop()
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for local, full in imported_names(node):
+            self.index.imports[local].add(full)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        for local, full in imported_names(node):
+            self.index.imports[local].add(full)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if len(self.scopes) == 1:
+            self.index.classes[node.name.value] = node
+        self.class_stack.append(node)
+        self.scopes.append(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.class_stack.pop()
+        self.scopes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        owner = self.scopes[-1]
+        self.index.functions[(owner, node.name.value)] = node
+        if isinstance(owner, cst.ClassDef):
+            self.index.class_of[node] = owner
+            self.index.bound[owner]
+        else:
+            self.index.bound[owner].add(node.name.value)
+        self.index.bound[node].update(parameter_names(node))
+        p = node.params
+        for star in (p.star_arg, p.star_kwarg):
+            if isinstance(star, cst.Param):
+                self.index.bound[node].add(star.name.value)
+        self.index.bound[node].update(param.name.value for param in p.kwonly_params)
+        self.scopes.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+
+    def _bind(self, target: cst.CSTNode) -> None:
+        scope = self.scopes[-1]
+        if isinstance(scope, cst.ClassDef):
+            return
+        for name in assigned(target):
+            if isinstance(name, cst.Name):
+                self.index.bound[scope].add(name.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._bind(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._bind(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._bind(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._bind(node.target)
+        self.index.loops.append(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self.index.loops.append(node)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.index.comprehensions.append(node)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._bind(node.asname.name)
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        name = node.evaluated_alias or node.evaluated_name.split(".")[0]
+        self.index.bound[self.scopes[-1]].add(name)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.index.calls.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.index.identifiers.add(node.value)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.index.statements.append(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        if (
+            len(self.scopes) == 1
+            and self.index.parent(node) is self.index.module
+            and m.matches(
+                node.test,
+                m.Comparison(
+                    left=m.Name("__name__"),
+                    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())],
+                ),
+            )
+        ):
+            self.index.main_guard = node
+
+
+def _collect_flows(index: Index) -> None:
+    """Record how values move between places (see :class:`Flow`)."""
+    returns: dict[cst.FunctionDef, list[cst.Return]] = defaultdict(list)
+    for node in index.walk(index.module):
+        if isinstance(node, cst.Return) and node.value is not None:
+            scope = index.scope_of(node)
+            if isinstance(scope, cst.FunctionDef):
+                returns[scope].append(node)
+
+    def assign(target: cst.BaseExpression, value: cst.BaseExpression, scope: Scope, stmt: cst.CSTNode) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+            if len(target.elements) == len(value.elements):
+                for t, v in zip(target.elements, value.elements):
+                    assign(t.value, v.value, scope, stmt)
+            return
+        dst = index.ref_of(target, scope) if not isinstance(target, (cst.Tuple, cst.List)) else None
+        src = index.carried_ref(value, scope)
+        if dst is not None and src is not None:
+            index.add_flow(Flow(src, dst, stmt))
+            return
+        if isinstance(value, cst.Call):  # values returned by the script's own functions
+            callee = index.resolve_callee(value, scope)
+            if callee is None or callee[0].name.value == "__init__":
+                return
+            for ret in returns.get(callee[0], ()):
+                for t, src in _unpack_return(index, target, ret, callee[0]):
+                    dst = index.ref_of(t, scope)
+                    if dst is not None:
+                        index.add_flow(Flow(src, dst, stmt))
+
+    for node in index.walk(index.module):
+        if isinstance(node, cst.Assign):
+            scope = index.scope_of(node)
+            stmt = index.statement_of(node)
+            for target in node.targets:
+                assign(target.target, node.value, scope, stmt)
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            assign(node.target, node.value, index.scope_of(node), index.statement_of(node))
+
+    for call in index.calls:
+        scope = index.scope_of(call)
+        callee = index.resolve_callee(call, scope)
+        if callee is None:
+            continue
+        function, skipped = callee
+        params = parameter_names(function)[skipped:]
+        keyword_params = set(parameter_names(function)) | {p.name.value for p in function.params.kwonly_params}
+        stmt = index.statement_of(call)
+        position = 0
+        for arg in call.args:
+            if arg.star:
+                break
+            if arg.keyword is None:
+                name = params[position] if position < len(params) else None
+                position += 1
+            else:
+                name = arg.keyword.value if arg.keyword.value in keyword_params else None
+            src = index.carried_ref(arg.value, scope)
+            if name is not None and src is not None:
+                index.add_flow(Flow(src, Ref(function, name), stmt))
+
+
+def _return_ref(index: Index, expr: cst.BaseExpression, function: cst.FunctionDef, slot: int | None) -> Ref:
+    """The place a returned value is known by: the name it had, or the function's return slot."""
+    ref = index.carried_ref(expr, function)
+    if ref is not None:
+        return ref
+    return Ref(function, "<return>" if slot is None else f"<return {slot}>")
+
+
+def _unpack_return(
+    index: Index, target: cst.BaseExpression, ret: cst.Return, function: cst.FunctionDef
+) -> Iterator[tuple[cst.BaseExpression, Ref]]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        if isinstance(ret.value, cst.Tuple) and len(target.elements) == len(ret.value.elements):
+            for slot, (t, v) in enumerate(zip(target.elements, ret.value.elements)):
+                yield t.value, _return_ref(index, v.value, function, slot)
+    else:
+        yield target, _return_ref(index, ret.value, function, None)
