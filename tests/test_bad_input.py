@@ -736,3 +736,20 @@ def test_replaced_output_keeps_its_owner_and_group(cli, workdir: Path) -> None:
     info = os.stat(workdir / "out.py")
     assert (info.st_uid, info.st_gid) == (1234, 2345)
     assert b"DDP(" in (workdir / "out.py").read_bytes()
+
+
+def test_size_limit_applies_to_each_of_several_files(cli, workdir: Path) -> None:
+    (workdir / "src").mkdir()
+    (workdir / "src" / "small.py").write_bytes(TRAIN)
+    (workdir / "src" / "large.py").write_bytes(TRAIN + b"# padding\n" * 100)
+    limit = len(TRAIN) + 10
+
+    run = cli("src", "-j", "2", "--max-size", str(limit))
+
+    assert run.code == 2
+    assert (
+        f"error: src/large.py: {len(TRAIN) + 1000} bytes, more than the limit of {limit}; raise it with --max-size BYTES"
+        in run.err
+    )
+    assert run.err[-1] == "2 files: 1 converted, 1 failed"
+    assert sorted(p.name for p in (workdir / "src").iterdir()) == ["large.py", "small.py", "small_ddp.py"]
