@@ -1,0 +1,89 @@
+"""ddpify.concerns.data: training loaders, their epoch loops, and what cannot be sharded."""
+
+from __future__ import annotations
+
+from conftest import code, codes
+
+from ddpify.concerns import data
+
+LOADERS = """
+import torch
+from torch.utils.data import DataLoader
+
+def train(model, loader, opt):
+    for x, y in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+def main():
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    test_loader = DataLoader(test_set, batch_size=256)
+    for epoch in range(10):
+        train(model, train_loader, opt)
+        print(len(train_loader.dataset))
+    for x, y in test_loader:
+        model(x)
+"""
+
+
+def test_a_loader_trains_when_its_batches_reach_a_backward_pass(read) -> None:
+    program = read(LOADERS)
+    train_loader, test_loader = data.find(program).loaders
+    assert train_loader.training and not test_loader.training
+    assert codes(program) == []
+
+
+def test_the_epoch_loop_is_found_through_the_call_into_the_training_function(read) -> None:
+    program = read(LOADERS)
+    train_loader, _ = data.find(program).loaders
+    (epoch_loop,) = train_loader.epoch_loops
+    assert epoch_loop.loader == "train_loader"
+    assert code(program, epoch_loop.loop).startswith("for epoch in range(10):")
+
+
+def test_len_of_the_dataset_of_a_training_loader_is_found(read) -> None:
+    program = read(LOADERS)
+    train_loader, _ = data.find(program).loaders
+    assert [code(program, length) for length in train_loader.dataset_lengths] == ["train_loader.dataset"]
+
+
+def test_the_keys_of_a_kwargs_dict_are_read_from_its_definition(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader
+        kwargs = {"batch_size": 8, "num_workers": 2}
+        kwargs["shuffle"] = True
+        loader = DataLoader(ds, **kwargs)
+        for x in loader:
+            model(x).backward()
+        """
+    )
+    (loader,) = data.find(program).loaders
+    assert loader.spread_keys == {"batch_size", "num_workers", "shuffle"}
+
+
+def test_a_loader_with_its_own_sampler_is_refused(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader
+        loader = DataLoader(ds, batch_size=8, sampler=WeightedSampler(w))
+        for x in loader:
+            model(x).backward()
+        """
+    )
+    data.find(program)
+    assert codes(program) == ["DDP202"]
+
+
+def test_batches_that_come_from_no_loader_are_refused(read) -> None:
+    program = read(
+        """
+        import torch
+        for step in range(100):
+            x = torch.randn(32, 4)
+            model(x).sum().backward()
+        """
+    )
+    assert data.find(program).loaders == ()
+    assert codes(program) == ["DDP201"]

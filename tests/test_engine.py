@@ -1,0 +1,72 @@
+"""ddpify.engine: the syntax helpers every concern shares, and positions as libcst counts them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from ddpify.engine.positions import locate
+from ddpify.engine.syntax import argument, dotted, imported_names, walk
+
+EXAMPLES = sorted((Path(__file__).parents[1] / "examples").glob("*.py"))
+
+
+def call(code: str) -> cst.Call:
+    expr = cst.parse_expression(code)
+    assert isinstance(expr, cst.Call)
+    return expr
+
+
+@pytest.mark.parametrize("example", EXAMPLES[:4], ids=[p.stem for p in EXAMPLES[:4]])
+def test_positions_are_libcsts_syntactic_starts(example: Path) -> None:
+    module = cst.parse_module(example.read_bytes())
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    nodes = set(walk(module))
+    found = locate(module, nodes)
+    assert {n: found[n] for n in nodes} == {n: (expected[n].start.line, expected[n].start.column + 1) for n in nodes}
+
+
+def test_argument_by_keyword_or_position() -> None:
+    loader = call("DataLoader(ds, 32, shuffle=True)")
+    assert dotted(argument(loader, "dataset", 0).value) == "ds"  # type: ignore[union-attr]
+    assert argument(loader, "batch_size", 1) is loader.args[1]
+    assert argument(loader, "shuffle", 2) is loader.args[2]
+    assert argument(loader, "sampler", 3) is None
+    assert argument(loader, "shuffle") is loader.args[2]
+
+
+def test_a_star_argument_hides_the_positions_after_it() -> None:
+    loader = call("DataLoader(ds, *rest, shuffle=True)")
+    assert argument(loader, "dataset", 0) is loader.args[0]
+    assert argument(loader, "batch_size", 1) is None
+    assert argument(loader, "shuffle", 2) is loader.args[2]
+
+
+def test_dotted_names_only_plain_attribute_chains() -> None:
+    assert dotted(cst.parse_expression("torch.utils.data")) == "torch.utils.data"
+    assert dotted(cst.parse_expression("f().x")) == ""
+    assert dotted(cst.parse_expression("a[0].b")) == ""
+
+
+@pytest.mark.parametrize(
+    ("statement", "bound"),
+    [
+        ("import torch.nn as nn", [("nn", "torch.nn")]),
+        ("import torch.nn", [("torch", "torch")]),
+        (
+            "from torch.utils.data import DataLoader as DL, Dataset",
+            [("DL", "torch.utils.data.DataLoader"), ("Dataset", "torch.utils.data.Dataset")],
+        ),
+        ("from . import local", []),
+        ("from torch import *", []),
+    ],
+)
+def test_imported_names(statement: str, bound: list[tuple[str, str]]) -> None:
+    line = cst.parse_statement(statement)
+    assert isinstance(line, cst.SimpleStatementLine)
+    node = line.body[0]
+    assert isinstance(node, (cst.Import, cst.ImportFrom))
+    assert list(imported_names(node)) == bound
