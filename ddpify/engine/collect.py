@@ -94,7 +94,7 @@ class _Collector(cst.CSTVisitor):
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.scopes.pop()
 
-    def _bind(self, target: cst.CSTNode) -> None:
+    def _bind(self, target: cst.BaseExpression) -> None:
         scope = self.scopes[-1]
         if isinstance(scope, cst.ClassDef):
             return
@@ -178,10 +178,10 @@ def _collect_flows(index: Index) -> None:
             if callee is None or callee[0].name.value == "__init__":
                 return
             for ret in returns.get(callee[0], ()):
-                for t, src in _unpack_return(index, target, ret, callee[0]):
-                    dst = index.ref_of(t, scope)
-                    if dst is not None:
-                        index.add_flow(Flow(src, dst, stmt))
+                for part, returned in _unpack_return(index, target, ret, callee[0]):
+                    receiver = index.ref_of(part, scope)
+                    if receiver is not None:
+                        index.add_flow(Flow(returned, receiver, stmt))
 
     for node in index.walk(index.module):
         if isinstance(node, cst.Assign):
@@ -230,5 +230,5 @@ def _unpack_return(
         if isinstance(ret.value, cst.Tuple) and len(target.elements) == len(ret.value.elements):
             for slot, (t, v) in enumerate(zip(target.elements, ret.value.elements)):
                 yield t.value, _return_ref(index, v.value, function, slot)
-    else:
+    elif ret.value is not None:
         yield target, _return_ref(index, ret.value, function, None)

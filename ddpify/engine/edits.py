@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 import libcst as cst
 
@@ -21,6 +22,10 @@ from ddpify.diagnostics import Change, Code, Diagnostic
 from ddpify.engine.index import Index
 from ddpify.engine.program import Names
 from ddpify.engine.syntax import dotted
+
+# The two kinds of statement a block holds; both have leading blank lines and comments.
+Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
+_Node = TypeVar("_Node", bound=cst.CSTNode)
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,8 @@ class EditPlan:
     replacements: dict[cst.CSTNode, list[Callable[[cst.CSTNode], cst.CSTNode]]] = field(
         default_factory=lambda: defaultdict(list)
     )
-    before: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=lambda: defaultdict(list))
-    after: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=lambda: defaultdict(list))
+    before: dict[cst.BaseStatement, list[Statement]] = field(default_factory=lambda: defaultdict(list))
+    after: dict[cst.BaseStatement, list[Statement]] = field(default_factory=lambda: defaultdict(list))
     rank_zero_only: list[cst.BaseStatement] = field(default_factory=list)
     removed: set[cst.BaseStatement] = field(default_factory=set)
     inlined: set[cst.If] = field(default_factory=set)  # an ``if`` replaced by its own body
@@ -58,10 +63,10 @@ class EditPlan:
     def replace(self, node: cst.CSTNode, rewrite: Callable[[cst.CSTNode], cst.CSTNode]) -> None:
         self.replacements[node].append(rewrite)
 
-    def insert_before(self, anchor: cst.BaseStatement, *stmts: cst.BaseStatement) -> None:
+    def insert_before(self, anchor: cst.BaseStatement, *stmts: Statement) -> None:
         self.before[anchor].extend(stmts)
 
-    def insert_after(self, anchor: cst.BaseStatement, *stmts: cst.BaseStatement) -> None:
+    def insert_after(self, anchor: cst.BaseStatement, *stmts: Statement) -> None:
         self.after[anchor].extend(stmts)
 
     def remove(self, stmt: cst.BaseStatement) -> None:
@@ -128,7 +133,7 @@ def _place_imports(plan: EditPlan) -> None:
         start = int(module.get_docstring(clean=False) is not None)
         while _import_module(module.body[start]) == "__future__":
             start += 1
-        lines: list[cst.BaseStatement] = [_import_statement(item) for item in sorted(plan.imports, key=_sort_key)]
+        lines = [_import_statement(item) for item in sorted(plan.imports, key=_sort_key)]
         _insert_first(plan, module.body[start], lines, separate=True)
         return
     for stdlib in (True, False):
@@ -140,7 +145,7 @@ def _place_imports(plan: EditPlan) -> None:
             _insert_first(plan, imports[0], [_import_statement(i) for i in items], separate=True)
             continue
         group = group or imports
-        leading = []
+        leading: list[Statement] = []
         for item in items:
             before = [s for s in group if _statement_key(s) <= _sort_key(item)]
             if before:
@@ -151,16 +156,16 @@ def _place_imports(plan: EditPlan) -> None:
             _insert_first(plan, group[0], leading, separate=False)
 
 
-def _insert_first(plan: EditPlan, anchor: cst.BaseStatement, lines: list[cst.BaseStatement], *, separate: bool) -> None:
+def _insert_first(plan: EditPlan, anchor: cst.BaseStatement, lines: Sequence[Statement], *, separate: bool) -> None:
     """Insert ``lines`` before ``anchor``; they take over its leading blank lines and comments."""
-    lines[0] = lines[0].with_changes(leading_lines=anchor.leading_lines)
+    lines = [lines[0].with_changes(leading_lines=statement(anchor).leading_lines), *lines[1:]]
     rest = [cst.EmptyLine()] if separate else []
     plan.replace(anchor, lambda n: n.with_changes(leading_lines=rest))
     plan.before[anchor][0:0] = lines
 
 
-def _is_stdlib(module: str) -> bool:
-    return module.split(".", maxsplit=1)[0] in sys.stdlib_module_names
+def _is_stdlib(module: str | None) -> bool:
+    return module is not None and module.split(".", maxsplit=1)[0] in sys.stdlib_module_names
 
 
 def _import_module(stmt: cst.BaseStatement) -> str | None:
@@ -177,11 +182,13 @@ def _sort_key(item: Import) -> tuple[bool, str]:
     return (item.obj is not None, item.module)
 
 
-def _statement_key(stmt: cst.SimpleStatementLine) -> tuple[bool, str]:
-    return (isinstance(stmt.body[0], cst.ImportFrom), _import_module(stmt))
+def _statement_key(stmt: cst.BaseStatement) -> tuple[bool, str]:
+    """Sort key of an import statement (the import groups hold nothing else)."""
+    from_import = isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.ImportFrom)
+    return (from_import, _import_module(stmt) or "")
 
 
-def _import_statement(item: Import) -> cst.SimpleStatementLine:
+def _import_statement(item: Import) -> Statement:
     alias = f" as {item.asname}" if item.asname else ""
     code = f"from {item.module} import {item.obj}{alias}" if item.obj else f"import {item.module}{alias}"
     return cst.parse_statement(code + "\n")
@@ -199,7 +206,8 @@ def _ifs_run_on_rank_zero(plan: EditPlan) -> set[cst.If]:
         block = plan.index.parent(stmt)
         owner = plan.index.parent(block)
         if (
-            isinstance(owner, cst.If)
+            isinstance(block, cst.IndentedBlock)
+            and isinstance(owner, cst.If)
             and owner.orelse is None
             and owner.body is block
             and owner is not plan.index.main_guard
@@ -241,20 +249,22 @@ class _Applier(cst.CSTTransformer):
     def on_visit(self, node: cst.CSTNode) -> bool:
         return node in self.on_path
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
+    def on_leave(self, original_node: _Node, updated_node: _Node) -> _Node:
+        node: cst.CSTNode = updated_node
         for rewrite in self.plan.replacements.get(original_node, ()):
-            updated_node = rewrite(updated_node)
-        if original_node in self.merged_ifs:
-            updated_node = updated_node.with_changes(test=_and(updated_node.test, self.plan.rank_zero))
-        if isinstance(updated_node, (cst.IndentedBlock, cst.Module)) and isinstance(
+            node = rewrite(node)
+        if original_node in self.merged_ifs and isinstance(node, cst.If):
+            node = node.with_changes(test=_and(node.test, self.plan.rank_zero))
+        if isinstance(node, (cst.IndentedBlock, cst.Module)) and isinstance(
             original_node, (cst.IndentedBlock, cst.Module)
         ):
-            updated_node = updated_node.with_changes(body=self._body(original_node.body, updated_node.body))
-        return updated_node
+            node = node.with_changes(body=self._body(original_node.body, node.body))
+        return cast(_Node, node)  # a replacement may change the kind of node: libcst accepts any node here
 
-    def _body(self, originals, updated) -> list[cst.BaseStatement]:
-        body: list[cst.BaseStatement] = []
-        group: list[cst.BaseStatement] = []
+    def _body(self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]) -> list[Statement]:
+        """A block's statements with the edits for each of them: inserted, removed, inlined, run on rank 0."""
+        body: list[Statement] = []
+        group: list[Statement] = []
         carried: list[cst.EmptyLine] = []  # blank lines and comments above a removed statement
 
         def flush() -> None:
@@ -262,7 +272,8 @@ class _Applier(cst.CSTTransformer):
                 body.append(_if_rank_zero(group, self.plan.rank_zero))
                 group.clear()
 
-        for original, new in zip(originals, updated):
+        for original, changed in zip(originals, updated):
+            new = statement(changed)
             before = self.plan.before.get(original, [])
             after = self.plan.after.get(original, [])
             if carried and original not in self.plan.removed:
@@ -276,11 +287,12 @@ class _Applier(cst.CSTTransformer):
             elif original in self.plan.inlined:
                 flush()
                 body.extend(before)
-                inner = list(new.body.body)
-                if isinstance(new.body, cst.SimpleStatementSuite):
-                    inner = [
-                        cst.SimpleStatementLine([s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in inner])
-                    ]
+                suite = cast(cst.If, new).body
+                if isinstance(suite, cst.SimpleStatementSuite):
+                    small = [s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in suite.body]
+                    inner: list[Statement] = [cst.SimpleStatementLine(small)]
+                else:
+                    inner = [statement(s) for s in suite.body]
                 inner[0] = inner[0].with_changes(leading_lines=[*new.leading_lines, *inner[0].leading_lines])
                 body.extend(inner)
                 body.extend(after)
@@ -303,11 +315,17 @@ class _Applier(cst.CSTTransformer):
         return body
 
 
-def _if_rank_zero(stmts: list[cst.BaseStatement], test: cst.BaseExpression) -> cst.If:
+def _if_rank_zero(stmts: list[Statement], test: cst.BaseExpression) -> cst.If:
     first = stmts[0]
-    leading = first.leading_lines
-    stmts = [first.with_changes(leading_lines=()), *stmts[1:]]
-    return cst.If(test=test, body=cst.IndentedBlock(body=stmts), leading_lines=leading)
+    body = [first.with_changes(leading_lines=()), *stmts[1:]]
+    return cst.If(test=test, body=cst.IndentedBlock(body=body), leading_lines=first.leading_lines)
+
+
+def statement(node: cst.CSTNode) -> Statement:
+    """``node``, known to be a statement line or a compound statement (the two kinds that have leading lines)."""
+    if not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        raise TypeError(f"expected a statement, got {type(node).__name__}")
+    return node
 
 
 def _and(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BaseExpression:

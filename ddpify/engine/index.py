@@ -69,7 +69,7 @@ class Index:
     calls: list[cst.Call] = field(default_factory=list)
     loops: list[cst.For | cst.While] = field(default_factory=list)
     comprehensions: list[cst.CompFor] = field(default_factory=list)
-    statements: list[cst.BaseStatement] = field(default_factory=list)
+    statements: list[cst.SimpleStatementLine] = field(default_factory=list)
     identifiers: set[str] = field(default_factory=set)
     main_guard: cst.If | None = None
     children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
@@ -88,8 +88,9 @@ class Index:
     _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
 
     # -- metadata --------------------------------------------------------
-    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.parents.get(node)
+    def parent(self, node: cst.CSTNode | None) -> cst.CSTNode | None:
+        """The node ``node`` is a child of (None for the module, or for None)."""
+        return self.parents.get(node) if node is not None else None
 
     def want_position(self, node: cst.CSTNode) -> None:
         """``node``'s position will be asked for: find it together with the others."""
@@ -167,8 +168,10 @@ class Index:
 
     def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement:
         """The innermost statement (simple line or compound) that contains ``node``."""
-        current = node
+        current: cst.CSTNode | None = node
         while not isinstance(current, cst.BaseStatement):
+            if current is None:
+                raise ValueError("the node is not inside a statement of the indexed module")
             current = self.parent(current)
         return current
 
@@ -183,9 +186,9 @@ class Index:
     def method_class(self, scope: Scope) -> cst.ClassDef | None:
         return self.class_of.get(scope) if isinstance(scope, cst.FunctionDef) else None
 
-    def self_name(self, scope: Scope) -> str | None:
+    def self_name(self, scope: Scope | None) -> str | None:
         """The name of ``self`` in a method (its first parameter)."""
-        if self.method_class(scope) is None or not scope.params.params:
+        if not isinstance(scope, cst.FunctionDef) or self.method_class(scope) is None or not scope.params.params:
             return None
         if any(m.matches(d.decorator, m.Name("staticmethod") | m.Name("classmethod")) for d in scope.decorators):
             return None
@@ -238,8 +241,9 @@ class Index:
                 and expr.func.attr.value in torch_api.MODULE_CHAINING_METHODS
             ):
                 expr = expr.func.value
-            elif (isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("iter")) and len(expr.args) == 1) or (
-                self.is_call_to(expr, torch_api.DATA_PARALLEL | torch_api.PROGRESS_BARS) and expr.args
+            elif isinstance(expr, cst.Call) and (
+                (m.matches(expr.func, m.Name("iter")) and len(expr.args) == 1)
+                or (self.is_call_to(expr, torch_api.DATA_PARALLEL | torch_api.PROGRESS_BARS) and expr.args)
             ):
                 expr = expr.args[0].value
             else:
@@ -378,7 +382,7 @@ class Index:
     def assignments_to(self, ref: Ref) -> Iterator[cst.Assign]:
         """The plain assignments ``ref = ...`` (alone on their line or not)."""
         for stmt in self.statements:
-            for small in stmt.body:
+            for small in stmt.body:  # statements are simple lines
                 if isinstance(small, cst.Assign) and any(
                     self.ref_of(t.target, self.scope_of(small)) == ref for t in small.targets
                 ):

@@ -13,25 +13,24 @@ def dict_keys(index: Index, expr: cst.BaseExpression, scope: Scope, depth: int =
     if depth > 3:
         return None
     if isinstance(expr, cst.Dict):
-        keys = set()
+        literal: set[str] = set()
         for element in expr.elements:
-            if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
-                keys.add(element.key.evaluated_value)
+            if isinstance(element, cst.DictElement) and (key := _string(element.key)) is not None:
+                literal.add(key)
             elif isinstance(element, cst.StarredDictElement):
                 inner = dict_keys(index, element.value, scope, depth + 1)
                 if inner is None:
                     return None
-                keys |= inner
+                literal |= inner
             else:
                 return None
-        return frozenset(keys)
+        return frozenset(literal)
     if isinstance(expr, cst.IfExp):
         body, orelse = dict_keys(index, expr.body, scope, depth + 1), dict_keys(index, expr.orelse, scope, depth + 1)
         return None if body is None or orelse is None else body | orelse
     if isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("dict")):
-        if any(a.keyword is None for a in expr.args):
-            return None
-        return frozenset(a.keyword.value for a in expr.args)
+        names = [a.keyword.value for a in expr.args if a.keyword is not None]
+        return frozenset(names) if len(names) == len(expr.args) else None
     ref = index.ref_of(expr, scope)
     if ref is None or index.flows_into(ref):
         return None
@@ -55,10 +54,18 @@ def dict_keys(index: Index, expr: cst.BaseExpression, scope: Scope, depth: int =
             elif parent.attr.value not in {"get", "copy", "items", "keys", "values"}:
                 return None
         elif isinstance(parent, cst.Subscript):
-            element = parent.slice[0].slice if parent.slice else None
+            subscript = parent.slice[0].slice if parent.slice else None
             if isinstance(index.parent(parent), cst.AssignTarget):
-                if isinstance(element, cst.Index) and isinstance(element.value, cst.SimpleString):
-                    keys.add(element.value.evaluated_value)
-                else:
+                key = _string(subscript.value) if isinstance(subscript, cst.Index) else None
+                if key is None:
                     return None
+                keys.add(key)
     return frozenset(keys) if assigned else None
+
+
+def _string(expr: cst.BaseExpression) -> str | None:
+    """The text of a plain string literal, or None."""
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
