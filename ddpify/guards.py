@@ -14,11 +14,13 @@ input away with one diagnostic and the input is left as it is:
 3. no form feed inside indentation (DDP006): libcst cannot indent new code
    next to it;
 4. libcst parses it (DDP007 when CPython compiled it but libcst cannot);
-5. the tree is at most :data:`MAX_DEPTH` nodes deep (DDP005): every later
-   step walks it recursively (libcst's visitors, its code generator, ddpify's
-   index), and a deeper tree would end in a RecursionError halfway through.
-   CPython's own compiler has a limit too (``1 + 1 + ... + 1`` with thousands
-   of terms), also DDP005;
+5. every later step can walk the tree (DDP005): they walk it recursively
+   (libcst's visitors, its code generator, ddpify's index), and a tree too
+   deep for that would end in a RecursionError halfway through. A tree deeper
+   than :data:`PLAIN_DEPTH` is walked once as a trial, with
+   :data:`SPARE_FRAMES` frames to spare. CPython's own compiler has a limit
+   too (``1 + 1 + ... + 1`` with thousands of terms, or 200 nested tuples),
+   also DDP005;
 6. libcst reproduces it byte for byte (DDP004): it cannot for a few
    whitespace-only endings and CR-only line breaks.
 
@@ -41,11 +43,14 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from ddpify.diagnostics import FORM_FEED, INVALID_SYNTAX, NO_ROUND_TRIP, TOO_DEEP, UNREADABLE, UNSUPPORTED, Diagnostic
 
-# How deep a libcst tree may be. Each level costs about three Python frames in
-# libcst's visitors, so with Python's default recursion limit (1000) this
-# leaves room for the frames below convert() and for what the rewrite adds.
-# Real training scripts stay under 40.
-MAX_DEPTH = 200
+# A tree up to this deep is walked without a trial: a level costs at most about
+# four Python frames in libcst's visitors, well within Python's default
+# recursion limit (1000). Training scripts stay under 40; a table of a few
+# hundred adjacent string literals goes past 250.
+PLAIN_DEPTH = 150
+# A deeper tree must survive a trial walk with this many frames to spare: room
+# for the frames that ddpify's own passes and the added code need on top.
+SPARE_FRAMES = 100
 
 _TOO_DEEP = "the code is nested too deeply for ddpify's parser"
 
@@ -66,6 +71,8 @@ def parse_checked(source: str | bytes, path: str) -> cst.Module | Diagnostic | N
         return UNREADABLE.at(1, 1, f"cannot read the file: {exc}", path)
     except RecursionError:
         return TOO_DEEP.at(1, 1, f"{_TOO_DEEP} (Python's own compiler runs out of recursion depth on it)", path)
+    except MemoryError:  # CPython's parser past its stack, e.g. 200 tuples nested in one another
+        return TOO_DEEP.at(1, 1, f"{_TOO_DEEP} (Python's own parser runs out of stack on it)", path)
     text = source.decode("latin-1") if isinstance(source, bytes) else source
     if "torch" not in text:
         return None
@@ -83,9 +90,8 @@ def parse_checked(source: str | bytes, path: str) -> cst.Module | Diagnostic | N
     except (SyntaxError, UnicodeDecodeError, LookupError) as exc:  # encoding detection
         return UNREADABLE.at(1, 1, f"cannot decode the file: {exc}", path)
     depth = nesting_depth(module)
-    if depth > MAX_DEPTH:
-        message = f"{_TOO_DEEP} ({depth} levels; it reads up to {MAX_DEPTH})"
-        return TOO_DEEP.at(_deepest_line(source), 1, message, path)
+    if depth > PLAIN_DEPTH and not _walkable(module, SPARE_FRAMES):
+        return TOO_DEEP.at(_deepest_line(source), 1, f"{_TOO_DEEP} ({depth} levels deep)", path)
     if (module.bytes if isinstance(source, bytes) else module.code) != source:
         message = (
             "the parser cannot reproduce this file byte for byte (unusual line endings "
@@ -116,6 +122,17 @@ def nesting_depth(module: cst.Module) -> int:
             elif isinstance(value, (tuple, list)):
                 stack.extend((item, depth + 1) for item in value if isinstance(item, cst.CSTNode))
     return deepest
+
+
+def _walkable(module: cst.Module, spare: int) -> bool:
+    """Whether libcst's visitor walks the whole tree with ``spare`` frames left over."""
+    if spare > 0:
+        return _walkable(module, spare - 1)
+    try:
+        module.visit(cst.CSTVisitor())
+    except RecursionError:
+        return False
+    return True
 
 
 _FIELDS: dict[type[cst.CSTNode], tuple[str, ...]] = {}
