@@ -114,7 +114,8 @@ def _accumulations(index: Index, models: model.Facts) -> Iterator[Accumulation]:
 def _is_step(index: Index, node: cst.CSTNode, optimizer_refs: set[Ref]) -> bool:
     return (
         isinstance(node, cst.Call)
-        and m.matches(node.func, m.Attribute(attr=m.Name("step")))
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "step"
         and index.carried_ref(node.func.value, index.scope_of(node)) in optimizer_refs
     )
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -86,8 +87,8 @@ class _Finder:
             if index.is_call_to(call, torch_api.LOAD) and call.args
         }
         for stmt in saves:
-            call = stmt.body[0].value
-            path = argument(call, "f", 1)
+            call = cast(cst.Expr, stmt.body[0]).value
+            path = argument(call, "f", 1) if isinstance(call, cst.Call) else None
             if path is not None and index.module.code_for_node(path.value) in loaded:
                 yield stmt
 
@@ -113,7 +114,7 @@ class _Finder:
         index = self.index
         parent = index.parent(call)
         if isinstance(parent, cst.Arg):
-            return m.matches(index.parent(parent), m.Call(func=m.Attribute(attr=m.Name("load_state_dict"))))
+            return _loads_state_dict(index.parent(parent))
         if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1):
             return False
         ref = index.ref_of(parent.targets[0].target, index.scope_of(call))
@@ -127,12 +128,10 @@ class _Finder:
         ]
         for read in reads:
             node = read
-            while isinstance(index.parent(node), cst.Subscript) and index.parent(node).value is node:
-                node = index.parent(node)
+            while isinstance(up := index.parent(node), cst.Subscript) and up.value is node:
+                node = up
             arg = index.parent(node)
-            if isinstance(arg, cst.Arg) and m.matches(
-                index.parent(arg), m.Call(func=m.Attribute(attr=m.Name("load_state_dict")))
-            ):
+            if isinstance(arg, cst.Arg) and _loads_state_dict(index.parent(arg)):
                 continue
             if node is not read:  # checkpoint["epoch"]: a plain value read out of the checkpoint
                 continue
@@ -149,7 +148,9 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         plan.insert_after(_rank_zero_unit(plan, stmt), barrier)
         plan.change(stmt, "dist.barrier() after the save: the file is read back later")
     for call in facts.state_loads:
-        plan.replace(call, lambda n: n.with_changes(args=[*with_comma(n.args), _MAP_TO_CPU]))
+        plan.replace(
+            call, lambda n: cast(cst.Call, n).with_changes(args=[*with_comma(cast(cst.Call, n).args), _MAP_TO_CPU])
+        )
         plan.change(call, 'torch.load(..., map_location="cpu"): not onto the GPU the checkpoint came from')
 
 
@@ -158,13 +159,19 @@ def _rank_zero_unit(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatemen
     block = plan.index.parent(stmt)
     owner = plan.index.parent(block)
     if (
-        isinstance(owner, cst.If)
+        isinstance(block, cst.IndentedBlock)
+        and isinstance(owner, cst.If)
         and owner.orelse is None
         and owner is not plan.index.main_guard
         and all(s in plan.rank_zero_only for s in block.body)
     ):
         return owner
     return stmt
+
+
+def _loads_state_dict(node: cst.CSTNode | None) -> bool:
+    """``<something>.load_state_dict(...)``."""
+    return isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(attr=m.Name("load_state_dict")))
 
 
 _MAP_TO_CPU = cst.Arg(

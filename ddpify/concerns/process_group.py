@@ -35,13 +35,14 @@ the process group must exist before that code runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 
 from ddpify import torch_api
 from ddpify.concerns import data, model
 from ddpify.diagnostics import Code, Severity
-from ddpify.engine.edits import EditPlan
+from ddpify.engine.edits import EditPlan, statement
 from ddpify.engine.index import Index
 from ddpify.engine.program import Program
 from ddpify.result import Options
@@ -127,6 +128,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     module = index.module
     spawn = SPAWN.format(os=names.os) if options.spawn else ""
     setup = cst.parse_module(SETUP.format(setup=names.setup, os=names.os, dist=names.dist, spawn=spawn)).body[0]
+    assert isinstance(setup, cst.FunctionDef)
     if options.spawn:
         for stdlib in ("socket", "subprocess", "sys"):
             if stdlib not in index.bound[module]:
@@ -163,7 +165,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         plan.change(anchor, "join the process group here; destroy it at exit on every rank")
     else:
         start = _first_training_statement(index, guard)
-        plan.replace(guard, lambda node: _with_process_group(node, start, names.setup, names.dist))
+        plan.replace(guard, lambda node: _with_process_group(cast(cst.If, node), start, names.setup, names.dist))
         plan.change(guard, "join the process group before training; destroy it in `finally` on every rank")
     plan.change(anchor, f"add `{names.setup}()`: device from LOCAL_RANK, NCCL on CUDA / Gloo on CPU")
 
@@ -183,7 +185,7 @@ def _first_statement_after_imports(module: cst.Module) -> cst.BaseStatement:
 def _is_import(stmt: cst.BaseStatement) -> bool:
     if isinstance(stmt, cst.SimpleStatementLine):
         return all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
-    if isinstance(stmt, cst.Try):  # try: import x / except ImportError: ...
+    if isinstance(stmt, cst.Try) and isinstance(stmt.body, cst.IndentedBlock):  # try: import x / except ...
         return all(_is_import(s) for s in stmt.body.body)
     return False
 
@@ -191,13 +193,13 @@ def _is_import(stmt: cst.BaseStatement) -> bool:
 def _two_blank_lines_before(plan: EditPlan, anchor: cst.BaseStatement) -> None:
     """The statement after the inserted definitions starts two blank lines below them (PEP 8)."""
     blanks = 0
-    for line in anchor.leading_lines:
+    for line in statement(anchor).leading_lines:
         if line.comment is not None:
             break
         blanks += 1
     if blanks < 2:
         missing = [cst.EmptyLine()] * (2 - blanks)
-        plan.replace(anchor, lambda n: n.with_changes(leading_lines=[*missing, *n.leading_lines]))
+        plan.replace(anchor, lambda n: statement(n).with_changes(leading_lines=[*missing, *statement(n).leading_lines]))
 
 
 def _first_training_statement(index: Index, guard: cst.If) -> int:
@@ -216,7 +218,7 @@ def _with_process_group(guard: cst.If, start: int, setup: str, dist: str) -> cst
         line = cst.SimpleStatementLine(body=[s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in body.body])
         body = cst.IndentedBlock(body=[line])
     teardown = cst.Finally(body=cst.IndentedBlock(body=[cst.parse_statement(f"{dist}.destroy_process_group()\n")]))
-    kept, (first, *rest) = body.body[:start], body.body[start:]
+    kept, (first, *rest) = body.body[:start], [statement(s) for s in body.body[start:]]
     attempt = cst.Try(body=cst.IndentedBlock(body=[first.with_changes(leading_lines=()), *rest]), finalbody=teardown)
     call = cst.parse_statement(f"{setup}()\n").with_changes(leading_lines=first.leading_lines)
     return guard.with_changes(body=body.with_changes(body=[*kept, call, attempt]))

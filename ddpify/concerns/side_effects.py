@@ -30,8 +30,9 @@ reported (DDP501).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -39,7 +40,7 @@ import libcst.matchers as m
 from ddpify import torch_api
 from ddpify.concerns import model
 from ddpify.diagnostics import Code, Severity
-from ddpify.engine.edits import EditPlan, fresh, with_comma
+from ddpify.engine.edits import EditPlan, fresh, statement, with_comma
 from ddpify.engine.index import Ref
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument
@@ -102,22 +103,13 @@ class _Finder:
         Calls inside them that must run on every rank are added to ``hoisted``.
         """
         index = self.index
-        tracker_refs: set[Ref] = set()
-        for call in trackers:
-            assign = index.parent(call)
-            ref = index.ref_of(assign.targets[0].target, index.scope_of(call))
-            if ref is not None:
-                tracker_refs |= index.downstream(ref)
-        logger_refs: set[Ref] = set()
-        for call in index.calls:
-            if index.is_call_to(call, torch_api.LOGGER_FACTORIES) and isinstance(index.parent(call), cst.Assign):
-                ref = index.ref_of(index.parent(call).targets[0].target, index.scope_of(call))
-                if ref is not None:
-                    logger_refs |= index.downstream(ref)
+        tracker_refs = self._assigned_from(trackers)
+        logger_refs = self._assigned_from(
+            c for c in index.calls if index.is_call_to(c, torch_api.LOGGER_FACTORIES) and _assigned(index.parent(c))
+        )
         for stmt in index.statements:
             kinds = {self._output_kind(small, tracker_refs, logger_refs) for small in stmt.body}
-            if len(kinds) == 1 and None not in kinds:
-                kind = kinds.pop()
+            if len(kinds) == 1 and (kind := kinds.pop()) is not None:
                 work = self._work_calls(stmt, model_refs)
                 if (
                     work
@@ -142,8 +134,25 @@ class _Finder:
             elif isinstance(node, cst.If) and isinstance(node.body, cst.SimpleStatementSuite) and node.orelse is None:
                 # if step % 10 == 0: print(loss.item())
                 kinds = {self._output_kind(small, tracker_refs, logger_refs) for small in node.body.body}
-                if len(kinds) == 1 and None not in kinds and not self._runs_collectives(node.body, model_refs):
-                    yield node, kinds.pop()
+                if (
+                    len(kinds) == 1
+                    and (kind := kinds.pop()) is not None
+                    and not self._runs_collectives(node.body, model_refs)
+                ):
+                    yield node, kind
+
+    def _assigned_from(self, calls: Iterable[cst.Call]) -> set[Ref]:
+        """Every place the results of ``calls`` (each assigned to one name) flow to."""
+        index = self.index
+        refs: set[Ref] = set()
+        for call in calls:
+            assign = index.parent(call)
+            if not isinstance(assign, cst.Assign):
+                continue
+            ref = index.ref_of(assign.targets[0].target, index.scope_of(call))
+            if ref is not None:
+                refs |= index.downstream(ref)
+        return refs
 
     def _output_kind(self, small: cst.BaseSmallStatement, trackers: set[Ref], loggers: set[Ref]) -> str | None:
         if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
@@ -216,12 +225,12 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         name = fresh(f"{_callee_name(call)}_result", index.identifiers | taken)
         taken.add(name)
         hoisted = cst.parse_statement(f"{name} = {index.module.code_for_node(call)}\n")
-        plan.insert_before(stmt, hoisted.with_changes(leading_lines=stmt.leading_lines))
-        plan.replace(stmt, lambda n: n.with_changes(leading_lines=()))
-        plan.replace(call, lambda n, name=name: cst.Name(name))
+        plan.insert_before(stmt, hoisted.with_changes(leading_lines=statement(stmt).leading_lines))
+        plan.replace(stmt, lambda n: statement(n).with_changes(leading_lines=()))
+        plan.replace(call, _name(name))
         plan.change(call, f"compute `{name}` on every rank, output it on rank 0")
     for call in facts.trackers:
-        plan.replace(call, lambda n: cst.IfExp(test=plan.rank_zero, body=n, orelse=cst.Name("None")))
+        plan.replace(call, lambda n: cst.IfExp(test=plan.rank_zero, body=cast(cst.Call, n), orelse=cst.Name("None")))
         plan.change(call, f"{index.module.code_for_node(call.func)} created on global rank 0 only (None elsewhere)")
     for call in facts.progress_bars:
         disable = cst.Arg(
@@ -229,18 +238,40 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             value=cst.parse_expression(f"{dist}.get_rank() != 0"),
             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
         )
-        plan.replace(call, lambda n, a=disable: n.with_changes(args=[*with_comma(n.args), a]))
+        plan.replace(call, _append_argument(disable))
         plan.change(call, "progress bar shown on global rank 0 only")
     for call in facts.makedirs:
         if m.matches(call.func, m.Attribute(attr=m.Name("mkdir"))):
-            plan.replace(call, lambda n: n.with_changes(func=n.func.with_changes(attr=cst.Name("makedirs"))))
+            plan.replace(call, _call_makedirs)
         exist_ok = cst.Arg(
             keyword=cst.Name("exist_ok"),
             value=cst.Name("True"),
             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
         )
-        plan.replace(call, lambda n, a=exist_ok: n.with_changes(args=[*with_comma(n.args), a]))
+        plan.replace(call, _append_argument(exist_ok))
         plan.change(call, "os.makedirs(..., exist_ok=True): ranks creating the same folder do not race")
+
+
+def _name(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    return lambda _: cst.Name(name)
+
+
+def _append_argument(arg: cst.Arg) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    def append(node: cst.CSTNode) -> cst.CSTNode:
+        call = cast(cst.Call, node)
+        return call.with_changes(args=[*with_comma(call.args), arg])
+
+    return append
+
+
+def _call_makedirs(node: cst.CSTNode) -> cst.CSTNode:
+    """``os.mkdir(...)`` -> ``os.makedirs(...)``."""
+    call = cast(cst.Call, node)
+    return call.with_changes(func=cast(cst.Attribute, call.func).with_changes(attr=cst.Name("makedirs")))
+
+
+def _assigned(node: cst.CSTNode | None) -> bool:
+    return isinstance(node, cst.Assign)
 
 
 def _callee_name(call: cst.Call) -> str:

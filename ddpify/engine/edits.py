@@ -336,7 +336,7 @@ def _and(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BaseExpress
     return cst.BooleanOperation(left=left, operator=cst.And(), right=right)
 
 
-def with_comma(args: tuple[cst.Arg, ...]) -> list[cst.Arg]:
+def with_comma(args: Sequence[cst.Arg]) -> list[cst.Arg]:
     """The arguments of a call, ready for one more to be appended."""
     if not args:
         return []
