@@ -21,8 +21,9 @@ variable cannot be told apart from other ``.to`` calls and is left alone.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Literal, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -59,12 +60,47 @@ CODES = (SET_DEVICE_IN_EXPRESSION, VISIBLE_DEVICES, SET_DEVICE_REMOVED)
 
 
 @dataclass(frozen=True)
+class GpuIndex:
+    """A GPU index written into the script, dropped so that the rank's own GPU is used."""
+
+    node: cst.SimpleString | cst.FormattedString | cst.Call
+    # "string": ``"cuda:0"``; "f-string": ``f"cuda:{gpu}"``; "device": ``torch.device("cuda", gpu)``;
+    # "cuda": ``x.cuda(gpu)``
+    kind: Literal["string", "f-string", "device", "cuda"]
+
+
+@dataclass(frozen=True)
 class Facts:
     gpu_numbers: tuple[cst.Integer, ...]  # ``device = 0`` later used as a device: this rank's GPU instead
+    gpu_indices: tuple[GpuIndex, ...]  # in source order
+    removed: tuple[cst.BaseStatement, ...]  # ``torch.cuda.set_device(...)`` and ``CUDA_VISIBLE_DEVICES`` lines
 
 
 def find(program: Program) -> Facts:
-    return Facts(tuple(_Finder(program).gpu_numbers()))
+    finder = _Finder(program)
+    gpu_numbers = tuple(finder.gpu_numbers())
+    indices: list[GpuIndex] = []
+    removed: list[cst.BaseStatement] = []
+    index = program.index
+    for node in index.walk(index.module):
+        if isinstance(node, cst.FormattedString) and _formats_cuda_index(node):
+            indices.append(GpuIndex(node, "f-string"))
+        elif isinstance(node, cst.SimpleString) and _CUDA_INDEX.match(node.value):
+            indices.append(GpuIndex(node, "string"))
+        elif isinstance(node, cst.Call):
+            kind = finder.gpu_index_call(node)
+            if kind is not None:
+                indices.append(GpuIndex(node, kind))
+            elif index.qualified_names(node.func) & torch_api.SET_DEVICE:
+                removed.extend(finder.set_device(node))
+            elif finder.sets_visible_devices(node):
+                finder.report_visible_devices(node)
+        elif isinstance(node, cst.AssignTarget) and _subscript_key(node.target) == "CUDA_VISIBLE_DEVICES":
+            removed.extend(finder.visible_devices_assignment(node))
+    return Facts(gpu_numbers, tuple(indices), tuple(removed))
+
+
+_CUDA_INDEX = re.compile(r"""^(?P<q>['"])cuda:\d+(?P=q)$""")
 
 
 class _Finder:
@@ -82,15 +118,13 @@ class _Finder:
             ref = index.ref_of(small.targets[0].target, index.scope_of(stmt)) if len(small.targets) == 1 else None
             if ref is None:
                 continue
-            refs = index.downstream(ref)
-            for other in refs:
-                for scope in index.scopes_reading(other):
-                    if any(self._used_as_device(read) for read in index.mentions(scope, other, scope)):
-                        yield small.value
-                        break
-                else:
-                    continue
-                break
+            if any(
+                self._used_as_device(read)
+                for other in index.downstream(ref)
+                for scope in index.scopes_reading(other)
+                for read in index.mentions(scope, other, scope)
+            ):
+                yield small.value
 
     def _used_as_device(self, read: cst.BaseExpression) -> bool:
         arg = self.index.parent(read)
@@ -99,52 +133,117 @@ class _Finder:
         call = self.index.parent(arg)
         if arg.keyword is not None:
             return arg.keyword.value == "device"
-        return call.args[0] is arg and m.matches(call.func, m.Attribute(attr=m.Name("to") | m.Name("cuda")))
+        return (
+            isinstance(call, cst.Call)
+            and call.args[0] is arg
+            and m.matches(call.func, m.Attribute(attr=m.Name("to") | m.Name("cuda")))
+        )
 
+    def gpu_index_call(self, call: cst.Call) -> Literal["device", "cuda"] | None:
+        """``torch.device("cuda", N)`` or ``x.cuda(N)``."""
+        if "torch.device" in self.index.qualified_names(call.func) and len(call.args) == 2:
+            first, second = call.args
+            if isinstance(first.value, cst.SimpleString) and first.value.evaluated_value == "cuda":
+                return "device" if second.keyword is None else None
+            return None
+        if m.matches(call.func, m.Attribute(attr=m.Name("cuda"))) and call.args and call.args[0].keyword is None:
+            return "cuda"
+        return None
 
-_CUDA_INDEX = re.compile(r"""^(?P<q>['"])cuda:\d+(?P=q)$""")
+    def set_device(self, call: cst.Call) -> Iterator[cst.BaseStatement]:
+        """The setup block already chose this rank's GPU: the script's own choice goes (the line, or its ``if``)."""
+        index = self.index
+        stmt = index.statement_of(call)
+        if not (
+            isinstance(stmt, cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr)
+            and stmt.body[0].value is call
+        ):
+            self.program.report(
+                call,
+                SET_DEVICE_IN_EXPRESSION,
+                "the script chooses its GPU with torch.cuda.set_device(); under torchrun each process "
+                "must use the GPU given by LOCAL_RANK: remove this call",
+            )
+            return
+        block = index.parent(stmt)
+        owner = index.parent(block)
+        if (
+            isinstance(block, cst.IndentedBlock)
+            and isinstance(owner, cst.If)
+            and owner.orelse is None
+            and len(block.body) == 1
+            and owner is not index.main_guard
+        ):
+            yield owner
+        else:
+            yield stmt
+        self.program.report(
+            call,
+            SET_DEVICE_REMOVED,
+            f"removed `{index.module.code_for_node(call)}`: each process now uses the GPU given by LOCAL_RANK, "
+            "so an option that chose the GPU no longer does",
+        )
+
+    def visible_devices_assignment(self, target: cst.AssignTarget) -> Iterator[cst.BaseStatement]:
+        """``os.environ["CUDA_VISIBLE_DEVICES"] = ...`` alone on its line goes; elsewhere it is reported."""
+        stmt = self.index.statement_of(target)
+        if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+            yield stmt
+            self.program.report(
+                target,
+                VISIBLE_DEVICES,
+                "removed the script's own CUDA_VISIBLE_DEVICES: with it every rank would see only "
+                "those GPUs and ranks past them would fail; set it in the launch environment instead",
+            )
+        else:
+            self.report_visible_devices(target)
+
+    def sets_visible_devices(self, call: cst.Call) -> bool:
+        """``os.environ.setdefault("CUDA_VISIBLE_DEVICES", ...)``, ``os.environ.update(CUDA_VISIBLE_DEVICES=...)``."""
+        return m.matches(call.func, m.Attribute(attr=m.Name("setdefault") | m.Name("update"))) and any(
+            isinstance(n, cst.SimpleString) and "CUDA_VISIBLE_DEVICES" in n.value for n in walk(call)
+        )
+
+    def report_visible_devices(self, node: cst.CSTNode) -> None:
+        self.program.report(
+            node,
+            VISIBLE_DEVICES,
+            "the script sets CUDA_VISIBLE_DEVICES itself: every rank then sees only those GPUs, and ranks "
+            "past them fail; set it in the launch environment instead",
+        )
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
-    index = plan.index
     _gpu_numbers(facts, plan)
-    for node in index.walk(index.module):
-        if isinstance(node, cst.FormattedString) and _formats_cuda_index(node):
-            quote = node.end
-            plan.replace(node, lambda n, q=quote: cst.SimpleString(f"{q}cuda{q}", lpar=n.lpar, rpar=n.rpar))
-            plan.change(node, f"{index.module.code_for_node(node)} -> {quote}cuda{quote}: this rank's GPU")
-        elif isinstance(node, cst.SimpleString) and _CUDA_INDEX.match(node.value):
-            quote = node.value[0]
-            plan.replace(node, lambda n, q=quote: n.with_changes(value=f"{q}cuda{q}"))
-            plan.change(node, f"{node.value} -> {quote}cuda{quote}: this rank's GPU")
-        elif isinstance(node, cst.Call):
-            _call(plan, node)
-        elif isinstance(node, cst.AssignTarget) and m.matches(
-            node.target, m.Subscript(slice=[m.SubscriptElement(m.Index(m.SimpleString()))])
-        ):
-            if node.target.slice[0].slice.value.evaluated_value == "CUDA_VISIBLE_DEVICES":
-                stmt = index.statement_of(node)
-                if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
-                    plan.remove(stmt)
-                    plan.report(
-                        node,
-                        VISIBLE_DEVICES,
-                        "removed the script's own CUDA_VISIBLE_DEVICES: with it every rank would see only "
-                        "those GPUs and ranks past them would fail; set it in the launch environment instead",
-                    )
-                else:
-                    _visible_devices(plan, node)
+    code = plan.index.module.code_for_node
+    for gpu_index in facts.gpu_indices:
+        node = gpu_index.node
+        if isinstance(node, (cst.FormattedString, cst.SimpleString)):
+            quote: str = node.end if isinstance(node, cst.FormattedString) else node.value[0]
+            plan.replace(node, _plain_cuda(quote))
+            written = code(node) if isinstance(node, cst.FormattedString) else node.value
+            plan.change(node, f"{written} -> {quote}cuda{quote}: this rank's GPU")
+        elif gpu_index.kind == "device":
+            plan.replace(node, _first_argument_only)
+            plan.change(node, 'torch.device("cuda", N) -> torch.device("cuda"): this rank\'s GPU')
+        else:
+            plan.replace(node, _without_first_argument)
+            plan.change(node, f".cuda({code(node.args[0].value)}) -> .cuda(): this rank's GPU")
+    for stmt in facts.removed:
+        plan.remove(stmt)
 
 
 def _gpu_numbers(facts: Facts, plan: EditPlan) -> None:
     for number in facts.gpu_numbers:
         local_rank = cst.parse_expression(f'int({plan.names.os}.environ.get("LOCAL_RANK", 0))')
-        plan.replace(number, lambda n, r=local_rank: r)
+        plan.replace(number, _constant(local_rank))
         plan.change(number, f"GPU {number.value} -> this rank's GPU (LOCAL_RANK)")
         stmt = plan.index.statement_of(number)
-        comment = stmt.trailing_whitespace.comment
+        comment = stmt.trailing_whitespace.comment if isinstance(stmt, cst.SimpleStatementLine) else None
         if comment is not None and "cuda" in comment.value.lower():  # "# cuda:0" no longer says what happens
-            plan.replace(stmt, lambda n: n.with_changes(trailing_whitespace=cst.TrailingWhitespace()))
+            plan.replace(stmt, _without_trailing_comment)
 
 
 def _formats_cuda_index(node: cst.FormattedString) -> bool:
@@ -159,54 +258,37 @@ def _formats_cuda_index(node: cst.FormattedString) -> bool:
     )
 
 
-def _call(plan: EditPlan, call: cst.Call) -> None:
-    index = plan.index
-    names = index.qualified_names(call.func)
-    if "torch.device" in names and len(call.args) == 2 and m.matches(call.args[0].value, m.SimpleString()):
-        if call.args[0].value.evaluated_value == "cuda" and call.args[1].keyword in (None, "index"):
-            plan.replace(call, lambda n: n.with_changes(args=[n.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)]))
-            plan.change(call, 'torch.device("cuda", N) -> torch.device("cuda"): this rank\'s GPU')
-    elif m.matches(call.func, m.Attribute(attr=m.Name("cuda"))) and call.args and call.args[0].keyword is None:
-        plan.replace(call, lambda n: n.with_changes(args=n.args[1:]))
-        plan.change(call, f".cuda({index.module.code_for_node(call.args[0].value)}) -> .cuda(): this rank's GPU")
-    elif names & torch_api.SET_DEVICE:
-        _set_device(plan, call)
-    elif m.matches(call.func, m.Attribute(attr=m.Name("setdefault") | m.Name("update"))) and any(
-        m.matches(n, m.SimpleString()) and "CUDA_VISIBLE_DEVICES" in n.value for n in walk(call)
-    ):
-        _visible_devices(plan, call)
+def _subscript_key(target: cst.BaseExpression) -> str | None:
+    """``"K"`` for a target ``x["K"]``."""
+    if isinstance(target, cst.Subscript) and len(target.slice) == 1:
+        element = target.slice[0].slice
+        if isinstance(element, cst.Index) and isinstance(element.value, cst.SimpleString):
+            key = element.value.evaluated_value
+            return key if isinstance(key, str) else None
+    return None
 
 
-def _set_device(plan: EditPlan, call: cst.Call) -> None:
-    """The setup block already chose this rank's GPU: the script's own choice goes."""
-    index = plan.index
-    stmt = index.statement_of(call)
-    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and stmt.body[0].value is call):
-        plan.report(
-            call,
-            SET_DEVICE_IN_EXPRESSION,
-            "the script chooses its GPU with torch.cuda.set_device(); under torchrun each process "
-            "must use the GPU given by LOCAL_RANK: remove this call",
-        )
-        return
-    block = index.parent(stmt)
-    owner = index.parent(block)
-    if isinstance(owner, cst.If) and owner.orelse is None and len(block.body) == 1 and owner is not index.main_guard:
-        plan.remove(owner)
-    else:
-        plan.remove(stmt)
-    plan.report(
-        call,
-        SET_DEVICE_REMOVED,
-        f"removed `{index.module.code_for_node(call)}`: each process now uses the GPU given by LOCAL_RANK, "
-        "so an option that chose the GPU no longer does",
-    )
+def _plain_cuda(quote: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    def plain(node: cst.CSTNode) -> cst.CSTNode:
+        string = cast(cst.SimpleString | cst.FormattedString, node)
+        return cst.SimpleString(f"{quote}cuda{quote}", lpar=string.lpar, rpar=string.rpar)
+
+    return plain
 
 
-def _visible_devices(plan: EditPlan, node: cst.CSTNode) -> None:
-    plan.report(
-        node,
-        VISIBLE_DEVICES,
-        "the script sets CUDA_VISIBLE_DEVICES itself: every rank then sees only those GPUs, and ranks "
-        "past them fail; set it in the launch environment instead",
-    )
+def _first_argument_only(node: cst.CSTNode) -> cst.CSTNode:
+    call = cast(cst.Call, node)
+    return call.with_changes(args=[call.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+
+
+def _without_first_argument(node: cst.CSTNode) -> cst.CSTNode:
+    call = cast(cst.Call, node)
+    return call.with_changes(args=call.args[1:])
+
+
+def _constant(value: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    return lambda _: value
+
+
+def _without_trailing_comment(node: cst.CSTNode) -> cst.CSTNode:
+    return cast(cst.SimpleStatementLine, node).with_changes(trailing_whitespace=cst.TrailingWhitespace())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import code
+from conftest import code, codes
 
 from ddpify.concerns import devices
 
@@ -43,3 +43,42 @@ def test_other_numbers_are_left_alone(read) -> None:
         """
     )
     assert devices.find(program).gpu_numbers == ()
+
+
+def test_gpu_indices_written_into_the_script_are_found_in_source_order(read) -> None:
+    program = read(
+        """
+        import torch
+        a = torch.device("cuda:1")
+        b = torch.device(f"cuda:{args.gpu}")
+        c = torch.device("cuda", args.gpu)
+        d = x.cuda(args.gpu)
+        e = torch.device("cuda")
+        """
+    )
+    found = devices.find(program).gpu_indices
+    assert [(code(program, g.node), g.kind) for g in found] == [
+        ('"cuda:1"', "string"),
+        ('f"cuda:{args.gpu}"', "f-string"),
+        ('torch.device("cuda", args.gpu)', "device"),
+        ("x.cuda(args.gpu)", "cuda"),
+    ]
+
+
+def test_the_scripts_own_gpu_choice_is_removed_and_reported(read) -> None:
+    program = read(
+        """
+        import os
+        import torch
+        os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+        if torch.cuda.is_available():
+            torch.cuda.set_device(args.gpu)
+        print(torch.cuda.set_device(0))
+        """
+    )
+    removed = devices.find(program).removed
+    assert [code(program, stmt).splitlines()[0] for stmt in removed] == [
+        'os.environ["CUDA_VISIBLE_DEVICES"] = "0"',
+        "if torch.cuda.is_available():",
+    ]
+    assert codes(program) == ["DDP102", "DDP103", "DDP101"]
