@@ -29,9 +29,9 @@ between devices inside the training loop (DDP305) are reported.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -80,6 +80,11 @@ MOVES_IN_TRAINING = Code(
     "keep the model on its device; save `model.module.state_dict()` without moving it",
 )
 CODES = (UNTRACEABLE_OPTIMIZER, MODEL_NOT_PLACED, OUTSIDE_FORWARD, NO_OPTIMIZER, MOVES_IN_TRAINING)
+
+
+# (statement, the place it assigns, whether it is ``.cuda()``): a move of the model to its device
+_Move = tuple[cst.SimpleStatementLine, Ref, bool]
+_Candidate = TypeVar("_Candidate", bound=tuple[Any, ...])  # (statement, ...)
 
 
 @dataclass(frozen=True)
@@ -160,7 +165,11 @@ class _Finder:
         refs: list[Ref] = []
         for source in sources:
             for node in self.index.walk(source):
-                if m.matches(node, m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, torch_api.PARAMETER_METHODS))))):
+                if (
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value in torch_api.PARAMETER_METHODS
+                ):
                     found = self.index.root_ref(node.func.value, self.index.scope_of(node))
                     if found is not None and found not in refs:
                         refs.append(found)
@@ -211,8 +220,9 @@ class _Finder:
                     moves.append((stmt, target, move))
         # A move inside a loop (``model.to(device).train()`` after a checkpoint on the CPU) is not
         # where the model becomes ready; only the least nested places count.
-        moves, creations, wraps = (self._least_nested(c) for c in (moves, creations, wraps))
-        classes = {c for stmt, *_ in (*moves, *creations, *wraps) if (c := self._built_class(stmt)) is not None}
+        moves, creations, wraps = self._least_nested(moves), self._least_nested(creations), self._least_nested(wraps)
+        built = [c[0] for c in moves] + [c[0] for c in creations] + [c[0] for c in wraps]
+        classes = {c for stmt in built if (c := self._built_class(stmt)) is not None}
         self._model_classes[ref] = classes
         depth = self._depths(lineage)
         if wraps:
@@ -262,14 +272,15 @@ class _Finder:
                 )
                 return
 
-    def _least_nested(self, candidates: list[tuple]) -> list[tuple]:
+    def _least_nested(self, candidates: list[_Candidate]) -> list[_Candidate]:
+        """The candidates (statement first) inside the fewest loops."""
         depth = {id(c): len(list(self.index.enclosing_loops(c[0]))) for c in candidates}
         least = min(depth.values(), default=0)
         return [c for c in candidates if depth[id(c)] == least]
 
     def _built_class(self, stmt: cst.SimpleStatementLine) -> cst.ClassDef | None:
         """The script's own class a statement builds the model from: ``Net`` in ``model = Net().to(device)``."""
-        value = stmt.body[0].value
+        value = _value(stmt)
         while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
             value = value.func.value
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
@@ -312,16 +323,23 @@ class _Finder:
 
     def _runs_submodules(self, method: cst.FunctionDef, cls: cst.ClassDef) -> bool:
         self_name = self.index.self_name(method)
+        if self_name is None:
+            return False
         for node in self.index.walk(method.body):
-            if isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(value=m.Name(self_name))):
-                if (cls, node.func.attr.value) not in self.index.functions or node.func.attr.value == "forward":
-                    return True
-            if isinstance(node, cst.Call) and m.matches(node.func, m.Name(self_name)):
+            if not isinstance(node, cst.Call):
+                continue
+            func = node.func
+            # ``self.encoder(x)`` (a submodule, not another method), ``self.forward(x)``, ``self(x)``
+            if (
+                isinstance(func, cst.Attribute)
+                and m.matches(func.value, m.Name(self_name))
+                and ((cls, func.attr.value) not in self.index.functions or func.attr.value == "forward")
+            ) or m.matches(func, m.Name(self_name)):
                 return True
         return False
 
     def _data_parallel_model(
-        self, stmt: cst.SimpleStatementLine, target: Ref, moves: list, optimizer: cst.Call
+        self, stmt: cst.SimpleStatementLine, target: Ref, moves: list[_Move], optimizer: cst.Call
     ) -> Model:
         """``model = nn.DataParallel(model)`` is where the model is ready: DDP takes its place."""
         index = self.index
@@ -343,7 +361,7 @@ class _Finder:
         outer = self._climb_conditionals(placed)
         if outer is placed:
             unwrap = tuple(self._wrapper_reads(target, stmt))
-            call = stmt.body[0].value
+            call = cast(cst.Call, _value(stmt))
             return Model(target, expression, stmt, on_cuda, True, unwrap, optimizer, call, data_parallel_if)
         # ``if use_cuda: ... model = nn.DataParallel(model)``: DDP must wrap on every path, so the
         # DataParallel line goes and the wrap follows the whole ``if``.
@@ -398,7 +416,7 @@ class _Finder:
         a forward call, or the model handed to the script's own functions and classes.
         """
         block = self.index.parent(anchor)
-        siblings = list(block.body) if block is not None else []
+        siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
         scope = self.index.scope_of(anchor)
         last = anchor
         for stmt in siblings[siblings.index(anchor) + 1 :]:
@@ -416,7 +434,7 @@ class _Finder:
             return True
         if isinstance(parent, cst.Arg):
             call = self.index.parent(parent)
-            return self.index.resolve_callee(call, self.index.scope_of(call)) is not None
+            return isinstance(call, cst.Call) and self.index.resolve_callee(call, self.index.scope_of(call)) is not None
         return False
 
     def _wrapper_reads(self, target: Ref, wrap: cst.BaseStatement) -> Iterator[cst.BaseExpression]:
@@ -453,8 +471,24 @@ class _Finder:
             return parent.attr.value not in torch_api.WRAPPER_SAFE_ATTRIBUTES
         if isinstance(parent, cst.Arg):
             call = self.index.parent(parent)
-            return self.index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
+            return isinstance(call, cst.Call) and self.index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
         return False
+
+
+def _value(stmt: cst.SimpleStatementLine) -> cst.BaseExpression:
+    """The value of a one-statement line that assigns or evaluates it."""
+    small = stmt.body[0]
+    if not isinstance(small, (cst.Assign, cst.Expr)):
+        raise TypeError(f"expected an assignment or an expression, got {type(small).__name__}")
+    return small.value
+
+
+def _in_the_same_parentheses(replacement: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    def replace(node: cst.CSTNode) -> cst.CSTNode:
+        original = cast(cst.Call, node)
+        return replacement.with_changes(lpar=original.lpar, rpar=original.rpar)
+
+    return replace
 
 
 def _device_move(value: cst.BaseExpression) -> bool | None:
@@ -478,13 +512,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             wrapped_by_ddp.add(model.data_parallel)
             inner = plan.index.module.code_for_node(model.data_parallel.args[0].value)
             replacement = cst.parse_expression(f"{ddp}({inner}{device_ids})")
-            plan.replace(model.data_parallel, lambda n, r=replacement: r.with_changes(lpar=n.lpar, rpar=n.rpar))
+            plan.replace(model.data_parallel, _in_the_same_parentheses(replacement))
             if model.data_parallel_if is not None:
                 plan.inline(model.data_parallel_if)
             plan.change(model.insert_after, "nn.DataParallel -> DistributedDataParallel (one process per GPU)")
         else:
             if model.data_parallel_removed is not None:
-                wrapped_by_ddp.add(model.data_parallel_removed.body[0].value)
+                wrapped_by_ddp.add(cast(cst.Call, _value(model.data_parallel_removed)))
                 plan.remove(model.data_parallel_removed)
                 if model.data_parallel_if is not None:
                     plan.inline(model.data_parallel_if)
@@ -493,7 +527,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             plan.insert_after(model.insert_after, wrap)
             plan.change(model.insert_after, f"wrap `{model.expression}` in DistributedDataParallel")
         for read in model.unwrap:
-            plan.replace(read, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+            plan.replace(read, lambda n: cst.Attribute(value=cast(cst.BaseExpression, n), attr=cst.Name("module")))
             parent = plan.index.parent(read)
             attribute = parent.attr.value if isinstance(parent, cst.Attribute) else None
             text = plan.index.module.code_for_node(read)
@@ -503,7 +537,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             )
     for call in facts.data_parallel:
         if call not in wrapped_by_ddp and call.args:
-            plan.replace(call, lambda n: n.args[0].value)
+            plan.replace(call, lambda n: cast(cst.Call, n).args[0].value)
             plan.change(call, "remove nn.DataParallel: each process drives one GPU")
     if facts.models:
         plan.need_import(
