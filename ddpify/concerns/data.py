@@ -30,19 +30,20 @@ loop repeated in a ``while`` (DDP203), and ``download=True`` on every rank
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 import libcst.matchers as m
 
 from ddpify import torch_api
 from ddpify.diagnostics import Code, Severity
-from ddpify.engine.edits import EditPlan, fresh, insert_arg
+from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement
 from ddpify.engine.index import Ref, Scope
-from ddpify.engine.values import dict_keys
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, dotted
+from ddpify.engine.values import dict_keys
 from ddpify.result import Options
 
 NO_TRAINING_LOADER = Code(
@@ -123,9 +124,15 @@ CODES = (
 
 @dataclass(frozen=True)
 class EpochLoop:
-    loop: cst.For | cst.SimpleStatementLine  # the epoch loop, or the statement that restarts the iterator
+    loop: cst.For  # the epoch loop
     loader: str  # the loader as written in the loop's scope: ``train_loader``, ``self.train_data``
     after: cst.BaseStatement | None = None  # the loader is built inside the loop: set the epoch after this
+
+
+@dataclass(frozen=True)
+class Restart:
+    stmt: cst.SimpleStatementLine  # ``it = iter(loader)`` after ``except StopIteration:``
+    loader: str  # the loader as written there
 
 
 @dataclass(frozen=True)
@@ -140,7 +147,7 @@ class Loader:
     # ``len(loader.dataset)``: the whole dataset, where this rank now sees its shard
     dataset_lengths: tuple[cst.Attribute, ...] = ()
     # ``it = iter(loader)`` after ``except StopIteration:``: a new pass over the data begins
-    restarts: tuple[EpochLoop, ...] = ()
+    restarts: tuple[Restart, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -168,10 +175,10 @@ class _Finder:
             return index.ref_of(parent.targets[0].target, scope)
         if isinstance(parent, cst.Return) and isinstance(scope, cst.FunctionDef):
             return Ref(scope, "<return>")
-        if isinstance(parent, cst.Element) and isinstance(index.parent(parent), cst.Tuple):
-            ret = index.parent(index.parent(parent))
+        if isinstance(parent, cst.Element) and isinstance(returned := index.parent(parent), cst.Tuple):
+            ret = index.parent(returned)
             if isinstance(ret, cst.Return) and isinstance(scope, cst.FunctionDef):
-                slot = [e for e in index.parent(parent).elements].index(parent)
+                slot = list(returned.elements).index(parent)
                 return Ref(scope, f"<return {slot}>")
         return None
 
@@ -195,7 +202,7 @@ class _Finder:
                         built = next(
                             a for a in (call, *index.ancestors(call)) if index.parent(index.parent(a)) is loop.loop
                         )
-                        loop = EpochLoop(loop.loop, loop.loader, built)
+                        loop = EpochLoop(loop.loop, loop.loader, statement(built))
                     if loop is not None and loop not in epoch_loops:
                         epoch_loops.append(loop)
                 repeated = any(
@@ -220,7 +227,7 @@ class _Finder:
                 )
             spread = next((a for a in call.args if a.star == "**"), None)
             keys = dict_keys(self.index, spread.value, index.scope_of(call)) if spread is not None else None
-            if training and keys is not None and keys & torch_api.DATALOADER_SAMPLING_KEYWORDS:
+            if training and spread is not None and keys is not None and keys & torch_api.DATALOADER_SAMPLING_KEYWORDS:
                 self.program.report(
                     spread,
                     OWN_SAMPLER,
@@ -229,9 +236,9 @@ class _Finder:
             lengths = tuple(self._dataset_lengths(refs)) if training else ()
             yield Loader(call, training, tuple(epoch_loops), spread, keys, lengths, restarts)
         if not found_training:
-            loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
+            training_loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
             self.program.report(
-                loop or index.module,
+                training_loop or index.module,
                 NO_TRAINING_LOADER,
                 "the training loop does not draw its batches from a torch DataLoader that ddpify can follow; "
                 "every rank would train on the same samples",
@@ -259,7 +266,7 @@ class _Finder:
                 return True
         return False
 
-    def _restarts(self, refs: set[Ref]) -> Iterator[EpochLoop]:
+    def _restarts(self, refs: set[Ref]) -> Iterator[Restart]:
         """``except StopIteration: it = iter(loader)``: the statements that start another pass."""
         index = self.index
         for stmt in index.statements:
@@ -274,7 +281,7 @@ class _Finder:
                 isinstance(a, cst.ExceptHandler) and a.type is not None and "StopIteration" in dotted(a.type)
                 for a in index.ancestors(stmt)
             ):
-                yield EpochLoop(stmt, self.index.spelled(ref, index.scope_of(stmt)))
+                yield Restart(stmt, self.index.spelled(ref, index.scope_of(stmt)))
 
     def _dataset_lengths(self, refs: set[Ref]) -> Iterator[cst.Attribute]:
         index = self.index
@@ -282,10 +289,16 @@ class _Finder:
             for scope in index.scopes_reading(ref):
                 for read in index.mentions(scope, ref, scope):
                     attribute = index.parent(read)
-                    if m.matches(attribute, m.Attribute(attr=m.Name("dataset"))) and attribute.value is read:
-                        arg = index.parent(attribute)
-                        if isinstance(arg, cst.Arg) and m.matches(index.parent(arg), m.Call(func=m.Name("len"))):
-                            yield attribute
+                    if not (
+                        isinstance(attribute, cst.Attribute)
+                        and attribute.attr.value == "dataset"
+                        and attribute.value is read
+                    ):
+                        continue
+                    arg = index.parent(attribute)
+                    call = index.parent(arg)
+                    if isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and m.matches(call.func, m.Name("len")):
+                        yield attribute
 
     def _check_sampling_arguments(self, call: cst.Call) -> None:
         dataset_arg = argument(call, "dataset", torch_api.DATALOADER_POSITIONS["dataset"])
@@ -437,7 +450,7 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         name = fresh("train_dataset", index.identifiers | taken)
         taken.add(name)
         _hoist(plan, stmt, f"{name} = {index.module.code_for_node(dataset)}")
-        plan.replace(dataset, lambda n, name=name: cst.Name(name))
+        plan.replace(dataset, _name(name))
         dataset_code = name
     else:
         dataset_code = index.module.code_for_node(dataset)
@@ -468,7 +481,7 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         summary = "training DataLoader: shuffle moves into a DistributedSampler"
     else:
         position = call.args.index(spread) if spread is not None else len(call.args)
-        plan.replace(call, lambda n: insert_arg(n, new_arg, position))
+        plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
         summary = "training DataLoader: add a DistributedSampler"
     batch = _batch_size(call)
     if batch is not None and not keep_global_batch:
@@ -485,8 +498,8 @@ def _hoist(plan: EditPlan, stmt: cst.BaseStatement, code: str) -> None:
     """Compute ``code`` on its own line just before ``stmt`` (which hands over its blank lines and comments)."""
     line = cst.parse_statement(f"{code}\n")
     if not plan.before.get(stmt):
-        line = line.with_changes(leading_lines=stmt.leading_lines)
-        plan.replace(stmt, lambda n: n.with_changes(leading_lines=()))
+        line = line.with_changes(leading_lines=statement(stmt).leading_lines)
+        plan.replace(stmt, lambda n: statement(n).with_changes(leading_lines=()))
     plan.insert_before(stmt, line)
 
 
@@ -503,8 +516,9 @@ def _split_batch(plan: EditPlan, loader: Loader, helper: str) -> None:
         return
     if not plan.has_setup_helper(helper):
         definition = cst.parse_module(PER_PROCESS_BATCH.format(helper=helper, dist=plan.names.dist)).body[0]
+        assert isinstance(definition, cst.FunctionDef)
         plan.add_setup_helper(helper, definition)
-    plan.replace(batch.value, lambda n: cst.Call(func=cst.Name(helper), args=[cst.Arg(n)]))
+    plan.replace(batch.value, lambda n: cst.Call(func=cst.Name(helper), args=[cst.Arg(cast(cst.BaseExpression, n))]))
     plan.change(batch, "per-process batch = batch size / world size (the global batch stays as before)")
 
 
@@ -515,8 +529,8 @@ def _batch_size(call: cst.Call) -> cst.Arg | None:
 def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str]) -> None:
     for restart in loader.restarts:
         sampler = f"{restart.loader}.sampler"
-        plan.insert_before(restart.loop, cst.parse_statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n"))
-        plan.change(restart.loop, f"a new pass over the data: `{sampler}.set_epoch(...)` reshuffles it")
+        plan.insert_before(restart.stmt, cst.parse_statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n"))
+        plan.change(restart.stmt, f"a new pass over the data: `{sampler}.set_epoch(...)` reshuffles it")
     for epoch_loop in loader.epoch_loops:
         loop = epoch_loop.loop
         target = loop.target
@@ -532,13 +546,23 @@ def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str]) -> None:
         if epoch == "_":
             epoch = fresh("epoch", plan.index.identifiers | taken)
             taken.add(epoch)
-            plan.replace(target, lambda n, e=epoch: n.with_changes(value=e))
+            plan.replace(target, _renamed(epoch))
         stmt = cst.parse_statement(f"{epoch_loop.loader}.sampler.set_epoch({epoch})\n")
         if epoch_loop.after is not None:  # the loader is built anew each epoch
             plan.insert_after(epoch_loop.after, stmt)
         else:
             plan.insert_before(loop.body.body[0], stmt)
         plan.change(loop, f"call `{epoch_loop.loader}.sampler.set_epoch({epoch})` at the start of each epoch")
+
+
+def _name(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A replacement by the name ``name``."""
+    return lambda _: cst.Name(name)
+
+
+def _renamed(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """The same name node, now spelled ``name``."""
+    return lambda node: cast(cst.Name, node).with_changes(value=name)
 
 
 def _is_true(expr: cst.BaseExpression) -> bool:
