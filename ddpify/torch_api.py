@@ -64,7 +64,6 @@ DISTRIBUTED_CALLS = (
 MODULE_CHAINING_METHODS = frozenset(
     {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval", "requires_grad_", "type", "apply"}
 )
-DEVICE_MOVES = frozenset({"to", "cuda"})
 
 # Attributes that behave the same on a DistributedDataParallel wrapper as on the
 # module it wraps. Every other attribute (state_dict, custom methods, submodules)

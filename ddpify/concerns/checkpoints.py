@@ -123,7 +123,7 @@ class _Finder:
         reads = [
             r
             for scope in index.scopes_reading(ref)
-            for r in index.mentions(scope, ref, scope)
+            for r in index.mentions(scope, ref)
             if not isinstance(index.parent(r), cst.AssignTarget)
         ]
         for read in reads:

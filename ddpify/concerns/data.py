@@ -287,7 +287,7 @@ class _Finder:
         index = self.index
         for ref in refs:
             for scope in index.scopes_reading(ref):
-                for read in index.mentions(scope, ref, scope):
+                for read in index.mentions(scope, ref):
                     attribute = index.parent(read)
                     if not (
                         isinstance(attribute, cst.Attribute)
@@ -376,14 +376,14 @@ class _Finder:
             return None
         for call in index.callers(scope):
             caller_scope = index.scope_of(call)
-            caller_ref = self._ref_at_call(ref, scope, call, caller_scope)
+            caller_ref = self._ref_at_call(ref, call, caller_scope)
             if caller_ref is not None:
                 found = self._epoch_loop(call, caller_ref, depth + 1)
                 if found is not None:
                     return found
         return None
 
-    def _ref_at_call(self, ref: Ref, callee: cst.FunctionDef, call: cst.Call, caller: Scope) -> Ref | None:
+    def _ref_at_call(self, ref: Ref, call: cst.Call, caller: Scope) -> Ref | None:
         """How the caller names the value that the callee knows as ``ref``."""
         index = self.index
         if isinstance(ref.scope, cst.Module):

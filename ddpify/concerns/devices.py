@@ -122,7 +122,7 @@ class _Finder:
                 self._used_as_device(read)
                 for other in index.downstream(ref)
                 for scope in index.scopes_reading(other)
-                for read in index.mentions(scope, other, scope)
+                for read in index.mentions(scope, other)
             ):
                 yield small.value
 

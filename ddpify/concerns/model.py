@@ -254,7 +254,7 @@ class _Finder:
     def _warn_moves_in_training(self, target: Ref, wrap: cst.BaseStatement) -> None:
         """``model.cpu()`` ... ``model.to(device)`` inside the training loop moves a wrapped model."""
         index = self.index
-        for read in index.mentions(index.scope_of(wrap), target, index.scope_of(wrap)):
+        for read in index.mentions(index.scope_of(wrap), target):
             attribute = index.parent(read)
             if not (
                 isinstance(attribute, cst.Attribute)
@@ -417,10 +417,9 @@ class _Finder:
         """
         block = self.index.parent(anchor)
         siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
-        scope = self.index.scope_of(anchor)
         last = anchor
         for stmt in siblings[siblings.index(anchor) + 1 :]:
-            reads = self.index.mentions(stmt, target, scope)
+            reads = self.index.mentions(stmt, target)
             if not reads:
                 continue
             if any(self._runs_model(read) for read in reads):
@@ -457,7 +456,7 @@ class _Finder:
                     queue.append(flow.dst)
         for ref in wrapped:
             for scope in index.scopes_reading(ref):
-                for read in index.mentions(scope, ref, scope):
+                for read in index.mentions(scope, ref):
                     if ref is target and not after_wrap(read):
                         continue
                     if self._needs_module(read):

@@ -249,7 +249,7 @@ class Index:
             else:
                 return None
 
-    def mentions(self, node: cst.CSTNode, ref: Ref, scope: Scope) -> list[cst.BaseExpression]:
+    def mentions(self, node: cst.CSTNode, ref: Ref) -> list[cst.BaseExpression]:
         """Every expression inside ``node`` that reads ``ref``."""
         found: list[cst.BaseExpression] = []
         # A name reads a place of the same name; an attribute can only read ``self.<attr>``.

@@ -42,7 +42,7 @@ def dict_keys(index: Index, expr: cst.BaseExpression, scope: Scope, depth: int =
             return None
         keys |= found
         assigned = True
-    for read in index.mentions(ref.scope if not isinstance(ref.scope, cst.ClassDef) else index.module, ref, scope):
+    for read in index.mentions(ref.scope if not isinstance(ref.scope, cst.ClassDef) else index.module, ref):
         parent = index.parent(read)
         if isinstance(parent, cst.Attribute) and parent.value is read:
             call = index.parent(parent)
