@@ -92,10 +92,10 @@ class _Finder:
     def _rank_local_names(self, loop: cst.For | cst.While, model_refs: frozenset[Ref]) -> set[str]:
         local: set[str] = set()
         if isinstance(loop, cst.For) and not m.matches(loop.iter, m.Call(func=m.Name("range"))):
-            target = loop.target
-            if m.matches(loop.iter, m.Call(func=m.Name("enumerate"))) and isinstance(target, cst.Tuple):
-                target = cst.Tuple(elements=target.elements[1:])  # the batch counter is the same everywhere
-            local |= {n.value for n in self.index.walk(target) if isinstance(n, cst.Name)}
+            targets: list[cst.CSTNode] = [loop.target]
+            if m.matches(loop.iter, m.Call(func=m.Name("enumerate"))) and isinstance(loop.target, cst.Tuple):
+                targets = [e.value for e in loop.target.elements[1:]]  # the batch counter is the same everywhere
+            local |= {n.value for t in targets for n in self.index.walk(t) if isinstance(n, cst.Name)}
         assignments = [n for n in self.index.walk(loop.body) if isinstance(n, (cst.Assign, cst.AugAssign))]
         for _ in range(3):
             for assign in assignments:

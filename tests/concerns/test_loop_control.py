@@ -40,3 +40,8 @@ def test_a_break_on_the_step_counter_is_the_same_on_every_rank(read) -> None:
     program, found = exits(read, "step >= max_steps")
     assert found == ()
     assert codes(program) == []
+
+
+def test_a_break_on_the_batch_itself_is_rank_local(read) -> None:
+    _, found = exits(read, "y.isnan().any()")
+    assert len(found) == 1
