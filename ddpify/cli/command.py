@@ -249,7 +249,8 @@ def ddpify_command(
     Exit codes: 0 converted or nothing to do (and verified with --verify), 1
     --check found an output missing or stale, 2 bad usage or unreadable input, 3
     conversion refused, 4 --verify found that OUT does not train in data-parallel,
-    123 internal error. With several files, the highest under 123 > 3 > 2 > 1 > 0.
+    123 internal error, 130 or 143 interrupted (SIGINT, SIGTERM). With several
+    files, the highest under 123 > 3 > 2 > 1 > 0.
 
     To check any script (converted or written by hand) without converting it:
     ddpify verify SCRIPT [-- SCRIPT_ARGS] (see ddpify verify --help).

@@ -34,7 +34,7 @@ from ddpify.cli.request import (
     validate,
 )
 from ddpify.cli.results import finish
-from ddpify.cli.workers import run_many
+from ddpify.cli.workers import finishing, run_many
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -55,7 +55,8 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
     _check_targets(request, job)
     source = read_input(job.src, max_size=request.max_size)
     conversion = backend.convert(source, path=job.name, options=request.options)
-    outcome = finish(request, job, source, conversion, reporter)
+    with finishing():
+        outcome = finish(request, job, source, conversion, reporter)
     if outcome.code is not ExitCode.OK:
         return outcome.code
     if request.sbatch is not None:

@@ -6,7 +6,8 @@ process, each one reported exactly as a single file would be.
 
 Signals: while ddpify runs, SIGINT (Ctrl-C) and SIGTERM raise
 :class:`~ddpify.cli.exits.Interrupted` in the main process, and any later one
-is ignored while it stops.  The workers ignore SIGINT (a terminal sends it to
+is ignored while it stops.  A file being written and reported is finished
+first (milliseconds), unless a second signal comes.  The workers ignore SIGINT (a terminal sends it to
 the whole process group; the main process decides) and are terminated at
 once; a write in progress is abandoned with its temporary file removed, so no
 half-written file is left.  The run ends with ``interrupted: N of M files
@@ -23,7 +24,7 @@ import signal
 import sys
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ddpify import Severity
 from ddpify.cli import backend
@@ -55,15 +56,53 @@ def stop_on_signals() -> Iterator[None]:
         signal.signal(signum, _interrupt)
     try:
         yield
-    finally:
-        for signum, handler in former.items():
-            signal.signal(signum, handler)
+    except Interrupted:
+        # The signals stay ignored: a second Ctrl-C must not interrupt the
+        # clean-up or the last message on the way out.
+        raise
+    except BaseException:
+        _restore(former)
+        raise
+    else:
+        _restore(former)
+
+
+def _restore(handlers: dict[signal.Signals, Any]) -> None:
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+class _Deferral:
+    """Whether a file is being finished, and the signal that arrived meanwhile."""
+
+    active = False
+    pending: int | None = None
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    for other in STOP_SIGNALS:  # a second Ctrl-C must not interrupt the clean-up
+    if _Deferral.active and _Deferral.pending is None:
+        _Deferral.pending = signum  # stop once the file is finished; a second signal stops at once
+        return
+    _stop(signum)
+
+
+def _stop(signum: int) -> None:
+    for other in STOP_SIGNALS:
         signal.signal(other, signal.SIG_IGN)
     raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def finishing() -> Iterator[None]:
+    """A signal inside the block takes effect at its end: a file is written and reported whole, then the run stops."""
+    _Deferral.active, _Deferral.pending = True, None
+    try:
+        yield
+    finally:
+        _Deferral.active = False
+        pending, _Deferral.pending = _Deferral.pending, None
+        if pending is not None:
+            _stop(pending)
 
 
 def run_many(request: Request, jobs: list[Job], reporter: Reporter) -> ExitCode:
@@ -75,11 +114,12 @@ def run_many(request: Request, jobs: list[Job], reporter: Reporter) -> ExitCode:
     with contextlib.closing(conversions(request, jobs)) as results:
         try:
             for done, (job, result) in enumerate(zip(jobs, results, strict=True), start=1):
-                progress.clear()
-                if not isinstance(result, Exception):
-                    warnings += sum(1 for d in result[1].diagnostics if d.severity is Severity.WARNING)
-                outcomes[_finish_one_of_many(request, job, result, reporter)] += 1
-                progress.show(done)
+                with finishing():
+                    progress.clear()
+                    if not isinstance(result, Exception):
+                        warnings += sum(1 for d in result[1].diagnostics if d.severity is Severity.WARNING)
+                    outcomes[_finish_one_of_many(request, job, result, reporter)] += 1
+                    progress.show(done)
         except Interrupted as stop:
             written = outcomes[Outcome.CONVERTED]
             message = f"interrupted: {written} of {plural(len(jobs), 'file')} written"
