@@ -134,6 +134,10 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.index.identifiers.add(node.value)
+        self.index.names.setdefault(node.value, []).append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.index.attributes.setdefault(node.attr.value, []).append(node)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         self.index.statements.append(node)

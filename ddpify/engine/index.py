@@ -71,6 +71,9 @@ class Index:
     comprehensions: list[cst.CompFor] = field(default_factory=list)
     statements: list[cst.SimpleStatementLine] = field(default_factory=list)
     identifiers: set[str] = field(default_factory=set)
+    # every Name node by its text, every Attribute node by its attribute name, each in source order
+    names: dict[str, list[cst.Name]] = field(default_factory=dict)
+    attributes: dict[str, list[cst.Attribute]] = field(default_factory=dict)
     main_guard: cst.If | None = None
     children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
     parents: dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)
@@ -253,14 +256,14 @@ class Index:
         """Every expression inside ``node`` that reads ``ref``."""
         found: list[cst.BaseExpression] = []
         # A name reads a place of the same name; an attribute can only read ``self.<attr>``.
-        attribute = ref.path[5:] if ref.path.startswith("self.") else None
-        for expr in self.walk(node):
-            if isinstance(expr, cst.Name):
-                if attribute is not None or expr.value != ref.path:
-                    continue
-            elif not isinstance(expr, cst.Attribute) or expr.attr.value != attribute:
-                continue
-            if self.ref_of(expr, self.scope_of(expr)) == ref:
+        candidates: list[cst.Name] | list[cst.Attribute]
+        if ref.path.startswith("self."):
+            candidates = self.attributes.get(ref.path[5:], [])
+        else:
+            candidates = self.names.get(ref.path, [])
+        first, last = self.order[node], self.last[node]
+        for expr in candidates:
+            if first <= self.order[expr] <= last and self.ref_of(expr, self.scope_of(expr)) == ref:
                 parent = self.parent(expr)
                 # ``self.model`` is one read, not also a read of ``self``.
                 if not (
