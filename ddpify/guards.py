@@ -208,7 +208,8 @@ def _within(inner: CodeRange, outer: CodeRange) -> bool:
     )
 
 
-_FORM_FEED_INDENT = re.compile(r"^[ \t]*\x0c[ \t]+\S", re.MULTILINE)
+# Indentation after a form feed (CPython counts columns from the last one), however many there are.
+_FORM_FEED_INDENT = re.compile(r"^[ \t\x0c]*\x0c[ \t]+\S", re.MULTILINE)
 
 # What ddpify writes into a file: ASCII code, with lines longer than 63
 # characters (the label limit that makes the ``idna`` codec fail). Text with

@@ -216,6 +216,31 @@ def test_too_deep_exits_2_and_writes_nothing(
 
 
 # ----------------------------------------------------------------------------
+# Form feeds inside indentation: DDP006
+
+
+@pytest.mark.parametrize(
+    "indent",
+    ["\x0c    ", "\t\x0c ", "\x0c\x0c ", "\x0c \x0c ", " \x0c\x0c  ", "\x0c\x0c\t"],
+    ids=["ff-spaces", "tab-ff-space", "ff-ff-space", "ff-space-ff-space", "space-ff-ff-spaces", "ff-ff-tab"],
+)
+def test_form_feed_inside_indentation(indent: str) -> None:
+    source = TRAIN + f"\nclass Config:\n{indent}pass\n"
+    compile(source, "ff.py", "exec")
+
+    conversion = convert(source, path="ff.py")
+
+    assert conversion.status is Status.INVALID
+    assert only(conversion).startswith("ff.py:18:1: DDP006 a form feed inside indentation")
+
+
+def test_form_feed_on_a_line_of_its_own_is_fine() -> None:
+    conversion = convert(TRAIN.replace("\n\nfor epoch", "\n\x0c\nfor epoch"), path="ff.py")
+
+    assert conversion.status is Status.CONVERTED, conversion.diagnostics
+
+
+# ----------------------------------------------------------------------------
 # Valid Python that libcst's parser cannot read: DDP007, never "syntax error"
 
 
