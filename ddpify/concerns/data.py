@@ -40,7 +40,7 @@ import libcst.matchers as m
 from ddpify import torch_api
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement
-from ddpify.engine.index import Ref, Scope
+from ddpify.engine.index import Flow, Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, dotted
 from ddpify.engine.values import dict_keys
@@ -166,6 +166,7 @@ class _Finder:
     def __init__(self, program: Program) -> None:
         self.program = program
         self.index = program.index
+        self._loader_refs: set[Ref] = set()  # the places holding the loader being examined
 
     def _origin(self, call: cst.Call) -> Ref | None:
         index = self.index
@@ -194,6 +195,7 @@ class _Finder:
             training = bool(sites)
             epoch_loops: list[EpochLoop] = []
             restarts = tuple(self._restarts(refs)) if training else ()
+            self._loader_refs = self._holding_loader(origin) if origin is not None else set()
             if training:
                 found_training = True
                 for node, ref in sites:
@@ -369,7 +371,16 @@ class _Finder:
             loops = loops[1:]
         for loop in loops:
             if isinstance(loop, cst.For):
-                return EpochLoop(loop, self.index.spelled(ref, index.scope_of(loop)))
+                loader = self._loader_itself(ref, index.scope_of(loop))
+                if loader is None:
+                    self.program.report(
+                        loop,
+                        NO_EPOCH,
+                        "the DataLoader is not reachable by name in this epoch loop: call "
+                        "`loader.sampler.set_epoch(epoch)` at the start of each epoch yourself",
+                    )
+                    return None
+                return EpochLoop(loop, self.index.spelled(loader, index.scope_of(loop)))
             return None  # a `while` loop counts steps, not epochs
         scope = index.scope_of(site)
         if not isinstance(scope, cst.FunctionDef) or depth > 4:
@@ -381,6 +392,56 @@ class _Finder:
                 found = self._epoch_loop(call, caller_ref, depth + 1)
                 if found is not None:
                     return found
+        return None
+
+    def _holding_loader(self, origin: Ref) -> set[Ref]:
+        """The places that hold the DataLoader itself, not an iterator or progress bar over it."""
+        index = self.index
+        seen = {origin}
+        queue = [origin]
+        while queue:
+            current = queue.pop()
+            for flow in index.flows_from(current):
+                if flow.dst not in seen and self._passes_as_is(flow):
+                    seen.add(flow.dst)
+                    queue.append(flow.dst)
+        return seen
+
+    def _passes_as_is(self, flow: Flow) -> bool:
+        """Whether ``flow`` hands its value on as it is (``a = loader``), not wrapped (``it = iter(loader)``)."""
+        reads = self.index.mentions(flow.stmt, flow.src)
+        if not reads:  # returned by a function of the script: as it was returned
+            return True
+        for read in reads:
+            arg = self.index.parent(read)
+            call = self.index.parent(arg)
+            wrapped = (
+                isinstance(arg, cst.Arg)
+                and isinstance(call, cst.Call)
+                and call.args[0] is arg
+                and (m.matches(call.func, m.Name("iter")) or self.index.is_call_to(call, torch_api.PROGRESS_BARS))
+            )
+            if not wrapped:
+                return True
+        return False
+
+    def _loader_itself(self, ref: Ref, scope: Scope) -> Ref | None:
+        """The place, readable in ``scope``, holding the loader that ``ref`` holds or iterates over."""
+        index = self.index
+        seen = {ref}
+        queue = [ref]
+        while queue:
+            current = queue.pop(0)
+            if current in self._loader_refs and (
+                current.scope is scope
+                or isinstance(current.scope, cst.Module)
+                or (isinstance(current.scope, cst.ClassDef) and index.method_scope(scope) is not None)
+            ):
+                return current
+            for flow in index.flows_into(current):
+                if flow.src not in seen:
+                    seen.add(flow.src)
+                    queue.append(flow.src)
         return None
 
     def _ref_at_call(self, ref: Ref, call: cst.Call, caller: Scope) -> Ref | None:
