@@ -14,9 +14,15 @@ under DDP. The all-reduce of the other micro-steps is skipped by setting DDP's
         if (i + 1) % k == 0:                         if (i + 1) % k == 0:
             optimizer.step()                             optimizer.step()
 
+Only a condition that follows a counter of the micro-steps is accumulation: a
+modulo of the batch index or of a counter the body advances, or a counter that
+the step compares and resets. ``if other_optimizer is not None: ...step()`` is
+not: skipping the all-reduce there would stop gradient sync for a whole run.
+
 Limits: the step condition must be pure arithmetic on values known before the
-forward pass (it is evaluated earlier); otherwise the loop is left as it is
-and every micro-step all-reduces, which is slower but still correct.
+forward pass (it is evaluated earlier; a counter advanced after the forward
+pass is not); otherwise the loop is left as it is and every micro-step
+all-reduces, which is slower but still correct.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from ddpify.diagnostics import Code
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import walk
+from ddpify.engine.syntax import assigned, walk
 from ddpify.result import Options
 
 CODES: tuple[Code, ...] = ()
@@ -74,8 +80,7 @@ def _accumulations(index: Index, models: model.Facts) -> Iterator[Accumulation]:
             (
                 i
                 for i, st in enumerate(body)
-                if isinstance(st, cst.SimpleStatementLine)
-                and any(m.matches(n, m.Call(func=m.Attribute(attr=m.Name("backward")))) for n in index.walk(st))
+                if isinstance(st, cst.SimpleStatementLine) and any(_is_backward(n) for n in index.walk(st))
             ),
             None,
         )
@@ -91,7 +96,7 @@ def _accumulations(index: Index, models: model.Facts) -> Iterator[Accumulation]:
             ),
             None,
         )
-        if step_if is None or not _pure(step_if.test):
+        if step_if is None or not _pure(step_if.test) or not _accumulates(index, loop, step_if, optimizer_refs):
             continue
         scope = index.scope_of(loop)
         run = []
@@ -105,10 +110,95 @@ def _accumulations(index: Index, models: model.Facts) -> Iterator[Accumulation]:
                             if text not in run:
                                 run.append(text)
                             first = position if first is None else first
-        assigned = {n.value for st in body[: first or 0] for n in index.walk(st) if isinstance(n, cst.Name)}
-        tested = {n.value for n in index.walk(step_if.test) if isinstance(n, cst.Name)}
-        if run and first is not None and not (tested & assigned):
+        if not run or first is None:
+            continue
+        # The condition is evaluated before the forward pass: what it reads must not change in between.
+        rebound = {name for st in body[first : body.index(step_if)] for name in _bound(index, st)}
+        if not (_names(index, step_if.test) & rebound):
             yield Accumulation(body[first], step_if.test, tuple(run))
+
+
+def _accumulates(index: Index, loop: cst.For | cst.While, step_if: cst.If, optimizer_refs: set[Ref]) -> bool:
+    """Whether ``step_if`` skips the step on some micro-steps: its test follows a counter of the micro-steps.
+
+    The counter is the loop's own target or a name advanced by every pass of the body
+    (``step += 1``). The test depends on it through a modulo (``(i + 1) % k == 0``,
+    also combined with ``or i == len(loader) - 1``) or by comparing a counter that the
+    step resets (``if n == k: ...; n = 0``). A test on anything else
+    (``if encoder_optimizer is not None``) gates the step on every micro-step or none,
+    so it is not accumulation. Neither is a step whose block runs its own backward pass
+    (a generator trained every k-th step), nor a loop that also steps an optimizer outside
+    the block: those gradients must be all-reduced every micro-step.
+    """
+    if any(_is_backward(n) for n in index.walk(step_if.body)):
+        return False
+    if any(_is_step(index, n, optimizer_refs) and not index.inside(n, step_if) for n in index.walk(loop.body)):
+        return False
+    counters = _counters(index, loop)
+    for node in index.walk(step_if.test):
+        if (
+            isinstance(node, cst.BinaryOperation)
+            and isinstance(node.operator, cst.Modulo)
+            and _names(index, node.left) & counters
+        ):
+            return True
+    reset = {
+        name
+        for st in (step_if.body.body if isinstance(step_if.body, cst.IndentedBlock) else ())
+        if isinstance(st, cst.SimpleStatementLine)
+        for small in st.body
+        if isinstance(small, cst.Assign)
+        for target in small.targets
+        for name in _names(index, target.target)
+    }
+    return any(
+        isinstance(node, cst.Comparison) and _names(index, node) & counters & reset for node in index.walk(step_if.test)
+    )
+
+
+def _counters(index: Index, loop: cst.For | cst.While) -> set[str]:
+    """Names that advance on every pass of ``loop``: its target, and names incremented at the top of its body."""
+    counters = _names(index, loop.target) if isinstance(loop, cst.For) else set()
+    for st in loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ():
+        if not isinstance(st, cst.SimpleStatementLine):
+            continue
+        for small in st.body:
+            if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
+                counters |= _names(index, small.target)
+            elif (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+                and isinstance(small.value, cst.BinaryOperation)
+                and isinstance(small.value.operator, cst.Add)
+                and small.targets[0].target.value in _names(index, small.value)
+            ):
+                counters.add(small.targets[0].target.value)
+    return counters
+
+
+def _names(index: Index, node: cst.CSTNode) -> set[str]:
+    return {n.value for n in index.walk(node) if isinstance(n, cst.Name)}
+
+
+def _bound(index: Index, statement: cst.BaseStatement) -> Iterator[str]:
+    """Names (re)bound anywhere in ``statement``."""
+    for node in index.walk(statement):
+        targets: list[cst.BaseExpression] = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For)):
+            targets = [node.target]
+        elif isinstance(node, cst.AsName):
+            targets = [node.name]
+        for target in targets:
+            for single in assigned(target):
+                if isinstance(single, cst.Name):
+                    yield single.value
+
+
+def _is_backward(node: cst.CSTNode) -> bool:
+    return m.matches(node, m.Call(func=m.Attribute(attr=m.Name("backward"))))
 
 
 def _is_step(index: Index, node: cst.CSTNode, optimizer_refs: set[Ref]) -> bool:

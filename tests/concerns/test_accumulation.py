@@ -36,3 +36,72 @@ def test_a_step_every_batch_is_not_accumulation(read) -> None:
 def test_a_condition_that_calls_something_cannot_move_before_the_forward_pass(read) -> None:
     program = read(ACCUMULATING.replace("(i + 1) % 4 == 0", "should_step(i)"))
     assert accumulation.find(program, model.find(program)).accumulations == ()
+
+
+def _conditions(program) -> list[str]:
+    return [code(program, found.condition) for found in accumulation.find(program, model.find(program)).accumulations]
+
+
+def test_a_step_gated_by_something_other_than_the_micro_step_is_not_accumulation(read) -> None:
+    program = read(ACCUMULATING.replace("(i + 1) % 4 == 0", "not args.freeze"))
+    assert _conditions(program) == []
+
+
+def test_a_modulo_of_a_name_that_does_not_advance_per_micro_step_is_not_accumulation(read) -> None:
+    program = read(ACCUMULATING.replace("(i + 1) % 4 == 0", "epoch % 4 == 0"))
+    assert _conditions(program) == []
+
+
+def test_a_flush_of_the_last_partial_window_is_kept_in_the_condition(read) -> None:
+    program = read(ACCUMULATING.replace("(i + 1) % 4 == 0", "(i + 1) % 4 == 0 or i == len(loader) - 1"))
+    assert _conditions(program) == ["(i + 1) % 4 == 0 or i == len(loader) - 1"]
+
+
+def test_a_counter_advanced_by_the_body_and_reset_by_the_step_is_accumulation(read) -> None:
+    program = read("""
+        import torch
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        pending = 0
+        for x, y in loader:
+            pending += 1
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            if pending == 4:
+                optimizer.step()
+                pending = 0
+        """)
+    assert _conditions(program) == ["pending == 4"]
+
+
+def test_a_counter_advanced_after_the_forward_pass_is_not_evaluated_earlier(read) -> None:
+    program = read("""
+        import torch
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            step += 1
+            if step % 4 == 0:
+                optimizer.step()
+        """)
+    assert _conditions(program) == []
+
+
+def test_an_optimizer_stepped_every_micro_step_keeps_every_all_reduce(read) -> None:
+    program = read("""
+        import torch
+        generator, discriminator = Gen(), Disc()
+        opt_g = torch.optim.Adam(generator.parameters())
+        opt_d = torch.optim.Adam(discriminator.parameters())
+        for i, (real, _) in enumerate(loader):
+            loss_d = critic_loss(discriminator(real), discriminator(generator(z).detach()))
+            loss_d.backward()
+            opt_d.step()
+            if i % 5 == 0:
+                loss_g = -discriminator(generator(z)).mean()
+                loss_g.backward()
+                opt_g.step()
+        """)
+    assert _conditions(program) == []
