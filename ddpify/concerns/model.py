@@ -152,44 +152,145 @@ class _Finder:
                     yield call
                     break
 
-    def _trained_refs(self, optimizer: cst.Call) -> list[Ref]:
-        scope = self.index.scope_of(optimizer)
+    def _trained_refs(self, optimizer: cst.Call) -> tuple[list[Ref], cst.BaseExpression | None]:
+        """The models whose parameters the optimizer holds, and the first piece of its ``params`` not traced to one.
+
+        ``params`` is taken apart -- ``itertools.chain(a.parameters(), b.parameters())``, ``list(a...) +
+        list(b...)``, param-group dicts, ``filter(...)``, comprehensions, a list filled in a loop over
+        ``named_parameters()`` -- and every piece must come from some module's ``parameters()``: a bare
+        tensor or a parameter from elsewhere would train without DDP averaging its gradients.
+        """
         params_arg = argument(optimizer, "params", 0)
         if params_arg is None:
-            return []
-        params = params_arg.value
-        sources = [params]
-        ref = self.index.ref_of(params, scope)
-        if ref is not None:  # params = list(model.parameters()); optim.SGD(params)
-            sources += [flowless.value for flowless in self.index.assignments_to(ref)]
+            return [], optimizer
+        calls: list[cst.Call] = []
+        untraced = self._trace(params_arg.value, calls, set())
         refs: list[Ref] = []
-        for source in sources:
-            for node in self.index.walk(source):
+        for call in calls:
+            receiver = cast(cst.Attribute, call.func).value
+            found = self.index.root_ref(receiver, self.index.scope_of(call))
+            if found is None:
+                return refs, untraced or receiver
+            if found not in refs:
+                refs.append(found)
+        return refs, untraced
+
+    def _trace(self, expr: cst.BaseExpression, calls: list[cst.Call], seen: set[Ref]) -> cst.BaseExpression | None:
+        """Add the ``X.parameters()`` calls ``expr`` takes its parameters from; the piece that has none, if any."""
+        index = self.index
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            if isinstance(func, cst.Attribute) and func.attr.value in torch_api.PARAMETER_METHODS:
+                calls.append(expr)
+                return None
+            names = index.qualified_names(func)
+            values = [a.value for a in expr.args if a.keyword is None]
+            if names & {"itertools.chain"}:
+                pieces = values
+            elif names & {"itertools.chain.from_iterable"} or (
+                isinstance(func, cst.Name) and func.value in {"list", "tuple", "iter", "sorted", "set"}
+            ):
+                pieces = values[:1]
+            elif isinstance(func, cst.Name) and func.value == "filter" and len(values) == 2:
+                pieces = values[1:]
+            else:
+                return expr
+            for piece in pieces:
+                if (untraced := self._trace(piece, calls, seen)) is not None:
+                    return untraced
+            return None if pieces else expr
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+            return self._trace(expr.left, calls, seen) or self._trace(expr.right, calls, seen)
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            if not expr.elements:
+                return expr
+            for element in expr.elements:
+                if (untraced := self._trace(element.value, calls, seen)) is not None:
+                    return untraced
+            return None
+        if isinstance(expr, cst.Dict):  # a param group
+            for element in expr.elements:
                 if (
-                    isinstance(node, cst.Call)
-                    and isinstance(node.func, cst.Attribute)
-                    and node.func.attr.value in torch_api.PARAMETER_METHODS
+                    isinstance(element, cst.DictElement)
+                    and isinstance(element.key, cst.SimpleString)
+                    and element.key.evaluated_value == "params"
                 ):
-                    found = self.index.root_ref(node.func.value, self.index.scope_of(node))
-                    if found is not None and found not in refs:
-                        refs.append(found)
-        return refs
+                    return self._trace(element.value, calls, seen)
+            return expr
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+            comp: cst.CompFor | None = expr.for_in
+            while comp is not None:  # the innermost ``for``: ``p for m in models for p in m.parameters()``
+                if comp.inner_for_in is None:
+                    return self._trace(comp.iter, calls, seen)
+                comp = comp.inner_for_in
+            return expr
+        if isinstance(expr, cst.Name):
+            return self._trace_name(expr, calls, seen)
+        return expr
+
+    def _trace_name(self, name: cst.Name, calls: list[cst.Call], seen: set[Ref]) -> cst.BaseExpression | None:
+        """``params = [...]``, or ``params = []`` filled by ``params.append(p)`` in a loop over ``named_parameters()``."""
+        index = self.index
+        scope = index.scope_of(name)
+        ref = index.ref_of(name, scope)
+        if ref is None or ref.scope is not scope or ref in seen:
+            return name
+        seen.add(ref)
+        found = len(calls)
+        for assign in index.assignments_to(ref):
+            value = assign.value
+            if isinstance(value, (cst.List, cst.Tuple)) and not value.elements:
+                continue  # filled below
+            if self._trace(value, calls, seen) is not None:
+                return name
+        for read in index.mentions(scope, ref):
+            receiver: cst.CSTNode = read
+            while isinstance(index.parent(receiver), cst.IfExp):  # ``(decay if p.ndim > 1 else rest).append(p)``
+                receiver = cast(cst.CSTNode, index.parent(receiver))
+            attribute = index.parent(receiver)
+            if not (
+                isinstance(attribute, cst.Attribute)
+                and attribute.value is receiver
+                and attribute.attr.value in {"append", "extend"}
+            ):
+                continue
+            stmt = index.statement_of(read)
+            loops = [loop for loop in index.enclosing_loops(read) if isinstance(loop, cst.For)]
+            sources = [loop.iter for loop in loops] + [stmt]
+            traced = [
+                node
+                for source in sources
+                for node in index.walk(source)
+                if isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in torch_api.PARAMETER_METHODS
+            ]
+            if not traced:
+                return name
+            calls.extend(traced)
+        return None if len(calls) > found else name
 
     def models(self) -> Iterator[Model]:
-        seen: set[cst.CSTNode] = set()
+        # Several models may be wrapped after the same statement (an encoder and a decoder both
+        # prepared before one optimizer over both); the same model reached twice is wrapped once.
+        seen: set[tuple[cst.CSTNode, str]] = set()
         for optimizer in self.optimizers():
-            refs = self._trained_refs(optimizer)
-            if not refs:
+            refs, untraced = self._trained_refs(optimizer)
+            if untraced is not None:
+                code = self.index.module.code_for_node(untraced)
+                text = code if len(code) <= 60 and "\n" not in code else code.splitlines()[0][:57] + "..."
                 self.program.report(
-                    optimizer,
+                    untraced,
                     UNTRACEABLE_OPTIMIZER,
-                    "cannot tell which model this optimizer trains (expected `model.parameters()` in its arguments)",
+                    f"cannot tell which model `{text}` comes from: every parameter this optimizer trains must come "
+                    "from a model's `.parameters()` or `.named_parameters()` so that DistributedDataParallel "
+                    "averages its gradients",
                 )
                 continue
             for ref in refs:
                 model = self._model(ref, optimizer)
-                if model is not None and model.insert_after not in seen:
-                    seen.add(model.insert_after)
+                if model is not None and (model.insert_after, model.expression) not in seen:
+                    seen.add((model.insert_after, model.expression))
                     self._warn_training_outside_forward(model)
                     yield replace(model, lineage=frozenset(self.index.lineage(model.ref)))
 

@@ -107,3 +107,70 @@ def test_a_method_that_runs_submodules_in_the_training_step_is_reported(read) ->
     )
     model.find(program)
     assert codes(program) == ["DDP303"]
+
+
+def _optimizer_over(params: str) -> str:
+    return f"""
+        import itertools
+        import torch
+        import torch.nn as nn
+
+        enc = nn.Linear(4, 2).to("cpu")
+        dec = nn.Linear(2, 4).to("cpu")
+        head = nn.Linear(2, 1).to("cpu")
+        opt = torch.optim.Adam({params})
+        for x in loader:
+            opt.zero_grad()
+            head(dec(enc(x))).sum().backward()
+            opt.step()
+        """
+
+
+def test_every_model_whose_parameters_an_optimizer_holds_is_wrapped(read) -> None:
+    for params in (
+        "itertools.chain(enc.parameters(), dec.parameters(), head.parameters())",
+        "list(enc.parameters()) + list(dec.parameters()) + list(head.parameters())",
+        '[{"params": enc.parameters()}, {"params": [p for p in dec.parameters()], "lr": 1e-4}, '
+        '{"params": filter(lambda p: p.requires_grad, head.parameters())}]',
+    ):
+        program = read(_optimizer_over(params))
+        assert [found.expression for found in model.find(program).models] == ["enc", "dec", "head"], params
+        assert codes(program) == []
+
+
+def test_a_parameter_list_filled_in_a_loop_is_traced_to_its_model(read) -> None:
+    program = read(
+        """
+        import torch
+        import torch.nn as nn
+
+        net = nn.Linear(4, 1).to("cpu")
+        decay, rest = [], []
+        for name, p in net.named_parameters():
+            (rest if name.endswith("bias") else decay).append(p)
+        opt = torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0}])
+        for x in loader:
+            opt.zero_grad()
+            net(x).sum().backward()
+            opt.step()
+        """
+    )
+    assert [found.expression for found in model.find(program).models] == ["net"]
+    assert codes(program) == []
+
+
+def test_a_parameter_not_from_a_model_is_refused_by_name(read) -> None:
+    for params, piece in (
+        (
+            "list(enc.parameters()) + [scale]",
+            "scale",
+        ),
+        ("[{'params': enc.parameters()}, {'params': [scale]}]", "scale"),
+        ("nn.Linear(2, 2).parameters()", ""),
+    ):
+        program = read(
+            _optimizer_over(params).replace("opt = ", "scale = torch.ones(1, requires_grad=True)\n        opt = ")
+        )
+        model.find(program)
+        assert codes(program) == ["DDP301"], params
+        assert piece in program.findings[0][2]
