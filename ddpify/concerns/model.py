@@ -209,13 +209,13 @@ class _Finder:
                     return untraced
             return None
         if isinstance(expr, cst.Dict):  # a param group
-            for element in expr.elements:
+            for entry in expr.elements:
                 if (
-                    isinstance(element, cst.DictElement)
-                    and isinstance(element.key, cst.SimpleString)
-                    and element.key.evaluated_value == "params"
+                    isinstance(entry, cst.DictElement)
+                    and isinstance(entry.key, cst.SimpleString)
+                    and entry.key.evaluated_value == "params"
                 ):
-                    return self._trace(element.value, calls, seen)
+                    return self._trace(entry.value, calls, seen)
             return expr
         if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
             comp: cst.CompFor | None = expr.for_in
