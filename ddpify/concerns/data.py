@@ -42,7 +42,7 @@ from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement
 from ddpify.engine.index import Flow, Ref, Scope
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import argument, dotted
+from ddpify.engine.syntax import argument, assigned, dotted
 from ddpify.engine.values import dict_keys
 from ddpify.result import Options
 
@@ -191,7 +191,9 @@ class _Finder:
                 continue
             origin = self._origin(call)
             refs = index.downstream(origin) if origin is not None else set()
-            sites = [site for site in self._iterations(refs) if self._site_trains(site[0])]
+            sites = [
+                site for site in self._iterations(refs) if self._site_trains(site[0]) and self._batches_train(site[0])
+            ]
             training = bool(sites)
             epoch_loops: list[EpochLoop] = []
             restarts = tuple(self._restarts(refs)) if training else ()
@@ -363,6 +365,85 @@ class _Finder:
         if isinstance(node, cst.For):
             return self.index.trains(node.body)
         return any(self.index.trains(loop.body) for loop in self.index.enclosing_loops(node))
+
+    def _batches_train(self, site: cst.CSTNode) -> bool:
+        """Whether the batches drawn at ``site`` flow into a backward pass.
+
+        A loader drawn inside a loop that trains may still be evaluation data (``vx, vy =
+        next(iter(val_loader))`` every few steps). The batch is followed through the
+        function's assignments, with-items, loops and mutating calls (``losses.append(loss)``),
+        and counts as training data when something derived from it reaches ``.backward()``
+        or is handed to a function of the script that trains.
+        """
+        index = self.index
+        scope = index.scope_of(site)
+        nodes = [n for n in index.walk(scope) if index.scope_of(n) is scope and n is not scope]
+        tainted: set[str] = set()
+
+        def reads(expr: cst.CSTNode | None) -> bool:
+            if expr is None:
+                return False
+            for node in index.walk(expr):
+                if node is site:
+                    return True
+                if isinstance(node, cst.Name) and node.value in tainted:
+                    parent = index.parent(node)
+                    if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not (
+                        isinstance(parent, cst.Arg) and parent.keyword is node
+                    ):
+                        return True
+            return False
+
+        def taint(target: cst.BaseExpression) -> bool:
+            grew = False
+            for single in assigned(target):
+                while isinstance(single, (cst.Attribute, cst.Subscript)):
+                    single = single.value
+                if isinstance(single, cst.StarredElement):
+                    single = single.value
+                if isinstance(single, cst.Name) and single.value not in tainted:
+                    tainted.add(single.value)
+                    grew = True
+            return grew
+
+        if isinstance(site, cst.For):
+            taint(site.target)
+        grew = True
+        while grew:
+            grew = False
+            for node in nodes:
+                if isinstance(node, cst.Assign) and reads(node.value):
+                    for target in node.targets:
+                        grew |= taint(target.target)
+                elif (isinstance(node, (cst.AugAssign, cst.AnnAssign)) and reads(node.value)) or (
+                    isinstance(node, cst.For) and node is not site and reads(node.iter)
+                ):
+                    grew |= taint(node.target)
+                elif isinstance(node, cst.WithItem) and node.asname is not None and reads(node.item):
+                    grew |= taint(node.asname.name)
+                elif (
+                    isinstance(node, cst.Call)
+                    and isinstance(index.parent(node), cst.Expr)
+                    and isinstance(node.func, cst.Attribute)
+                    and not index.qualified_names(node.func)
+                    and any(reads(arg.value) for arg in node.args)
+                ):
+                    grew |= taint(node.func.value)  # ``losses.append(loss)``: ``losses`` now holds it
+        for node in nodes:
+            if not isinstance(node, cst.Call):
+                continue
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
+                if reads(node.func.value) or any(reads(arg.value) for arg in node.args):
+                    return True
+                continue
+            callee = index.resolve_callee(node, scope)
+            if (
+                callee is not None
+                and index.trains(callee[0].body)
+                and (reads(node.func) or any(reads(arg.value) for arg in node.args))
+            ):
+                return True
+        return False
 
     def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0) -> EpochLoop | None:
         index = self.index

@@ -87,3 +87,61 @@ def test_batches_that_come_from_no_loader_are_refused(read) -> None:
     )
     assert data.find(program).loaders == ()
     assert codes(program) == ["DDP201"]
+
+
+def test_a_loader_drawn_in_a_training_loop_whose_batches_never_reach_backward_is_evaluation_data(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader
+        train_loader = DataLoader(train_set, batch_size=16, shuffle=True)
+        val_loader = DataLoader(val_set, batch_size=64)
+        for epoch in range(3):
+            for x, y in train_loader:
+                loss = loss_fn(model(x), y)
+                losses.append(loss)
+                opt.zero_grad()
+                loss.backward()
+                with torch.no_grad():
+                    vx, vy = next(iter(val_loader))
+                    val_loss = loss_fn(model(vx), vy).item()
+                writer.add_scalar("val", val_loss)
+        """
+    )
+    train_loader, val_loader = data.find(program).loaders
+    assert train_loader.training and not val_loader.training
+    assert codes(program) == []
+
+
+def test_a_batch_handed_to_a_training_function_is_training_data(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader
+
+        def step(batch):
+            model(batch).sum().backward()
+
+        loader = DataLoader(ds, batch_size=16)
+        it = iter(loader)
+        for i in range(100):
+            batch = next(it)
+            step(batch)
+        """
+    )
+    (loader,) = data.find(program).loaders
+    assert loader.training
+
+
+def test_set_epoch_goes_on_the_loader_a_progress_bar_wraps(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader
+        from tqdm import tqdm
+        loader = DataLoader(ds, batch_size=16, shuffle=True)
+        for epoch in range(3):
+            pbar = tqdm(loader)
+            for x in pbar:
+                model(x).sum().backward()
+        """
+    )
+    (loader,) = data.find(program).loaders
+    assert [loop.loader for loop in loader.epoch_loops] == ["loader"]
