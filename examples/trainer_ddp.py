@@ -140,10 +140,10 @@ if __name__ == "__main__":
     parser.add_argument("--batch_size", default=64, type=int, help="Input batch size (default: 64)")
     args = parser.parse_args()
 
-    torch.manual_seed(0)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     setup_distributed()
     try:
+        torch.manual_seed(0)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         main(device, args.total_epochs, args.save_every, args.batch_size)
     finally:
         dist.destroy_process_group()

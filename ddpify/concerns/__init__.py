@@ -57,7 +57,7 @@ CONCERNS: tuple[ModuleType, ...] = (
 NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     process_group: (model, data),
     accumulation: (model,),
-    side_effects: (model,),
+    side_effects: (model, process_group),
     loop_control: (model,),
 }
 

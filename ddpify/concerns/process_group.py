@@ -34,6 +34,7 @@ the process group must exist before that code runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -43,7 +44,7 @@ from ddpify import torch_api
 from ddpify.concerns import data, model
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, statement
-from ddpify.engine.index import Index
+from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
 from ddpify.result import Options
 
@@ -60,16 +61,89 @@ CODES = (LATE_IMPORTS,)
 @dataclass(frozen=True)
 class Facts:
     setup_at_module_level: bool  # training objects are built outside the main guard's call tree
+    # where the setup call goes: before this statement of the module (module level) or of the main guard's body
+    setup_before: cst.BaseStatement
+    # code that runs before the setup, when no process group exists yet: module-level statements and the
+    # functions they call (the rank cannot be asked there)
+    before_setup: frozenset[cst.CSTNode]
+
+    def runs_before_setup(self, index: Index, node: cst.CSTNode) -> bool:
+        """Whether ``node`` runs before the process group exists, on some path."""
+        return node in self.before_setup or any(a in self.before_setup for a in index.ancestors(node))
 
 
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
-    """Whether training objects are built by module-level code (outside every function)."""
+    """Where the process group is set up, and which code runs before it.
+
+    The setup goes right after the imports when training objects are built by
+    module-level code (outside every function), else at the top of the main
+    guard, after nothing but argument parsing.
+    """
     index = program.index
+    module = index.module
     guard = index.main_guard
-    if guard is None:
-        return Facts(setup_at_module_level=True)
     nodes = [trained.insert_after for trained in models.models] + [loader.call for loader in loaders.loaders]
-    return Facts(any(index.scope_of(node) is index.module and not index.inside(node, guard) for node in nodes))
+    at_module_level = guard is None or any(
+        index.scope_of(node) is module and not index.inside(node, guard) for node in nodes
+    )
+    early: list[cst.BaseStatement]
+    anchor: cst.BaseStatement
+    if at_module_level or guard is None:
+        anchor = _first_statement_after_imports(module)
+        early = list(module.body[: module.body.index(anchor)])
+    elif isinstance(guard.body, cst.SimpleStatementSuite):  # if __name__ == "__main__": main()
+        anchor = guard
+        early = [s for s in module.body if s is not guard]
+    else:
+        body: list[cst.BaseStatement] = [statement(s) for s in guard.body.body]
+        anchor = body[_argument_parsing(index, body)]
+        early = [s for s in module.body if s is not guard] + body[: body.index(anchor)]
+    early = [s for s in early if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+    return Facts(at_module_level, anchor, frozenset(early) | _called_from(index, early))
+
+
+def _argument_parsing(index: Index, body: Sequence[cst.BaseStatement]) -> int:
+    """How many statements at the start of ``body`` only parse the command line (``argparse``).
+
+    They may stay before the setup, so that ``--help`` needs no process group;
+    anything else -- even a seed -- comes after it, since any call may reach a
+    distributed API (a sampler, a rank test) once the script is converted.
+    """
+    parsers: set[Ref] = set()
+    for position, stmt in enumerate(body[:-1]):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return position
+        for node in index.walk(stmt):
+            if not isinstance(node, cst.Call):
+                continue
+            names = index.qualified_names(node.func)
+            receiver = node.func.value if isinstance(node.func, cst.Attribute) else None
+            if any(n.startswith("argparse.") for n in names):
+                continue
+            if receiver is not None and index.root_ref(receiver, index.scope_of(node)) in parsers:
+                continue
+            return position
+        for small in stmt.body:
+            if isinstance(small, cst.Assign):
+                for target in small.targets:
+                    ref = index.ref_of(target.target, index.scope_of(small))
+                    if ref is not None:
+                        parsers.add(ref)
+    return len(body) - 1
+
+
+def _called_from(index: Index, roots: Sequence[cst.CSTNode]) -> frozenset[cst.CSTNode]:
+    """The script's own functions that ``roots`` run, directly or through each other."""
+    seen: set[cst.CSTNode] = set()
+    stack = list(roots)
+    while stack:
+        for node in index.walk(stack.pop()):
+            if isinstance(node, cst.Call):
+                callee = index.resolve_callee(node, index.scope_of(node))
+                if callee is not None and callee[0] not in seen:
+                    seen.add(callee[0])
+                    stack.append(callee[0].body)
+    return frozenset(seen)
 
 
 def distributed_use(index: Index) -> str | None:
@@ -164,7 +238,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             plan.need_import("atexit", asname=None if names.atexit == "atexit" else names.atexit)
         plan.change(anchor, "join the process group here; destroy it at exit on every rank")
     else:
-        start = _first_training_statement(index, guard)
+        start = 0 if facts.setup_before is guard else list(guard.body.body).index(facts.setup_before)
         plan.replace(guard, lambda node: _with_process_group(cast(cst.If, node), start, names.setup, names.dist))
         plan.change(guard, "join the process group before training; destroy it in `finally` on every rank")
     plan.change(anchor, f"add `{names.setup}()`: device from LOCAL_RANK, NCCL on CUDA / Gloo on CPU")
@@ -200,16 +274,6 @@ def _two_blank_lines_before(plan: EditPlan, anchor: cst.BaseStatement) -> None:
     if blanks < 2:
         missing = [cst.EmptyLine()] * (2 - blanks)
         plan.replace(anchor, lambda n: statement(n).with_changes(leading_lines=[*missing, *statement(n).leading_lines]))
-
-
-def _first_training_statement(index: Index, guard: cst.If) -> int:
-    """Where the main guard starts running the script's own code; argument parsing before it stays as it is."""
-    body = guard.body.body
-    for position, stmt in enumerate(body):
-        for node in index.walk(stmt):
-            if isinstance(node, cst.Call) and index.resolve_callee(node, index.module) is not None:
-                return position
-    return 0
 
 
 def _with_process_group(guard: cst.If, start: int, setup: str, dist: str) -> cst.If:

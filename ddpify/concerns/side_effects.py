@@ -38,7 +38,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify import torch_api
-from ddpify.concerns import model
+from ddpify.concerns import model, process_group
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, fresh, statement, with_comma
 from ddpify.engine.index import Ref
@@ -46,6 +46,13 @@ from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument
 from ddpify.result import Options
 
+TRACKER_BEFORE_SETUP = Code(
+    "DDP502",
+    Severity.ERROR,
+    "side_effects",
+    "an experiment tracker is created before the process group exists (at import time): every rank would log",
+    "create it inside the function that trains (after the process group is set up)",
+)
 OUTPUT_RUNS_WORK = Code(
     "DDP501",
     Severity.WARNING,
@@ -53,7 +60,7 @@ OUTPUT_RUNS_WORK = Code(
     "an output statement that also runs the model or the script's own functions stays on every rank",
     "compute the value into a variable first, then output it",
 )
-CODES = (OUTPUT_RUNS_WORK,)
+CODES = (OUTPUT_RUNS_WORK, TRACKER_BEFORE_SETUP)
 
 
 @dataclass(frozen=True)
@@ -67,14 +74,32 @@ class Facts:
     makedirs: tuple[cst.Call, ...]  # os.makedirs(...) / os.mkdir(...) without ``exist_ok=``
 
 
-def find(program: Program, models: model.Facts) -> Facts:
+def find(program: Program, models: model.Facts, group: process_group.Facts) -> Facts:
+    """Output to put on rank 0. Output that runs before the process group exists (at import time, or
+    in a function called then) cannot ask for the rank: it stays on every rank, once per process."""
     finder = _Finder(program)
     index = program.index
+
+    def late(node: cst.CSTNode) -> bool:
+        return not group.runs_before_setup(index, node)
+
     trackers = tuple(finder.trackers())
+    for call in trackers:
+        if not late(call):
+            program.report(
+                call,
+                TRACKER_BEFORE_SETUP,
+                f"`{index.module.code_for_node(call.func)}` is created before the process group exists, so every "
+                "rank would create it: create it inside the function that trains",
+            )
+    trackers = tuple(filter(late, trackers))
     hoisted: list[cst.Call] = []
-    outputs = tuple(finder.outputs(models.refs, trackers, hoisted))
+    outputs = tuple((stmt, kind) for stmt, kind in finder.outputs(models.refs, trackers, hoisted) if late(stmt))
+    hoisted = [call for call in hoisted if late(call)]
     progress_bars = tuple(
-        c for c in index.calls if index.is_call_to(c, torch_api.PROGRESS_BARS) and argument(c, "disable") is None
+        c
+        for c in index.calls
+        if index.is_call_to(c, torch_api.PROGRESS_BARS) and argument(c, "disable") is None and late(c)
     )
     makedirs = tuple(
         c

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import code, codes
 
-from ddpify.concerns import model, side_effects
+from ddpify.concerns import data, model, process_group, side_effects
 
 SCRIPT = """
 import logging
@@ -34,7 +34,8 @@ def main():
 
 def facts_of(read, source):
     program = read(source)
-    return program, side_effects.find(program, model.find(program))
+    models = model.find(program)
+    return program, side_effects.find(program, models, process_group.find(program, models, data.find(program)))
 
 
 def test_output_statements_are_found_by_what_they_call(read) -> None:
@@ -65,9 +66,51 @@ def test_output_whose_work_cannot_be_hoisted_stays_and_is_reported(read) -> None
     program, facts = facts_of(read, SCRIPT.replace('print(f"accuracy {evaluate(model)}")', comprehension))
     assert facts.hoisted == ()
     assert comprehension not in {code(program, stmt) for stmt, _ in facts.outputs}
-    assert codes(program) == ["DDP501"]
+    assert [c for c in codes(program) if c.startswith("DDP5")] == ["DDP501"]
 
 
 def test_a_disabled_progress_bar_is_left_alone(read) -> None:
     _, facts = facts_of(read, SCRIPT.replace("tqdm(loader)", "tqdm(loader, disable=quiet)"))
     assert facts.progress_bars == ()
+
+
+def test_output_before_the_process_group_exists_stays_on_every_rank(read) -> None:
+    source = """
+    try:
+        import wandb
+    except ImportError:
+        print("wandb is missing")
+
+    def announce():
+        print("starting")
+
+    announce()
+
+    def main():
+        announce()
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in loader:
+            model(x).sum().backward()
+        print("done")
+
+    if __name__ == "__main__":
+        main()
+    """
+    program, facts = facts_of(read, source)
+    assert [code(program, stmt) for stmt, _ in facts.outputs] == ['print("done")']
+
+
+def test_a_tracker_created_at_import_time_is_refused(read) -> None:
+    source = (
+        SCRIPT.replace('    writer = SummaryWriter("runs")\n', "")
+        + """
+writer = SummaryWriter("runs")
+
+if __name__ == "__main__":
+    main()
+"""
+    )
+    program, facts = facts_of(read, source)
+    assert facts.trackers == ()
+    assert [c for c in codes(program) if c.startswith("DDP5")] == ["DDP502"]
