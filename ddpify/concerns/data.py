@@ -151,15 +151,40 @@ class Loader:
 
 
 @dataclass(frozen=True)
+class Split:
+    """``random_split(ds, lengths)`` drawn from an unseeded global RNG: each rank would split differently."""
+
+    call: cst.Call
+    seed: str  # the seed its own generator gets: the script's seed, or 0
+
+
+@dataclass(frozen=True)
 class Facts:
     loaders: tuple[Loader, ...]
+    splits: tuple[Split, ...] = ()
+
+
+RANDOM_SPLIT = frozenset({"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"})
+# Calls that seed torch's global RNG identically on every rank (given the same argument).
+GLOBAL_SEEDS = frozenset(
+    {
+        "torch.manual_seed",
+        "torch.random.manual_seed",
+        "lightning.seed_everything",
+        "lightning.pytorch.seed_everything",
+        "pytorch_lightning.seed_everything",
+        "lightning.fabric.utilities.seed.seed_everything",
+        "transformers.set_seed",
+        "accelerate.utils.set_seed",
+    }
+)
 
 
 def find(program: Program) -> Facts:
     finder = _Finder(program)
     loaders = tuple(finder.loaders())
     finder.warn_downloads()
-    return Facts(loaders)
+    return Facts(loaders, tuple(finder.unseeded_splits()))
 
 
 class _Finder:
@@ -536,6 +561,82 @@ class _Finder:
         stmt = index.statement_of(call)
         return next((flow.src for flow in index.flows_into(ref) if flow.stmt is stmt), None)
 
+    def unseeded_splits(self) -> Iterator[Split]:
+        """``random_split`` without ``generator=`` and with no global seed set before it."""
+        index = self.index
+        for call in index.calls:
+            if not index.is_call_to(call, RANDOM_SPLIT) or argument(call, "generator", 2) is not None:
+                continue
+            if any(arg.star for arg in call.args) or self._seeded_before(call, 0):
+                continue
+            yield Split(call, self._script_seed(call))
+
+    def _seeds(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Whether running the call ``node`` seeds the global RNG (through the script's own functions too)."""
+        index = self.index
+        if not isinstance(node, cst.Call):
+            return False
+        if index.is_call_to(node, GLOBAL_SEEDS):
+            return True
+        callee = index.resolve_callee(node, index.scope_of(node))
+        if callee is None or depth > 3:
+            return False
+        body = callee[0].body
+        return any(
+            self._seeds(inner, depth + 1)
+            for inner in index.walk(body)
+            if isinstance(inner, cst.Call) and self._runs_whenever(inner, body)
+        )
+
+    def _runs_whenever(self, node: cst.CSTNode, block: cst.CSTNode) -> bool:
+        """Whether ``node`` runs each time ``block`` does (no condition, loop or handler in between)."""
+        for ancestor in self.index.ancestors(node):
+            if ancestor is block:
+                return True
+            if isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return False
+        return False
+
+    def _seeded_before(self, node: cst.CSTNode, depth: int) -> bool:
+        """Whether a global seed has always been set when ``node`` runs."""
+        index = self.index
+        scope = index.scope_of(node)
+        for call in index.calls:
+            if (
+                index.scope_of(call) is scope
+                and index.after(node, call)
+                and self._seeds(call)
+                and not any(
+                    isinstance(a, (cst.If, cst.For, cst.While, cst.Try)) and not index.inside(node, a)
+                    for a in index.ancestors(call)
+                    if index.inside(a, scope) or scope is index.module
+                )
+            ):
+                return True
+        if not isinstance(scope, cst.FunctionDef) or depth > 4:
+            return False
+        callers = index.callers(scope)
+        return bool(callers) and all(self._seeded_before(caller, depth + 1) for caller in callers)
+
+    def _script_seed(self, split: cst.Call) -> str:
+        """The seed the script gives torch later on, when it is a number or a module-level constant; else 0."""
+        index = self.index
+        for call in index.calls:
+            if index.is_call_to(call, GLOBAL_SEEDS) and index.after(call, split) and call.args:
+                value = call.args[0].value
+                if isinstance(value, cst.Integer):
+                    return value.value
+                if isinstance(value, cst.Name):
+                    constant = Ref(index.module, value.value)
+                    assigned_before = [a for a in index.assignments_to(constant) if index.after(split, a)]
+                    if (
+                        index.ref_of(value, index.scope_of(split)) == constant
+                        and assigned_before
+                        and all(isinstance(a.value, cst.Integer) for a in index.assignments_to(constant))
+                    ):
+                        return value.value
+        return "0"
+
     def warn_downloads(self) -> None:
         for call in self.index.calls:
             download = argument(call, "download")
@@ -559,6 +660,8 @@ def {helper}(batch_size):
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
+    for split in facts.splits:
+        _seed_split(plan, split)
     taken: set[str] = set()
     helper = None
     for loader in facts.loaders:
@@ -634,6 +737,23 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         "torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler
     )
     return shuffles
+
+
+def _seed_split(plan: EditPlan, split: Split) -> None:
+    """Give ``random_split`` its own seeded generator, so that every rank splits the same way."""
+    generator = cst.Arg(
+        value=cst.parse_expression(f"torch.Generator().manual_seed({split.seed})"),
+        keyword=cst.Name("generator"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    plan.replace(split.call, lambda n: insert_arg(cast(cst.Call, n), generator, len(cast(cst.Call, n).args)))
+    if "torch" not in plan.index.bound[plan.index.module]:
+        plan.need_import("torch")
+    plan.change(
+        split.call,
+        f"random_split gets a generator seeded with {split.seed}: the global RNG is not seeded before it, "
+        "so each rank would split differently",
+    )
 
 
 def _hoist(plan: EditPlan, stmt: cst.BaseStatement, code: str) -> None:

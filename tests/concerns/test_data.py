@@ -145,3 +145,49 @@ def test_set_epoch_goes_on_the_loader_a_progress_bar_wraps(read) -> None:
     )
     (loader,) = data.find(program).loaders
     assert [loop.loader for loop in loader.epoch_loops] == ["loader"]
+
+
+def test_a_split_before_any_global_seed_gets_the_seed_the_script_sets_later(read) -> None:
+    program = read(
+        """
+        import torch
+        from torch.utils.data import random_split
+        SEED = 3
+        train_set, val_set = random_split(ds, [80, 20])
+        torch.manual_seed(SEED)
+        """
+    )
+    (split,) = data.find(program).splits
+    assert split.seed == "SEED"
+
+
+def test_a_split_after_a_seed_that_may_not_run_is_seeded_itself(read) -> None:
+    program = read(
+        """
+        import torch
+        from torch.utils.data import random_split
+        if args.seed is not None:
+            torch.manual_seed(args.seed)
+        train_set, val_set = random_split(ds, [80, 20])
+        a, b = random_split(ds, [80, 20], torch.Generator().manual_seed(1))
+        """
+    )
+    (split,) = data.find(program).splits
+    assert split.seed == "0"
+
+
+def test_a_split_after_a_global_seed_is_left_alone(read) -> None:
+    program = read(
+        """
+        import torch
+        from torch.utils.data import random_split
+        torch.manual_seed(0)
+
+        def main():
+            train_set, val_set = random_split(ds, [80, 20])
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert data.find(program).splits == ()
