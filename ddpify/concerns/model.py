@@ -79,7 +79,21 @@ MOVES_IN_TRAINING = Code(
     "the model moves between devices inside the training loop",
     "keep the model on its device; save `model.module.state_dict()` without moving it",
 )
-CODES = (UNTRACEABLE_OPTIMIZER, MODEL_NOT_PLACED, OUTSIDE_FORWARD, NO_OPTIMIZER, MOVES_IN_TRAINING)
+UNFROZEN_AFTER_WRAP = Code(
+    "DDP306",
+    Severity.ERROR,
+    "model",
+    "parameters of a model become trainable after it is wrapped, where the wrap cannot be renewed",
+    "unfreeze in the function that wraps the model, or wrap it again after unfreezing: `model = DDP(model.module)`",
+)
+CODES = (
+    UNTRACEABLE_OPTIMIZER,
+    MODEL_NOT_PLACED,
+    OUTSIDE_FORWARD,
+    NO_OPTIMIZER,
+    MOVES_IN_TRAINING,
+    UNFROZEN_AFTER_WRAP,
+)
 
 
 # (statement, the place it assigns, whether it is ``.cuda()``): a move of the model to its device
@@ -102,6 +116,7 @@ class Model:
     data_parallel_if: cst.If | None = None  # ``if torch.cuda.device_count() > 1:`` around it, inlined
     data_parallel_removed: cst.SimpleStatementLine | None = None  # a conditional DataParallel wrap, dropped
     lineage: frozenset[Ref] = frozenset()  # every place the model's value passes through
+    rewraps: tuple[cst.BaseStatement, ...] = ()  # parameters are unfrozen here: wrap again after it
 
 
 @dataclass(frozen=True)
@@ -168,12 +183,32 @@ class _Finder:
         refs: list[Ref] = []
         for call in calls:
             receiver = cast(cst.Attribute, call.func).value
-            found = self.index.root_ref(receiver, self.index.scope_of(call))
+            found = self._module_ref(receiver)
             if found is None:
                 return refs, untraced or receiver
             if found not in refs:
                 refs.append(found)
         return refs, untraced
+
+    def _module_ref(self, receiver: cst.BaseExpression) -> Ref | None:
+        """The outermost model ``receiver`` is part of: ``model`` for ``model.head`` or ``model[0]``.
+
+        A submodule taken from a list or dict of models (``nets[0]``) is not a part of one model: None.
+        """
+        index = self.index
+        scope = index.scope_of(receiver)
+        node, subscripted = receiver, False
+        while (ref := index.ref_of(node, scope)) is None:
+            if isinstance(node, cst.Attribute):
+                node = node.value
+            elif isinstance(node, cst.Subscript):
+                node, subscripted = node.value, True
+            else:
+                return None
+        containers = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)
+        if subscripted and any(isinstance(a.value, containers) for a in index.assignments_to(ref)):
+            return None
+        return ref
 
     def _trace(self, expr: cst.BaseExpression, calls: list[cst.Call], seen: set[Ref]) -> cst.BaseExpression | None:
         """Add the ``X.parameters()`` calls ``expr`` takes its parameters from; the piece that has none, if any."""
@@ -350,7 +385,53 @@ class _Finder:
             expression = f"{index.self_name(index.scope_of(stmt))}{expression[4:]}"
         unwrap = tuple(self._wrapper_reads(target, insert_after))
         self._warn_moves_in_training(target, insert_after)
-        return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer)
+        rewraps = self._unfrozen_after(target, insert_after)
+        return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps)
+
+    def _unfrozen_after(self, target: Ref, wrap: cst.BaseStatement) -> tuple[cst.BaseStatement, ...]:
+        """Where parameters of the model become trainable after the wrap.
+
+        DDP averages only the parameters that required grad when it was built, so unfreezing
+        after the wrap (``for p in model.backbone.parameters(): p.requires_grad = True``,
+        ``model.backbone.requires_grad_(True)``) needs a new wrap right after it -- possible
+        where the model's name is the one the wrap assigned, in the same function.
+        """
+        index = self.index
+        wrap_scope = index.scope_of(wrap)
+        found: list[cst.BaseStatement] = []
+        for read in self._reads_after_wrap(target, wrap):
+            statement = self._unfreezes(read)
+            if statement is None or statement in found:
+                continue
+            if index.scope_of(statement) is not wrap_scope or index.ref_of(read, wrap_scope) != target:
+                self.program.report(
+                    statement,
+                    UNFROZEN_AFTER_WRAP,
+                    f"parameters of `{index.module.code_for_node(read)}` become trainable here, after the model is "
+                    "wrapped in DistributedDataParallel, which averages only the parameters that required grad when "
+                    "it was built: unfreeze in the function that wraps the model, or wrap it again after unfreezing",
+                )
+                continue
+            found.append(statement)
+        return tuple(found)
+
+    def _unfreezes(self, read: cst.BaseExpression) -> cst.BaseStatement | None:
+        """The statement that makes parameters reached from ``read`` trainable, if it does."""
+        index = self.index
+        for loop in index.enclosing_loops(read):
+            # for p in model.backbone.parameters(): p.requires_grad = True
+            if isinstance(loop, cst.For) and index.inside(read, loop.iter):
+                names = frozenset(n.value for n in index.walk(loop.target) if isinstance(n, cst.Name))
+                if any(_makes_trainable(node, names) for node in index.walk(loop.body)):
+                    return loop
+                return None
+        statement = index.statement_of(read)
+        node: cst.CSTNode = read
+        while isinstance(parent := index.parent(node), (cst.Attribute, cst.Call)):
+            if _makes_trainable(parent, None):  # model.backbone.requires_grad_(True)
+                return statement
+            node = parent
+        return None
 
     def _warn_moves_in_training(self, target: Ref, wrap: cst.BaseStatement) -> None:
         """``model.cpu()`` ... ``model.to(device)`` inside the training loop moves a wrapped model."""
@@ -539,6 +620,10 @@ class _Finder:
 
     def _wrapper_reads(self, target: Ref, wrap: cst.BaseStatement) -> Iterator[cst.BaseExpression]:
         """Reads of the model after it is wrapped that the wrapper does not answer for the module."""
+        return (read for read in self._reads_after_wrap(target, wrap) if self._needs_module(read))
+
+    def _reads_after_wrap(self, target: Ref, wrap: cst.BaseStatement) -> Iterator[cst.BaseExpression]:
+        """Every read of the wrapped model: of its own name after the wrap, and wherever it flows from there."""
         index = self.index
         wrap_scope = index.scope_of(wrap)
 
@@ -560,8 +645,7 @@ class _Finder:
                 for read in index.mentions(scope, ref):
                     if ref is target and not after_wrap(read):
                         continue
-                    if self._needs_module(read):
-                        yield read
+                    yield read
 
     def _needs_module(self, read: cst.BaseExpression) -> bool:
         parent = self.index.parent(read)
@@ -573,6 +657,31 @@ class _Finder:
             call = self.index.parent(parent)
             return isinstance(call, cst.Call) and self.index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
         return False
+
+
+def _makes_trainable(node: cst.CSTNode, names: frozenset[str] | None) -> bool:
+    """``<name>.requires_grad = True`` or ``<name>.requires_grad_()`` / ``.requires_grad_(True)``.
+
+    ``names`` None: any receiver.
+    """
+
+    def receiver_is(value: cst.BaseExpression) -> bool:
+        return names is None or (isinstance(value, cst.Name) and value.value in names)
+
+    if isinstance(node, cst.Assign):
+        return m.matches(node.value, m.Name("True")) and any(
+            isinstance(t.target, cst.Attribute)
+            and t.target.attr.value == "requires_grad"
+            and receiver_is(t.target.value)
+            for t in node.targets
+        )
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "requires_grad_"
+        and receiver_is(node.func.value)
+        and m.matches(node, m.Call(args=[]) | m.Call(args=[m.Arg(m.Name("True"))]))
+    )
 
 
 def _value(stmt: cst.SimpleStatementLine) -> cst.BaseExpression:
@@ -626,6 +735,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{device_ids})\n")
             plan.insert_after(model.insert_after, wrap)
             plan.change(model.insert_after, f"wrap `{model.expression}` in DistributedDataParallel")
+        for unfrozen in model.rewraps:
+            rewrap = cst.parse_statement(
+                f"{model.expression} = {ddp}({model.expression}.module{device_ids})"
+                "  # DDP averages only the parameters that required grad when it was built\n"
+            )
+            plan.insert_after(unfrozen, rewrap)
+            plan.change(unfrozen, f"wrap `{model.expression}` again: parameters became trainable after the wrap")
         for read in model.unwrap:
             plan.replace(read, lambda n: cst.Attribute(value=cast(cst.BaseExpression, n), attr=cst.Name("module")))
             parent = plan.index.parent(read)
