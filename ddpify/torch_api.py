@@ -125,9 +125,12 @@ OUTPUT_FUNCTIONS = frozenset(
         "numpy.save",
         "numpy.savetxt",
         "json.dump",
+        "pickle.dump",
+        "tqdm.tqdm.write",
+        "tqdm.auto.tqdm.write",
     }
 )
-OUTPUT_METHODS = frozenset({"savefig"})  # fig.savefig(...) on any figure
+OUTPUT_METHODS = frozenset({"savefig", "to_csv"})  # fig.savefig(...) on any figure, df.to_csv(path)
 # Experiment trackers: created on rank 0 only (None elsewhere), every use on rank 0 only.
 TRACKER_FACTORIES = frozenset(
     {

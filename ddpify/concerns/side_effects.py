@@ -60,7 +60,14 @@ OUTPUT_RUNS_WORK = Code(
     "an output statement that also runs the model or the script's own functions stays on every rank",
     "compute the value into a variable first, then output it",
 )
-CODES = (OUTPUT_RUNS_WORK, TRACKER_BEFORE_SETUP)
+FILE_USE_NOT_GATED = Code(
+    "DDP503",
+    Severity.ERROR,
+    "side_effects",
+    "a file opened for writing without `with` is used where it cannot be put on rank 0: every rank would write it",
+    "write it inside `with open(...) as f:`, or use the file object only in statements of their own",
+)
+CODES = (OUTPUT_RUNS_WORK, TRACKER_BEFORE_SETUP, FILE_USE_NOT_GATED)
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,7 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
     hoisted: list[cst.Call] = []
     outputs = tuple((stmt, kind) for stmt, kind in finder.outputs(models.refs, trackers, hoisted) if late(stmt))
     hoisted = [call for call in hoisted if late(call)]
+    _check_files_written_once(program, finder.files, {stmt for stmt, _ in outputs})
     progress_bars = tuple(
         c
         for c in index.calls
@@ -109,10 +117,61 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
     return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs)
 
 
+def _check_files_written_once(program: Program, files: set[Ref], gated: set[cst.BaseStatement]) -> None:
+    """Every use of a file opened for writing without ``with`` must run on rank 0 with the ``open``."""
+    index = program.index
+    reported: set[cst.BaseStatement] = set()
+    for ref in sorted(files, key=lambda r: r.path):
+        for scope in index.scopes_reading(ref):
+            for read in index.mentions(scope, ref):
+                stmt = index.statement_of(read)
+                if stmt in reported or stmt in gated or any(a in gated for a in index.ancestors(stmt)):
+                    continue
+                reported.add(stmt)
+                program.report(
+                    read,
+                    FILE_USE_NOT_GATED,
+                    f"`{index.spelled(ref, scope)}` is a file opened for writing without `with`; this use cannot "
+                    "be put on rank 0 with the rest, so every rank would write the file: write it inside "
+                    "`with open(...)`, or use it only in statements of their own",
+                )
+
+
 class _Finder:
     def __init__(self, program: Program) -> None:
         self.program = program
         self.index = program.index
+        self.files = self._open_files()
+
+    def _open_files(self) -> set[Ref]:
+        """Names bound to a file opened for writing without ``with`` (``f = open(path, "w")``), and
+        to what is built on it (``writer = csv.writer(f)``)."""
+        index = self.index
+        files: set[Ref] = set()
+        assigns = [small for stmt in index.statements for small in stmt.body if isinstance(small, cst.Assign)]
+        for small in assigns:
+            call = small.value
+            if isinstance(call, cst.Call) and "builtins.open" in index.qualified_names(call.func) and _writes(call):
+                files.update(self._targets(small))
+        grown = bool(files)
+        while grown:
+            grown = False
+            for small in assigns:
+                call, scope = small.value, index.scope_of(small)
+                if (
+                    isinstance(call, cst.Call)
+                    and index.resolve_callee(call, scope) is None
+                    and any(index.carried_ref(arg.value, scope) in files for arg in call.args)
+                    and not self._targets(small) <= files
+                ):
+                    files.update(self._targets(small))
+                    grown = True
+        return files
+
+    def _targets(self, small: cst.Assign) -> set[Ref]:
+        scope = self.index.scope_of(small)
+        refs = {self.index.ref_of(target.target, scope) for target in small.targets}
+        return {ref for ref in refs if ref is not None}
 
     def trackers(self) -> Iterator[cst.Call]:
         for call in self.index.calls:
@@ -180,10 +239,22 @@ class _Finder:
         return refs
 
     def _output_kind(self, small: cst.BaseSmallStatement, trackers: set[Ref], loggers: set[Ref]) -> str | None:
+        index = self.index
+        if isinstance(small, cst.Assign) and self.files:  # f = open(path, "w"); writer = csv.writer(f)
+            return "file write" if self._targets(small) & self.files else None
         if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
             return None
-        index = self.index
         call = small.value
+        scope = index.scope_of(call)
+        if (
+            self.files
+            and index.resolve_callee(call, scope) is None
+            and (
+                (isinstance(call.func, cst.Attribute) and index.carried_ref(call.func.value, scope) in self.files)
+                or any(index.carried_ref(arg.value, scope) in self.files for arg in call.args)
+            )
+        ):
+            return "file write"  # writer.writerow(row), f.close(), json.dump(obj, f)
         names = index.qualified_names(call.func)
         if "builtins.print" in names:
             return "print"
@@ -194,7 +265,7 @@ class _Finder:
         if names & torch_api.TRACKER_FACTORIES or any(n.startswith(torch_api.TRACKER_MODULES) for n in names):
             return "tracker call"
         if isinstance(call.func, cst.Attribute):
-            receiver = index.carried_ref(call.func.value, index.scope_of(call))
+            receiver = index.carried_ref(call.func.value, scope)
             if receiver in trackers:
                 return "tracker call"
             if receiver in loggers and call.func.attr.value in torch_api.LOGGER_METHODS:
@@ -205,17 +276,12 @@ class _Finder:
 
     def _writes_file(self, node: cst.With) -> bool:
         """``with open(path, "w") as f:`` (or "a", "x")."""
-        for item in node.items:
-            call = item.item
-            if isinstance(call, cst.Call) and "builtins.open" in self.index.qualified_names(call.func):
-                mode = argument(call, "mode", 1)
-                if (
-                    mode is not None
-                    and isinstance(mode.value, cst.SimpleString)
-                    and set(mode.value.evaluated_value) & set("wax")
-                ):
-                    return True
-        return False
+        return any(
+            isinstance(item.item, cst.Call)
+            and "builtins.open" in self.index.qualified_names(item.item.func)
+            and _writes(item.item)
+            for item in node.items
+        )
 
     def _runs_collectives(self, stmt: cst.CSTNode, model_refs: frozenset[Ref]) -> bool:
         return bool(self._work_calls(stmt, model_refs))
@@ -293,6 +359,16 @@ def _call_makedirs(node: cst.CSTNode) -> cst.CSTNode:
     """``os.mkdir(...)`` -> ``os.makedirs(...)``."""
     call = cast(cst.Call, node)
     return call.with_changes(func=cast(cst.Attribute, call.func).with_changes(attr=cst.Name("makedirs")))
+
+
+def _writes(open_call: cst.Call) -> bool:
+    """``open(path, "w")`` (or "a", "x", with or without "b" / "+")."""
+    mode = argument(open_call, "mode", 1)
+    return (
+        mode is not None
+        and isinstance(mode.value, cst.SimpleString)
+        and bool(set(str(mode.value.evaluated_value)) & set("wax"))
+    )
 
 
 def _assigned(node: cst.CSTNode | None) -> bool:

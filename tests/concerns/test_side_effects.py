@@ -114,3 +114,27 @@ if __name__ == "__main__":
     program, facts = facts_of(read, source)
     assert facts.trackers == ()
     assert [c for c in codes(program) if c.startswith("DDP5")] == ["DDP502"]
+
+
+def test_a_file_opened_without_with_is_written_on_rank_zero_only(read) -> None:
+    source = """
+    import csv
+
+    def main():
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        f = open("metrics.csv", "w")
+        writer = csv.writer(f)
+        for x in loader:
+            model(x).sum().backward()
+            writer.writerow([1])
+        f.close()
+    """
+    program, facts = facts_of(read, source)
+    assert [code(program, stmt) for stmt, _ in facts.outputs] == [
+        'f = open("metrics.csv", "w")',
+        "writer = csv.writer(f)",
+        "writer.writerow([1])",
+        "f.close()",
+    ]
+    assert not [c for c in codes(program) if c.startswith("DDP5")]
