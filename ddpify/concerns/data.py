@@ -30,6 +30,7 @@ loop repeated in a ``while`` (DDP203), and ``download=True`` on every rank
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
@@ -148,6 +149,8 @@ class Loader:
     dataset_lengths: tuple[cst.Attribute, ...] = ()
     # ``it = iter(loader)`` after ``except StopIteration:``: a new pass over the data begins
     restarts: tuple[Restart, ...] = ()
+    # ``x.view(batch_size, -1)`` in the training step: every batch must be full (drop_last=True)
+    full_batches: cst.Call | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,13 @@ class Facts:
     splits: tuple[Split, ...] = ()
 
 
+SHAPE_FACTORIES = frozenset(
+    f"torch.{name}"
+    for name in ("zeros", "ones", "full", "empty", "rand", "randn", "randint", "tensor", "arange", "eye")
+)
+SHAPE_METHODS = frozenset(
+    {"view", "reshape", "expand", "new_zeros", "new_ones", "new_full", "new_empty", "unflatten", "resize_"}
+)
 RANDOM_SPLIT = frozenset({"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"})
 # Calls that seed torch's global RNG identically on every rank (given the same argument).
 GLOBAL_SEEDS = frozenset(
@@ -263,7 +273,8 @@ class _Finder:
                     "the training DataLoader already has its own sampler; a DistributedSampler would replace it",
                 )
             lengths = tuple(self._dataset_lengths(refs)) if training else ()
-            yield Loader(call, training, tuple(epoch_loops), spread, keys, lengths, restarts)
+            full = self._batch_size_in_shapes(call, [node for node, _ in sites], keys) if training else None
+            yield Loader(call, training, tuple(epoch_loops), spread, keys, lengths, restarts, full)
         if not found_training:
             training_loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
             self.program.report(
@@ -470,6 +481,63 @@ class _Finder:
                 return True
         return False
 
+    def _batch_size_in_shapes(
+        self, call: cst.Call, sites: list[cst.CSTNode], spread_keys: frozenset[str] | None
+    ) -> cst.Call | None:
+        """A shape in the training step written with the loader's batch size: ``x.view(batch_size, -1)``.
+
+        Under a DistributedSampler a rank's last batch can be short even where the
+        single-process one never was, so such a step needs full batches.
+        """
+        index = self.index
+        batch = _batch_size(call)
+        if batch is None or not isinstance(batch.value, (cst.Name, cst.Attribute)) or argument(call, "drop_last"):
+            return None
+        if call.args and any(a.star == "**" for a in call.args) and (spread_keys is None or "drop_last" in spread_keys):
+            return None
+        size = dotted(batch.value)
+        size_ref = index.ref_of(batch.value, index.scope_of(call))
+        related = index.lineage(size_ref) if size_ref is not None else set()
+        bodies: list[cst.CSTNode] = []
+        for site in sites:
+            if isinstance(site, cst.For):
+                bodies.append(site.body)
+            else:
+                bodies.extend(loop.body for loop in itertools.islice(index.enclosing_loops(site), 1))
+        seen: set[cst.CSTNode] = set()
+        while bodies:
+            body = bodies.pop()
+            if body in seen or len(seen) > 20:
+                continue
+            seen.add(body)
+            for node in index.walk(body):
+                if not isinstance(node, cst.Call):
+                    continue
+                callee = index.resolve_callee(node, index.scope_of(node))
+                if callee is not None:
+                    bodies.append(callee[0].body)
+                if not self._builds_shape(node):
+                    continue
+                for arg in node.args:
+                    for part in index.walk(arg.value):
+                        if not isinstance(part, (cst.Name, cst.Attribute)) or dotted(part) != size:
+                            continue
+                        ref = index.ref_of(part, index.scope_of(part))
+                        if size_ref is None or ref is None or ref in related or ref.path == size_ref.path:
+                            return node
+        return None
+
+    def _builds_shape(self, call: cst.Call) -> bool:
+        """``x.view(...)``, ``x.reshape(...)``, ``torch.zeros(...)`` and the like: a call that takes a shape."""
+        func = call.func
+        if self.index.qualified_names(func) & SHAPE_FACTORIES:
+            return True
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in SHAPE_METHODS
+            and not self.index.qualified_names(func)
+        )
+
     def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0) -> EpochLoop | None:
         index = self.index
         loops = [lp for lp in index.enclosing_loops(site) if lp is not site]
@@ -672,6 +740,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 helper = helper or fresh("per_process_batch", plan.index.identifiers | taken)
                 taken.add(helper)
                 _split_batch(plan, loader, helper)
+            if loader.full_batches is not None:
+                _drop_last(plan, loader)
             for attribute in loader.dataset_lengths:
                 plan.replace(attribute, lambda n: n.with_changes(attr=cst.Name("sampler")))
                 text = plan.index.module.code_for_node(attribute.value)
@@ -753,6 +823,29 @@ def _seed_split(plan: EditPlan, split: Split) -> None:
         split.call,
         f"random_split gets a generator seeded with {split.seed}: the global RNG is not seeded before it, "
         "so each rank would split differently",
+    )
+
+
+def _drop_last(plan: EditPlan, loader: Loader) -> None:
+    """``drop_last=True``: the training step builds shapes from the batch size, so every batch must be full."""
+    flag = cst.Arg(
+        value=cst.Name("True"),
+        keyword=cst.Name("drop_last"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+
+    def add(node: cst.CSTNode) -> cst.CSTNode:
+        call = cast(cst.Call, node)
+        spread = next((i for i, a in enumerate(call.args) if a.star == "**"), len(call.args))
+        return insert_arg(call, flag, spread)
+
+    plan.replace(loader.call, add)
+    assert loader.full_batches is not None
+    shape = plan.index.module.code_for_node(loader.full_batches.func)
+    plan.change(
+        loader.call,
+        f"drop_last=True: the training step builds shapes from the batch size (`{shape}(...)`), and a rank's "
+        "last batch can be smaller once the data is split",
     )
 
 

@@ -191,3 +191,43 @@ def test_a_split_after_a_global_seed_is_left_alone(read) -> None:
         """
     )
     assert data.find(program).splits == ()
+
+
+def test_a_training_step_shaped_by_the_batch_size_needs_full_batches(read) -> None:
+    program = read(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def step(x):
+            labels = torch.ones(args.batch_size, 1)
+            loss_fn(model(x), labels).backward()
+
+        loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True)
+        val_loader = DataLoader(ds, batch_size=args.batch_size)
+        for epoch in range(3):
+            for x in loader:
+                step(x)
+        """
+    )
+    loader, val_loader = data.find(program).loaders
+    assert code(program, loader.full_batches) == "torch.ones(args.batch_size, 1)"
+    assert val_loader.full_batches is None
+
+
+def test_shapes_read_from_the_batch_itself_need_no_full_batches(read) -> None:
+    program = read(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        loader = DataLoader(ds, batch_size=batch_size, shuffle=True)
+        dropping = DataLoader(ds, batch_size=batch_size, drop_last=False)
+        for epoch in range(3):
+            for x in loader:
+                model(x.view(x.size(0), -1)).sum().backward()
+            for x in dropping:
+                model(x.view(batch_size, -1)).sum().backward()
+        """
+    )
+    loader, dropping = data.find(program).loaders
+    assert loader.full_batches is None and dropping.full_batches is None
