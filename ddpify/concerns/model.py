@@ -86,6 +86,13 @@ UNFROZEN_AFTER_WRAP = Code(
     "parameters of a model become trainable after it is wrapped, where the wrap cannot be renewed",
     "unfreeze in the function that wraps the model, or wrap it again after unfreezing: `model = DDP(model.module)`",
 )
+STORED_BEFORE_WRAP = Code(
+    "DDP307",
+    Severity.ERROR,
+    "model",
+    "the model is stored in a list, dict or attribute before it can be wrapped, and used from there afterwards",
+    "store the model after it is on its device (and after any checkpoint load), or store `model` again after the wrap",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -93,8 +100,11 @@ CODES = (
     NO_OPTIMIZER,
     MOVES_IN_TRAINING,
     UNFROZEN_AFTER_WRAP,
+    STORED_BEFORE_WRAP,
 )
 
+
+_DEEPCOPY = frozenset({"copy.deepcopy"})
 
 # (statement, the place it assigns, whether it is ``.cuda()``): a move of the model to its device
 _Move = tuple[cst.SimpleStatementLine, Ref, bool]
@@ -386,7 +396,29 @@ class _Finder:
         unwrap = tuple(self._wrapper_reads(target, insert_after))
         self._warn_moves_in_training(target, insert_after)
         rewraps = self._unfrozen_after(target, insert_after)
+        self._refuse_stored_before(target, anchor, insert_after)
         return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps)
+
+    def _refuse_stored_before(self, target: Ref, anchor: cst.BaseStatement, wrap: cst.BaseStatement) -> None:
+        """``nets = [net_a, net_b]`` before ``net_a = DDP(net_a)``: ``nets`` still trains the plain module."""
+        index = self.index
+        scope = index.scope_of(wrap)
+        for read in index.mentions(scope, target):
+            if index.after(read, wrap) or index.inside(read, wrap) or index.statement_of(read) is wrap:
+                continue
+            holder = self._stored_in(read)
+            if holder is None:
+                continue
+            holder_ref = index.root_ref(holder, scope)
+            if holder_ref is None or any(index.after(r, wrap) for r in index.mentions(scope, holder_ref)):
+                self.program.report(
+                    read,
+                    STORED_BEFORE_WRAP,
+                    f"`{index.module.code_for_node(holder)}` keeps the model before it is ready to be wrapped "
+                    f"in DistributedDataParallel (after line {index.position(anchor)[0]}), and is used after the "
+                    "wrap: it would train the plain module; store the model after it is on its device",
+                )
+                return
 
     def _unfrozen_after(self, target: Ref, wrap: cst.BaseStatement) -> tuple[cst.BaseStatement, ...]:
         """Where parameters of the model become trainable after the wrap.
@@ -604,10 +636,30 @@ class _Finder:
             reads = self.index.mentions(stmt, target)
             if not reads:
                 continue
-            if any(self._runs_model(read) for read in reads):
+            if any(self._runs_model(read) or self._stored_in(read) is not None for read in reads):
                 break
             last = stmt
         return last
+
+    def _stored_in(self, read: cst.BaseExpression) -> cst.BaseExpression | None:
+        """What keeps a second reference to the model: ``nets`` in ``nets = [net_a, net_b]``, ``self.net = net``."""
+        index = self.index
+        node: cst.CSTNode = read
+        parent = index.parent(node)
+        while isinstance(parent, (cst.Element, cst.DictElement, cst.List, cst.Tuple, cst.Set, cst.Dict)):
+            if isinstance(parent, cst.DictElement) and parent.value is not node:
+                return None
+            node, parent = parent, index.parent(parent)
+        if node is read and not (
+            isinstance(parent, cst.Assign)
+            and any(isinstance(t.target, (cst.Attribute, cst.Subscript)) for t in parent.targets)
+        ):
+            return None
+        if isinstance(parent, cst.Assign) and parent.value is node:
+            return parent.targets[0].target
+        if isinstance(parent, (cst.Call, cst.Arg, cst.ListComp, cst.GeneratorExp)):
+            return None  # ``nn.ModuleList([a, b])`` and the like: a new module built from the model
+        return cast(cst.BaseExpression, node) if node is not read else None
 
     def _runs_model(self, read: cst.BaseExpression) -> bool:
         parent = self.index.parent(read)
@@ -653,9 +705,18 @@ class _Finder:
             return True
         if isinstance(parent, cst.Attribute) and parent.value is read:
             return parent.attr.value not in torch_api.WRAPPER_SAFE_ATTRIBUTES
+        if isinstance(parent, (cst.DictElement, cst.Element)) or (
+            isinstance(parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Subscript)
+        ):  # torch.save({"model": model, ...}, f), also through a name: checkpoint["model"] = model
+            return checkpoints.saved(self.index, read)
         if isinstance(parent, cst.Arg):
             call = self.index.parent(parent)
-            return isinstance(call, cst.Call) and self.index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
+            # torch.save(model, f); an EMA or teacher copy: copy.deepcopy(model) copies the module, not the wrapper
+            return (
+                isinstance(call, cst.Call)
+                and self.index.is_call_to(call, torch_api.SAVE | _DEEPCOPY)
+                and call.args[0] is parent
+            )
         return False
 
 
@@ -747,10 +808,14 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             parent = plan.index.parent(read)
             attribute = parent.attr.value if isinstance(parent, cst.Attribute) else None
             text = plan.index.module.code_for_node(read)
-            plan.change(
-                read,
-                f"`{text}.{attribute}` -> `{text}.module.{attribute}`" if attribute else f"save `{text}.module`",
-            )
+            call = plan.index.parent(parent)
+            if attribute:
+                summary = f"`{text}.{attribute}` -> `{text}.module.{attribute}`"
+            elif isinstance(call, cst.Call) and plan.index.is_call_to(call, _DEEPCOPY):
+                summary = f"copy `{text}.module`, not the DistributedDataParallel wrapper"
+            else:
+                summary = f"save `{text}.module`"
+            plan.change(read, summary)
     for call in facts.data_parallel:
         if call not in wrapped_by_ddp and call.args:
             plan.replace(call, lambda n: cast(cst.Call, n).args[0].value)
