@@ -79,7 +79,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def machine() -> str:
     try:
-        load = "load average %.2f %.2f %.2f" % os.getloadavg()
+        load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     except OSError:
         load = "load average n/a"
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

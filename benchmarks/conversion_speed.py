@@ -144,22 +144,20 @@ def main(argv: list[str] | None = None) -> int:
     items.append(Input(f"realistic ({line_count(realistic)} lines)", path, realistic))
 
     # Warm-up: imports and libcst's lazily built tables.
-    libcst.parse_module(items[0].source).code
+    _ = libcst.parse_module(items[0].source).code
     ddpify.convert(items[0].source)
 
     with_cli = not args.no_cli
-    rounds = 0
     for round_index in range(args.repeat):
         if round_index and not budget.allows(sum(i.round_cost(with_cli) for i in items)):
-            print(f"budget: stopping after {rounds} of {args.repeat} rounds (--budget 0 for all)")
+            print(f"budget: stopping after {round_index} of {args.repeat} rounds (--budget 0 for all)")
             break
         flip = round_index % 2 == 1
         for item in items:
             measure_in_process(item, flip)
             if with_cli:
                 measure_cli(item, work, flip)
-        rounds += 1
-        print(f"  round {rounds}/{args.repeat} done ({budget.left():.0f}s of budget left)", file=sys.stderr)
+        print(f"  round {round_index + 1}/{args.repeat} done ({budget.left():.0f}s of budget left)", file=sys.stderr)
 
     rows = []
     for item in items:

@@ -69,11 +69,11 @@ for epoch in range(2):
         optimizer.step()
 """
 
-SETTINGS = dict(
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+SETTINGS = {
+    "deadline": None,
+    "database": None,
+    "suppress_health_check": list(HealthCheck),
+}
 
 
 class FuzzFailure(AssertionError):

@@ -20,6 +20,7 @@ a deadline; whatever is left at the deadline, or after a failure, is killed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -310,10 +311,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pid, sig)
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, sig)
-        except OSError:
-            pass
 
 
 def judge(
