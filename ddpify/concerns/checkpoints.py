@@ -23,6 +23,11 @@ rank would load the tensors onto the GPU they were saved from (GPU 0), and
     model.load_state_dict(torch.load(path))
     ->  model.load_state_dict(torch.load(path, map_location="cpu"))
 
+A checkpoint that stores the model object itself -- ``torch.save(model, f)``,
+``torch.save({"model": model, ...}, f)``, or a dict filled first and saved
+through its name -- stores ``model.module`` (found by the model concern with
+:func:`saved`): the wrapper would need a process group to be loaded again.
+
 Limits: a ``torch.load`` without ``map_location`` whose result is not only fed
 to ``load_state_dict`` is reported (DDP401), not changed; a barrier follows a
 save only when the script loads the same path expression again.
@@ -40,6 +45,7 @@ import libcst.matchers as m
 from ddpify import torch_api
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, with_comma
+from ddpify.engine.index import Index
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument
 from ddpify.result import Options
@@ -152,6 +158,34 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             call, lambda n: cast(cst.Call, n).with_changes(args=[*with_comma(cast(cst.Call, n).args), _MAP_TO_CPU])
         )
         plan.change(call, 'torch.load(..., map_location="cpu"): not onto the GPU the checkpoint came from')
+
+
+def saved(index: Index, value: cst.BaseExpression) -> bool:
+    """Whether ``torch.save`` writes ``value`` itself: inside a dict, list or tuple that is saved, directly
+    (``torch.save({"model": model}, f)``) or through a name (``ckpt = {"model": model}``,
+    ``ckpt["model"] = model``, then ``torch.save(ckpt, f)``)."""
+    parent = index.parent(value)
+    if isinstance(parent, (cst.DictElement, cst.Element)) and parent.value is value:
+        container = index.parent(parent)
+        return isinstance(container, (cst.Dict, cst.List, cst.Tuple)) and saved(index, container)
+    if isinstance(parent, cst.Arg):
+        call = index.parent(parent)
+        return isinstance(call, cst.Call) and index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
+    if not (isinstance(parent, cst.Assign) and parent.value is value and len(parent.targets) == 1):
+        return False
+    target = parent.targets[0].target
+    if isinstance(target, cst.Subscript):
+        holder = index.ref_of(target.value, index.scope_of(parent))
+    elif isinstance(value, (cst.Dict, cst.List, cst.Tuple)):
+        holder = index.ref_of(target, index.scope_of(parent))
+    else:  # ``m = model``: ``m`` is followed as the model itself
+        return False
+    return holder is not None and any(
+        index.is_call_to(call, torch_api.SAVE)
+        and call.args
+        and index.ref_of(call.args[0].value, index.scope_of(call)) == holder
+        for call in index.calls
+    )
 
 
 def _rank_zero_unit(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:

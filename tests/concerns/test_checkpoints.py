@@ -49,3 +49,21 @@ def test_a_whole_pickled_model_loaded_without_map_location_is_reported(read) -> 
     )
     assert checkpoints.find(program).state_loads == ()
     assert codes(program) == ["DDP401"]
+
+
+def test_a_value_saved_inside_a_container_is_found(read) -> None:
+    program = read(
+        """
+        import torch
+        torch.save({"model": model, "epoch": 1}, "a.pt")
+        torch.save([model, 1], "b.pt")
+        state = {"epoch": 1}
+        state["model"] = model
+        torch.save(state, "c.pt")
+        alias = model
+        print({"model": model})
+        """
+    )
+    index = program.index
+    found = [checkpoints.saved(index, name) for name in index.names["model"]]
+    assert found == [True, True, True, False, False]
