@@ -37,6 +37,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify import torch_api
+from ddpify.concerns import checkpoints
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.index import Ref
