@@ -110,6 +110,13 @@ DOWNLOAD_ON_EVERY_RANK = Code(
     "a dataset downloaded with download=True is fetched by every rank at once",
     "download it before launching, or on rank 0 followed by dist.barrier()",
 )
+CARRIED_STATE = Code(
+    "DDP210",
+    Severity.ERROR,
+    "data",
+    "a state carried from one batch of an unshuffled training DataLoader to the next (e.g. an RNN's hidden state)",
+    "give each rank a contiguous, equally long part of the data in order (e.g. a Subset per rank) yourself",
+)
 CODES = (
     NO_TRAINING_LOADER,
     OWN_SAMPLER,
@@ -120,6 +127,7 @@ CODES = (
     BATCH_NOT_ARGUMENT,
     ITERABLE_DATASET,
     DOWNLOAD_ON_EVERY_RANK,
+    CARRIED_STATE,
 )
 
 
@@ -258,6 +266,7 @@ class _Finder:
                         "at the start of each pass, or every pass shuffles the same way",
                     )
                 self._check_sampling_arguments(call)
+                self._check_carried_state(call, [node for node, _ in sites], origin)
             elif origin is None or not self._iterations(refs):
                 self.program.report(
                     call,
@@ -480,6 +489,60 @@ class _Finder:
             ):
                 return True
         return False
+
+    def _check_carried_state(self, call: cst.Call, sites: list[cst.CSTNode], origin: Ref | None) -> None:
+        """``logits, hidden = model(x, hidden)`` over an unshuffled loader: batch t+1 continues batch t.
+
+        A DistributedSampler deals the samples out to the ranks in turn, so the state a
+        rank carries into its next batch belongs to other data. Re-sharding the data
+        contiguously per rank depends on how the dataset is laid out, so this is refused.
+        """
+        shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
+        if shuffle is not None and not _is_false(shuffle.value):
+            return
+        index = self.index
+        for site in sites:
+            loop = site if isinstance(site, cst.For) else next(index.enclosing_loops(site), None)
+            if loop is None:
+                continue
+            for node in index.walk(loop.body):
+                if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
+                    continue
+                outputs = {
+                    n.value
+                    for t in node.targets
+                    if isinstance(t.target, (cst.Tuple, cst.List))
+                    for n in index.walk(t.target)
+                    if isinstance(n, cst.Name)
+                }
+                inputs = {n.value for a in node.value.args for n in index.walk(a.value) if isinstance(n, cst.Name)}
+                for state in sorted(outputs & inputs):
+                    if self._read_before_written(state, loop.body):
+                        loader = f"`{origin.path}`" if origin is not None else "this DataLoader"
+                        line = index.module.code_for_node(node).strip()
+                        self.program.report(
+                            call,
+                            CARRIED_STATE,
+                            f"`{state}` is carried from one batch to the next (`{line}`), so each batch must "
+                            f"continue the previous one; a DistributedSampler deals the samples of {loader} "
+                            "out to the ranks in turn and breaks that: give each rank a contiguous, equally long "
+                            "part of the data in order (e.g. a Subset per rank) and shard it yourself",
+                        )
+                        return
+
+    def _read_before_written(self, name: str, body: cst.CSTNode) -> bool:
+        """Whether an iteration of ``body`` reads ``name`` before it assigns it: the value comes from the last one."""
+        index = self.index
+        first = next((n for n in index.walk(body) if isinstance(n, cst.Name) and n.value == name), None)
+        if first is None:
+            return False
+        target = next((a for a in index.ancestors(first) if isinstance(a, cst.AssignTarget)), None)
+        if target is None:
+            return True
+        assign = index.parent(target)
+        return isinstance(assign, cst.Assign) and any(
+            isinstance(n, cst.Name) and n.value == name for n in index.walk(assign.value)
+        )
 
     def _batch_size_in_shapes(
         self, call: cst.Call, sites: list[cst.CSTNode], spread_keys: frozenset[str] | None

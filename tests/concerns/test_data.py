@@ -231,3 +231,28 @@ def test_shapes_read_from_the_batch_itself_need_no_full_batches(read) -> None:
     )
     loader, dropping = data.find(program).loaders
     assert loader.full_batches is None and dropping.full_batches is None
+
+
+CARRY = """
+from torch.utils.data import DataLoader
+loader = DataLoader(ds, batch_size=4{shuffle})
+for epoch in range(3):
+    hidden = None
+    for i, (x, y) in enumerate(loader):
+        {reset}
+        out, hidden = model(x, hidden)
+        loss_fn(out, y).backward()
+"""
+
+
+def test_a_state_carried_between_batches_of_an_unshuffled_loader_is_refused(read) -> None:
+    program = read(CARRY.format(shuffle="", reset="pass"))
+    data.find(program)
+    assert codes(program) == ["DDP210"]
+
+
+def test_a_state_reset_for_every_batch_or_a_shuffled_loader_is_not_carried(read) -> None:
+    for shuffle, reset in ((", shuffle=False", "hidden = None"), (", shuffle=True", "pass")):
+        program = read(CARRY.format(shuffle=shuffle, reset=reset))
+        data.find(program)
+        assert codes(program) == []
