@@ -26,6 +26,12 @@ class Options:
     # Under plain `python` on a machine with several GPUs, the generated script
     # starts one process per GPU itself (PET_NPROC_PER_NODE overrides the count).
     spawn: bool = False
+    # Wrap every model with DistributedDataParallel(..., find_unused_parameters=True):
+    # for models whose forward skips parameters in a way ddpify cannot see.
+    find_unused_parameters: bool = False
+    # Convert BatchNorm layers to SyncBatchNorm right before the wrap, so that
+    # batch statistics are computed over the global batch.
+    sync_batchnorm: bool = False
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ between devices inside the training loop (DDP305) are reported.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
@@ -128,6 +129,7 @@ class Model:
     data_parallel_removed: cst.SimpleStatementLine | None = None  # a conditional DataParallel wrap, dropped
     lineage: frozenset[Ref] = frozenset()  # every place the model's value passes through
     rewraps: tuple[cst.BaseStatement, ...] = ()  # parameters are unfrozen here: wrap again after it
+    unused: str | None = None  # why some parameters may get no gradient in a step: find_unused_parameters
 
 
 @dataclass(frozen=True)
@@ -338,7 +340,8 @@ class _Finder:
                 if model is not None and (model.insert_after, model.expression) not in seen:
                     seen.add((model.insert_after, model.expression))
                     self._warn_training_outside_forward(model)
-                    yield replace(model, lineage=frozenset(self.index.lineage(model.ref)))
+                    unused = self._skipped_submodule(self._model_classes.get(model.ref, set()))
+                    yield replace(model, lineage=frozenset(self.index.lineage(model.ref)), unused=unused)
 
     def _model(self, ref: Ref, optimizer: cst.Call) -> Model | None:
         index = self.index
@@ -525,6 +528,87 @@ class _Finder:
                         "DDP does not average its gradients across ranks; route it through forward()",
                     )
                     break
+
+    def _skipped_submodule(self, classes: set[cst.ClassDef], seen: frozenset[cst.ClassDef] = frozenset()) -> str | None:
+        """A submodule that ``forward`` runs only on some calls: its parameters then get no gradient.
+
+        ``if with_aux: aux = self.aux_head(h)``, or ``if big: return self.expert_big(h)`` before
+        ``return self.expert_small(h)``: DDP then waits for gradients that never come and fails at the
+        next step, unless built with ``find_unused_parameters=True``. A condition on the module's own
+        attributes only (``if self.training:``, ``if self.use_dropout:``) is the same on every step.
+        Submodules built from the script's own classes are followed.
+        """
+        index = self.index
+        for cls in classes:
+            forward = index.functions.get((cls, "forward"))
+            self_name = index.self_name(forward) if forward is not None else None
+            if forward is None or self_name is None:
+                continue
+            calls = [
+                node
+                for node in index.walk(forward.body)
+                if isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and m.matches(node.func.value, m.Name(self_name))
+                and (cls, node.func.attr.value) not in index.functions
+            ]
+            count = Counter(cast(cst.Attribute, c.func).attr.value for c in calls)
+            # name the submodule run on fewest paths: ``self.recon`` rather than ``self.cls`` in
+            # ``if with_recon: return self.cls(h), self.recon(h)`` / ``return self.cls(h), None``
+            for call in sorted(calls, key=lambda c: count[cast(cst.Attribute, c.func).attr.value]):
+                condition = self._varying_condition(call, forward, self_name)
+                if condition is not None:
+                    return (
+                        f"`{self_name}.{cast(cst.Attribute, call.func).attr.value}` runs only when "
+                        f"`{index.module.code_for_node(condition)}` holds"
+                    )
+            submodules = {
+                sub
+                for node in index.walk(cls.body)
+                if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
+                if (sub := index.classes.get(node.func.value)) is not None and sub not in seen | {cls}
+            }
+            if submodules and (found := self._skipped_submodule(submodules, seen | classes)) is not None:
+                return found
+        return None
+
+    def _varying_condition(self, call: cst.Call, forward: cst.FunctionDef, self_name: str) -> cst.BaseExpression | None:
+        """The test of an ``if`` that decides whether ``call`` runs, when it may differ between steps."""
+        index = self.index
+
+        def varies(test: cst.BaseExpression) -> bool:
+            names = [n for n in index.walk(test) if isinstance(n, cst.Name)]
+            for name in names:
+                parent = index.parent(name)
+                if name.value == self_name and isinstance(parent, cst.Attribute) and parent.value is name:
+                    continue  # self.training, self.use_aux
+                if isinstance(parent, cst.Attribute) and parent.attr is name:
+                    continue
+                if index.qualified_names(name):  # torch, builtins such as isinstance, True, None
+                    continue
+                return True
+            return False
+
+        node: cst.CSTNode = call
+        while node is not forward:
+            parent = index.parent(node)
+            if isinstance(parent, cst.IfExp) and node is not parent.test and varies(parent.test):
+                return parent.test
+            if isinstance(node, cst.If) and varies(node.test):
+                return node.test
+            if isinstance(node, cst.BaseStatement):
+                # ``if big: return self.expert_big(h)`` earlier in the same block
+                block = index.parent(node)
+                if isinstance(block, cst.IndentedBlock):
+                    for earlier in block.body[: block.body.index(node)]:
+                        if (
+                            isinstance(earlier, cst.If)
+                            and varies(earlier.test)
+                            and any(isinstance(n, cst.Return) for n in index.walk(earlier.body))
+                        ):
+                            return earlier.test
+            node = cast(cst.CSTNode, parent)
+        return None
 
     def _without_grad(self, node: cst.CSTNode) -> bool:
         """Inside ``with torch.no_grad():`` (or ``inference_mode``): no gradient can come from here."""
@@ -779,6 +863,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     wrapped_by_ddp: set[cst.Call] = set()
     for model in facts.models:
         device_ids = ", device_ids=[torch.cuda.current_device()]" if model.on_cuda else ""
+        if options.find_unused_parameters or model.unused is not None:
+            device_ids += ", find_unused_parameters=True"
         if model.data_parallel is not None:
             wrapped_by_ddp.add(model.data_parallel)
             inner = plan.index.module.code_for_node(model.data_parallel.args[0].value)
@@ -795,8 +881,18 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                     plan.inline(model.data_parallel_if)
                 plan.change(model.data_parallel_removed, "remove nn.DataParallel: each process drives one GPU")
             wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{device_ids})\n")
+            if options.sync_batchnorm:
+                convert = f"{model.expression} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model.expression})\n"
+                plan.insert_after(model.insert_after, cst.parse_statement(convert))
+                plan.need_import("torch")
+                plan.change(model.insert_after, f"BatchNorm layers of `{model.expression}` -> SyncBatchNorm")
             plan.insert_after(model.insert_after, wrap)
             plan.change(model.insert_after, f"wrap `{model.expression}` in DistributedDataParallel")
+        if model.unused is not None and not options.find_unused_parameters:
+            plan.change(
+                model.insert_after,
+                f"find_unused_parameters=True: {model.unused}, so some parameters get no gradient in a step",
+            )
         for unfrozen in model.rewraps:
             rewrap = cst.parse_statement(
                 f"{model.expression} = {ddp}({model.expression}.module{device_ids})"
