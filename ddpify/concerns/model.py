@@ -908,6 +908,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             call = plan.index.parent(parent)
             if attribute:
                 summary = f"`{text}.{attribute}` -> `{text}.module.{attribute}`"
+            elif isinstance(parent, cst.Subscript):
+                summary = f"`{text}[...]` -> `{text}.module[...]`"
             elif isinstance(call, cst.Call) and plan.index.is_call_to(call, _DEEPCOPY):
                 summary = f"copy `{text}.module`, not the DistributedDataParallel wrapper"
             else:
