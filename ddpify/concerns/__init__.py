@@ -58,7 +58,7 @@ NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     process_group: (model, data),
     accumulation: (model,),
     side_effects: (model, process_group),
-    loop_control: (model,),
+    loop_control: (model, data),
 }
 
 

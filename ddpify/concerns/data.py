@@ -159,6 +159,9 @@ class Loader:
     restarts: tuple[Restart, ...] = ()
     # ``x.view(batch_size, -1)`` in the training step: every batch must be full (drop_last=True)
     full_batches: cst.Call | None = None
+    # where its batches are drawn for training (``for`` loops, ``next()`` calls), and the places holding it
+    sites: tuple[cst.CSTNode, ...] = ()
+    refs: frozenset[Ref] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -283,7 +286,18 @@ class _Finder:
                 )
             lengths = tuple(self._dataset_lengths(refs)) if training else ()
             full = self._batch_size_in_shapes(call, [node for node, _ in sites], keys) if training else None
-            yield Loader(call, training, tuple(epoch_loops), spread, keys, lengths, restarts, full)
+            yield Loader(
+                call,
+                training,
+                tuple(epoch_loops),
+                spread,
+                keys,
+                lengths,
+                restarts,
+                full,
+                tuple(node for node, _ in sites),
+                frozenset(refs),
+            )
         if not found_training:
             training_loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
             self.program.report(

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from conftest import code, codes
 
-from ddpify.concerns import loop_control, model
+from ddpify.concerns import data, loop_control, model
 
 LOOP = """
+import time
+
 import torch
+from torch.utils.data import DataLoader
+loader = DataLoader(dataset, batch_size=8, shuffle=True)
 model = Net().to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for epoch in range(100):
@@ -22,7 +26,7 @@ for epoch in range(100):
 
 def exits(read, condition):
     program = read(LOOP.replace("CONDITION", condition))
-    return program, loop_control.find(program, model.find(program)).rank_local_exits
+    return program, loop_control.find(program, model.find(program), data.find(program)).rank_local_exits
 
 
 def test_a_break_on_the_loss_is_rank_local(read) -> None:
@@ -45,3 +49,51 @@ def test_a_break_on_the_step_counter_is_the_same_on_every_rank(read) -> None:
 def test_a_break_on_the_batch_itself_is_rank_local(read) -> None:
     _, found = exits(read, "y.isnan().any()")
     assert len(found) == 1
+
+
+def test_a_break_on_a_full_set_evaluation_is_the_same_on_every_rank(read) -> None:
+    program, found = exits(
+        read, "sum(loss_fn(model(vx), vy).item() for vx, vy in val_loader) > best or model(probe).item() > 1"
+    )
+    assert found == ()
+    assert codes(program) == []
+
+
+def test_a_break_on_a_clock_is_rank_local(read) -> None:
+    _, found = exits(read, "time.time() - start > budget")
+    assert len(found) == 1
+
+
+def test_a_value_returned_by_a_function_that_draws_training_batches_is_rank_local(read) -> None:
+    program = read(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def train_epoch(model, loader, optimizer):
+            total = 0.0
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                total += loss.item()
+            return total / len(loader)
+
+        def evaluate(model, loader):
+            return sum(loss_fn(model(x), y).item() for x, y in loader)
+
+        loader = DataLoader(train_set, batch_size=8, shuffle=True)
+        val_loader = DataLoader(val_set, batch_size=8)
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(100):
+            train_loss = train_epoch(model, loader, optimizer)
+            val_loss = evaluate(model, val_loader)
+            if val_loss > 10:
+                break
+            if train_loss < 1e-3:
+                break
+        """
+    )
+    found = loop_control.find(program, model.find(program), data.find(program)).rank_local_exits
+    assert [program.index.position(node)[0] for node in found] == [27]
