@@ -1,0 +1,1 @@
+"""Converted scripts that train for real under torchrun, one file per concern."""
