@@ -1,0 +1,89 @@
+"""The data every rank trains on: one split, disjoint shards, full batches, whole validation.
+
+The script splits its data with an unseeded ``random_split``, draws its
+training batches through an iterator, builds a tensor of the batch size in the
+training step (the training set does not divide into full batches per rank),
+peeks at a validation batch inside the training loop and stops early on a
+full-set evaluation. Converted, it must train in sync on disjoint shards of the
+same split under torchrun on two ranks, and every rank must stop at the same
+epoch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpify import Status, convert
+from ddpify.verify import verify
+
+pytest.importorskip("torch")
+
+SCRIPT = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset, random_split
+
+BATCH = 16
+
+
+def main():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(300, 6, generator=g)
+    y = 2 * x[:, :1] + 0.1 * torch.randn(300, 1, generator=g)
+    train_set, val_set = random_split(TensorDataset(x, y), [232, 68])
+    loader = DataLoader(train_set, batch_size=BATCH, shuffle=True)
+    val_loader = DataLoader(val_set, batch_size=68)
+    model = nn.Linear(6, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    best, bad_epochs = float("inf"), 0
+    for epoch in range(6):
+        batches = iter(loader)
+        for step in range(len(loader)):
+            xb, yb = next(batches)
+            weights = torch.ones(BATCH, 1)
+            loss = (weights * (model(xb) - yb) ** 2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if step % 4 == 0:
+                with torch.no_grad():
+                    vx, vy = next(iter(val_loader))
+                    print(f"step {step} probe {F.mse_loss(model(vx), vy).item():.4f}")
+        with torch.no_grad():
+            val = sum(F.mse_loss(model(vx), vy, reduction="sum").item() for vx, vy in val_loader) / len(val_set)
+        if val < best - 1e-2:
+            best, bad_epochs = val, 0
+        else:
+            bad_epochs += 1
+            if bad_epochs == 2:
+                break
+    torch.save(model.state_dict(), "model.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.torchrun
+def test_the_split_shards_and_batches_are_right_under_torchrun(tmp_path: Path) -> None:
+    conversion = convert(SCRIPT.encode(), path="train.py")
+    assert conversion.status is Status.CONVERTED
+    assert not conversion.diagnostics, conversion.diagnostics
+    code = conversion.code.decode()
+    assert "generator=torch.Generator().manual_seed(0)" in code
+    assert "sampler=DistributedSampler(train_set), drop_last=True)" in code
+    assert "val_loader = DataLoader(val_set, batch_size=68)" in code
+    assert code.count("set_epoch(epoch)") == 1
+    script = tmp_path / "train_ddp.py"
+    script.write_bytes(conversion.code)
+
+    report = verify(script, nproc=2, workdir=tmp_path, timeout=240)
+
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    rank0, rank1 = report.ranks
+    assert rank0.steps == rank1.steps > 0
+    assert rank0.saves and not rank1.saves
