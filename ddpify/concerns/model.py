@@ -107,6 +107,16 @@ CODES = (
 
 
 _DEEPCOPY = frozenset({"copy.deepcopy"})
+# nn.Module methods that run no submodule: ``next(self.parameters()).new_zeros(...)`` computes nothing
+_COMPUTES_NOTHING = (torch_api.WRAPPER_SAFE_ATTRIBUTES - {"forward"}) | {
+    "state_dict",
+    "load_state_dict",
+    "register_buffer",
+    "register_parameter",
+    "get_parameter",
+    "get_buffer",
+    "get_submodule",
+}
 
 # (statement, the place it assigns, whether it is ``.cuda()``): a move of the model to its device
 _Move = tuple[cst.SimpleStatementLine, Ref, bool]
@@ -632,6 +642,7 @@ class _Finder:
             if (
                 isinstance(func, cst.Attribute)
                 and m.matches(func.value, m.Name(self_name))
+                and func.attr.value not in _COMPUTES_NOTHING
                 and ((cls, func.attr.value) not in self.index.functions or func.attr.value == "forward")
             ) or m.matches(func, m.Name(self_name)):
                 return True
@@ -774,6 +785,8 @@ class _Finder:
         while queue:
             ref = queue.pop()
             for flow in index.flows_from(ref):
+                if self._unwraps_itself(flow.dst):
+                    continue  # it gets ``model.module`` (see _needs_module)
                 if flow.dst not in wrapped and (ref is not target or after_wrap(flow.stmt)):
                     wrapped.add(flow.dst)
                     queue.append(flow.dst)
@@ -784,16 +797,64 @@ class _Finder:
                         continue
                     yield read
 
+    def _guarded_by_hasattr(self, attribute: cst.Attribute) -> bool:
+        """``model.X if hasattr(model, "X") else model``: the script copes with a missing ``X`` itself.
+
+        ``X`` may not be an attribute of the module at all (a wrapper's ``module``, or a typo that a
+        single-GPU run never reaches); rewriting it to ``model.module.X`` would invent a name.
+        """
+        if not isinstance(attribute.value, cst.Name):
+            return False
+        receiver, name = attribute.value.value, attribute.attr.value
+        for ancestor in self.index.ancestors(attribute):
+            test = ancestor.test if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) else None
+            if test is not None and _hasattr_test(test, receiver, name):
+                return True
+            if isinstance(ancestor, cst.BooleanOperation) and _hasattr_test(ancestor.left, receiver, name):
+                return True
+        return False
+
+    def _parameter_of(self, arg: cst.Arg) -> Ref | None:
+        """The parameter of the script's own function that ``arg`` fills."""
+        index = self.index
+        call = index.parent(arg)
+        if not isinstance(call, cst.Call):
+            return None
+        resolved = index.resolve_callee(call, index.scope_of(call))
+        if resolved is None:
+            return None
+        function, implicit = resolved
+        params = list(function.params.params)
+        if arg.keyword is not None:
+            names = [p for p in params if p.name.value == arg.keyword.value]
+        elif arg.star or call.args.index(arg) + implicit >= len(params):
+            return None
+        else:
+            names = [params[call.args.index(arg) + implicit]]
+        return Ref(function, names[0].name.value) if names else None
+
+    def _unwraps_itself(self, param: Ref) -> bool:
+        """A parameter the function tests with ``hasattr(model, ...)`` and never runs: it expects a plain module."""
+        function = param.scope
+        if not isinstance(function, cst.FunctionDef) or param.path.startswith("self."):
+            return False
+        body = function.body
+        tested = bool(m.findall(body, m.Call(func=m.Name("hasattr"), args=[m.Arg(m.Name(param.path)), m.Arg()])))
+        runs = bool(m.findall(body, m.Call(func=m.Name(param.path))))
+        return tested and not runs
+
     def _needs_module(self, read: cst.BaseExpression) -> bool:
         parent = self.index.parent(read)
         if isinstance(parent, cst.Subscript) and parent.value is read:  # model[0] of an nn.Sequential
             return True
         if isinstance(parent, cst.Attribute) and parent.value is read:
-            return parent.attr.value not in torch_api.WRAPPER_SAFE_ATTRIBUTES
+            return parent.attr.value not in torch_api.WRAPPER_SAFE_ATTRIBUTES and not self._guarded_by_hasattr(parent)
         if isinstance(parent, (cst.DictElement, cst.Element)) or (
             isinstance(parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Subscript)
         ):  # torch.save({"model": model, ...}, f), also through a name: checkpoint["model"] = model
             return checkpoints.saved(self.index, read)
+        if isinstance(parent, cst.Arg) and (param := self._parameter_of(parent)) is not None:
+            return self._unwraps_itself(param)  # unwrap(model) that tests hasattr(model, ...): give it the module
         if isinstance(parent, cst.Arg):
             call = self.index.parent(parent)
             # torch.save(model, f); an EMA or teacher copy: copy.deepcopy(model) copies the module, not the wrapper
@@ -803,6 +864,15 @@ class _Finder:
                 and call.args[0] is parent
             )
         return False
+
+
+def _hasattr_test(test: cst.BaseExpression, receiver: str, attribute: str) -> bool:
+    """Whether ``test`` contains ``hasattr(<receiver>, "<attribute>")``."""
+    pattern = m.Call(
+        func=m.Name("hasattr"),
+        args=[m.Arg(m.Name(receiver)), m.Arg(m.SimpleString(f'"{attribute}"') | m.SimpleString(f"'{attribute}'"))],
+    )
+    return bool(m.findall(test, pattern))
 
 
 def _makes_trainable(node: cst.CSTNode, names: frozenset[str] | None) -> bool:
@@ -908,6 +978,10 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             call = plan.index.parent(parent)
             if attribute:
                 summary = f"`{text}.{attribute}` -> `{text}.module.{attribute}`"
+            elif isinstance(parent, cst.Arg) and not (
+                isinstance(call, cst.Call) and plan.index.is_call_to(call, _DEEPCOPY | torch_api.SAVE)
+            ):
+                summary = f"pass `{text}.module`: the function tests for a plain module with hasattr()"
             elif isinstance(parent, cst.Subscript):
                 summary = f"`{text}[...]` -> `{text}.module[...]`"
             elif isinstance(call, cst.Call) and plan.index.is_call_to(call, _DEEPCOPY):
