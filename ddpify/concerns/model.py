@@ -411,6 +411,15 @@ class _Finder:
         self._warn_moves_in_training(target, insert_after)
         rewraps = self._unfrozen_after(target, insert_after)
         self._refuse_stored_before(target, anchor, insert_after)
+        if self._frozen_when_wrapped(target, insert_after):
+            if not rewraps:
+                return None  # nothing to synchronise, and DDP refuses a module without trainable parameters
+            self.program.report(
+                rewraps[0],
+                UNFROZEN_AFTER_WRAP,
+                f"`{expression}` has no trainable parameter where it would be wrapped in DistributedDataParallel "
+                "(which refuses such a module), and is unfrozen here: wrap it once it has trainable parameters",
+            )
         return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps)
 
     def _refuse_stored_before(self, target: Ref, anchor: cst.BaseStatement, wrap: cst.BaseStatement) -> None:
@@ -433,6 +442,44 @@ class _Finder:
                     "wrap: it would train the plain module; store the model after it is on its device",
                 )
                 return
+
+    def _frozen_when_wrapped(self, target: Ref, wrap: cst.BaseStatement) -> bool:
+        """The whole model is frozen before the wrap: ``model.requires_grad_(False)`` or
+        ``for p in model.parameters(): p.requires_grad = False`` (not a part: ``model.backbone``)."""
+        index = self.index
+        frozen = False
+        for read in index.mentions(index.scope_of(wrap), target):
+            if index.after(read, wrap) and index.statement_of(read) is not wrap:
+                continue
+            attribute = index.parent(read)
+            if not (isinstance(attribute, cst.Attribute) and attribute.value is read):
+                continue
+            call = index.parent(attribute)
+            if not isinstance(call, cst.Call):
+                continue
+            name = attribute.attr.value
+            if name == "requires_grad_":
+                frozen = m.matches(call, m.Call(args=[m.Arg(m.Name("False"))]))
+            elif name == "parameters":
+                loop = index.parent(call)
+                if isinstance(loop, cst.For) and loop.iter is call and isinstance(loop.target, cst.Name):
+                    variable = loop.target.value
+                    for node in index.walk(loop.body):
+                        if _makes_trainable(node, frozenset({variable})):
+                            frozen = False
+                        elif m.matches(
+                            node,
+                            m.Assign(
+                                targets=[m.AssignTarget(m.Attribute(m.Name(variable), m.Name("requires_grad")))],
+                                value=m.Name("False"),
+                            )
+                            | m.Call(
+                                func=m.Attribute(m.Name(variable), m.Name("requires_grad_")),
+                                args=[m.Arg(m.Name("False"))],
+                            ),
+                        ):
+                            frozen = True
+        return frozen
 
     def _unfrozen_after(self, target: Ref, wrap: cst.BaseStatement) -> tuple[cst.BaseStatement, ...]:
         """Where parameters of the model become trainable after the wrap.
