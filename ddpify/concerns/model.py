@@ -95,6 +95,13 @@ STORED_BEFORE_WRAP = Code(
     "the model is stored in a list, dict or attribute before it can be wrapped, and used from there afterwards",
     "store the model after it is on its device (and after any checkpoint load), or store `model` again after the wrap",
 )
+SMALL_BATCH_NORM = Code(
+    "DDP308",
+    Severity.INFO,
+    "model",
+    "a model with BatchNorm layers trains on small per-process batches: each rank normalises over its own batch",
+    "convert the BatchNorm layers to SyncBatchNorm (`--sync-bn`) if the batch statistics matter",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -103,6 +110,7 @@ CODES = (
     MOVES_IN_TRAINING,
     UNFROZEN_AFTER_WRAP,
     STORED_BEFORE_WRAP,
+    SMALL_BATCH_NORM,
 )
 
 
@@ -140,6 +148,7 @@ class Model:
     lineage: frozenset[Ref] = frozenset()  # every place the model's value passes through
     rewraps: tuple[cst.BaseStatement, ...] = ()  # parameters are unfrozen here: wrap again after it
     unused: str | None = None  # why some parameters may get no gradient in a step: find_unused_parameters
+    small_batch_norm: cst.Call | None = None  # a DataLoader with a small batch, where the model has BatchNorm
 
 
 @dataclass(frozen=True)
@@ -350,8 +359,13 @@ class _Finder:
                 if model is not None and (model.insert_after, model.expression) not in seen:
                     seen.add((model.insert_after, model.expression))
                     self._warn_training_outside_forward(model)
-                    unused = self._skipped_submodule(self._model_classes.get(model.ref, set()))
-                    yield replace(model, lineage=frozenset(self.index.lineage(model.ref)), unused=unused)
+                    classes = self._model_classes.get(model.ref, set())
+                    yield replace(
+                        model,
+                        lineage=frozenset(self.index.lineage(model.ref)),
+                        unused=self._skipped_submodule(classes),
+                        small_batch_norm=self._small_batch_norm(model, classes),
+                    )
 
     def _model(self, ref: Ref, optimizer: cst.Call) -> Model | None:
         index = self.index
@@ -666,6 +680,45 @@ class _Finder:
                             return earlier.test
             node = cast(cst.CSTNode, parent)
         return None
+
+    def _small_batch_norm(self, model: Model, classes: set[cst.ClassDef]) -> cst.Call | None:
+        """A DataLoader whose batch (a number) is at most 16, where the model has BatchNorm layers."""
+        index = self.index
+        places: list[cst.CSTNode] = [*classes, *(index.classes[n] for n in self._class_names(classes))]
+        places += [
+            s for s in index.statements if index.mentions(s, model.ref) and not index.after(s, model.insert_after)
+        ]
+        if not any(
+            isinstance(node, (cst.Name, cst.Attribute))
+            and (dotted := index.module.code_for_node(node)).rsplit(".", 1)[-1].startswith("BatchNorm")
+            and "Sync" not in dotted
+            for place in places
+            for node in index.walk(place)
+        ):
+            return None
+        for call in index.calls:
+            if index.is_call_to(call, torch_api.DATALOADER):
+                batch = argument(call, "batch_size", 1)
+                if batch is not None and isinstance(batch.value, cst.Integer) and int(batch.value.value) <= 16:
+                    return call
+        return None
+
+    def _class_names(self, classes: set[cst.ClassDef]) -> set[str]:
+        """The script's own classes that ``classes`` build submodules from (followed to any depth)."""
+        found: set[str] = set()
+        frontier = set(classes)
+        while frontier:
+            names = {
+                node.func.value
+                for cls in frontier
+                for node in self.index.walk(cls.body)
+                if isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Name)
+                and node.func.value in self.index.classes
+            } - found
+            found |= names
+            frontier = {self.index.classes[n] for n in names}
+        return found
 
     def _without_grad(self, node: cst.CSTNode) -> bool:
         """Inside ``with torch.no_grad():`` (or ``inference_mode``): no gradient can come from here."""
@@ -1005,6 +1058,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 plan.change(model.insert_after, f"BatchNorm layers of `{model.expression}` -> SyncBatchNorm")
             plan.insert_after(model.insert_after, wrap)
             plan.change(model.insert_after, f"wrap `{model.expression}` in DistributedDataParallel")
+        if model.small_batch_norm is not None and not options.sync_batchnorm:
+            plan.report(
+                model.small_batch_norm,
+                SMALL_BATCH_NORM,
+                f"`{model.expression}` has BatchNorm layers and each process loads small batches: BatchNorm "
+                "normalises over each rank's own batch; `--sync-bn` converts them to SyncBatchNorm",
+            )
         if model.unused is not None and not options.find_unused_parameters:
             plan.change(
                 model.insert_after,
