@@ -44,7 +44,7 @@ from ddpify import torch_api
 from ddpify.concerns import data, model
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, statement
-from ddpify.engine.index import Index, Ref
+from ddpify.engine.index import Index
 from ddpify.engine.program import Program
 from ddpify.result import Options
 
@@ -109,7 +109,16 @@ def _argument_parsing(index: Index, body: Sequence[cst.BaseStatement]) -> int:
     anything else -- even a seed -- comes after it, since any call may reach a
     distributed API (a sampler, a rank test) once the script is converted.
     """
-    parsers: set[Ref] = set()
+    parsers = {  # a parser built at module level: parser = argparse.ArgumentParser(...)
+        ref
+        for stmt in index.statements
+        for small in stmt.body
+        if isinstance(small, cst.Assign)
+        and index.scope_of(small) is index.module
+        and any(n.startswith("argparse.") for n in index.qualified_names(_callee(small.value)))
+        for target in small.targets
+        if (ref := index.ref_of(target.target, index.module)) is not None
+    }
     for position, stmt in enumerate(body[:-1]):
         if not isinstance(stmt, cst.SimpleStatementLine):
             return position
@@ -130,6 +139,10 @@ def _argument_parsing(index: Index, body: Sequence[cst.BaseStatement]) -> int:
                     if ref is not None:
                         parsers.add(ref)
     return len(body) - 1
+
+
+def _callee(value: cst.BaseExpression) -> cst.BaseExpression:
+    return value.func if isinstance(value, cst.Call) else value
 
 
 def _called_from(index: Index, roots: Sequence[cst.CSTNode]) -> frozenset[cst.CSTNode]:

@@ -103,7 +103,7 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
     hoisted: list[cst.Call] = []
     outputs = tuple((stmt, kind) for stmt, kind in finder.outputs(models.refs, trackers, hoisted) if late(stmt))
     hoisted = [call for call in hoisted if late(call)]
-    _check_files_written_once(program, finder.files, {stmt for stmt, _ in outputs})
+    _check_files_written_once(program, group, finder.files, {stmt for stmt, _ in outputs})
     progress_bars = tuple(
         c
         for c in index.calls
@@ -117,7 +117,9 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
     return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs)
 
 
-def _check_files_written_once(program: Program, files: set[Ref], gated: set[cst.BaseStatement]) -> None:
+def _check_files_written_once(
+    program: Program, group: process_group.Facts, files: set[Ref], gated: set[cst.BaseStatement]
+) -> None:
     """Every use of a file opened for writing without ``with`` must run on rank 0 with the ``open``."""
     index = program.index
     reported: set[cst.BaseStatement] = set()
@@ -128,12 +130,17 @@ def _check_files_written_once(program: Program, files: set[Ref], gated: set[cst.
                 if stmt in reported or stmt in gated or any(a in gated for a in index.ancestors(stmt)):
                     continue
                 reported.add(stmt)
+                where = (
+                    "runs before the process group exists (at import time), where the rank is not known"
+                    if group.runs_before_setup(index, stmt)
+                    else "cannot be put on rank 0 with the rest"
+                )
                 program.report(
                     read,
                     FILE_USE_NOT_GATED,
-                    f"`{index.spelled(ref, scope)}` is a file opened for writing without `with`; this use cannot "
-                    "be put on rank 0 with the rest, so every rank would write the file: write it inside "
-                    "`with open(...)`, or use it only in statements of their own",
+                    f"`{index.spelled(ref, scope)}` is a file opened for writing without `with`; this use {where}, "
+                    "so every rank would write the file: write it inside `with open(...)`, or use it only in "
+                    "statements of their own",
                 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from conftest import code
+
 from ddpify.concerns import data, model, process_group
 
 GUARDED = """
@@ -63,3 +65,52 @@ def test_an_import_alone_is_not_distributed_use(read) -> None:
         """
     )
     assert process_group.distributed_use(program.index) is None
+
+
+def setup_before(program) -> str:
+    models = model.find(program)
+    facts = process_group.find(program, models, data.find(program))
+    return program.index.module.code_for_node(facts.setup_before).strip()
+
+
+def test_the_setup_follows_argument_parsing_only(read) -> None:
+    program = read(
+        """
+        import argparse
+        import torch
+        from torch.utils.data import DataLoader
+
+        parser = argparse.ArgumentParser()
+
+        if __name__ == "__main__":
+            parser.add_argument("--lr", type=float, default=0.1)
+            args = parser.parse_args()
+            torch.manual_seed(0)
+            loader = DataLoader(ds, batch_size=8)
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+            for x in loader:
+                model(x).sum().backward()
+        """
+    )
+    assert setup_before(program) == "torch.manual_seed(0)"
+
+
+def test_code_run_at_import_time_is_before_the_setup(read) -> None:
+    program = read(
+        """
+        def announce():
+            print("hello")
+
+        announce()
+
+        def main():
+            print("training")
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    facts = process_group.find(program, model.find(program), data.find(program))
+    prints = [call for call in program.index.calls if code(program, call).startswith("print")]
+    assert [facts.runs_before_setup(program.index, call) for call in prints] == [True, False]

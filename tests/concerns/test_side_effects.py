@@ -138,3 +138,23 @@ def test_a_file_opened_without_with_is_written_on_rank_zero_only(read) -> None:
         "f.close()",
     ]
     assert not [c for c in codes(program) if c.startswith("DDP5")]
+
+
+def test_a_file_opened_at_import_time_is_refused(read) -> None:
+    source = """
+    log = open("train.log", "w")
+
+    def main():
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in loader:
+            model(x).sum().backward()
+        log.write("done")
+
+    if __name__ == "__main__":
+        main()
+    """
+    program, facts = facts_of(read, source)
+    assert [code(program, stmt) for stmt, _ in facts.outputs] == ['log.write("done")']
+    assert [(d.code, d.line) for d in program.diagnostics() if d.code.startswith("DDP5")] == [("DDP503", 2)]
+    assert "before the process group exists" in program.diagnostics()[-1].message
