@@ -499,7 +499,16 @@ class _Finder:
             if (
                 callee is not None
                 and index.trains(callee[0].body)
-                and (reads(node.func) or any(reads(arg.value) for arg in node.args))
+                and (
+                    reads(node.func)
+                    or any(reads(arg.value) for arg in node.args)
+                    or any(  # the callee reads the batch as a global (or a closure's variable)
+                        isinstance(n, cst.Name)
+                        and n.value in tainted
+                        and index.ref_of(n, index.scope_of(n)) == Ref(scope, n.value)
+                        for n in index.walk(callee[0].body)
+                    )
+                )
             ):
                 return True
         return False
@@ -660,17 +669,21 @@ class _Finder:
 
     def _passes_as_is(self, flow: Flow) -> bool:
         """Whether ``flow`` hands its value on as it is (``a = loader``), not wrapped (``it = iter(loader)``)."""
-        reads = self.index.mentions(flow.stmt, flow.src)
-        if not reads:  # returned by a function of the script: as it was returned
+        index = self.index
+        reads = index.mentions(flow.stmt, flow.src)
+        if not reads and isinstance(flow.src.scope, cst.FunctionDef):  # returned: as the function returns it
+            returns = [n for n in index.walk(flow.src.scope.body) if isinstance(n, cst.Return) and n.value]
+            reads = [read for ret in returns for read in index.mentions(ret, flow.src)]
+        if not reads:
             return True
         for read in reads:
-            arg = self.index.parent(read)
-            call = self.index.parent(arg)
+            arg = index.parent(read)
+            call = index.parent(arg)
             wrapped = (
                 isinstance(arg, cst.Arg)
                 and isinstance(call, cst.Call)
                 and call.args[0] is arg
-                and (m.matches(call.func, m.Name("iter")) or self.index.is_call_to(call, torch_api.PROGRESS_BARS))
+                and (m.matches(call.func, m.Name("iter")) or index.is_call_to(call, torch_api.PROGRESS_BARS))
             )
             if not wrapped:
                 return True

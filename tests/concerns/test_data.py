@@ -256,3 +256,42 @@ def test_a_state_reset_for_every_batch_or_a_shuffled_loader_is_not_carried(read)
         program = read(CARRY.format(shuffle=shuffle, reset=reset))
         data.find(program)
         assert codes(program) == []
+
+
+def test_a_batch_read_as_a_global_by_a_training_function_is_training_data(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader
+
+        def step():
+            model(batch).sum().backward()
+
+        loader = DataLoader(ds, batch_size=16)
+        for epoch in range(3):
+            for batch in loader:
+                step()
+        """
+    )
+    (loader,) = data.find(program).loaders
+    assert loader.training
+
+
+def test_a_progress_bar_that_hides_its_loader_leaves_set_epoch_to_the_user(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader
+        from tqdm import tqdm
+
+        def make_bar():
+            loader = DataLoader(ds, batch_size=16, shuffle=True)
+            return tqdm(loader)
+
+        bar = make_bar()
+        for epoch in range(3):
+            for x in bar:
+                model(x).sum().backward()
+        """
+    )
+    (loader,) = data.find(program).loaders
+    assert loader.training and loader.epoch_loops == ()
+    assert codes(program) == ["DDP203"]
