@@ -19,8 +19,8 @@ With ``--spawn``, plain ``python train_ddp.py`` on a machine with several GPUs
 starts one process per GPU itself (re-running the script with torchrun's
 variables set), for users without torchrun; on the CPU it stays one process.
 
-Scripts that build their model or data at module level call the setup right
-after it is defined and register the teardown with ``atexit``, which runs on
+Scripts that build their model or data at module level, or create an
+experiment tracker there, call the setup right after it is defined and register the teardown with ``atexit``, which runs on
 every rank also when training raises.
 
 A script that already calls a distributed API (``torch.distributed``, DDP,
@@ -28,13 +28,19 @@ A script that already calls a distributed API (``torch.distributed``, DDP,
 Accelerate, DeepSpeed, Horovod) is recognised by :func:`distributed_use` and
 left alone.
 
+Inside the main guard the setup comes first, after nothing but argument
+parsing (so that ``--help`` needs no process group): a sampler, a rank test
+or any of the script's own functions may follow. Code that runs before it --
+module-level statements and the functions they call -- cannot ask for the
+rank; :meth:`Facts.runs_before_setup` tells the other concerns so.
+
 Limits: imports after module-level training code starts are refused (DDP104):
 the process group must exist before that code runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -76,30 +82,46 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
     """Where the process group is set up, and which code runs before it.
 
     The setup goes right after the imports when training objects are built by
-    module-level code (outside every function), else at the top of the main
-    guard, after nothing but argument parsing.
+    module-level code (outside every function), or when module-level code
+    creates an experiment tracker (which only rank 0 may create); else at the
+    top of the main guard, after nothing but argument parsing.
     """
     index = program.index
     module = index.module
     guard = index.main_guard
     nodes = [trained.insert_after for trained in models.models] + [loader.call for loader in loaders.loaders]
-    at_module_level = guard is None or any(
+    if guard is not None and not any(
         index.scope_of(node) is module and not index.inside(node, guard) for node in nodes
-    )
-    early: list[cst.BaseStatement]
-    anchor: cst.BaseStatement
-    if at_module_level or guard is None:
-        anchor = _first_statement_after_imports(module)
-        early = list(module.body[: module.body.index(anchor)])
-    elif isinstance(guard.body, cst.SimpleStatementSuite):  # if __name__ == "__main__": main()
-        anchor = guard
-        early = [s for s in module.body if s is not guard]
-    else:
-        body: list[cst.BaseStatement] = [statement(s) for s in guard.body.body]
-        anchor = body[_argument_parsing(index, body)]
-        early = [s for s in module.body if s is not guard] + body[: body.index(anchor)]
-    early = [s for s in early if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
-    return Facts(at_module_level, anchor, frozenset(early) | _called_from(index, early))
+    ):
+        anchor, early = _in_main_guard(index, guard)
+        before = frozenset(early) | _called_from(index, early)
+        if not any(index.is_call_to(call, torch_api.TRACKER_FACTORIES) for call in _calls_in(index, before)):
+            return Facts(False, anchor, before)
+    anchor = _first_statement_after_imports(module)
+    early = _runs(module.body[: module.body.index(anchor)])
+    return Facts(True, anchor, frozenset(early) | _called_from(index, early))
+
+
+def _in_main_guard(index: Index, guard: cst.If) -> tuple[cst.BaseStatement, list[cst.BaseStatement]]:
+    """The statement of the main guard the setup goes before, and the statements that run before it."""
+    others = [s for s in index.module.body if s is not guard]
+    if isinstance(guard.body, cst.SimpleStatementSuite):  # if __name__ == "__main__": main()
+        return guard, _runs(others)
+    body: list[cst.BaseStatement] = [statement(s) for s in guard.body.body]
+    anchor = body[_argument_parsing(index, body)]
+    return anchor, _runs(others + body[: body.index(anchor)])
+
+
+def _runs(statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The statements that run code where they stand (not definitions)."""
+    return [s for s in statements if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+
+
+def _calls_in(index: Index, nodes: Iterable[cst.CSTNode]) -> Iterator[cst.Call]:
+    for node in nodes:
+        for inner in index.walk(node):
+            if isinstance(inner, cst.Call):
+                yield inner
 
 
 def _argument_parsing(index: Index, body: Sequence[cst.BaseStatement]) -> int:

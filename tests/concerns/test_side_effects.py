@@ -101,7 +101,26 @@ def test_output_before_the_process_group_exists_stays_on_every_rank(read) -> Non
     assert [code(program, stmt) for stmt, _ in facts.outputs] == ['print("done")']
 
 
-def test_a_tracker_created_at_import_time_is_refused(read) -> None:
+def test_a_tracker_created_among_the_imports_is_refused(read) -> None:
+    source = (
+        """
+try:
+    import wandb
+except ImportError:
+    writer = SummaryWriter("runs")
+"""
+        + SCRIPT.replace('    writer = SummaryWriter("runs")\n', "")
+        + """
+if __name__ == "__main__":
+    main()
+"""
+    )
+    program, facts = facts_of(read, source)
+    assert facts.trackers == ()
+    assert [c for c in codes(program) if c.startswith("DDP5")] == ["DDP502"]
+
+
+def test_a_tracker_created_at_module_level_moves_the_setup_there(read) -> None:
     source = (
         SCRIPT.replace('    writer = SummaryWriter("runs")\n', "")
         + """
@@ -112,8 +131,8 @@ if __name__ == "__main__":
 """
     )
     program, facts = facts_of(read, source)
-    assert facts.trackers == ()
-    assert [c for c in codes(program) if c.startswith("DDP5")] == ["DDP502"]
+    assert [code(program, call) for call in facts.trackers] == ['SummaryWriter("runs")']
+    assert not [c for c in codes(program) if c.startswith("DDP5")]
 
 
 def test_a_file_opened_without_with_is_written_on_rank_zero_only(read) -> None:
