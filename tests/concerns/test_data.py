@@ -295,3 +295,21 @@ def test_a_progress_bar_that_hides_its_loader_leaves_set_epoch_to_the_user(read)
     (loader,) = data.find(program).loaders
     assert loader.training and loader.epoch_loops == ()
     assert codes(program) == ["DDP203"]
+
+
+def test_the_torch_names_the_data_concern_matches_exist_in_torch() -> None:
+    import importlib
+
+    import pytest
+
+    torch = pytest.importorskip("torch")
+
+    def resolve(qualified: str) -> object:
+        module, _, name = qualified.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    assert {id(resolve(name)) for name in data.RANDOM_SPLIT} == {id(torch.utils.data.random_split)}
+    for name in data.SHAPE_FACTORIES | {n for n in data.GLOBAL_SEEDS if n.startswith("torch.")}:
+        assert callable(resolve(name)), name
+    for method in data.SHAPE_METHODS:
+        assert hasattr(torch.Tensor, method), method
