@@ -1,10 +1,11 @@
 """Data: every training DataLoader draws its own shard through a DistributedSampler.
 
-A loader feeds training when its batches are drawn in a loop that runs a
-backward pass (through the script's own functions too). ``shuffle=`` moves into the
-sampler, because a DataLoader refuses both; the sampler's ``set_epoch`` is
-called at the start of each epoch so that every epoch shuffles differently
-(and identically on all ranks)::
+A loader feeds training when its batches flow into a backward pass (through
+the script's own functions too); a validation batch drawn inside the training
+loop does not. ``shuffle=`` moves into the sampler, because a DataLoader
+refuses both; the sampler's ``set_epoch`` is called on the loader itself (not
+on a progress bar or iterator over it) at the start of each epoch so that
+every epoch shuffles differently (and identically on all ranks)::
 
     loader = DataLoader(ds, batch_size=64, shuffle=True)
     ->  loader = DataLoader(ds, batch_size=64, sampler=DistributedSampler(ds))
@@ -19,9 +20,16 @@ counts stay right. The per-process batch size stays as written, so the global
 batch is now ``world size`` times larger. Evaluation loaders are left whole: every rank
 evaluates the full set, so the numbers it reports are the single-process ones.
 
+The data must be the same on every rank before it is sharded: a
+``random_split`` drawn from an unseeded global RNG gets its own seeded
+``generator=``. A training step that builds shapes from the loader's batch
+size (``x.view(batch_size, -1)``) gets ``drop_last=True``, because a rank's last
+batch can be short where the single-process one was not.
+
 Limits: a loader that already has a sampler (DDP202), an ``IterableDataset``
 (DDP208), a loader built from ``*args`` (DDP205) or without a dataset
-(DDP206), and training batches that come from anything but a DataLoader the
+(DDP206), a state carried from batch to batch of an unshuffled loader
+(DDP210: the sampler interleaves the ranks' samples), and training batches that come from anything but a DataLoader the
 flow graph can follow (DDP201) are refused; a loader that cannot be followed
 to a loop (DDP204), an epoch loop without a simple variable or a training
 loop repeated in a ``while`` (DDP203), and ``download=True`` on every rank
