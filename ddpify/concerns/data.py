@@ -29,8 +29,9 @@ batch can be short where the single-process one was not.
 Limits: a loader that already has a sampler (DDP202), an ``IterableDataset``
 (DDP208), a loader built from ``*args`` (DDP205) or without a dataset
 (DDP206), a state carried from batch to batch of an unshuffled loader
-(DDP210: the sampler interleaves the ranks' samples), and training batches that come from anything but a DataLoader the
-flow graph can follow (DDP201) are refused; a loader that cannot be followed
+(DDP210: the sampler interleaves the ranks' samples), and training batches
+that come from anything but a DataLoader the flow graph can follow (DDP201)
+are refused; a loader that cannot be followed
 to a loop (DDP204), an epoch loop without a simple variable or a training
 loop repeated in a ``while`` (DDP203), and ``download=True`` on every rank
 (DDP209) are reported.
