@@ -174,3 +174,66 @@ def test_a_parameter_not_from_a_model_is_refused_by_name(read) -> None:
         model.find(program)
         assert codes(program) == ["DDP301"], params
         assert piece in program.findings[0][2]
+
+
+def _with_forward(body: str, call: str = "net(x)") -> str:
+    return f"""
+        import torch
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(4, 4)
+                self.aux = nn.Linear(4, 1)
+                self.use_aux = True
+
+            def forward(self, x, with_aux=False):
+{body}
+
+        net = Net().to("cpu")
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for x in loader:
+            opt.zero_grad()
+            {call}.sum().backward()
+            opt.step()
+        """
+
+
+def test_a_submodule_run_only_on_some_calls_needs_find_unused_parameters(read) -> None:
+    for body in (
+        "                h = self.body(x)\n                return self.aux(h) if with_aux else h",
+        "                h = self.body(x)\n                if with_aux:\n                    return self.aux(h)\n"
+        "                return h",
+    ):
+        (found,) = model.find(read(_with_forward(body, "net(x, with_aux=True)"))).models
+        assert found.unused is not None and "self.aux" in found.unused and "with_aux" in found.unused
+
+
+def test_a_condition_on_the_module_itself_is_the_same_on_every_step(read) -> None:
+    for test in ("self.training", "self.use_aux", "not self.training and self.use_aux"):
+        body = f"                h = self.body(x)\n                if {test}:\n                    h = h + self.aux(h)\n                return h"
+        (found,) = model.find(read(_with_forward(body))).models
+        assert found.unused is None, test
+
+
+def test_a_read_guarded_by_hasattr_is_not_sent_to_the_module(read) -> None:
+    program = read(
+        """
+        import torch
+        import torch.nn as nn
+
+        net = nn.Linear(4, 1).to("cpu")
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for x in loader:
+            opt.zero_grad()
+            net(x).sum().backward()
+            opt.step()
+        inner = net.moduel if hasattr(net, "moduel") else net
+        torch.save(net.state_dict(), "net.pt")
+        """
+    )
+    (found,) = model.find(program).models
+    assert [code(program, read) + "." + program.index.parent(read).attr.value for read in found.unwrap] == [
+        "net.state_dict"
+    ]
