@@ -251,8 +251,8 @@ class _Finder:
             ]
             training = bool(sites)
             epoch_loops: list[EpochLoop] = []
-            restarts = tuple(self._restarts(refs)) if training else ()
             self._loader_refs = self._holding_loader(origin) if origin is not None else set()
+            restarts = tuple(self._restarts(refs)) if training else ()
             if training:
                 found_training = True
                 for node, ref in sites:
@@ -353,7 +353,16 @@ class _Finder:
                 isinstance(a, cst.ExceptHandler) and a.type is not None and "StopIteration" in dotted(a.type)
                 for a in index.ancestors(stmt)
             ):
-                yield Restart(stmt, self.index.spelled(ref, index.scope_of(stmt)))
+                loader = self._loader_itself(ref, index.scope_of(stmt))
+                if loader is None:
+                    self.program.report(
+                        stmt,
+                        NO_EPOCH,
+                        "a new pass over the data starts here, but the DataLoader is not reachable by name: call "
+                        "`loader.sampler.set_epoch(n)` before it yourself",
+                    )
+                    continue
+                yield Restart(stmt, self.index.spelled(loader, index.scope_of(stmt)))
 
     def _dataset_lengths(self, refs: set[Ref]) -> Iterator[cst.Attribute]:
         index = self.index

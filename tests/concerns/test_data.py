@@ -313,3 +313,24 @@ def test_the_torch_names_the_data_concern_matches_exist_in_torch() -> None:
         assert callable(resolve(name)), name
     for method in data.SHAPE_METHODS:
         assert hasattr(torch.Tensor, method), method
+
+
+def test_an_iterator_restarted_over_a_progress_bar_reshuffles_the_loader_under_it(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader
+        from tqdm import tqdm
+        loader = DataLoader(ds, batch_size=16, shuffle=True)
+        bar = tqdm(loader)
+        it = iter(bar)
+        for step in range(1000):
+            try:
+                x = next(it)
+            except StopIteration:
+                it = iter(bar)
+                x = next(it)
+            model(x).sum().backward()
+        """
+    )
+    (loader,) = data.find(program).loaders
+    assert [restart.loader for restart in loader.restarts] == ["loader"]
