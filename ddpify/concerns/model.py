@@ -102,6 +102,13 @@ SMALL_BATCH_NORM = Code(
     "a model with BatchNorm layers trains on small per-process batches: each rank normalises over its own batch",
     "convert the BatchNorm layers to SyncBatchNorm (`--sync-bn`) if the batch statistics matter",
 )
+WRAPPER_IN_CONTAINER = Code(
+    "DDP309",
+    Severity.WARNING,
+    "model",
+    "the wrapped model is kept in a list, dict or attribute: what is read through it is the wrapper's",
+    "read `.module` of the models taken from it for `state_dict()` and attributes (forward calls are right as they are)",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -111,6 +118,7 @@ CODES = (
     UNFROZEN_AFTER_WRAP,
     STORED_BEFORE_WRAP,
     SMALL_BATCH_NORM,
+    WRAPPER_IN_CONTAINER,
 )
 
 
@@ -185,6 +193,7 @@ class _Finder:
         self.program = program
         self.index = program.index
         self._model_classes: dict[Ref, set[cst.ClassDef]] = {}
+        self._warned_holders: set[str] = set()
 
     def optimizers(self) -> Iterator[cst.Call]:
         """``torch.optim.X(...)`` calls, however torch.optim was imported."""
@@ -425,6 +434,7 @@ class _Finder:
         self._warn_moves_in_training(target, insert_after)
         rewraps = self._unfrozen_after(target, insert_after)
         self._refuse_stored_before(target, anchor, insert_after)
+        self._warn_stored_after(target, insert_after)
         if self._frozen_when_wrapped(target, insert_after):
             if not rewraps:
                 return None  # nothing to synchronise, and DDP refuses a module without trainable parameters
@@ -435,6 +445,30 @@ class _Finder:
                 "(which refuses such a module), and is unfrozen here: wrap it once it has trainable parameters",
             )
         return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps)
+
+    def _warn_stored_after(self, target: Ref, wrap: cst.BaseStatement) -> None:
+        """``nets = [net_a, net_b]`` after the wraps: ``n.state_dict()`` of ``for n in nets`` is the wrapper's."""
+        index = self.index
+        scope = index.scope_of(wrap)
+        for read in index.mentions(scope, target):
+            if not index.after(read, wrap) or index.statement_of(read) is wrap:
+                continue
+            holder = self._stored_in(read)
+            if holder is None or self._needs_module(read):  # a checkpoint dict gets ``model.module``
+                continue
+            holder_ref = index.root_ref(holder, scope)
+            text = index.module.code_for_node(holder)
+            if (holder_ref is not None and holder_ref == target) or text in self._warned_holders:
+                continue
+            self._warned_holders.add(text)
+            self.program.report(
+                read,
+                WRAPPER_IN_CONTAINER,
+                f"`{text}` keeps the model wrapped in DistributedDataParallel: a "
+                "`state_dict()` or attribute read through it is the wrapper's (checkpoint keys gain `module.`); "
+                "use `.module` there",
+            )
+            return
 
     def _refuse_stored_before(self, target: Ref, anchor: cst.BaseStatement, wrap: cst.BaseStatement) -> None:
         """``nets = [net_a, net_b]`` before ``net_a = DDP(net_a)``: ``nets`` still trains the plain module."""
@@ -962,7 +996,7 @@ class _Finder:
                 isinstance(call, cst.Call)
                 and self.index.is_call_to(call, torch_api.SAVE | _DEEPCOPY)
                 and call.args[0] is parent
-            )
+            ) or checkpoints.saved(self.index, read)  # torch.save(dict(model=model), f)
         return False
 
 
