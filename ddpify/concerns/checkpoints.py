@@ -170,13 +170,17 @@ def saved(index: Index, value: cst.BaseExpression) -> bool:
         return isinstance(container, (cst.Dict, cst.List, cst.Tuple)) and saved(index, container)
     if isinstance(parent, cst.Arg):
         call = index.parent(parent)
+        if parent.value is not value:  # the keyword's own name
+            return False
+        if isinstance(call, cst.Call) and parent.keyword is not None and index.is_call_to(call, _DICT):
+            return saved(index, call)  # dict(model=model, epoch=epoch)
         return isinstance(call, cst.Call) and index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
     if not (isinstance(parent, cst.Assign) and parent.value is value and len(parent.targets) == 1):
         return False
     target = parent.targets[0].target
     if isinstance(target, cst.Subscript):
         holder = index.ref_of(target.value, index.scope_of(parent))
-    elif isinstance(value, (cst.Dict, cst.List, cst.Tuple)):
+    elif isinstance(value, (cst.Dict, cst.List, cst.Tuple)) or index.is_call_to(value, _DICT):
         holder = index.ref_of(target, index.scope_of(parent))
     else:  # ``m = model``: ``m`` is followed as the model itself
         return False
@@ -207,6 +211,8 @@ def _loads_state_dict(node: cst.CSTNode | None) -> bool:
     """``<something>.load_state_dict(...)``."""
     return isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(attr=m.Name("load_state_dict")))
 
+
+_DICT = frozenset({"builtins.dict"})
 
 _MAP_TO_CPU = cst.Arg(
     keyword=cst.Name("map_location"),

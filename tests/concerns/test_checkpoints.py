@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import libcst as cst
 from conftest import code, codes
 
 from ddpify.concerns import checkpoints
@@ -60,10 +61,13 @@ def test_a_value_saved_inside_a_container_is_found(read) -> None:
         state = {"epoch": 1}
         state["model"] = model
         torch.save(state, "c.pt")
+        torch.save(dict(model=model, epoch=1), "d.pt")
         alias = model
         print({"model": model})
+        print(dict(model=model))
         """
     )
     index = program.index
-    found = [checkpoints.saved(index, name) for name in index.names["model"]]
-    assert found == [True, True, True, False, False]
+    reads = [n for n in index.names["model"] if not isinstance(arg := index.parent(n), cst.Arg) or arg.keyword is not n]
+    found = [checkpoints.saved(index, name) for name in reads]
+    assert found == [True, True, True, True, False, False, False]
