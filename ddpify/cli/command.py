@@ -116,6 +116,22 @@ KeepGlobalBatch = Annotated[
         help="Divide each training DataLoader's batch_size by the world size to keep the global batch.",
     ),
 ]
+FindUnusedParameters = Annotated[
+    bool,
+    typer.Option(
+        "--find-unused-parameters",
+        help="Wrap every model with find_unused_parameters=True (costs a graph traversal per step; for forwards "
+        "that skip parameters in ways ddpify cannot see).",
+    ),
+]
+SyncBatchNorm = Annotated[
+    bool,
+    typer.Option(
+        "--sync-bn",
+        help="Convert BatchNorm layers to SyncBatchNorm before the wrap (statistics over the global batch, "
+        "at the cost of a collective in every BatchNorm forward).",
+    ),
+]
 Spawn = Annotated[
     bool,
     typer.Option("--spawn", help="Let `python OUT` start one process per GPU itself (for machines without torchrun)."),
@@ -229,6 +245,8 @@ def ddpify_command(
     diff: Diff = False,
     check: Check = False,
     keep_global_batch: KeepGlobalBatch = False,
+    find_unused_parameters: FindUnusedParameters = False,
+    sync_bn: SyncBatchNorm = False,
     spawn: Spawn = False,
     jobs: Jobs = None,
     no_color: NoColor = False,
@@ -264,6 +282,8 @@ def ddpify_command(
         diff=diff,
         check=check,
         keep_global_batch=keep_global_batch,
+        find_unused_parameters=find_unused_parameters,
+        sync_batchnorm=sync_bn,
         color=not no_color,
         quiet=quiet,
         spawn=spawn,

@@ -50,6 +50,8 @@ class Request:
     color: bool
     quiet: bool
     spawn: bool = False
+    find_unused_parameters: bool = False
+    sync_batchnorm: bool = False
     suffix: str | None = None  # None: not given
     jobs: int | None = None  # None: one per CPU
     sbatch: str | None = None
@@ -77,7 +79,12 @@ class Request:
 
     @property
     def options(self) -> Options:
-        return Options(keep_global_batch=self.keep_global_batch, spawn=self.spawn)
+        return Options(
+            keep_global_batch=self.keep_global_batch,
+            spawn=self.spawn,
+            find_unused_parameters=self.find_unused_parameters,
+            sync_batchnorm=self.sync_batchnorm,
+        )
 
 
 @dataclass(frozen=True)
