@@ -11,12 +11,14 @@ concern (:mod:`ddpify.concerns`) finds its facts and records its edits, and
 the edits are applied in one pass.
 
 After rewriting, the output must compile; otherwise the conversion is an
-internal error and nothing is written.
+internal error and nothing is written. It must also keep the invariants of a
+data-parallel script (:mod:`ddpify.invariants`, checked on the output text
+alone); a violation is refused with its DDP9xx code.
 """
 
 from __future__ import annotations
 
-from ddpify import concerns
+from ddpify import concerns, invariants
 from ddpify.concerns.process_group import distributed_use
 from ddpify.diagnostics import ALREADY_DISTRIBUTED, INTERNAL_ERROR, NOTHING_TO_DO, Diagnostic, Severity
 from ddpify.engine.edits import EditPlan, apply
@@ -56,6 +58,9 @@ def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
     converted = apply(plan)
     code = converted.bytes if isinstance(source, bytes) else converted.code
     compile_quietly(code, path)  # output that does not compile is a bug: an internal error, nothing written
+    broken = invariants.check(converted.code, path)  # a safety net that does not trust the analysis above
+    if broken:
+        return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
     changes = tuple(sorted(plan.changes(), key=lambda c: c.line))
     return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), changes)
 

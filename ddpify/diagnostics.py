@@ -10,7 +10,7 @@ what part of the script is meant:
 * ``DDP4xx`` checkpoints
 * ``DDP5xx`` side effects (printing, logging, files)
 * ``DDP6xx`` training-loop control (decisions that must be the same on every rank)
-* ``DDP9xx`` ddpify itself (internal errors)
+* ``DDP9xx`` ddpify itself (internal errors, and invariants its output breaks)
 
 An ``error`` means the script cannot be converted safely and nothing is
 written; a ``warning`` means the script is written and a person should look;
@@ -103,6 +103,35 @@ NOTHING_TO_DO = Code(
 INTERNAL_ERROR = Code(
     "DDP900", Severity.ERROR, "ddpify", "a bug in ddpify: nothing is written", "report it with the input script"
 )
+# Invariants of the converted script (ddpify/invariants.py): a violation is a bug in ddpify.
+INVARIANT_SETUP_FIRST = Code(
+    "DDP901",
+    Severity.ERROR,
+    "ddpify",
+    "the converted script would use torch.distributed before joining the process group: nothing is written",
+    "report it with the input script",
+)
+INVARIANT_DATA = Code(
+    "DDP902",
+    Severity.ERROR,
+    "ddpify",
+    "the converted script would train on unsharded data, or not call set_epoch once per epoch: nothing is written",
+    "report it with the input script",
+)
+INVARIANT_ONE_WRITER = Code(
+    "DDP903",
+    Severity.ERROR,
+    "ddpify",
+    "the converted script would save or write a file on every rank: nothing is written",
+    "report it with the input script",
+)
+INVARIANT_WRAPPED = Code(
+    "DDP904",
+    Severity.ERROR,
+    "ddpify",
+    "the converted script would train a model without DistributedDataParallel: nothing is written",
+    "report it with the input script",
+)
 
 INPUT_CODES = (
     INVALID_SYNTAX,
@@ -114,7 +143,7 @@ INPUT_CODES = (
     ALREADY_DISTRIBUTED,
     NOTHING_TO_DO,
 )
-INTERNAL_CODES = (INTERNAL_ERROR,)
+INTERNAL_CODES = (INTERNAL_ERROR, INVARIANT_SETUP_FIRST, INVARIANT_DATA, INVARIANT_ONE_WRITER, INVARIANT_WRAPPED)
 
 
 def registry() -> dict[str, Code]:

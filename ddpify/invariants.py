@@ -1,0 +1,526 @@
+"""Invariants of a converted script, checked on the output text alone.
+
+A safety net under the concerns: whatever the analysis concluded, the script
+ddpify is about to write is parsed again with CPython's :mod:`ast` (not libcst,
+and without ddpify's index) and checked for violations that would make it
+train wrongly under ``torchrun``:
+
+* DDP901 a distributed call (``DistributedSampler(...)``, ``DDP(...)``,
+  ``dist.get_rank()``, ``dist.barrier()``, ...) runs at module level before the
+  module-level call that joins the process group;
+* DDP902 a ``DataLoader`` iterated by a training loop has no sampler, or its
+  epoch loop does not call ``set_epoch`` on its ``DistributedSampler`` exactly once;
+* DDP903 ``torch.save(...)`` or ``open(..., "w")`` runs on every rank;
+* DDP904 an optimizer updates a model that its training loop runs unwrapped.
+
+Each check looks only at what it can decide from the syntax in one scope, and
+passes whenever it cannot decide: it exists to catch a clear violation, never
+to refuse a good script. A violation is a bug in ddpify; the conversion is
+refused and nothing is written.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddpify.diagnostics import (
+    INVARIANT_DATA,
+    INVARIANT_ONE_WRITER,
+    INVARIANT_SETUP_FIRST,
+    INVARIANT_WRAPPED,
+    Code,
+    Diagnostic,
+)
+
+_SETUP = frozenset({"torch.distributed.init_process_group"})
+_DISTRIBUTED = frozenset(
+    {
+        "torch.utils.data.DistributedSampler",
+        "torch.utils.data.distributed.DistributedSampler",
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        *(
+            f"torch.distributed.{name}"
+            for name in (
+                "get_rank",
+                "get_world_size",
+                "barrier",
+                "all_reduce",
+                "all_gather",
+                "all_gather_object",
+                "broadcast",
+                "broadcast_object_list",
+                "reduce",
+                "gather",
+                "scatter",
+                "new_group",
+            )
+        ),
+    }
+)
+_WRAPS = frozenset(
+    {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"}
+)
+_DATA_LOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
+_MAP_STYLE = frozenset(
+    {
+        "torch.utils.data.TensorDataset",
+        "torch.utils.data.dataset.TensorDataset",
+        "torch.utils.data.Subset",
+        "torch.utils.data.ConcatDataset",
+    }
+)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
+
+
+def check(code: str, path: str = "<string>") -> list[Diagnostic]:
+    """Every clear violation of an invariant in the converted script ``code``."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []  # the output is compiled elsewhere; what does not parse is not decidable here
+    script = _Script(tree)
+    found = [
+        *script.setup_first(),
+        *script.training_data(),
+        *script.one_writer(),
+        *script.optimized_models_wrapped(),
+    ]
+    return [
+        code.at(
+            1,
+            1,
+            f"ddpify produced a script that would {what} (output line {line}); nothing written; please report",
+            path,
+        )
+        for code, line, what in sorted(found, key=lambda f: (f[1], f[0].code))
+    ]
+
+
+_Violation = tuple[Code, int, str]
+
+
+class _Script:
+    """The parsed output, indexed once: parents, the scope of every node, names by their text."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self.parent: dict[ast.AST, ast.AST] = {}
+        self.calls: list[ast.Call] = []
+        # per function, class or module: the calls, attributes and ifs that run in it
+        self.in_scope: dict[ast.AST, list[ast.AST]] = {tree: []}
+        self.bindings: dict[ast.AST, dict[str, list[ast.AST]]] = {tree: {}}  # per scope: name -> statements
+        self.by_tail: dict[str, list[ast.Name | ast.Attribute]] = {}  # ``x`` and ``a.x`` under "x"
+        self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        self.imports: dict[str, str] = {}
+        parent, by_tail, iter_children = self.parent, self.by_tail, ast.iter_child_nodes
+        stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
+        while stack:
+            node, scope = stack.pop()
+            if isinstance(node, ast.Name):
+                by_tail.setdefault(node.id, []).append(node)
+                continue  # a name has only its context below it
+            if isinstance(node, ast.Constant):
+                continue
+            if isinstance(node, ast.Attribute):
+                by_tail.setdefault(node.attr, []).append(node)
+                self.in_scope[scope].append(node)
+            elif isinstance(node, ast.Call):
+                self.calls.append(node)
+                self.in_scope[scope].append(node)
+            elif isinstance(node, ast.If):
+                self.in_scope[scope].append(node)
+            elif isinstance(node, ast.stmt | ast.NamedExpr):
+                self._record(node, scope)
+            inner = scope
+            if isinstance(node, _SCOPES):
+                inner = node
+                self.in_scope[node] = []
+                self.bindings[node] = {}
+            for child in iter_children(node):
+                if not isinstance(child, _LEAVES):
+                    parent[child] = node
+                    stack.append((child, inner))
+        self.backward_loops: set[ast.AST] = set()
+        for call in self.calls:
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "backward":
+                for ancestor in self.ancestors(call):
+                    if isinstance(ancestor, _SCOPES):
+                        break
+                    if isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While)):
+                        self.backward_loops.add(ancestor)
+        self._setup: dict[str, bool] = {}
+
+    def _record(self, node: ast.stmt | ast.NamedExpr, scope: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self.functions.setdefault(node.name, []).append(node)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                head = alias.name.split(".")[0]
+                self.imports[alias.asname or head] = alias.name if alias.asname else head
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                self.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        targets = node.targets if isinstance(node, ast.Assign) else _targets(node)
+        for target in targets:
+            for name in _bound_names(target):
+                self.bindings[scope].setdefault(name, []).append(node)
+
+    # -- helpers ---------------------------------------------------------
+    def qualified(self, expr: ast.expr) -> str | None:
+        parts: list[str] = []
+        while isinstance(expr, ast.Attribute):
+            parts.append(expr.attr)
+            expr = expr.value
+        if not isinstance(expr, ast.Name) or expr.id not in self.imports:
+            return None
+        return ".".join([self.imports[expr.id], *reversed(parts)])
+
+    def calls_to(self, call: ast.AST, names: frozenset[str]) -> bool:
+        return isinstance(call, ast.Call) and self.qualified(call.func) in names
+
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        current = self.parent.get(node)
+        while current is not None and not isinstance(current, (*_SCOPES, ast.Module)):
+            current = self.parent.get(current)
+        return current if current is not None else self.tree
+
+    def body_nodes(self, block: ast.AST) -> Iterator[ast.AST]:
+        """Everything below ``block`` that runs with it: nested functions, lambdas and classes left out."""
+        stack = list(ast.iter_child_nodes(block))
+        while stack:
+            node = stack.pop()
+            yield node
+            if not isinstance(node, _SCOPES):
+                stack.extend(ast.iter_child_nodes(node))
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        current = self.parent.get(node)
+        while current is not None:
+            yield current
+            current = self.parent.get(current)
+
+    def joins_group(self, name: str) -> bool:
+        """Whether calling the module's function ``name`` joins the process group (directly or through its calls)."""
+        if name not in self._setup:
+            self._setup[name] = False  # a recursive call adds nothing
+            self._setup[name] = any(
+                self.calls_to(node, _SETUP)
+                or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and self.joins_group(node.func.id))
+                for function in self.functions.get(name, ())
+                for node in self.in_scope[function]
+            )
+        return self._setup[name]
+
+    # -- (a) the process group first -------------------------------------
+    def setup_first(self) -> Iterator[_Violation]:
+        setup_line = None
+        uses: list[ast.Call] = []
+        for node in self.in_scope[self.tree]:
+            if not isinstance(node, ast.Call):
+                continue
+            if self.calls_to(node, _SETUP) or (isinstance(node.func, ast.Name) and self.joins_group(node.func.id)):
+                setup_line = node.lineno if setup_line is None else min(setup_line, node.lineno)
+            elif self.calls_to(node, _DISTRIBUTED) and not self._guarded_by_is_initialized(node):
+                uses.append(node)
+        if setup_line is None:
+            return  # the group is joined inside a function, or not at all: not decidable here
+        for use in uses:
+            if use.lineno < setup_line:
+                what = f"call `{ast.unparse(use.func)}(...)` before the process group is set up"
+                yield INVARIANT_SETUP_FIRST, use.lineno, what
+
+    def _guarded_by_is_initialized(self, node: ast.AST) -> bool:
+        return any(
+            isinstance(a, (ast.If, ast.IfExp, ast.BoolOp))
+            and any(isinstance(n, ast.Attribute | ast.Name) and _tail(n) == "is_initialized" for n in ast.walk(a))
+            for a in self.ancestors(node)
+        )
+
+    # -- (b) training data sharded, set_epoch once -----------------------
+    def training_data(self) -> Iterator[_Violation]:
+        for loop in self.backward_loops:
+            if not isinstance(loop, (ast.For, ast.AsyncFor)):
+                continue
+            scope = self.scope_of(loop)
+            name = _iterated_name(loop.iter)
+            if name is None:
+                continue
+            loaders = list(self._assignments(scope, name))
+            if len(loaders) != 1 or not self.calls_to(loaders[0].value, _DATA_LOADER):
+                continue
+            assignment = loaders[0]
+            loader = assignment.value
+            assert isinstance(loader, ast.Call)
+            sampler = next((k.value for k in loader.keywords if k.arg in ("sampler", "batch_sampler")), None)
+            if sampler is None:
+                if any(k.arg is None for k in loader.keywords) or len(loader.args) > 3:
+                    continue  # **kwargs, or a sampler passed by position
+                if self._map_style(scope, loader) and not self._sampler_set_later(scope, name):
+                    what = f"train on `{name}` without a sampler: every rank would load the same batches"
+                    yield INVARIANT_DATA, loader.lineno, what
+                continue
+            yield from self._set_epoch_once(scope, loop, name, sampler)
+
+    def _assignments(self, scope: ast.AST, name: str) -> list[ast.Assign]:
+        """The plain ``name = ...`` statements of ``scope``; none when ``name`` is bound any other way too."""
+        found = self.bindings[scope].get(name, [])
+        if all(isinstance(a, ast.Assign) and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) for a in found):
+            return [a for a in found if isinstance(a, ast.Assign)]
+        return []
+
+    def _map_style(self, scope: ast.AST, loader: ast.Call) -> bool:
+        dataset = (
+            loader.args[0] if loader.args else next((k.value for k in loader.keywords if k.arg == "dataset"), None)
+        )
+        if isinstance(dataset, ast.Name):
+            bound = self._assignments(scope, dataset.id)
+            dataset = bound[0].value if len(bound) == 1 else None
+        if not isinstance(dataset, ast.Call):
+            return False
+        qualified = self.qualified(dataset.func)
+        if qualified in _MAP_STYLE or (qualified or "").startswith("torchvision.datasets."):
+            return True
+        if isinstance(dataset.func, ast.Name):
+            classes = [c for c in self.tree.body if isinstance(c, ast.ClassDef) and c.name == dataset.func.id]
+            return len(classes) == 1 and _map_style_class(classes[0])
+        return False
+
+    def _sampler_set_later(self, scope: ast.AST, name: str) -> bool:
+        return any(
+            isinstance(n, ast.Attribute)
+            and isinstance(n.ctx, ast.Store)
+            and isinstance(n.value, ast.Name)
+            and n.value.id == name
+            for n in self.in_scope[scope]
+        )
+
+    def _set_epoch_once(self, scope: ast.AST, loop: ast.AST, name: str, sampler: ast.expr) -> Iterator[_Violation]:
+        receivers = {f"{name}.sampler"}
+        if isinstance(sampler, ast.Name):
+            bound = self._assignments(scope, sampler.id)
+            if len(bound) != 1:
+                return
+            receivers.add(sampler.id)
+            sampler = bound[0].value
+        if not self.calls_to(sampler, _SAMPLERS) or not _shuffles(sampler):
+            return
+        epoch = next(
+            (a for a in self.ancestors(loop) if isinstance(a, (ast.For, ast.AsyncFor, ast.While, *_SCOPES))), None
+        )
+        if not isinstance(epoch, (ast.For, ast.AsyncFor)):
+            return  # one pass over the data, or passes counted some other way: not decidable here
+        calls = sorted(
+            (
+                n
+                for n in self.body_nodes(epoch)
+                if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr == "set_epoch"
+                and ast.unparse(n.func.value) in receivers
+            ),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
+        unconditional = [c for c in calls if not any(isinstance(a, _BRANCHES) for a in self._between(c, epoch))]
+        if not calls:
+            what = f"never call `{name}.sampler.set_epoch(epoch)`: every epoch would shuffle the same way"
+            yield INVARIANT_DATA, epoch.lineno, what
+        elif len(unconditional) > 1:
+            what = f"call `set_epoch` on `{name}`'s sampler {len(unconditional)} times per epoch"
+            yield INVARIANT_DATA, unconditional[1].lineno, what
+
+    def _between(self, node: ast.AST, outer: ast.AST) -> Iterator[ast.AST]:
+        for ancestor in self.ancestors(node):
+            if ancestor is outer:
+                return
+            yield ancestor
+
+    # -- (c) one writer --------------------------------------------------
+    def one_writer(self) -> Iterator[_Violation]:
+        for node in self.calls:
+            if self.qualified(node.func) == "torch.save":
+                what = "save with `torch.save(...)` on every rank"
+            elif isinstance(node.func, ast.Name) and node.func.id == "open" and _writes(node):
+                what = "open a file for writing on every rank"
+            else:
+                continue
+            if any(isinstance(n, ast.Name) and "rank" in n.id.lower() for n in ast.walk(node)):
+                continue  # a file per rank
+            if not self._on_rank_zero(node, frozenset()):
+                yield INVARIANT_ONE_WRITER, node.lineno, what
+
+    def _on_rank_zero(self, node: ast.AST, seen: frozenset[str]) -> bool:
+        """Whether ``node`` runs on rank 0 only; True also when that cannot be decided."""
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) and self._rankish(ancestor.test):
+                return True
+            if isinstance(ancestor, ast.BoolOp) and any(self._rankish(v) for v in ancestor.values):
+                return True
+            if isinstance(ancestor, (ast.Lambda, ast.ClassDef)):
+                return True
+            if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return self._function_on_rank_zero(ancestor, seen)
+        return False  # module level: every rank runs it
+
+    def _function_on_rank_zero(self, function: ast.FunctionDef | ast.AsyncFunctionDef, seen: frozenset[str]) -> bool:
+        if any(
+            isinstance(n, ast.If) and self._rankish(n.test) and isinstance(n.body[0], ast.Return)
+            for n in self.in_scope[function]
+        ):
+            return True  # an early return on the other ranks
+        name = function.name
+        if name in seen or len(self.functions.get(name, ())) != 1 or function.decorator_list:
+            return True
+        method = isinstance(self.parent.get(function), ast.ClassDef)
+        calls = []
+        for node in self.by_tail.get(name, ()):
+            if isinstance(node, ast.Attribute if method else ast.Name):
+                parent = self.parent.get(node)
+                if not (isinstance(parent, ast.Call) and parent.func is node):
+                    return True  # passed around as a value: its callers are not known
+                calls.append(parent)
+        return not calls or all(self._on_rank_zero(call, seen | {name}) for call in calls)
+
+    def _rankish(self, test: ast.expr) -> bool:
+        """A test that can tell rank 0 from the others (or that this check cannot read)."""
+        for node in ast.walk(test):
+            if isinstance(node, (ast.Name, ast.Attribute)) and any(
+                word in _tail(node).lower() for word in ("rank", "main", "master")
+            ):
+                return True
+            if isinstance(node, ast.Name) and self._rank_value(node.id):
+                return True
+        return False
+
+    def _rank_value(self, name: str) -> bool:
+        """Whether ``name`` is assigned from something about a rank anywhere, or is a helper's name."""
+        if name in self.functions:
+            return True  # a helper whose answer this check does not read
+        return any(
+            isinstance(node, ast.Assign)
+            and any(
+                isinstance(n, (ast.Name, ast.Attribute)) and "rank" in _tail(n).lower() for n in ast.walk(node.value)
+            )
+            for bindings in self.bindings.values()
+            for node in bindings.get(name, ())
+        )
+
+    # -- (d) what is optimized is wrapped --------------------------------
+    def optimized_models_wrapped(self) -> Iterator[_Violation]:
+        for optimizer in self.calls:
+            qualified = self.qualified(optimizer.func) or ""
+            if not qualified.startswith("torch.optim.") or qualified.startswith("torch.optim.lr_scheduler"):
+                continue
+            scope = self.scope_of(optimizer)
+            for name in self._optimized_names(optimizer):
+                loop = self._first_training_loop(scope, optimizer, name)
+                if loop is None:
+                    continue
+                if not any(
+                    isinstance(n, ast.Assign)
+                    and n.lineno < loop.lineno
+                    and any(self.calls_to(c, _WRAPS) for c in ast.walk(n.value))
+                    for n in self.bindings[scope].get(name, ())
+                ):
+                    what = f"train `{name}` without DistributedDataParallel: its gradients would not be averaged"
+                    yield INVARIANT_WRAPPED, loop.lineno, what
+
+    def _optimized_names(self, optimizer: ast.Call) -> set[str]:
+        names = set()
+        for node in ast.walk(optimizer):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("parameters", "named_parameters")
+            ):
+                receiver = node.func.value
+                chain = []
+                while isinstance(receiver, ast.Attribute):
+                    chain.append(receiver.attr)
+                    receiver = receiver.value
+                if isinstance(receiver, ast.Name) and "module" not in chain:
+                    names.add(receiver.id)
+        return names
+
+    def _first_training_loop(
+        self, scope: ast.AST, optimizer: ast.Call, name: str
+    ) -> ast.For | ast.AsyncFor | ast.While | None:
+        """The first loop after ``optimizer`` in the same scope that runs ``.backward()`` and calls ``name``."""
+        if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef) and name in {
+            a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)
+        }:
+            return None  # wrapped, or not, by the caller
+        if not any(isinstance(n, ast.Assign) for n in self.bindings[scope].get(name, ())):
+            return None  # bound elsewhere (a global, an import): not decidable here
+        loops = sorted(
+            (
+                n
+                for n in self.backward_loops
+                if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
+                and n.lineno > optimizer.lineno
+                and self.scope_of(n) is scope
+            ),
+            key=lambda n: n.lineno,
+        )
+        for loop in loops[:1]:
+            if any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+                for n in self.body_nodes(loop)
+            ):
+                return loop
+        return None
+
+
+_BRANCHES = (ast.If, ast.IfExp, ast.Try, ast.Match, ast.BoolOp, ast.For, ast.AsyncFor, ast.While)
+
+
+def _tail(node: ast.Name | ast.Attribute) -> str:
+    return node.id if isinstance(node, ast.Name) else node.attr
+
+
+def _iterated_name(expr: ast.expr) -> str | None:
+    """``loader`` in ``for b in loader`` or ``for i, b in enumerate(loader)``."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "enumerate" and expr.args:
+        expr = expr.args[0]
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _targets(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr, ast.For)):
+        return [node.target]
+    if isinstance(node, ast.With):
+        return [item.optional_vars for item in node.items if item.optional_vars is not None]
+    return []
+
+
+def _bound_names(target: ast.expr) -> set[str]:
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return {n for element in target.elts for n in _bound_names(element)}
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return set()
+
+
+def _map_style_class(cls: ast.ClassDef) -> bool:
+    methods = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    bases = {ast.unparse(b).split(".")[-1] for b in cls.bases}
+    return "__getitem__" in methods and "__len__" in methods and not (bases & {"IterableDataset", "IterDataPipe"})
+
+
+def _writes(call: ast.Call) -> bool:
+    mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and bool(set(mode.value) & set("wax"))
+
+
+def _shuffles(sampler: ast.expr) -> bool:
+    """A ``DistributedSampler(...)`` that certainly shuffles (the default)."""
+    assert isinstance(sampler, ast.Call)
+    shuffle = next((k.value for k in sampler.keywords if k.arg == "shuffle"), None)
+    if any(k.arg is None for k in sampler.keywords) or len(sampler.args) > 3:
+        return False
+    return shuffle is None or (isinstance(shuffle, ast.Constant) and shuffle.value is True)
