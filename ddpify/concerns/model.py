@@ -304,6 +304,29 @@ class _Finder:
             return self._trace_name(expr, calls, seen)
         return expr
 
+    def _trace_argument(
+        self, function: cst.FunctionDef, param: str, calls: list[cst.Call], seen: set[Ref]
+    ) -> cst.BaseExpression | None:
+        """``def make_optimizer(params): return SGD(params)``: what every caller passes for ``params``."""
+        index = self.index
+        callers = index.callers(function)
+        if not callers:
+            return function.name  # never called here: nothing to trace
+        params = list(function.params.params)
+        position = next(i for i, p in enumerate(params) if p.name.value == param)
+        for call in callers:
+            resolved = index.resolve_callee(call, index.scope_of(call))
+            implicit = resolved[1] if resolved is not None else 0
+            passed = [a.value for a in call.args if a.keyword is not None and a.keyword.value == param]
+            positional = [a for a in call.args if a.keyword is None]
+            if not passed and 0 <= position - implicit < len(positional) and not positional[position - implicit].star:
+                passed = [positional[position - implicit].value]
+            if not passed:
+                return call
+            if (untraced := self._trace(passed[0], calls, seen)) is not None:
+                return untraced
+        return None
+
     def _trace_name(self, name: cst.Name, calls: list[cst.Call], seen: set[Ref]) -> cst.BaseExpression | None:
         """``params = [...]``, or ``params = []`` filled by ``params.append(p)`` in a loop over ``named_parameters()``."""
         index = self.index
@@ -313,6 +336,8 @@ class _Finder:
             return name
         seen.add(ref)
         found = len(calls)
+        if isinstance(scope, cst.FunctionDef) and any(p.name.value == name.value for p in scope.params.params):
+            return self._trace_argument(scope, name.value, calls, seen)
         for assign in index.assignments_to(ref):
             value = assign.value
             if isinstance(value, (cst.List, cst.Tuple)) and not value.elements:
