@@ -26,6 +26,20 @@ so it is computed into a variable first and only the output is gated::
 Where that cannot be done (the work is inside a lambda or comprehension, or
 on a line with other statements), the statement stays on every rank and is
 reported (DDP501).
+
+A file opened without ``with`` (``f = open(path, "w")``, and what is built on
+it, such as ``writer = csv.writer(f)``) is opened, written and closed on
+rank 0 only; a use of it that cannot go there is refused (DDP503). A
+``with open(path, "w")`` block that also trains must run on every rank, so the
+other ranks write to ``os.devnull``::
+
+    with open("log.csv", "w") as f:
+    ->  with open("log.csv", "w") if dist.get_rank() == 0 else open(os.devnull, "w") as f:
+
+Output that runs before the process group exists (at import time, or in a
+function called then) cannot ask for the rank: it stays on every rank, once per
+process. A tracker created by module-level code makes the process group
+start right after the imports; one created among the imports is refused (DDP502).
 """
 
 from __future__ import annotations
@@ -79,6 +93,8 @@ class Facts:
     trackers: tuple[cst.Call, ...]  # SummaryWriter(...) / wandb.init(...) assigned to a name
     progress_bars: tuple[cst.Call, ...]  # tqdm(...) calls without ``disable=``
     makedirs: tuple[cst.Call, ...]  # os.makedirs(...) / os.mkdir(...) without ``exist_ok=``
+    # ``with open(path, "w")`` around training (which must run on every rank): the others write to os.devnull
+    devnull_opens: tuple[cst.Call, ...] = ()
 
 
 def find(program: Program, models: model.Facts, group: process_group.Facts) -> Facts:
@@ -103,7 +119,9 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
     hoisted: list[cst.Call] = []
     outputs = tuple((stmt, kind) for stmt, kind in finder.outputs(models.refs, trackers, hoisted) if late(stmt))
     hoisted = [call for call in hoisted if late(call)]
-    _check_files_written_once(program, group, finder.files, {stmt for stmt, _ in outputs})
+    gated = {stmt for stmt, _ in outputs}
+    _check_files_written_once(program, group, finder.files, gated)
+    devnull_opens = tuple(finder.devnull_opens(gated, late))
     progress_bars = tuple(
         c
         for c in index.calls
@@ -114,7 +132,7 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
         for c in index.calls
         if index.is_call_to(c, torch_api.MAKEDIRS) and argument(c, "exist_ok") is None and len(c.args) < 3
     )
-    return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs)
+    return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs, devnull_opens)
 
 
 def _check_files_written_once(
@@ -149,6 +167,38 @@ class _Finder:
         self.program = program
         self.index = program.index
         self.files = self._open_files()
+
+    def devnull_opens(self, gated: set[cst.BaseStatement], late: Callable[[cst.CSTNode], bool]) -> Iterator[cst.Call]:
+        """Files opened for writing outside the statements put on rank 0.
+
+        ``with open(path, "w") as f:`` around code that must run on every rank
+        (training) opens ``os.devnull`` on the other ranks. Any other such
+        ``open`` is refused (DDP503): every rank would write the file.
+        """
+        index = self.index
+        for call in index.calls:
+            if not ("builtins.open" in index.qualified_names(call.func) and _writes(call)):
+                continue
+            stmt = index.statement_of(call)
+            if stmt in gated or any(a in gated for a in index.ancestors(stmt)):
+                continue
+            item = index.parent(call)
+            if isinstance(item, cst.WithItem) and late(call) and call.args and call.args[0].keyword is None:
+                yield call
+                continue
+            if self._targets_of(call) & self.files:
+                continue  # reported with its uses by _check_files_written_once
+            self.program.report(
+                call,
+                FILE_USE_NOT_GATED,
+                "a file opened for writing here is opened by every rank"
+                + (" (before the process group exists, at import time)" if not late(call) else "")
+                + ": bind it to a plain name (`f = open(...)`) or write it inside `with open(...)`",
+            )
+
+    def _targets_of(self, call: cst.Call) -> set[Ref]:
+        assign = self.index.parent(call)
+        return self._targets(assign) if isinstance(assign, cst.Assign) and assign.value is call else set()
 
     def _open_files(self) -> set[Ref]:
         """Names bound to a file opened for writing without ``with`` (``f = open(path, "w")``), and
@@ -262,6 +312,13 @@ class _Finder:
             )
         ):
             return "file write"  # writer.writerow(row), f.close(), json.dump(obj, f)
+        if (
+            isinstance(call.func, cst.Attribute)
+            and isinstance(call.func.value, cst.Call)
+            and "builtins.open" in index.qualified_names(call.func.value.func)
+            and _writes(call.func.value)
+        ):
+            return "file write"  # open(path, "w").write(text)
         names = index.qualified_names(call.func)
         if "builtins.print" in names:
             return "print"
@@ -338,6 +395,9 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         )
         plan.replace(call, _append_argument(disable))
         plan.change(call, "progress bar shown on global rank 0 only")
+    for call in facts.devnull_opens:
+        plan.replace(call, _to_devnull_off_rank_zero(plan))
+        plan.change(call, "the file is written on global rank 0 only (the other ranks write to os.devnull)")
     for call in facts.makedirs:
         if m.matches(call.func, m.Attribute(attr=m.Name("mkdir"))):
             plan.replace(call, _call_makedirs)
@@ -360,6 +420,20 @@ def _append_argument(arg: cst.Arg) -> Callable[[cst.CSTNode], cst.CSTNode]:
         return call.with_changes(args=[*with_comma(call.args), arg])
 
     return append
+
+
+def _to_devnull_off_rank_zero(plan: EditPlan) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``open(path, "w")`` -> ``open(path, "w") if dist.get_rank() == 0 else open(os.devnull, "w")``."""
+
+    def replace(node: cst.CSTNode) -> cst.CSTNode:
+        call = cast(cst.Call, node)
+        first, *rest = call.args
+        devnull = call.with_changes(
+            args=[first.with_changes(value=cst.parse_expression(f"{plan.names.os}.devnull")), *rest]
+        )
+        return cst.IfExp(test=plan.rank_zero, body=call, orelse=devnull)
+
+    return replace
 
 
 def _call_makedirs(node: cst.CSTNode) -> cst.CSTNode:
