@@ -397,7 +397,7 @@ class _Finder:
                     yield replace(
                         model,
                         lineage=frozenset(self.index.lineage(model.ref)),
-                        unused=self._skipped_submodule(classes),
+                        unused=self._skipped_submodule(classes) or self._output_used_sometimes(model),
                         small_batch_norm=self._small_batch_norm(model, classes),
                     )
 
@@ -738,6 +738,56 @@ class _Finder:
                         ):
                             return earlier.test
             node = cast(cst.CSTNode, parent)
+        return None
+
+    def _output_used_sometimes(self, model: Model) -> str | None:
+        """``out, aux = model(x)`` in the training loop with ``aux`` read only under an ``if``.
+
+        On the other steps the parameters that only ``aux`` depends on get no gradient.
+        """
+        index = self.index
+        scope = index.scope_of(model.insert_after)
+        for read in index.mentions(scope, model.ref):
+            call = index.parent(read)
+            assign = index.parent(call)
+            if not (
+                isinstance(call, cst.Call)
+                and call.func is read
+                and isinstance(assign, cst.Assign)
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Tuple)
+            ):
+                continue
+            loops = list(index.enclosing_loops(call))
+            if not loops or not index.trains(loops[0].body):
+                continue
+            for element in assign.targets[0].target.elements:
+                output = element.value
+                if not isinstance(output, cst.Name) or output.value == "_":
+                    continue
+                ref = index.ref_of(output, scope)
+                if ref is None:
+                    continue
+                uses = [
+                    r
+                    for r in index.mentions(loops[0].body, ref)
+                    if index.starts_after(r, assign) and not index.inside(r, assign)
+                ]
+                tests = [self._only_when(use, loops[0]) for use in uses]
+                if uses and all(test is not None for test in tests):
+                    condition = index.module.code_for_node(cast(cst.BaseExpression, tests[0]))
+                    return f"`{output.value}` from `{model.expression}(...)` is used only when `{condition}` holds"
+        return None
+
+    def _only_when(self, node: cst.CSTNode, loop: cst.CSTNode) -> cst.BaseExpression | None:
+        """The test of an ``if`` inside ``loop`` whose body (not its test) holds ``node``."""
+        child = node
+        for ancestor in self.index.ancestors(node):
+            if ancestor is loop:
+                return None
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                return ancestor.test
+            child = ancestor
         return None
 
     def _small_batch_norm(self, model: Model, classes: set[cst.ClassDef]) -> cst.Call | None:
