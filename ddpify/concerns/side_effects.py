@@ -183,7 +183,13 @@ class _Finder:
             if stmt in gated or any(a in gated for a in index.ancestors(stmt)):
                 continue
             item = index.parent(call)
-            if isinstance(item, cst.WithItem) and late(call) and call.args and call.args[0].keyword is None:
+            if (
+                isinstance(item, cst.WithItem)
+                and late(call)
+                and call.args
+                and call.args[0].keyword is None
+                and not _writes(call, "x")  # os.devnull exists already
+            ):
                 yield call
                 continue
             if self._targets_of(call) & self.files:
@@ -442,13 +448,13 @@ def _call_makedirs(node: cst.CSTNode) -> cst.CSTNode:
     return call.with_changes(func=cast(cst.Attribute, call.func).with_changes(attr=cst.Name("makedirs")))
 
 
-def _writes(open_call: cst.Call) -> bool:
+def _writes(open_call: cst.Call, modes: str = "wax") -> bool:
     """``open(path, "w")`` (or "a", "x", with or without "b" / "+")."""
     mode = argument(open_call, "mode", 1)
     return (
         mode is not None
         and isinstance(mode.value, cst.SimpleString)
-        and bool(set(str(mode.value.evaluated_value)) & set("wax"))
+        and bool(set(str(mode.value.evaluated_value)) & set(modes))
     )
 
 

@@ -1,7 +1,8 @@
-"""Files are written once: a metrics file opened without ``with`` and a checkpoint that stores the model object.
+"""Files are written once: a metrics file opened without ``with``, a log written in a ``with`` block
+around training, and a checkpoint that stores the model object.
 
-The converted script runs under torchrun on two ranks. The metrics file is
-opened in append mode, so a second writer would show as a second set of rows;
+The converted script runs under torchrun on two ranks. The files are opened
+in append mode, so a second writer would show as a second set of rows;
 the checkpoint must hold the plain module, which loads without a process group.
 """
 
@@ -34,15 +35,17 @@ def main():
     metrics = open("metrics.csv", "a", newline="")
     writer = csv.writer(metrics)
     writer.writerow(["epoch", "batch", "loss"])
-    for epoch in range(2):
-        for batch, (xb, yb) in enumerate(loader):
-            loss = F.mse_loss(model(xb), yb)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            writer.writerow([epoch, batch, round(loss.item(), 5)])
-        metrics.flush()
-        torch.save({"model": model, "epoch": epoch}, "full_model.pt")
+    with open("train_log.txt", "a") as log:
+        for epoch in range(2):
+            for batch, (xb, yb) in enumerate(loader):
+                loss = F.mse_loss(model(xb), yb)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                writer.writerow([epoch, batch, round(loss.item(), 5)])
+            metrics.flush()
+            log.write(f"epoch {epoch} loss {loss.item():.5f}\\n")
+            torch.save({"model": model, "epoch": epoch}, "full_model.pt")
     metrics.close()
 
 
@@ -66,5 +69,6 @@ def test_metrics_file_and_checkpoint_are_written_once(tmp_path: Path) -> None:
     rows = (tmp_path / "metrics.csv").read_text().splitlines()
     assert rows.count("epoch,batch,loss") == 1
     assert len(rows) == 1 + rank0.steps, "every step of one rank, once"
+    assert len((tmp_path / "train_log.txt").read_text().splitlines()) == 2, "one line per epoch, from one rank"
     checkpoint = torch.load(tmp_path / "full_model.pt", map_location="cpu", weights_only=False)
     assert type(checkpoint["model"]) is torch.nn.Sequential
