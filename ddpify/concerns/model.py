@@ -332,7 +332,9 @@ class _Finder:
         index = self.index
         scope = index.scope_of(name)
         ref = index.ref_of(name, scope)
-        if ref is None or ref.scope is not scope or ref in seen:
+        if ref in seen:
+            return None  # traced already
+        if ref is None or ref.scope is not scope:
             return name
         seen.add(ref)
         found = len(calls)
@@ -345,6 +347,11 @@ class _Finder:
             if self._trace(value, calls, seen) is not None:
                 return name
         for read in index.mentions(scope, ref):
+            augmented = index.parent(read)
+            if isinstance(augmented, cst.AugAssign) and augmented.target is read:  # params += list(head.parameters())
+                if (untraced := self._trace(augmented.value, calls, seen)) is not None:
+                    return untraced
+                continue
             receiver: cst.CSTNode = read
             while isinstance(index.parent(receiver), cst.IfExp):  # ``(decay if p.ndim > 1 else rest).append(p)``
                 receiver = cast(cst.CSTNode, index.parent(receiver))

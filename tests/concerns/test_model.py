@@ -237,3 +237,14 @@ def test_a_read_guarded_by_hasattr_is_not_sent_to_the_module(read) -> None:
     assert [code(program, read) + "." + program.index.parent(read).attr.value for read in found.unwrap] == [
         "net.state_dict"
     ]
+
+
+def test_a_parameter_list_extended_with_another_model_wraps_both(read) -> None:
+    program = read(
+        _optimizer_over("params").replace(
+            "opt = ",
+            "params = list(enc.parameters())\n        params += list(dec.parameters()) + list(head.parameters())\n        opt = ",
+        )
+    )
+    assert [found.expression for found in model.find(program).models] == ["enc", "dec", "head"]
+    assert codes(program) == []
