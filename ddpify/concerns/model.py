@@ -969,9 +969,8 @@ class _Finder:
             return None
         if isinstance(parent, cst.Assign) and parent.value is node:
             return parent.targets[0].target
-        if isinstance(parent, (cst.Call, cst.Arg, cst.ListComp, cst.GeneratorExp)):
-            return None  # ``nn.ModuleList([a, b])`` and the like: a new module built from the model
-        return cast(cst.BaseExpression, node) if node is not read else None
+        # ``nn.ModuleList([a, b])`` builds a new module; ``for net in [a, b]: net.to(device)`` prepares both
+        return None
 
     def _runs_model(self, read: cst.BaseExpression) -> bool:
         parent = self.index.parent(read)
