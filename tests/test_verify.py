@@ -451,3 +451,47 @@ def test_verify_refuses_arguments_that_cannot_show_data_parallelism(kwargs: dict
 def test_verify_refuses_a_missing_script(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         verify(tmp_path / "missing.py")
+
+
+EVERY_RANK_WRITES = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+dist.init_process_group("gloo")
+dataset = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+loader = DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset))
+model = DDP(torch.nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+metrics = open("metrics.csv", "w")
+with open(f"rank{dist.get_rank()}.log", "w") as log:
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        metrics.write(f"{loss.item()}\\n")
+        log.write("step\\n")
+metrics.close()
+if dist.get_rank() == 0:
+    torch.save(model.module.state_dict(), "model.pt")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.torchrun
+def test_a_file_opened_for_writing_on_every_rank_is_not_a_single_writer(tmp_path: Path) -> None:
+    script = tmp_path / "every_rank_writes.py"
+    script.write_text(EVERY_RANK_WRITES)
+
+    report = verify(script, workdir=tmp_path)
+
+    failed = failures(report)
+    assert set(failed) == {"single-writer"}, explain(report)
+    assert failed["single-writer"] == (
+        "metrics.csv was opened for writing by ranks 0, 1: every rank writes the file; write it on rank 0 only"
+    )

@@ -55,8 +55,11 @@ Checks, in order, each with its own failure messages:
     optimizer step on any rank ...".
 ``single-writer``
     every file written with ``torch.save`` was written by global rank 0
-    only. Fails with: "P was written by ranks 0, 1 ..." or "P was written by
-    rank R, not by rank 0". In-memory saves (``io.BytesIO``) are not judged.
+    only, and no file in the working folder was opened for writing (``open``
+    with ``w``, ``a``, ``x`` or ``+``) by more than one rank. Fails with: "P
+    was written by ranks 0, 1 ...", "P was written by rank R, not by rank
+    0" or "P was opened for writing by ranks 0, 1 ...". In-memory saves
+    (``io.BytesIO``) are not judged.
 ``clean-exit``
     no hang and ``destroy_process_group()`` on every rank that created one.
     Fails with: "hang: after T s, rank R was still running at
@@ -732,6 +735,17 @@ def _single_writer(run: RunOutcome) -> Check:
             )
         elif 0 not in counts:
             problems.append(f"{given[path]} was written by {_ranks(sorted(counts))}, not by rank 0")
+    openers: dict[str, set[int]] = {}
+    for rank, record in sorted(run.records.items()):
+        for write in record.get("writes", []):
+            openers.setdefault(write["path"], set()).add(rank)
+            given.setdefault(write["path"], write["given"])
+    for path, ranks in openers.items():
+        if len(ranks) > 1 and path not in writers:
+            problems.append(
+                f"{given[path]} was opened for writing by {_ranks(sorted(ranks))}: every rank writes the file; "
+                f"write it on rank 0 only"
+            )
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         return Check(SINGLE_WRITER, False, problems[0] + more)

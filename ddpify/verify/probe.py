@@ -29,7 +29,10 @@ What is hooked, and how:
   from before an optimizer step; the parent judges sharding on those only,
   so evaluation loaders (typically the same on every rank) do not count.
 * files: ``torch.save`` (and ``torch.serialization.save``) note the target of
-  every call: the path as given and as an absolute path.
+  every call: the path as given and as an absolute path. ``open`` (the
+  builtin, which is also ``io.open`` and what ``pathlib`` calls) notes every
+  file inside the working folder opened with a mode that writes (``w``,
+  ``a``, ``x`` or ``+``), once per path; the probe's own files are left out.
 * wrapping: ``DistributedDataParallel.__init__`` keeps a weak reference to
   every DDP instance and notes which parameters it registered for gradient
   reduction (those that required grad and were not ignored when it was
@@ -63,12 +66,14 @@ hook is recorded in ``probe_errors`` instead of breaking the script.
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
 import ctypes
 import faulthandler
 import functools
 import gc
 import hashlib
+import io
 import json
 import os
 import runpy
@@ -435,6 +440,10 @@ class Recorder:
         self.loaders: list[_LoaderRecord] = []
         self.last_loader: _LoaderRecord | None = None
         self.saves: list[dict[str, Any]] = []
+        self.writes: list[dict[str, Any]] = []  # files opened for writing, the first time each
+        self._written: set[str] = set()
+        self._workdir = os.path.join(os.path.abspath(os.getcwd()), "")
+        self._own_dir = os.path.join(os.path.abspath(out_dir), "")
         self.process_group: dict[str, Any] = {
             "initialized": False,
             "world_size": None,
@@ -459,6 +468,7 @@ class Recorder:
         self._patch_process_group()
         self._patch_ddp()
         self._patch_save()
+        self._patch_open()
         self._patch_data_loader()
         atexit.register(self._at_exit)
         self.write()
@@ -529,6 +539,19 @@ class Recorder:
 
         _replace(torch, "save", save)
         _replace(torch.serialization, "save", save)
+
+    def _patch_open(self) -> None:
+        original_open = builtins.open  # io.open is the same function
+
+        @functools.wraps(original_open)
+        def open_(file: Any, mode: Any = "r", *args: Any, **kwargs: Any) -> Any:
+            stream = original_open(file, mode, *args, **kwargs)
+            if isinstance(mode, str) and not set(mode).isdisjoint("wax+"):
+                self._guarded("open", self._note_write, file)
+            return stream
+
+        _replace(builtins, "open", open_)
+        _replace(io, "open", open_)
 
     def _patch_data_loader(self) -> None:
         original_init = DataLoader.__init__
@@ -624,6 +647,17 @@ class Recorder:
         self.saves.append({"kind": kind, "given": given, "path": path, "step": self.steps})
         self._dirty = True
 
+    def _note_write(self, target: Any) -> None:
+        if not isinstance(target, (str, bytes, os.PathLike)):
+            return  # a file descriptor
+        given = os.fsdecode(target)
+        path = os.path.abspath(given)
+        if path in self._written or not path.startswith(self._workdir) or path.startswith(self._own_dir):
+            return
+        self._written.add(path)
+        self.writes.append({"given": given, "path": path, "step": self.steps})
+        self._dirty = True
+
     def _note_batch(self, record: _LoaderRecord, iteration: int, batch: Any) -> None:
         record.batches += 1
         self.last_loader = record
@@ -707,6 +741,7 @@ class Recorder:
             "checksummed": self.checksums is not None,
             "loaders": [record.to_json() for record in self.loaders],
             "saves": self.saves,
+            "writes": self.writes,
             "process_group": self.process_group,
             "probe_errors": self.probe_errors,
         }
