@@ -72,10 +72,16 @@ class Facts:
     # code that runs before the setup, when no process group exists yet: module-level statements and the
     # functions they call (the rank cannot be asked there)
     before_setup: frozenset[cst.CSTNode]
+    # the script's functions called both before the setup and after it
+    before_and_after: frozenset[cst.CSTNode] = frozenset()
 
     def runs_before_setup(self, index: Index, node: cst.CSTNode) -> bool:
         """Whether ``node`` runs before the process group exists, on some path."""
         return node in self.before_setup or any(a in self.before_setup for a in index.ancestors(node))
+
+    def runs_also_after_setup(self, index: Index, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is in a function that runs both before the process group exists and after."""
+        return any(a in self.before_and_after for a in index.ancestors(node))
 
 
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
@@ -96,10 +102,12 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
         anchor, early = _in_main_guard(index, guard)
         before = frozenset(early) | _called_from(index, early)
         if not any(index.is_call_to(call, torch_api.TRACKER_FACTORIES) for call in _calls_in(index, before)):
-            return Facts(False, anchor, before)
+            after: list[cst.CSTNode] = [guard] if anchor is guard else [s for s in guard.body.body if s not in early]
+            return Facts(False, anchor, before, before & _called_from(index, after))
     anchor = _first_statement_after_imports(module)
     early = _runs(module.body[: module.body.index(anchor)])
-    return Facts(True, anchor, frozenset(early) | _called_from(index, early))
+    before = frozenset(early) | _called_from(index, early)
+    return Facts(True, anchor, before, before & _called_from(index, _runs(module.body[module.body.index(anchor) :])))
 
 
 def _in_main_guard(index: Index, guard: cst.If) -> tuple[cst.BaseStatement, list[cst.BaseStatement]]:

@@ -95,6 +95,8 @@ class Facts:
     makedirs: tuple[cst.Call, ...]  # os.makedirs(...) / os.mkdir(...) without ``exist_ok=``
     # ``with open(path, "w")`` around training (which must run on every rank): the others write to os.devnull
     devnull_opens: tuple[cst.Call, ...] = ()
+    # output in a function that runs both before the process group exists and after: rank 0 once it exists
+    ungrouped: tuple[tuple[cst.BaseStatement, str], ...] = ()
 
 
 def find(program: Program, models: model.Facts, group: process_group.Facts) -> Facts:
@@ -117,7 +119,15 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
             )
     trackers = tuple(filter(late, trackers))
     hoisted: list[cst.Call] = []
-    outputs = tuple((stmt, kind) for stmt, kind in finder.outputs(models.refs, trackers, hoisted) if late(stmt))
+    found = list(finder.outputs(models.refs, trackers, hoisted))
+    outputs = tuple((stmt, kind) for stmt, kind in found if late(stmt))
+    # output in a helper that also runs before the process group exists: a test that needs no group
+    early_work = {index.statement_of(call) for call in hoisted if not late(call)}
+    ungrouped = tuple(
+        (stmt, kind)
+        for stmt, kind in found
+        if not late(stmt) and group.runs_also_after_setup(index, stmt) and stmt not in early_work
+    )
     hoisted = [call for call in hoisted if late(call)]
     gated = {stmt for stmt, _ in outputs}
     _check_files_written_once(program, group, finder.files, gated)
@@ -132,7 +142,7 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
         for c in index.calls
         if index.is_call_to(c, torch_api.MAKEDIRS) and argument(c, "exist_ok") is None and len(c.args) < 3
     )
-    return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs, devnull_opens)
+    return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs, devnull_opens, ungrouped)
 
 
 def _check_files_written_once(
@@ -401,6 +411,12 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         )
         plan.replace(call, _append_argument(disable))
         plan.change(call, "progress bar shown on global rank 0 only")
+    ungrouped = {stmt for stmt, _ in facts.ungrouped}
+    test = cst.parse_expression(f"not {dist}.is_initialized() or {dist}.get_rank() == 0")
+    for stmt, kind in facts.ungrouped:
+        if not any(ancestor in ungrouped for ancestor in index.ancestors(stmt)):
+            plan.replace(stmt, _under(test))
+            plan.change(stmt, f"{kind} on global rank 0 only, once the process group exists (it also runs before)")
     for call in facts.devnull_opens:
         plan.replace(call, _to_devnull_off_rank_zero(plan))
         plan.change(call, "the file is written on global rank 0 only (the other ranks write to os.devnull)")
@@ -426,6 +442,17 @@ def _append_argument(arg: cst.Arg) -> Callable[[cst.CSTNode], cst.CSTNode]:
         return call.with_changes(args=[*with_comma(call.args), arg])
 
     return append
+
+
+def _under(test: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``stmt`` -> ``if test: stmt``."""
+
+    def wrap(node: cst.CSTNode) -> cst.CSTNode:
+        stmt = statement(node)
+        body = cst.IndentedBlock(body=[stmt.with_changes(leading_lines=())])
+        return cst.If(test=test, body=body, leading_lines=stmt.leading_lines)
+
+    return wrap
 
 
 def _to_devnull_off_rank_zero(plan: EditPlan) -> Callable[[cst.CSTNode], cst.CSTNode]:
