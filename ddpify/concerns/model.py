@@ -572,10 +572,18 @@ class _Finder:
         index = self.index
         wrap_scope = index.scope_of(wrap)
         found: list[cst.BaseStatement] = []
-        for read in self._reads_after_wrap(target, wrap):
+        reads = list(self._reads_after_wrap(target, wrap))
+        frozen_before = any(
+            self._unfreezes(read, value=False) is not None
+            for read in index.mentions(wrap_scope, target)
+            if not index.after(read, wrap) or index.inside(read, wrap)
+        )
+        for read in reads:
             statement = self._unfreezes(read)
             if statement is None or statement in found:
                 continue
+            if not frozen_before and self._toggled(statement, reads):
+                continue  # a GAN's ``requires_grad`` toggled each step: DDP registered them all at the wrap
             if index.scope_of(statement) is not wrap_scope or index.ref_of(read, wrap_scope) != target:
                 self.program.report(
                     statement,
@@ -588,20 +596,27 @@ class _Finder:
             found.append(statement)
         return tuple(found)
 
-    def _unfreezes(self, read: cst.BaseExpression) -> cst.BaseStatement | None:
-        """The statement that makes parameters reached from ``read`` trainable, if it does."""
+    def _toggled(self, unfreeze: cst.BaseStatement, reads: list[cst.BaseExpression]) -> bool:
+        """The same training loop also freezes the model again: ``requires_grad`` toggled every step."""
+        loops = list(self.index.enclosing_loops(unfreeze))
+        return bool(loops) and any(
+            self.index.inside(read, loops[0]) and self._unfreezes(read, value=False) is not None for read in reads
+        )
+
+    def _unfreezes(self, read: cst.BaseExpression, value: bool = True) -> cst.BaseStatement | None:
+        """The statement that makes parameters reached from ``read`` trainable (``value`` False: frozen)."""
         index = self.index
         for loop in index.enclosing_loops(read):
             # for p in model.backbone.parameters(): p.requires_grad = True
             if isinstance(loop, cst.For) and index.inside(read, loop.iter):
                 names = frozenset(n.value for n in index.walk(loop.target) if isinstance(n, cst.Name))
-                if any(_makes_trainable(node, names) for node in index.walk(loop.body)):
+                if any(_makes_trainable(node, names, value) for node in index.walk(loop.body)):
                     return loop
                 return None
         statement = index.statement_of(read)
         node: cst.CSTNode = read
         while isinstance(parent := index.parent(node), (cst.Attribute, cst.Call)):
-            if _makes_trainable(parent, None):  # model.backbone.requires_grad_(True)
+            if _makes_trainable(parent, None, value):  # model.backbone.requires_grad_(True)
                 return statement
             node = parent
         return None
@@ -1090,17 +1105,19 @@ def _hasattr_test(test: cst.BaseExpression, receiver: str, attribute: str) -> bo
     return bool(m.findall(test, pattern))
 
 
-def _makes_trainable(node: cst.CSTNode, names: frozenset[str] | None) -> bool:
+def _makes_trainable(node: cst.CSTNode, names: frozenset[str] | None, value: bool = True) -> bool:
     """``<name>.requires_grad = True`` or ``<name>.requires_grad_()`` / ``.requires_grad_(True)``.
 
-    ``names`` None: any receiver.
+    ``names`` None: any receiver. With ``value`` False: the freezing ``= False`` / ``requires_grad_(False)``.
     """
+    literal = m.Name(str(value))
+    arguments = m.Call(args=[m.Arg(literal)]) | m.Call(args=[]) if value else m.Call(args=[m.Arg(literal)])
 
     def receiver_is(value: cst.BaseExpression) -> bool:
         return names is None or (isinstance(value, cst.Name) and value.value in names)
 
     if isinstance(node, cst.Assign):
-        return m.matches(node.value, m.Name("True")) and any(
+        return m.matches(node.value, literal) and any(
             isinstance(t.target, cst.Attribute)
             and t.target.attr.value == "requires_grad"
             and receiver_is(t.target.value)
@@ -1111,7 +1128,7 @@ def _makes_trainable(node: cst.CSTNode, names: frozenset[str] | None) -> bool:
         and isinstance(node.func, cst.Attribute)
         and node.func.attr.value == "requires_grad_"
         and receiver_is(node.func.value)
-        and m.matches(node, m.Call(args=[]) | m.Call(args=[m.Arg(m.Name("True"))]))
+        and m.matches(node, arguments)
     )
 
 

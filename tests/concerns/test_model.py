@@ -248,3 +248,30 @@ def test_a_parameter_list_extended_with_another_model_wraps_both(read) -> None:
     )
     assert [found.expression for found in model.find(program).models] == ["enc", "dec", "head"]
     assert codes(program) == []
+
+
+def test_requires_grad_toggled_every_step_needs_no_new_wrap(read) -> None:
+    program = read(
+        """
+        import torch
+        import torch.nn as nn
+
+        gen = nn.Linear(2, 2).to("cpu")
+        disc = nn.Linear(2, 1).to("cpu")
+        opt_g = torch.optim.Adam(gen.parameters())
+        opt_d = torch.optim.Adam(disc.parameters())
+        for x in loader:
+            for p in disc.parameters():
+                p.requires_grad = True
+            opt_d.zero_grad()
+            disc(x).mean().backward()
+            opt_d.step()
+            for p in disc.parameters():
+                p.requires_grad = False
+            opt_g.zero_grad()
+            disc(gen(x)).mean().backward()
+            opt_g.step()
+        """
+    )
+    assert [found.rewraps for found in model.find(program).models] == [(), ()]
+    assert codes(program) == []
