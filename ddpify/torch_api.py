@@ -143,3 +143,12 @@ TRACKER_FACTORIES = frozenset(
 TRACKER_MODULES = ("wandb.",)  # module-level calls such as wandb.log(...)
 
 MAKEDIRS = frozenset({"os.makedirs", "os.mkdir"})
+# Logging handlers that open a file when built: only rank 0 may write it.
+LOG_FILE_HANDLERS = frozenset(
+    {
+        "logging.FileHandler",
+        "logging.handlers.RotatingFileHandler",
+        "logging.handlers.TimedRotatingFileHandler",
+        "logging.handlers.WatchedFileHandler",
+    }
+)

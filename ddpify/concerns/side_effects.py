@@ -36,6 +36,9 @@ other ranks write to ``os.devnull``::
     with open("log.csv", "w") as f:
     ->  with open("log.csv", "w") if dist.get_rank() == 0 else open(os.devnull, "w") as f:
 
+Log files (``logging.FileHandler(path)``, ``logging.basicConfig(filename=path)``)
+are named ``os.devnull`` on the other ranks the same way.
+
 Output that runs before the process group exists (at import time, or in a
 function called then) cannot ask for the rank: it stays on every rank, once per
 process. A tracker created by module-level code makes the process group
@@ -97,6 +100,7 @@ class Facts:
     devnull_opens: tuple[cst.Call, ...] = ()
     # output in a function that runs both before the process group exists and after: rank 0 once it exists
     ungrouped: tuple[tuple[cst.BaseStatement, str], ...] = ()
+    log_files: tuple[cst.Arg, ...] = ()  # logging.FileHandler(path): the other ranks log to os.devnull
 
 
 def find(program: Program, models: model.Facts, group: process_group.Facts) -> Facts:
@@ -132,6 +136,7 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
     gated = {stmt for stmt, _ in outputs}
     _check_files_written_once(program, group, finder.files, gated)
     devnull_opens = tuple(finder.devnull_opens(gated, late))
+    log_files = tuple(finder.log_files(late))
     progress_bars = tuple(
         c
         for c in index.calls
@@ -142,7 +147,7 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
         for c in index.calls
         if index.is_call_to(c, torch_api.MAKEDIRS) and argument(c, "exist_ok") is None and len(c.args) < 3
     )
-    return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs, devnull_opens, ungrouped)
+    return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs, devnull_opens, ungrouped, log_files)
 
 
 def _check_files_written_once(
@@ -211,6 +216,30 @@ class _Finder:
                 + (" (before the process group exists, at import time)" if not late(call) else "")
                 + ": bind it to a plain name (`f = open(...)`) or write it inside `with open(...)`",
             )
+
+    def log_files(self, late: Callable[[cst.CSTNode], bool]) -> Iterator[cst.Arg]:
+        """The file name of ``logging.FileHandler(path)`` / ``logging.basicConfig(filename=path)``: the
+        other ranks log to ``os.devnull``."""
+        index = self.index
+        for call in index.calls:
+            if index.is_call_to(call, torch_api.LOG_FILE_HANDLERS):
+                name = call.args[0] if call.args and call.args[0].keyword is None else None
+            elif index.is_call_to(call, _BASIC_CONFIG):
+                name = argument(call, "filename")
+                if name is None:
+                    continue
+            else:
+                continue
+            if name is not None and late(call) and not _writes(call, "x"):
+                yield name
+            else:
+                self.program.report(
+                    call,
+                    FILE_USE_NOT_GATED,
+                    "the log file named here is opened on every rank"
+                    + (" (before the process group exists, at import time)" if not late(call) else "")
+                    + ": set up logging after the process group, with the file name first",
+                )
 
     def _targets_of(self, call: cst.Call) -> set[Ref]:
         assign = self.index.parent(call)
@@ -420,6 +449,9 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for call in facts.devnull_opens:
         plan.replace(call, _to_devnull_off_rank_zero(plan))
         plan.change(call, "the file is written on global rank 0 only (the other ranks write to os.devnull)")
+    for file_name in facts.log_files:
+        plan.replace(file_name, _file_off_rank_zero(plan))
+        plan.change(file_name, "the log file is written on global rank 0 only (the other ranks log to os.devnull)")
     for call in facts.makedirs:
         if m.matches(call.func, m.Attribute(attr=m.Name("mkdir"))):
             plan.replace(call, _call_makedirs)
@@ -469,10 +501,24 @@ def _to_devnull_off_rank_zero(plan: EditPlan) -> Callable[[cst.CSTNode], cst.CST
     return replace
 
 
+def _file_off_rank_zero(plan: EditPlan) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``FileHandler(path)`` -> ``FileHandler(path if dist.get_rank() == 0 else os.devnull)``."""
+
+    def replace(node: cst.CSTNode) -> cst.CSTNode:
+        arg = cast(cst.Arg, node)
+        devnull = cst.parse_expression(f"{plan.names.os}.devnull")
+        return arg.with_changes(value=cst.IfExp(plan.rank_zero, arg.value, devnull))
+
+    return replace
+
+
 def _call_makedirs(node: cst.CSTNode) -> cst.CSTNode:
     """``os.mkdir(...)`` -> ``os.makedirs(...)``."""
     call = cast(cst.Call, node)
     return call.with_changes(func=cast(cst.Attribute, call.func).with_changes(attr=cst.Name("makedirs")))
+
+
+_BASIC_CONFIG = frozenset({"logging.basicConfig"})
 
 
 def _writes(open_call: cst.Call, modes: str = "wax") -> bool:
