@@ -89,8 +89,8 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
 
     The setup goes right after the imports when training objects are built by
     module-level code (outside every function), or when module-level code
-    creates an experiment tracker or a logging file handler (which only rank 0
-    may create); else at the
+    creates an experiment tracker or a logging file handler, or saves with
+    ``torch.save`` (which only rank 0 may do); else at the
     top of the main guard, after nothing but argument parsing.
     """
     index = program.index
@@ -102,7 +102,8 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
     ):
         anchor, early = _in_main_guard(index, guard)
         before = frozenset(early) | _called_from(index, early)
-        opens = torch_api.TRACKER_FACTORIES | torch_api.LOG_FILE_HANDLERS  # only rank 0 may create them
+        # only rank 0 may create or write them
+        opens = torch_api.TRACKER_FACTORIES | torch_api.LOG_FILE_HANDLERS | torch_api.SAVE
         if not any(index.is_call_to(call, opens) for call in _calls_in(index, before)):
             after: list[cst.CSTNode] = [guard] if anchor is guard else [s for s in guard.body.body if s not in early]
             return Facts(False, anchor, before, before & _called_from(index, after))

@@ -114,3 +114,24 @@ def test_code_run_at_import_time_is_before_the_setup(read) -> None:
     facts = process_group.find(program, model.find(program), data.find(program))
     prints = [call for call in program.index.calls if code(program, call).startswith("print")]
     assert [facts.runs_before_setup(program.index, call) for call in prints] == [True, False]
+
+
+def test_a_save_at_import_time_moves_the_setup_after_the_imports(read) -> None:
+    program = read(
+        """
+        import torch
+
+        torch.save({"lr": 0.1}, "config.pt")
+
+        def main():
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x).sum().backward()
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert setup_at_module_level(program)
+    assert setup_before(program) == 'torch.save({"lr": 0.1}, "config.pt")'
