@@ -130,7 +130,8 @@ OUTPUT_FUNCTIONS = frozenset(
         "tqdm.auto.tqdm.write",
     }
 )
-OUTPUT_METHODS = frozenset({"savefig", "to_csv"})  # fig.savefig(...) on any figure, df.to_csv(path)
+# fig.savefig(...) on any figure, df.to_csv(path), Path(...).write_text(...)
+OUTPUT_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes"})
 # Experiment trackers: created on rank 0 only (None elsewhere), every use on rank 0 only.
 TRACKER_FACTORIES = frozenset(
     {
