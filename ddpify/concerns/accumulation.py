@@ -202,12 +202,12 @@ def _is_backward(node: cst.CSTNode) -> bool:
 
 
 def _is_step(index: Index, node: cst.CSTNode, optimizer_refs: set[Ref]) -> bool:
-    return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value == "step"
-        and index.carried_ref(node.func.value, index.scope_of(node)) in optimizer_refs
-    )
+    """``optimizer.step()``, or a step that is given the optimizer (``scaler.step(optimizer)`` with AMP)."""
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "step"):
+        return False
+    scope = index.scope_of(node)
+    receivers = [node.func.value, *(arg.value for arg in node.args[:1] if arg.keyword is None)]
+    return any(index.carried_ref(receiver, scope) in optimizer_refs for receiver in receivers)
 
 
 def _pure(expr: cst.BaseExpression) -> bool:

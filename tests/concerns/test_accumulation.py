@@ -121,6 +121,7 @@ def test_an_optimizer_stepped_every_micro_step_keeps_every_all_reduce(read: Read
     ("case", "args"),
     [
         ("counter_reset", []),  # the all-reduce runs only on the micro-step that steps
+        ("amp_scaler", []),  # the same, with the step taken through a GradScaler
         ("optional_optimizer", ["--freeze-encoder"]),  # a step gated by a flag: every step all-reduces
     ],
 )
@@ -135,3 +136,10 @@ def test_converted_case_trains_in_sync(case: str, args: list[str], tmp_path: Pat
     report = verify(script, nproc=2, script_args=args, workdir=tmp_path, timeout=120)
 
     assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+
+
+def test_a_step_through_a_grad_scaler_is_accumulation(read: Reader) -> None:
+    program = read(
+        ACCUMULATING.replace("        optimizer.step()", "        scaler.step(optimizer)\n        scaler.update()")
+    )
+    assert _conditions(program) == ["(i + 1) % 4 == 0"]
