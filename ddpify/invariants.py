@@ -72,6 +72,7 @@ _MAP_STYLE = frozenset(
         "torch.utils.data.ConcatDataset",
     }
 )
+_PROGRESS_BARS = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"})
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
 
@@ -246,7 +247,7 @@ class _Script:
             if not isinstance(loop, (ast.For, ast.AsyncFor)):
                 continue
             scope = self.scope_of(loop)
-            name = _iterated_name(loop.iter)
+            name = self.iterated_name(loop.iter, scope)
             if name is None:
                 continue
             loaders = list(self._assignments(scope, name))
@@ -473,6 +474,22 @@ class _Script:
                 return loop
         return None
 
+    def iterated_name(self, expr: ast.expr, scope: ast.AST) -> str | None:
+        """``loader`` in ``for b in loader``, ``enumerate(loader)``, ``tqdm(loader)``, or ``pbar = tqdm(loader)``."""
+        for _ in range(8):
+            if isinstance(expr, ast.Call) and expr.args and _wraps_iterable(self.qualified(expr.func), expr.func):
+                expr = expr.args[0]
+                continue
+            if not isinstance(expr, ast.Name):
+                return None
+            bound = self._assignments(scope, expr.id)
+            if len(bound) != 1 or not (
+                isinstance(bound[0].value, ast.Call) and self.qualified(bound[0].value.func) in _PROGRESS_BARS
+            ):
+                return expr.id
+            expr = bound[0].value
+        return None
+
 
 _BRANCHES = (ast.If, ast.IfExp, ast.Try, ast.Match, ast.BoolOp, ast.For, ast.AsyncFor, ast.While)
 
@@ -481,11 +498,11 @@ def _tail(node: ast.Name | ast.Attribute) -> str:
     return node.id if isinstance(node, ast.Name) else node.attr
 
 
-def _iterated_name(expr: ast.expr) -> str | None:
-    """``loader`` in ``for b in loader`` or ``for i, b in enumerate(loader)``."""
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "enumerate" and expr.args:
-        expr = expr.args[0]
-    return expr.id if isinstance(expr, ast.Name) else None
+def _wraps_iterable(qualified: str | None, func: ast.expr) -> bool:
+    """``enumerate`` or a progress bar: the loop still draws from the iterable they are given."""
+    if isinstance(func, ast.Name) and func.id == "enumerate":
+        return True
+    return qualified in _PROGRESS_BARS
 
 
 def _targets(node: ast.AST) -> list[ast.expr]:

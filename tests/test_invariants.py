@@ -78,6 +78,31 @@ def test_a_training_loader_without_a_sampler_is_caught() -> None:
         """) == [("DDP902", 2)]
 
 
+def test_a_loader_drawn_through_a_progress_bar_is_followed() -> None:
+    assert codes("""
+        from tqdm import tqdm
+
+        def main(model):
+            ds = TensorDataset(torch.randn(8, 2))
+            loader = DataLoader(ds, sampler=DistributedSampler(ds))
+            for epoch in range(2):
+                for step, (x,) in enumerate(tqdm(loader)):
+                    model(x).sum().backward()
+        """) == [("DDP902", 6)]
+    assert codes("""
+        from tqdm import tqdm
+
+        def main(model):
+            ds = TensorDataset(torch.randn(8, 2))
+            loader = DataLoader(ds, sampler=DistributedSampler(ds))
+            for epoch in range(2):
+                pbar = tqdm(loader)
+                pbar.sampler.set_epoch(epoch)
+                for (x,) in pbar:
+                    model(x).sum().backward()
+        """) == [("DDP902", 6)]
+
+
 def test_a_loader_over_a_dataset_of_unknown_kind_is_not_decidable() -> None:
     assert (
         codes("""
