@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import typer.core
@@ -184,36 +184,56 @@ Verify = Annotated[
         ),
     ),
 ]
-Nproc = Annotated[
-    int | None,
-    typer.Option(
-        "--nproc", metavar="N", min=2, show_default=False, help=f"--verify: processes to run (default {DEFAULT_NPROC})."
-    ),
-]
-Timeout = Annotated[
-    float | None,
-    typer.Option(
+
+
+def _verify_help(prefix: str, text: str) -> str:
+    """Help for a --verify setting: after the prefix as it is, or capitalised on its own."""
+    return f"{prefix}{text}" if prefix else text[:1].upper() + text[1:]
+
+
+def _nproc_option(help_prefix: str) -> Any:
+    return typer.Option(
+        "--nproc",
+        metavar="N",
+        min=2,
+        show_default=False,
+        help=_verify_help(help_prefix, f"processes to run (default {DEFAULT_NPROC})."),
+    )
+
+
+def _timeout_option(help_prefix: str) -> Any:
+    return typer.Option(
         "--timeout",
         metavar="S",
         min=1,
         show_default=False,
-        help=f"--verify: seconds before the run counts as hung (default {DEFAULT_TIMEOUT_S:g}).",
-    ),
-]
-MaxSteps = Annotated[
-    int | None,
-    typer.Option(
+        help=_verify_help(help_prefix, f"seconds before the run counts as hung (default {DEFAULT_TIMEOUT_S:g})."),
+    )
+
+
+def _max_steps_option(help_prefix: str) -> Any:
+    return typer.Option(
         "--max-steps",
         metavar="K",
         min=1,
         show_default=False,
-        help="--verify: stop every rank after K optimizer steps (default: train to the end).",
-    ),
-]
-Format = Annotated[
-    ReportFormat | None,
-    typer.Option("--format", show_default=False, help="--verify: print the report as a table (text) or JSON."),
-]
+        help=_verify_help(help_prefix, "stop every rank after K optimizer steps (default: train to the end)."),
+    )
+
+
+def _format_option(help_prefix: str) -> Any:
+    return typer.Option(
+        "--format",
+        show_default=False,
+        help=_verify_help(help_prefix, "print the report as a table (text, the default) or JSON."),
+    )
+
+
+# The --verify settings of a conversion; `ddpify verify` takes the same options without the prefix.
+Nproc = Annotated[int | None, _nproc_option("--verify: ")]
+Timeout = Annotated[float | None, _timeout_option("--verify: ")]
+MaxSteps = Annotated[int | None, _max_steps_option("--verify: ")]
+Format = Annotated[ReportFormat | None, _format_option("--verify: ")]
 MaxSize = Annotated[
     int,
     typer.Option(
@@ -344,36 +364,10 @@ VerifyScript = Annotated[
         help="The DDP script to run under torchrun, as it is. Arguments after '--' go to the script.",
     ),
 ]
-VerifyNproc = Annotated[
-    int | None,
-    typer.Option(
-        "--nproc", metavar="N", min=2, show_default=False, help=f"Processes to run (default {DEFAULT_NPROC})."
-    ),
-]
-VerifyTimeout = Annotated[
-    float | None,
-    typer.Option(
-        "--timeout",
-        metavar="S",
-        min=1,
-        show_default=False,
-        help=f"Seconds before the run counts as hung (default {DEFAULT_TIMEOUT_S:g}).",
-    ),
-]
-VerifyMaxSteps = Annotated[
-    int | None,
-    typer.Option(
-        "--max-steps",
-        metavar="K",
-        min=1,
-        show_default=False,
-        help="Stop every rank after K optimizer steps (default: train to the end).",
-    ),
-]
-VerifyFormat = Annotated[
-    ReportFormat | None,
-    typer.Option("--format", show_default=False, help="Print the report as a table (text, the default) or JSON."),
-]
+VerifyNproc = Annotated[int | None, _nproc_option("")]
+VerifyTimeout = Annotated[float | None, _timeout_option("")]
+VerifyMaxSteps = Annotated[int | None, _max_steps_option("")]
+VerifyFormat = Annotated[ReportFormat | None, _format_option("")]
 
 verify_app = typer.Typer(
     add_completion=False,
