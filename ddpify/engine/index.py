@@ -324,29 +324,24 @@ class Index:
 
     def lineage(self, ref: Ref) -> set[Ref]:
         """Every place the value at ``ref`` came from or goes to."""
-        seen = {ref}
-        queue = deque([ref])
-        while queue:
-            current = queue.popleft()
-            for flow in self.flows_from(current):
-                if flow.dst not in seen:
-                    seen.add(flow.dst)
-                    queue.append(flow.dst)
-            for flow in self.flows_into(current):
-                if flow.src not in seen:
-                    seen.add(flow.src)
-                    queue.append(flow.src)
-        return seen
+        return self._reach(ref, upstream=True)
 
     def downstream(self, ref: Ref) -> set[Ref]:
+        """Every place the value at ``ref`` goes to."""
+        return self._reach(ref, upstream=False)
+
+    def _reach(self, ref: Ref, *, upstream: bool) -> set[Ref]:
         seen = {ref}
         queue = deque([ref])
         while queue:
             current = queue.popleft()
-            for flow in self.flows_from(current):
-                if flow.dst not in seen:
-                    seen.add(flow.dst)
-                    queue.append(flow.dst)
+            reached = [flow.dst for flow in self.flows_from(current)]
+            if upstream:
+                reached += [flow.src for flow in self.flows_into(current)]
+            for other in reached:
+                if other not in seen:
+                    seen.add(other)
+                    queue.append(other)
         return seen
 
     def trains(self, node: cst.CSTNode) -> bool:
