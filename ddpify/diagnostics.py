@@ -164,3 +164,4 @@ class Change:
 
     line: int
     summary: str
+    path: str = ""  # the file of the program it was made in

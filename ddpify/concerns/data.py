@@ -319,9 +319,8 @@ class _Finder:
     def _is_iterable_dataset(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
         index = self.index
         if isinstance(expr, cst.Call):
-            if isinstance(expr.func, cst.Name) and expr.func.value in index.classes:
-                return self._subclasses_iterable_dataset(index.classes[expr.func.value])
-            return False
+            cls = index.local_class(expr.func)
+            return cls is not None and self._subclasses_iterable_dataset(cls)
         ref = index.ref_of(expr, scope)
         if ref is None or depth > 3:
             return False
@@ -333,7 +332,7 @@ class _Finder:
         for base in cls.bases:
             if self.index.qualified_names(base.value) & torch_api.ITERABLE_DATASET:
                 return True
-            parent = self.index.classes.get(dotted(base.value))
+            parent = self.index.local_class(base.value)
             if parent is not None and depth < 5 and self._subclasses_iterable_dataset(parent, depth + 1):
                 return True
         return False

@@ -653,8 +653,8 @@ class _Finder:
         value = _value(stmt)
         while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
             value = value.func.value
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
-            return self.index.classes.get(value.func.value)
+        if isinstance(value, cst.Call):
+            return self.index.local_class(value.func)
         return None
 
     def _warn_training_outside_forward(self, model: Model) -> None:
@@ -717,8 +717,8 @@ class _Finder:
             submodules = {
                 sub
                 for node in index.walk(cls.body)
-                if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
-                if (sub := index.classes.get(node.func.value)) is not None and sub not in seen | {cls}
+                if isinstance(node, cst.Call)
+                if (sub := index.local_class(node.func)) is not None and sub not in seen | {cls}
             }
             if submodules and (found := self._skipped_submodule(submodules, seen | classes)) is not None:
                 return found
@@ -815,7 +815,7 @@ class _Finder:
     def _small_batch_norm(self, model: Model, classes: set[cst.ClassDef]) -> cst.Call | None:
         """A DataLoader whose batch (a number) is at most 16, where the model has BatchNorm layers."""
         index = self.index
-        places: list[cst.CSTNode] = [*classes, *(index.classes[n] for n in self._class_names(classes))]
+        places: list[cst.CSTNode] = [*classes, *self._submodule_classes(classes)]
         places += [
             s for s in index.statements if index.mentions(s, model.ref) and not index.after(s, model.insert_after)
         ]
@@ -834,21 +834,18 @@ class _Finder:
                     return call
         return None
 
-    def _class_names(self, classes: set[cst.ClassDef]) -> set[str]:
-        """The script's own classes that ``classes`` build submodules from (followed to any depth)."""
-        found: set[str] = set()
+    def _submodule_classes(self, classes: set[cst.ClassDef]) -> set[cst.ClassDef]:
+        """The program's own classes that ``classes`` build submodules from (followed to any depth)."""
+        found: set[cst.ClassDef] = set()
         frontier = set(classes)
         while frontier:
-            names = {
-                node.func.value
+            frontier = {
+                sub
                 for cls in frontier
                 for node in self.index.walk(cls.body)
-                if isinstance(node, cst.Call)
-                and isinstance(node.func, cst.Name)
-                and node.func.value in self.index.classes
+                if isinstance(node, cst.Call) and (sub := self.index.local_class(node.func)) is not None
             } - found
-            found |= names
-            frontier = {self.index.classes[n] for n in names}
+            found |= frontier
         return found
 
     def _without_grad(self, node: cst.CSTNode) -> bool:

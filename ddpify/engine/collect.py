@@ -9,33 +9,57 @@ into the script's own functions and constructors, and returns.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import libcst as cst
 import libcst.matchers as m
 
 from ddpify.engine.index import Flow, Index, Ref, Scope
-from ddpify.engine.syntax import assigned, imported_names, parameter_names
+from ddpify.engine.syntax import assigned, imported_names, parameter_names, relative_base
 
 
-def build_index(module: cst.Module) -> Index:
+@dataclass(frozen=True)
+class Source:
+    """One module of a program: its tree, its file and the dotted name it is imported by."""
+
+    module: cst.Module
+    path: str
+    name: str = "__main__"
+    package: str = ""  # the package its relative imports start from
+
+
+def build_index(module: cst.Module, others: Sequence[Source] = (), path: str = "<string>") -> Index:
+    """The index of a script (``module``) and of the modules of the program it imports (``others``)."""
+    sources = [Source(module, path), *others]
     index = Index(module=module)
-    module.visit(_Collector(index))
+    for source in sources:
+        index.modules.append(source.module)
+        index.module_names[source.name] = source.module
+        index.paths[source.module] = source.path
+        index.imports[source.module] = defaultdict(set)
+    imported: list[tuple[cst.ImportFrom, str]] = []
+    for source in sources:
+        source.module.visit(_Collector(index, source, imported))
     _collect_flows(index)
+    _collect_imported_values(index, imported)
     return index
 
 
 class _Collector(cst.CSTVisitor):
     """Fills an :class:`Index`: the tree's links, definitions, bound names, imports, calls, loops, statements."""
 
-    def __init__(self, index: Index) -> None:
+    def __init__(self, index: Index, source: Source, imported: list[tuple[cst.ImportFrom, str]]) -> None:
         super().__init__()
         self.index = index
-        self.scopes: list[Scope] = [index.module]
+        self.source = source
+        self.imports = index.imports[source.module]
+        self.imported = imported  # ``from <module> import ...`` statements, with the module's full name
+        self.scopes: list[Scope] = [source.module]
         self.class_stack: list[cst.ClassDef] = []
         self.path: list[cst.CSTNode] = []
-        self.counter = 0
-        self.functions: list[Scope] = [index.module]
+        self.counter = len(index.order)  # source order runs on from one module to the next
+        self.functions: list[Scope] = [source.module]
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self.path:
@@ -59,15 +83,19 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Import(self, node: cst.Import) -> None:
         for local, full in imported_names(node):
-            self.index.imports[local].add(full)
+            self.imports[local].add(full)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        for local, full in imported_names(node):
-            self.index.imports[local].add(full)
+        package = self.source.package
+        for local, full in imported_names(node, package):
+            self.imports[local].add(full)
+        base = relative_base(node, package)
+        if base is not None:
+            self.imported.append((node, base))
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if len(self.scopes) == 1:
-            self.index.classes[node.name.value] = node
+            self.index.classes[(self.source.module, node.name.value)] = node
         self.class_stack.append(node)
         self.scopes.append(node)
 
@@ -145,6 +173,7 @@ class _Collector(cst.CSTVisitor):
     def visit_If(self, node: cst.If) -> None:
         if (
             len(self.scopes) == 1
+            and self.source.module is self.index.module
             and self.index.parent(node) is self.index.module
             and m.matches(
                 node.test,
@@ -160,7 +189,7 @@ class _Collector(cst.CSTVisitor):
 def _collect_flows(index: Index) -> None:
     """Record how values move between places (see :class:`Flow`)."""
     returns: dict[cst.FunctionDef, list[cst.Return]] = defaultdict(list)
-    for node in index.walk(index.module):
+    for node in index.walk_program():
         if isinstance(node, cst.Return) and node.value is not None:
             scope = index.scope_of(node)
             if isinstance(scope, cst.FunctionDef):
@@ -187,7 +216,7 @@ def _collect_flows(index: Index) -> None:
                     if receiver is not None:
                         index.add_flow(Flow(returned, receiver, stmt))
 
-    for node in index.walk(index.module):
+    for node in index.walk_program():
         if isinstance(node, cst.Assign):
             scope = index.scope_of(node)
             stmt = index.statement_of(node)
@@ -217,6 +246,21 @@ def _collect_flows(index: Index) -> None:
             src = index.carried_ref(arg.value, scope)
             if name is not None and src is not None:
                 index.add_flow(Flow(src, Ref(function, name), stmt))
+
+
+def _collect_imported_values(index: Index, imported: list[tuple[cst.ImportFrom, str]]) -> None:
+    """``from config import BATCH``: the value bound at the top of one module of the program reaches the importer."""
+    for node, base in imported:
+        module = index.module_names.get(base)
+        if module is None or isinstance(node.names, cst.ImportStar):
+            continue
+        scope = index.scope_of(node)
+        stmt = index.statement_of(node)
+        for alias in node.names:
+            name = alias.evaluated_name
+            if name in index.bound[module] and (module, name) not in index.functions:
+                local = alias.evaluated_alias or name
+                index.add_flow(Flow(Ref(module, name), Ref(scope, local), stmt))
 
 
 def _return_ref(index: Index, expr: cst.BaseExpression, function: cst.FunctionDef, slot: int | None) -> Ref:

@@ -10,9 +10,10 @@ tree another pass already changed.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
@@ -55,10 +56,20 @@ class EditPlan:
     setup_definition: cst.FunctionDef | None = None
     findings: list[tuple[cst.CSTNode, Code, str]] = field(default_factory=list)
     changed: list[tuple[cst.CSTNode, str]] = field(default_factory=list)
+    # Modules that other programs import too: their code must also run where no process group exists.
+    shared: set[cst.Module] = field(default_factory=set)
     rank_zero: cst.BaseExpression = field(init=False)  # the test that is true on global rank 0 only
+    helpers_placed: bool = False
 
     def __post_init__(self) -> None:
-        self.rank_zero = cst.parse_expression(f"{self.names.dist}.get_rank() == 0")
+        self.rank_zero = self.rank_zero_test(self.index.module)
+
+    def rank_zero_test(self, module: cst.Module) -> cst.BaseExpression:
+        """``dist.get_rank() == 0``; in a shared module, also true where no process group exists."""
+        dist = self.names.dist
+        if module in self.shared:
+            return cst.parse_expression(f"not {dist}.is_initialized() or {dist}.get_rank() == 0")
+        return cst.parse_expression(f"{dist}.get_rank() == 0")
 
     def replace(self, node: cst.CSTNode, rewrite: Callable[[cst.CSTNode], cst.CSTNode]) -> None:
         self.replacements[node].append(rewrite)
@@ -101,43 +112,92 @@ class EditPlan:
 
     def diagnostics(self) -> list[Diagnostic]:
         """What the rewrites reported, at its place in the input."""
-        return [code.at(*self.index.position(node), message, self.path) for node, code, message in self.findings]
+        index = self.index
+        return [code.at(*index.position(node), message, index.path_of(node)) for node, code, message in self.findings]
 
     def changes(self) -> list[Change]:
         """Every change, at the line of the input it was made for."""
-        return [Change(self.index.position(node)[0], summary) for node, summary in self.changed]
+        index = self.index
+        return [Change(index.position(node)[0], summary, index.path_of(node)) for node, summary in self.changed]
 
 
 def apply(plan: EditPlan) -> cst.Module:
-    _place_imports(plan)
-    if plan.setup_helpers and plan.setup_definition is not None:
+    """The script with every edit of ``plan`` made (a program of one module)."""
+    _place_setup_helpers(plan)
+    _place_imports(plan, plan.index.module, plan.imports)
+    return _apply(plan, plan.index.module)
+
+
+def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
+    """Every module of the program that ``plan`` edits, with its edits made.
+
+    Each module gets only the new imports its new code uses: the generated names
+    are fresh in the whole program, so a name the module did not mention before
+    and mentions now is one the edits brought.
+    """
+    _place_setup_helpers(plan)
+    index = plan.index
+    edited = {index.module_of(node) for node in _edited_nodes(plan)}
+    result: dict[cst.Module, cst.Module] = {}
+    for module in index.modules:
+        if module not in edited:
+            continue
+        draft = _apply(plan, module)
+        needed = [item for item in plan.imports if _mentions(draft.code, item) > _mentions(module.code, item)]
+        if needed:
+            _place_imports(plan, module, needed)
+            draft = _apply(plan, module)
+        result[module] = draft
+    return result
+
+
+def _mentions(code: str, item: Import) -> int:
+    name = item.asname or item.obj or item.module.split(".")[0]
+    return len(re.findall(rf"\b{re.escape(name)}\b", code))
+
+
+def _place_setup_helpers(plan: EditPlan) -> None:
+    if plan.setup_helpers and plan.setup_definition is not None and not plan.helpers_placed:
+        plan.helpers_placed = True
         for stmts in plan.before.values():
             if plan.setup_definition in stmts:
                 at = stmts.index(plan.setup_definition) + 1
                 stmts[at:at] = plan.setup_helpers.values()
+
+
+def _apply(plan: EditPlan, module: cst.Module) -> cst.Module:
+    plan.rank_zero = plan.rank_zero_test(module)
     merged_ifs = _ifs_run_on_rank_zero(plan)
-    return plan.index.module.visit(_Applier(plan, merged_ifs))
+    return module.visit(_Applier(plan, merged_ifs))
 
 
-def _place_imports(plan: EditPlan) -> None:
+def _edited_nodes(plan: EditPlan) -> Iterator[cst.CSTNode]:
+    yield from plan.replacements
+    yield from plan.before
+    yield from plan.after
+    yield from plan.removed
+    yield from plan.inlined
+    yield from plan.rank_zero_only
+
+
+def _place_imports(plan: EditPlan, module: cst.Module, new: Sequence[Import]) -> None:
     """Put each new import where a person would: ``import os`` among the standard-library
     imports, the torch imports among the script's torch imports, each in sorted position.
 
     (libcst's ``AddImportsVisitor`` appends everything after the last import, which puts
     ``import os`` below third-party imports, and costs a second pass with metadata.)
     """
-    module = plan.index.module
     # ``from __future__`` imports must stay first: they are never a neighbour to sort against.
     imports = [stmt for stmt in module.body if _import_module(stmt) not in (None, "__future__")]
-    if not imports and plan.imports:  # a group of their own after the docstring and ``from __future__`` imports
+    if not imports and new:  # a group of their own after the docstring and ``from __future__`` imports
         start = int(module.get_docstring(clean=False) is not None)
         while _import_module(module.body[start]) == "__future__":
             start += 1
-        lines = [_import_statement(item) for item in sorted(plan.imports, key=_sort_key)]
+        lines = [_import_statement(item) for item in sorted(new, key=_sort_key)]
         _insert_first(plan, module.body[start], lines, separate=True)
         return
     for stdlib in (True, False):
-        items = sorted((i for i in plan.imports if _is_stdlib(i.module) == stdlib), key=_sort_key)
+        items = sorted((i for i in new if _is_stdlib(i.module) == stdlib), key=_sort_key)
         if not items:
             continue
         group = [s for s in imports if _is_stdlib(_import_module(s)) == stdlib]

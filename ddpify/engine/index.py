@@ -60,9 +60,12 @@ class Flow:
 class Index:
     """Everything the passes look up about the script (built once, then only read)."""
 
-    module: cst.Module
+    module: cst.Module  # the entry script; the program's other modules follow it in ``modules``
+    modules: list[cst.Module] = field(default_factory=list)
+    module_names: dict[str, cst.Module] = field(default_factory=dict)  # dotted name -> module
+    paths: dict[cst.Module, str] = field(default_factory=dict)
     functions: dict[tuple[Scope, str], cst.FunctionDef] = field(default_factory=dict)
-    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
+    classes: dict[tuple[cst.Module, str], cst.ClassDef] = field(default_factory=dict)
     class_of: dict[cst.FunctionDef, cst.ClassDef] = field(default_factory=dict)
     bound: dict[Scope, set[str]] = field(default_factory=lambda: defaultdict(set))
     flows: list[Flow] = field(default_factory=list)
@@ -77,7 +80,8 @@ class Index:
     main_guard: cst.If | None = None
     children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
     parents: dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)
-    imports: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # local name -> modules/objects
+    # each module's imports: local name -> the modules or objects it refers to
+    imports: dict[cst.Module, dict[str, set[str]]] = field(default_factory=dict)
     # Source order: each node's number in a pre-order walk, and the last number inside it.
     order: dict[cst.CSTNode, int] = field(default_factory=dict)
     last: dict[cst.CSTNode, int] = field(default_factory=dict)
@@ -103,14 +107,61 @@ class Index:
     def position(self, node: cst.CSTNode) -> tuple[int, int]:
         """Line and column (both 1-based) where ``node`` starts in the input.
 
-        Finding positions prints the script once, so every position announced with
+        Finding positions prints the module once, so every position announced with
         :meth:`want_position` is found in the same pass; comparisons of source order use
         :meth:`after` instead.
         """
         if node not in self._positions:
-            self._positions.update(locate(self.module, self._wanted | {node}))
-            self._wanted.clear()
+            module = self.module_of(node)
+            wanted = {n for n in self._wanted if self.module_of(n) is module} | {node}
+            self._positions.update(locate(module, wanted))
+            self._wanted -= wanted
         return self._positions[node]
+
+    # -- modules ---------------------------------------------------------
+    def module_of(self, node: cst.CSTNode) -> cst.Module:
+        """The module of the program that holds ``node``."""
+        if len(self.modules) <= 1:
+            return self.module
+        at = self.order[node]
+        for module in self.modules:
+            if self.order[module] <= at <= self.last[module]:
+                return module
+        raise ValueError("the node is not in any module of the program")
+
+    def path_of(self, node: cst.CSTNode) -> str:
+        """The file ``node`` comes from, as the user named it."""
+        return self.paths.get(self.module_of(node), "<string>")
+
+    def local_definition(self, qualified: str, depth: int = 0) -> cst.FunctionDef | cst.ClassDef | None:
+        """The function or class of the program that a qualified name (``models.resnet.ResNet``)
+        refers to, followed through re-exports (``from .resnet import ResNet`` in a package)."""
+        owner, _, name = qualified.rpartition(".")
+        module = self.module_names.get(owner)
+        if module is None or depth > 8:
+            return None
+        found = self.functions.get((module, name)) or self.classes.get((module, name))
+        if found is not None:
+            return found
+        return next(
+            (d for full in self.imports[module].get(name, ()) if (d := self.local_definition(full, depth + 1))),
+            None,
+        )
+
+    def local_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
+        """The program's own class that ``expr`` names (``Net``, ``models.Net``) where it is written:
+        defined in that module, or imported from another module of the program."""
+        if isinstance(expr, cst.Name):
+            found = self.classes.get((self.module_of(expr), expr.value))
+            if found is not None or len(self.modules) <= 1:
+                return found
+        elif not isinstance(expr, cst.Attribute) or len(self.modules) <= 1:
+            return None
+        for full in self.qualified_names(expr):
+            definition = self.local_definition(full)
+            if isinstance(definition, cst.ClassDef):
+                return definition
+        return None
 
     def after(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
         """Whether ``node`` comes after the whole of ``other`` in the source."""
@@ -128,8 +179,9 @@ class Index:
         if not text:
             return set()
         root, _, rest = text.partition(".")
-        if root in self.imports:
-            return {f"{full}.{rest}" if rest else full for full in self.imports[root]}
+        imports = self.imports[self.module_of(node)]
+        if root in imports:
+            return {f"{full}.{rest}" if rest else full for full in imports[root]}
         if hasattr(builtins, root) and root not in self._all_bound():
             return {f"builtins.{text}"}
         return set()
@@ -158,6 +210,11 @@ class Index:
             below = children.get(current)
             if below:
                 stack.extend(reversed(below))
+
+    def walk_program(self) -> Iterator[cst.CSTNode]:
+        """Every node of every module of the program, module by module, each in source order."""
+        for module in self.modules or [self.module]:
+            yield from self.walk(module)
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         parent = self.parent(node)
@@ -206,7 +263,7 @@ class Index:
                 if expr.value in self.bound[current]:
                     return Ref(current, expr.value)
                 current = self.scope_of(current)
-            return Ref(self.module, expr.value)
+            return Ref(self.module_of(current), expr.value)
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
             owner = self.method_scope(scope)
             if owner is not None and expr.value.value == self.self_name(owner):
@@ -287,18 +344,32 @@ class Index:
                 if isinstance(current, cst.Module):
                     break
                 current = self.scope_of(current)
-            cls = self.classes.get(func.value)
+            cls = self.classes.get((self.module_of(current), func.value))
             if cls is not None:
                 init = self.functions.get((cls, "__init__"))
-                if init is not None:
-                    return init, 1
-            return None
+                return (init, 1) if init is not None else None
+            return self._imported_callee(func)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
             owner = self.method_scope(scope)
             if owner is not None and func.value.value == self.self_name(owner):
                 method = self.functions.get((self.class_of[owner], func.attr.value))
                 if method is not None:
                     return method, 1
+                return None
+            return self._imported_callee(func)
+        return None
+
+    def _imported_callee(self, func: cst.BaseExpression) -> tuple[cst.FunctionDef, int] | None:
+        """A function or constructor of another module of the program: ``get_loader`` or ``utils.get_loader``."""
+        if len(self.modules) <= 1:
+            return None
+        for full in self.qualified_names(func):
+            definition = self.local_definition(full)
+            if isinstance(definition, cst.FunctionDef):
+                return definition, 0
+            if isinstance(definition, cst.ClassDef):
+                init = self.functions.get((definition, "__init__"))
+                return (init, 1) if init is not None else None
         return None
 
     def callers(self, function: cst.FunctionDef) -> list[cst.Call]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from ddpify.diagnostics import Code, Diagnostic
-from ddpify.engine.collect import build_index
+from ddpify.engine.collect import Source, build_index
 from ddpify.engine.index import Index
 
 
@@ -25,10 +26,11 @@ class Names:
 
 @dataclass
 class Program:
-    """One script, read once: finders look things up in ``index`` and report what they cannot convert."""
+    """One script and the modules of the program it imports, read once: finders look things
+    up in ``index`` and report what they cannot convert."""
 
     index: Index
-    path: str
+    path: str  # the entry script's
     names: Names
     findings: list[tuple[cst.CSTNode, Code, str]] = field(default_factory=list)
 
@@ -38,7 +40,8 @@ class Program:
 
     def diagnostics(self) -> list[Diagnostic]:
         """What the finders reported, at its place in the input."""
-        return [code.at(*self.index.position(node), message, self.path) for node, code, message in self.findings]
+        index = self.index
+        return [code.at(*index.position(node), message, index.path_of(node)) for node, code, message in self.findings]
 
     @property
     def trains(self) -> bool:
@@ -49,8 +52,8 @@ class Program:
         return next((call for call in self.index.calls if _is_backward(call)), None)
 
 
-def read_program(module: cst.Module, path: str) -> Program:
-    index = build_index(module)
+def read_program(module: cst.Module, path: str, others: Sequence[Source] = ()) -> Program:
+    index = build_index(module, others, path)
     return Program(index, path, _names(index))
 
 

@@ -40,12 +40,13 @@ def has_keyword(call: cst.Call, name: str) -> bool:
     return argument(call, name) is not None
 
 
-def imported_names(node: cst.Import | cst.ImportFrom) -> Iterator[tuple[str, str]]:
+def imported_names(node: cst.Import | cst.ImportFrom, package: str = "") -> Iterator[tuple[str, str]]:
     """``(local name, what it refers to)`` for each name an import binds.
 
     ``import torch.nn as nn`` -> ``("nn", "torch.nn")``; ``import torch.nn`` -> ``("torch", "torch")``;
     ``from torch.utils.data import DataLoader as DL`` -> ``("DL", "torch.utils.data.DataLoader")``.
-    Relative and star imports bind nothing that can be resolved.
+    A relative import is resolved from ``package``, the package of the importing module;
+    star imports bind nothing that can be resolved.
     """
     if isinstance(node, cst.Import):
         for alias in node.names:
@@ -56,11 +57,25 @@ def imported_names(node: cst.Import | cst.ImportFrom) -> Iterator[tuple[str, str
                 root = full.split(".")[0]
                 yield root, root
         return
-    if node.module is None or node.relative or isinstance(node.names, cst.ImportStar):
+    base = relative_base(node, package)
+    if base is None or isinstance(node.names, cst.ImportStar):
         return
-    base = dotted(node.module)
     for alias in node.names:
         yield alias.evaluated_alias or alias.evaluated_name, f"{base}.{alias.evaluated_name}"
+
+
+def relative_base(node: cst.ImportFrom, package: str) -> str | None:
+    """The full name of the module ``node`` imports from: ``from ..data import x`` in package
+    ``pkg.sub`` -> ``pkg.data``. None for a relative import that leaves ``package``."""
+    module = dotted(node.module) if node.module is not None else ""
+    if not node.relative:
+        return module or None
+    parts = package.split(".") if package else []
+    up = len(node.relative) - 1
+    if not parts or up >= len(parts) + (1 if module else 0):
+        return None
+    base = ".".join(parts[: len(parts) - up] + ([module] if module else []))
+    return base or None
 
 
 def assigned(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
