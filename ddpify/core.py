@@ -18,29 +18,49 @@ alone); a violation is refused with its DDP9xx code.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 from ddpify import concerns, invariants
 from ddpify.concerns.process_group import distributed_use
 from ddpify.diagnostics import ALREADY_DISTRIBUTED, INTERNAL_ERROR, NOTHING_TO_DO, Diagnostic, Severity
-from ddpify.engine.edits import EditPlan, apply
-from ddpify.engine.program import read_program
+from ddpify.engine.collect import Source
+from ddpify.engine.edits import EditPlan, apply, apply_program
+from ddpify.engine.program import Program, read_program
 from ddpify.guards import compile_quietly, parse_checked
-from ddpify.result import Conversion, Options, Status
+from ddpify.result import Conversion, LocalModule, Options, Status
 
 
-def convert(source: str | bytes, *, path: str = "<string>", options: Options = Options()) -> Conversion:  # noqa: B008 (frozen)
-    """Convert one training script; see the module docstring for what is guaranteed."""
+def convert(
+    source: str | bytes,
+    *,
+    path: str = "<string>",
+    options: Options = Options(),  # noqa: B008 (frozen)
+    modules: Sequence[LocalModule] = (),
+) -> Conversion:
+    """Convert one training script, or the program made of ``source`` (its entry script) and the
+    local ``modules`` it imports; see the module docstring for what is guaranteed."""
     try:
-        return _convert(source, path, options)
+        return _convert(source, path, options, modules)
     except Exception as exc:
         return _outcome(source, Status.INTERNAL_ERROR, [INTERNAL_ERROR.at(1, 1, f"internal error: {exc!r}", path)])
 
 
-def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
-    module = parse_checked(source, path)
+def _convert(source: str | bytes, path: str, options: Options, modules: Sequence[LocalModule]) -> Conversion:
+    module = parse_checked(source, path, torch_only=not modules)
     if module is None:
         return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
     if isinstance(module, Diagnostic):
         return _outcome(source, Status.INVALID, [module])
+    others: list[Source] = []
+    for local in modules:
+        parsed = parse_checked(local.source, local.path)
+        if isinstance(parsed, Diagnostic):
+            return _outcome(source, Status.INVALID, [parsed])
+        if parsed is not None:
+            others.append(Source(parsed, local.path, local.name, local.package))
+    if others:
+        return _convert_program(source, path, options, read_program(module, path, others), modules)
     program = read_program(module, path)
     already = distributed_use(program.index)
     if already is not None:
@@ -63,6 +83,48 @@ def _convert(source: str | bytes, path: str, options: Options) -> Conversion:
         return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
     changes = tuple(sorted(plan.changes(), key=lambda c: c.line))
     return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), changes)
+
+
+def _convert_program(
+    source: str | bytes, path: str, options: Options, program: Program, modules: Sequence[LocalModule]
+) -> Conversion:
+    """:func:`_convert` for a program of several modules: each edit lands in the module that holds its code."""
+    index = program.index
+    already = distributed_use(index)
+    if already is not None:
+        message = f"already distributed (uses {already}): left unchanged"
+        return _outcome(source, Status.UNCHANGED, [ALREADY_DISTRIBUTED.at(1, 1, message, path)])
+    if not program.trains:
+        return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
+    found = concerns.find(program)
+    by_path = {local.path: local for local in modules}
+    shared = {m for m in index.modules if m is not index.module and by_path[index.paths[m]].shared}
+    plan = EditPlan(index, path, program.names, shared=shared)
+    concerns.rewrite(found, plan, options)
+    diagnostics = sorted(
+        [*program.diagnostics(), *plan.diagnostics()], key=lambda d: (d.path != path, d.path, d.line, d.column, d.code)
+    )
+    if any(d.severity is Severity.ERROR for d in diagnostics):
+        return _outcome(source, Status.REFUSED, diagnostics)
+
+    code: str | bytes = source
+    changed: list[LocalModule] = []
+    broken: list[Diagnostic] = []
+    for tree, converted in apply_program(plan).items():
+        file = index.paths[tree]
+        original = source if tree is index.module else by_path[file].source
+        new = converted.bytes if isinstance(original, bytes) else converted.code
+        compile_quietly(new, file)
+        broken += invariants.check(converted.code, file)
+        if tree is index.module:
+            code = new
+        else:
+            changed.append(replace(by_path[file], code=new))
+    if broken:
+        return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
+    changes = tuple(sorted(plan.changes(), key=lambda c: (c.path != path, c.path, c.line)))
+    ordered = tuple(sorted(changed, key=lambda m: [local.path for local in modules].index(m.path)))
+    return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), changes, ordered)
 
 
 def _outcome(source: str | bytes, status: Status, diagnostics: list[Diagnostic]) -> Conversion:

@@ -55,9 +55,9 @@ SPARE_FRAMES = 100
 _TOO_DEEP = "the code is nested too deeply for ddpify's parser"
 
 
-def parse_checked(source: str | bytes, path: str) -> cst.Module | Diagnostic | None:
+def parse_checked(source: str | bytes, path: str, *, torch_only: bool = True) -> cst.Module | Diagnostic | None:
     """The parsed module; the diagnostic that turns the input away; or None for valid
-    Python that never mentions ``torch`` (not parsed)."""
+    Python that never mentions ``torch`` (not parsed, unless ``torch_only`` is false)."""
     unreadable = _unreadable(source)
     if unreadable is not None:
         return UNREADABLE.at(1, 1, unreadable, path)
@@ -74,7 +74,7 @@ def parse_checked(source: str | bytes, path: str) -> cst.Module | Diagnostic | N
     except MemoryError:  # CPython's parser past its stack, e.g. 200 tuples nested in one another
         return TOO_DEEP.at(1, 1, f"{_TOO_DEEP} (Python's own parser runs out of stack on it)", path)
     text = source.decode("latin-1") if isinstance(source, bytes) else source
-    if "torch" not in text:
+    if torch_only and "torch" not in text:
         return None
     form_feed = _FORM_FEED_INDENT.search(text)
     if form_feed is not None:

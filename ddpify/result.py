@@ -35,6 +35,33 @@ class Options:
 
 
 @dataclass(frozen=True)
+class LocalModule:
+    """A module of the training program besides its entry script, imported as ``name`` from ``path``.
+
+    Given to ``convert()`` with ``code`` unset; in a :class:`Conversion`, ``code`` is its new text
+    (same type, encoding and line endings as ``source``). ``shared`` says that other programs
+    import it too, so that its new code must also run where no process group exists.
+    """
+
+    path: str
+    name: str
+    source: str | bytes
+    code: str | bytes | None = None
+    shared: bool = False
+
+    @property
+    def package(self) -> str:
+        """The package its relative imports start from."""
+        if self.path.replace("\\", "/").rsplit("/", 1)[-1] == "__init__.py":
+            return self.name
+        return self.name.rpartition(".")[0]
+
+    @property
+    def changed(self) -> bool:
+        return self.code is not None and self.code != self.source
+
+
+@dataclass(frozen=True)
 class Conversion:
     """The outcome of converting one script.
 
@@ -48,10 +75,13 @@ class Conversion:
     status: Status
     diagnostics: tuple[Diagnostic, ...] = ()
     changes: tuple[Change, ...] = field(default=())
+    # the other modules of the program that changed (``code`` set), in the order they were given
+    modules: tuple[LocalModule, ...] = ()
 
     @property
     def changed(self) -> bool:
-        return self.code != self.source
+        """Whether the entry script or any other module of the program changed."""
+        return self.code != self.source or any(m.changed for m in self.modules)
 
     @property
     def errors(self) -> tuple[Diagnostic, ...]:

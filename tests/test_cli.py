@@ -50,7 +50,7 @@ class FakeConverter:
     raises: Exception | None = None
     calls: list[tuple[bytes, str, Options]] = field(default_factory=list)
 
-    def __call__(self, source: bytes, *, path: str, options: Options) -> Conversion:
+    def __call__(self, source: bytes, *, path: str, options: Options, modules: object = ()) -> Conversion:
         self.calls.append((source, path, options))
         if self.raises is not None:
             raise self.raises

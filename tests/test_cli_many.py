@@ -85,7 +85,7 @@ class FakeConverter:
 
     calls: list[tuple[str, Options]] = field(default_factory=list)
 
-    def __call__(self, source: bytes, *, path: str, options: Options) -> Conversion:
+    def __call__(self, source: bytes, *, path: str, options: Options, modules: object = ()) -> Conversion:
         self.calls.append((path, options))
         if source.startswith(RAISES):
             raise RuntimeError("boom")

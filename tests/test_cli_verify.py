@@ -225,7 +225,7 @@ def test_a_file_named_verify_is_a_script_to_convert(tmp_path, monkeypatch, capsy
     (tmp_path / "verify.py").write_bytes(b"import torch\n")
     converted: list[str] = []
 
-    def fake_convert(source: bytes, *, path: str, options: object) -> Conversion:
+    def fake_convert(source: bytes, *, path: str, options: object, modules: object = ()) -> Conversion:
         converted.append(path)
         return Conversion(source=source, code=source + b"# converted\n", status=Status.CONVERTED)
 

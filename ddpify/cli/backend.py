@@ -15,14 +15,15 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ddpify import Conversion, Options
+    from ddpify.result import LocalModule
     from ddpify.verify import VerifyReport
 
 
-def convert(source: bytes, *, path: str, options: Options) -> Conversion:
+def convert(source: bytes, *, path: str, options: Options, modules: Sequence[LocalModule] = ()) -> Conversion:
     """:func:`ddpify.convert`."""
     from ddpify import convert as convert_source
 
-    return convert_source(source, path=path, options=options)
+    return convert_source(source, path=path, options=options, modules=modules)
 
 
 def verify(

@@ -45,7 +45,7 @@ class Reporter:
 
     def changes(self, conversion: Conversion, name: str) -> None:
         for change in conversion.changes:
-            self.say(f"{name}:{change.line}: {change.summary}")
+            self.say(f"{change.path or name}:{change.line}: {change.summary}")
 
 
 def error(line: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from ddpify import Status
@@ -13,12 +14,22 @@ from ddpify.cli.request import STDOUT_NAME
 
 if TYPE_CHECKING:
     from ddpify import Conversion
+    from ddpify.cli.program import ProgramFiles
     from ddpify.cli.report import Reporter
     from ddpify.cli.request import Job, Request
+    from ddpify.result import LocalModule
 
 
-def finish(request: Request, job: Job, source: bytes, conversion: Conversion, reporter: Reporter) -> Outcome:
-    """Report one conversion and write, compare or show its code; raises ``Failure`` when that fails."""
+def finish(
+    request: Request,
+    job: Job,
+    source: bytes,
+    conversion: Conversion,
+    reporter: Reporter,
+    program: ProgramFiles | None = None,
+) -> Outcome:
+    """Report one conversion and write, compare or show its code (and that of the program's other
+    modules it changed); raises ``Failure`` when that fails."""
     name = job.name
     if conversion.status is Status.INTERNAL_ERROR:
         detail = "; ".join(d.message for d in conversion.errors) or "the converter reported an internal error"
@@ -34,21 +45,36 @@ def finish(request: Request, job: Job, source: bytes, conversion: Conversion, re
     code = conversion.code
     if not isinstance(code, bytes):
         raise TypeError(f"convert() returned {type(code).__name__} code for bytes input")
+    others = _module_targets(request, job, conversion, program)
     unchanged = conversion.status is Status.UNCHANGED
     # Next to its input, a script that needs no change gets no copy.
     writes = job.write_unchanged or not unchanged
     reporter.diagnostics(conversion)
     if request.diff:
         print_diff(source, code, from_name=name, to_name=job.target or name, color=request.color)
+        for module, target in others:
+            module_code = _bytes(module.code if module.code is not None else module.source)
+            to_name = target or module.path
+            print_diff(_bytes(module.source), module_code, from_name=module.path, to_name=to_name, color=request.color)
     if request.check:
         if not writes:
             reporter.say(f"{name}: nothing to do")
             return Outcome.UNCHANGED
-        return check(job, reporter, code)
+        stale = [target for module, target in others if _stale(target, _module_code(module), reporter)]
+        outcome = check(job, reporter, code)
+        return Outcome.STALE if stale else outcome
     if not unchanged:
         reporter.changes(conversion, name)
 
+    for module, target in others:
+        if not request.diff and target is not None:
+            module_code = _module_code(module)
+            in_place = target == module.path
+            current = _bytes(module.source) if in_place else None
+            write_if_changed(target, module_code, current=current, make_folders=True, keep_links=in_place)
     summary = _deliver(request, job, source, code, writes=writes, reporter=reporter)
+    if others and not unchanged:
+        summary += _modules_summary(request, others)
     if unchanged:
         reporter.say(f"{name}: nothing to do")
         return Outcome.UNCHANGED
@@ -73,6 +99,60 @@ def _deliver(request: Request, job: Job, source: bytes, code: bytes, *, writes: 
     if links > 1:
         reporter.say(f"{name}: written through its {links} hard links")
     return f"converted {name} in place" if job.in_place else f"converted {name} -> {target}"
+
+
+def _module_targets(
+    request: Request, job: Job, conversion: Conversion, program: ProgramFiles | None
+) -> list[tuple[LocalModule, str | None]]:
+    """Where each module of the program goes: changed ones, and with ``-o DIR/`` the unchanged ones too.
+
+    Raises ``Failure`` (exit 2) when modules changed but the output is a single file.
+    """
+    changed = list(conversion.modules)
+    if program is None or conversion.status is not Status.CONVERTED:
+        return []
+    if job.in_place:
+        return [(module, module.path) for module in changed]
+    if job.make_folders and request.output is not None:
+        folder = request.output
+        new = {module.path: module for module in changed}
+        return [(new.get(m.path, m), os.path.join(folder, program.relative(m.path))) for m in program.modules]
+    if changed and not request.diff:
+        names = ", ".join(module.path for module in changed)
+        raise Failure(
+            f"{job.name}: the conversion also changes {names}, which one output file cannot hold; "
+            "rewrite them with --in-place, or write the whole program into a folder with -o DIR/"
+        )
+    return [(module, None) for module in changed]
+
+
+def _modules_summary(request: Request, others: list[tuple[LocalModule, str | None]]) -> str:
+    """``; converted solver.py in place`` for the summary line."""
+    changed = [(m, t) for m, t in others if m.changed]
+    if request.diff:
+        return f"; would convert {', '.join(m.path for m, _ in changed)}"
+    where = [f"{m.path} in place" if t == m.path else f"{m.path} -> {t}" for m, t in changed]
+    copied = [m.path for m, _ in others if not m.changed]
+    return (f"; converted {', '.join(where)}" if where else "") + (
+        f"; copied {', '.join(copied)}, which it imports" if copied else ""
+    )
+
+
+def _stale(target: str | None, code: bytes, reporter: Reporter) -> bool:
+    if target is not None and read_existing(target, limit=len(code) + 1) == code:
+        return False
+    reporter.error(f"would rewrite {target}")
+    return True
+
+
+def _module_code(module: LocalModule) -> bytes:
+    return _bytes(module.code if module.code is not None else module.source)
+
+
+def _bytes(code: str | bytes | None) -> bytes:
+    if not isinstance(code, bytes):
+        raise TypeError("a module's code must be bytes")
+    return code
 
 
 def check(job: Job, reporter: Reporter, code: bytes) -> Outcome:

@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from ddpify.cli import backend
 from ddpify.cli.discovery import plan
 from ddpify.cli.exits import ExitCode, Failure, Outcome
 from ddpify.cli.files import check_target, read_input, write_atomically, write_stdout
+from ddpify.cli.program import ProgramFiles, local_modules
 from ddpify.cli.report import Reporter, error, plural
 from ddpify.cli.request import (
     DEFAULT_GPUS_PER_NODE,
@@ -54,9 +56,16 @@ def run(request: Request) -> ExitCode:
 def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
     _check_targets(request, job)
     source = read_input(job.src, max_size=request.max_size)
-    conversion = backend.convert(source, path=job.name, options=request.options)
+    program = local_modules(job.src, source, max_size=request.max_size) if job.src != "-" else None
+    if program is not None and job.make_folders and request.output is not None:
+        # `-o DIR/`: the program keeps its layout under DIR.
+        job = replace(job, target=os.path.join(request.output, program.relative(job.src)))
+    modules = program.modules if program is not None else ()
+    conversion = backend.convert(source, path=job.name, options=request.options, modules=modules)
     with finishing():
-        outcome = finish(request, job, source, conversion, reporter)
+        outcome = finish(request, job, source, conversion, reporter, program)
+    if program is not None and outcome is Outcome.CONVERTED and job.target is not None and not job.make_folders:
+        _say_where_modules_are(program, job.target, reporter)
     if outcome.code is not ExitCode.OK:
         return outcome.code
     if request.sbatch is not None:
@@ -76,6 +85,23 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
     if outcome is Outcome.CONVERTED and job.target is not None and not job.in_place:
         _say_launch_commands(request, job.target, reporter)
     return ExitCode.OK
+
+
+def _say_where_modules_are(program: ProgramFiles, target: str, reporter: Reporter) -> None:
+    """A script written away from the local modules it imports cannot find them: say so."""
+    folder = program.entry.parent
+    if not program.modules or Path(target).resolve().parent == folder:
+        return
+    names = ", ".join(module.path for module in program.modules[:3]) + (", ..." if len(program.modules) > 3 else "")
+    reporter.say(
+        f"note: {target} imports {names} from {_shown(folder)}: run it with PYTHONPATH={_shown(folder)}, "
+        f"or write the whole program into a folder with -o DIR/"
+    )
+
+
+def _shown(folder: Path) -> str:
+    relative = os.path.relpath(folder)
+    return shlex.quote(str(folder) if relative.startswith("..") else relative)
 
 
 def _check_targets(request: Request, job: Job) -> None:

@@ -189,6 +189,14 @@ def _place_imports(plan: EditPlan, module: cst.Module, new: Sequence[Import]) ->
     """
     # ``from __future__`` imports must stay first: they are never a neighbour to sort against.
     imports = [stmt for stmt in module.body if _import_module(stmt) not in (None, "__future__")]
+    # The program's own modules are the last group: torch imports never go among them.
+    local = {name.split(".")[0] for name in plan.index.module_names if name != "__main__"}
+    own = [s for s in imports if (_import_module(s) or "").split(".")[0] in local]
+    imports = [s for s in imports if s not in own]
+    third_party = sorted((i for i in new if not _is_stdlib(i.module)), key=_sort_key)
+    if own and third_party and all(_is_stdlib(_import_module(s)) for s in imports):  # a group before the own
+        _insert_first(plan, own[0], [_import_statement(i) for i in third_party], separate=True)
+        new = [i for i in new if _is_stdlib(i.module)]
     if not imports and new:  # a group of their own after the docstring and ``from __future__`` imports
         start = int(module.get_docstring(clean=False) is not None)
         while _import_module(module.body[start]) == "__future__":
