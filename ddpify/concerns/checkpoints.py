@@ -10,7 +10,10 @@ checkpoint loads into the single-GPU model as before::
             torch.save(model.module.state_dict(), "model.pt")
 
 The global rank (not the local one) decides, so a multi-node job writes one
-checkpoint, not one per node.
+checkpoint, not one per node. In a script that saves, statements that copy,
+move or delete files (``shutil.copyfile(path, "model_best.pth")``,
+``os.replace``) run on rank 0 too: on every rank they would race over the file
+rank 0 is writing.
 
 When the script reads a saved file back later (``torch.load`` of the same
 path), a ``dist.barrier()`` follows the save, on every rank, so that nobody
@@ -63,6 +66,7 @@ CODES = (LOAD_WITHOUT_MAP_LOCATION,)
 @dataclass(frozen=True)
 class Facts:
     saves: tuple[cst.SimpleStatementLine, ...]  # torch.save statements
+    file_moves: tuple[cst.SimpleStatementLine, ...]  # shutil.copyfile(...), os.replace(...): files rank 0 writes
     reloaded_saves: tuple[cst.SimpleStatementLine, ...]  # saves whose file the script loads again later
     state_loads: tuple[cst.Call, ...]  # torch.load(...) of state dicts, without map_location
 
@@ -70,7 +74,8 @@ class Facts:
 def find(program: Program) -> Facts:
     finder = _Finder(program)
     saves = tuple(finder.saves())
-    return Facts(saves, tuple(finder.reloaded(saves)), tuple(finder.state_loads()))
+    moves = tuple(finder.file_moves()) if saves else ()
+    return Facts(saves, moves, tuple(finder.reloaded(saves)), tuple(finder.state_loads()))
 
 
 class _Finder:
@@ -82,6 +87,13 @@ class _Finder:
         """Statements that only call ``torch.save``."""
         for stmt in self.index.statements:
             if all(isinstance(s, cst.Expr) and self.index.is_call_to(s.value, torch_api.SAVE) for s in stmt.body):
+                yield stmt
+
+    def file_moves(self) -> Iterator[cst.SimpleStatementLine]:
+        """Statements that only copy, move or delete files (``shutil.copyfile(path, "best.pth")``):
+        on every rank they would race over the files rank 0 writes."""
+        for stmt in self.index.statements:
+            if all(isinstance(s, cst.Expr) and self.index.is_call_to(s.value, _FILE_MOVES) for s in stmt.body):
                 yield stmt
 
     def reloaded(self, saves: tuple[cst.SimpleStatementLine, ...]) -> Iterator[cst.SimpleStatementLine]:
@@ -149,6 +161,10 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for stmt in facts.saves:
         plan.on_rank_zero(stmt)
         plan.change(stmt, "torch.save on global rank 0 only")
+    for stmt in facts.file_moves:
+        plan.on_rank_zero(stmt)
+        call = cast(cst.Call, cast(cst.Expr, stmt.body[0]).value)
+        plan.change(stmt, f"`{plan.index.module.code_for_node(call.func)}` on global rank 0 only, like the save")
     for stmt in facts.reloaded_saves:
         barrier = cst.parse_statement(f"{plan.names.dist}.barrier()  # the others read what rank 0 just wrote\n")
         plan.insert_after(_rank_zero_unit(plan, stmt), barrier)
@@ -213,6 +229,12 @@ def _loads_state_dict(node: cst.CSTNode | None) -> bool:
 
 
 _DICT = frozenset({"builtins.dict"})
+_FILE_MOVES = frozenset(
+    {
+        *(f"shutil.{name}" for name in ("copyfile", "copy", "copy2", "copytree", "move", "rmtree")),
+        *(f"os.{name}" for name in ("rename", "replace", "remove", "unlink", "symlink", "link")),
+    }
+)
 
 _MAP_TO_CPU = cst.Arg(
     keyword=cst.Name("map_location"),
