@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import os
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ddpify.cli.exits import Failure
@@ -72,7 +72,46 @@ def local_modules(entry: str, source: bytes, *, max_size: int) -> ProgramFiles:
             found[file] = module
             queue.append((file, module.package))
     inside = all(folder in file.parents for file in found)
-    return ProgramFiles(entry_path, folder if inside else root, tuple(found.values()))
+    shared = _imported_elsewhere(set(found), {entry_path}, search, root)
+    modules = tuple(replace(module, shared=True) if file in shared else module for file, module in found.items())
+    return ProgramFiles(entry_path, folder if inside else root, modules)
+
+
+def _imported_elsewhere(modules: set[Path], program: set[Path], search: list[Path], root: Path) -> set[Path]:
+    """The ``modules`` that a script of the project outside the program imports too (an evaluation
+    script next to the training script): their new code must also run without a process group."""
+    if not modules:
+        return set()
+    shared: set[Path] = set()
+    for file in _project_files(root):
+        if file in program or file in modules:
+            continue
+        try:
+            source = file.read_bytes() if file.stat().st_size <= 1 << 20 else b""
+        except OSError:
+            continue
+        if b"import" not in source:
+            continue
+        for name in _imported_modules(source, ""):
+            resolved = _resolve(name, [file.parent, *search])
+            if resolved in modules:
+                shared.add(resolved)
+    return shared
+
+
+def _project_files(root: Path) -> list[Path]:
+    """The project's Python files, outside hidden folders, virtual environments and build output."""
+    found: list[Path] = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [d for d in subfolders if not d.startswith(".") and d not in _NOT_SOURCES]
+        found += [Path(folder, f).resolve() for f in files if f.endswith(".py")]
+        if len(found) > MAX_SCANNED:
+            break
+    return found
+
+
+_NOT_SOURCES = frozenset({"venv", "env", "site-packages", "node_modules", "build", "dist", "__pycache__"})
+MAX_SCANNED = 2000
 
 
 def _read(path: Path, entry: str, max_size: int) -> bytes:

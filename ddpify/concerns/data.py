@@ -732,7 +732,7 @@ class _Finder:
             return ref
         if isinstance(ref.scope, cst.ClassDef):
             owner = index.method_scope(caller)
-            return ref if owner is not None and index.class_of.get(owner) is ref.scope else None
+            return ref if owner is not None and index.attribute_class(owner) is ref.scope else None
         stmt = index.statement_of(call)
         return next((flow.src for flow in index.flows_into(ref) if flow.stmt is stmt), None)
 

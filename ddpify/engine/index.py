@@ -93,6 +93,7 @@ class Index:
     _flows_into: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
     _callers: dict[cst.FunctionDef, list[cst.Call]] | None = None
     _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
+    _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
 
     # -- metadata --------------------------------------------------------
     def parent(self, node: cst.CSTNode | None) -> cst.CSTNode | None:
@@ -246,6 +247,61 @@ class Index:
     def method_class(self, scope: Scope) -> cst.ClassDef | None:
         return self.class_of.get(scope) if isinstance(scope, cst.FunctionDef) else None
 
+    # -- classes ---------------------------------------------------------
+    def bases(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
+        """The program's own classes that ``cls`` derives from directly."""
+        found = self._bases.get(cls)
+        if found is None:
+            found = [b for arg in cls.bases if arg.keyword is None and (b := self.local_class(arg.value)) is not None]
+            self._bases[cls] = found = [b for b in found if b is not cls]
+        return found
+
+    def method(self, cls: cst.ClassDef, name: str, *, dispatch: bool = False) -> cst.FunctionDef | None:
+        """The method ``name`` that instances of ``cls`` run: its own or a base class's.
+
+        With ``dispatch`` (a call through ``self``), a method that only raises
+        ``NotImplementedError`` (or does nothing) and is overridden in exactly one
+        subclass of the program is that override: the one the program runs.
+        """
+        found: cst.FunctionDef | None = None
+        seen: set[cst.ClassDef] = set()
+        frontier = [cls]
+        while frontier and found is None:
+            current = frontier.pop(0)
+            if current in seen:
+                continue
+            seen.add(current)
+            found = self.functions.get((current, name))
+            frontier += self.bases(current)
+        if dispatch and found is not None and _is_abstract(found):
+            overrides = [f for sub in self._subclasses(cls) if (f := self.functions.get((sub, name))) is not None]
+            if len(overrides) == 1:
+                return overrides[0]
+        return found
+
+    def _subclasses(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
+        """Every class of the program that derives from ``cls``, at any depth."""
+        classes = list(self.classes.values())
+        found: list[cst.ClassDef] = []
+        frontier = [cls]
+        while frontier:
+            current = frontier.pop()
+            for other in classes:
+                if other not in found and current in self.bases(other):
+                    found.append(other)
+                    frontier.append(other)
+        return found
+
+    def attribute_class(self, method: cst.FunctionDef) -> cst.ClassDef:
+        """The class whose ``self.x`` fields ``method`` reads: the topmost class of the program in its
+        hierarchy, so that a base class and its subclasses share their fields."""
+        cls = self.class_of[method]
+        seen = {cls}
+        while (bases := self.bases(cls)) and bases[0] not in seen:
+            cls = bases[0]
+            seen.add(cls)
+        return cls
+
     def self_name(self, scope: Scope | None) -> str | None:
         """The name of ``self`` in a method (its first parameter)."""
         if not isinstance(scope, cst.FunctionDef) or self.method_class(scope) is None or not scope.params.params:
@@ -267,7 +323,7 @@ class Index:
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
             owner = self.method_scope(scope)
             if owner is not None and expr.value.value == self.self_name(owner):
-                return Ref(self.class_of[owner], f"self.{expr.attr.value}")
+                return Ref(self.attribute_class(owner), f"self.{expr.attr.value}")
         return None
 
     def method_scope(self, scope: Scope) -> cst.FunctionDef | None:
@@ -352,11 +408,15 @@ class Index:
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
             owner = self.method_scope(scope)
             if owner is not None and func.value.value == self.self_name(owner):
-                method = self.functions.get((self.class_of[owner], func.attr.value))
-                if method is not None:
-                    return method, 1
-                return None
+                method = self.method(self.class_of[owner], func.attr.value, dispatch=True)
+                return (method, 1) if method is not None else None
             return self._imported_callee(func)
+        if isinstance(func, cst.Attribute) and m.matches(func.value, m.Call(func=m.Name("super"), args=[])):
+            owner = self.method_scope(scope)
+            if owner is not None:  # ``super().__init__(...)``: the method of a base class
+                bases = self.bases(self.class_of[owner])
+                method = next((f for b in bases if (f := self.method(b, func.attr.value)) is not None), None)
+                return (method, 1) if method is not None else None
         return None
 
     def _imported_callee(self, func: cst.BaseExpression) -> tuple[cst.FunctionDef, int] | None:
@@ -441,7 +501,7 @@ class Index:
     def scopes_reading(self, ref: Ref) -> list[Scope]:
         """The function bodies in which ``ref`` can be read: its scope, or every method of its class."""
         if isinstance(ref.scope, cst.ClassDef):
-            return [f for f, cls in self.class_of.items() if cls is ref.scope]
+            return [f for f, cls in self.class_of.items() if self.attribute_class(f) is ref.scope]
         return [ref.scope]
 
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
@@ -462,3 +522,21 @@ class Index:
         if ref.path.startswith("self."):
             return f"{self.self_name(self.method_scope(scope))}{ref.path[4:]}"
         return ref.path
+
+
+def _is_abstract(function: cst.FunctionDef) -> bool:
+    """A method that only raises ``NotImplementedError``, or does nothing (``pass``, ``...``, a docstring)."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else function.body.body
+    for stmt in body:
+        small = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt]
+        for part in small:
+            if isinstance(part, cst.Pass) or (
+                isinstance(part, cst.Expr) and isinstance(part.value, (cst.SimpleString, cst.Ellipsis))
+            ):
+                continue
+            if isinstance(part, cst.Raise) and "NotImplementedError" in dotted(
+                part.exc.func if isinstance(part.exc, cst.Call) else part.exc or cst.Name("_")
+            ):
+                continue
+            return False
+    return True
