@@ -32,9 +32,8 @@ Limits: a loader that already has a sampler (DDP202), an ``IterableDataset``
 (DDP210: the sampler interleaves the ranks' samples), and training batches
 that come from anything but a DataLoader the flow graph can follow (DDP201)
 are refused; a loader that cannot be followed
-to a loop (DDP204), an epoch loop without a simple variable or a training
-loop repeated in a ``while`` (DDP203), and ``download=True`` on every rank
-(DDP209) are reported.
+to a loop (DDP204) and an epoch loop without a simple variable or a training
+loop repeated in a ``while`` (DDP203) are reported.
 """
 
 from __future__ import annotations
@@ -112,13 +111,6 @@ ITERABLE_DATASET = Code(
     "the training data is an IterableDataset, which a DistributedSampler cannot shard",
     "make each rank yield its own share (e.g. skip items by dist.get_rank())",
 )
-DOWNLOAD_ON_EVERY_RANK = Code(
-    "DDP209",
-    Severity.WARNING,
-    "data",
-    "a dataset downloaded with download=True is fetched by every rank at once",
-    "download it before launching, or on rank 0 followed by dist.barrier()",
-)
 CARRIED_STATE = Code(
     "DDP210",
     Severity.ERROR,
@@ -135,7 +127,6 @@ CODES = (
     NO_DATASET,
     BATCH_NOT_ARGUMENT,
     ITERABLE_DATASET,
-    DOWNLOAD_ON_EVERY_RANK,
     CARRIED_STATE,
 )
 
@@ -213,7 +204,6 @@ GLOBAL_SEEDS = frozenset(
 def find(program: Program) -> Facts:
     finder = _Finder(program)
     loaders = tuple(finder.loaders())
-    finder.warn_downloads()
     return Facts(loaders, tuple(finder.unseeded_splits()))
 
 
@@ -812,17 +802,6 @@ class _Finder:
                     ):
                         return value.value
         return "0"
-
-    def warn_downloads(self) -> None:
-        for call in self.index.calls:
-            download = argument(call, "download")
-            if download is not None and m.matches(download.value, m.Name("True")):
-                self.program.report(
-                    call,
-                    DOWNLOAD_ON_EVERY_RANK,
-                    "every rank downloads this dataset at the same time into the same folder; download it once "
-                    "before launching (or on rank 0, followed by dist.barrier())",
-                )
 
 
 PER_PROCESS_BATCH = '''
