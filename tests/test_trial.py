@@ -39,7 +39,7 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     "s09b_filter_frozen": (CONVERTED,),
     "s10_unused_branch": (CONVERTED,),
     "s11_bn_cnn": (CONVERTED, "DDP308"),  # a note: BatchNorm over small per-rank batches
-    "s12_simclr": (CONVERTED,),
+    "s12_simclr": (CONVERTED, "DDP311"),
     "s13_iter_based": (CONVERTED,),
     "s14_functions": (CONVERTED,),
     "s15_trainer_class": (CONVERTED,),

@@ -15,12 +15,13 @@ insert at the same place, and it follows the order of the generated script:
 
 1. ``process_group`` -- the setup block and teardown, which everything else needs;
 2. ``devices``       -- hard-coded GPU indices become this rank's GPU;
-3. ``data``          -- samplers, before the model is touched;
-4. ``model``         -- the DistributedDataParallel wrap and ``.module`` reads;
-5. ``accumulation``  -- gradient sync only on the updating micro-step, before the forward pass;
-6. ``checkpoints``   -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
-7. ``side_effects``  -- ``print`` and other output on global rank 0 only;
-8. ``loop_control``  -- rank-local exits from the training loop (reported only).
+3. ``downloads``     -- data sets downloaded by one process at a time, before they are loaded;
+4. ``data``          -- samplers, before the model is touched;
+5. ``model``         -- the DistributedDataParallel wrap and ``.module`` reads;
+6. ``accumulation``  -- gradient sync only on the updating micro-step, before the forward pass;
+7. ``checkpoints``   -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
+8. ``side_effects``  -- ``print`` and other output on global rank 0 only;
+9. ``loop_control``  -- rank-local exits from the training loop (reported only).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ddpify.concerns import (
     checkpoints,
     data,
     devices,
+    downloads,
     loop_control,
     model,
     process_group,
@@ -45,6 +47,7 @@ from ddpify.result import Options
 CONCERNS: tuple[ModuleType, ...] = (
     process_group,
     devices,
+    downloads,
     data,
     model,
     accumulation,
@@ -56,6 +59,7 @@ CONCERNS: tuple[ModuleType, ...] = (
 # The concerns whose facts each finder takes, in the order of its parameters.
 NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     process_group: (model, data),
+    downloads: (process_group,),
     accumulation: (model,),
     side_effects: (model, process_group),
     loop_control: (model, data),

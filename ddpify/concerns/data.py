@@ -26,15 +26,21 @@ The data must be the same on every rank before it is sharded: a
 size (``x.view(batch_size, -1)``) gets ``drop_last=True``, because a rank's last
 batch can be short where the single-process one was not.
 
-Limits: a loader that already has a sampler (DDP202), an ``IterableDataset``
+A ``sampler=`` or ``batch_sampler=`` the script already has keeps deciding
+what an epoch draws: every rank draws the same from it and takes its own
+share (``samplers`` builds that); a placeholder that stays ``None``
+(``sampler=train_sampler`` after ``train_sampler = None``) becomes a
+``DistributedSampler``.
+
+Limits: a sampler whose draws ddpify cannot make alike on every rank (DDP202,
+the reason named), an ``IterableDataset``
 (DDP208), a loader built from ``*args`` (DDP205) or without a dataset
 (DDP206), a state carried from batch to batch of an unshuffled loader
 (DDP210: the sampler interleaves the ranks' samples), and training batches
 that come from anything but a DataLoader the flow graph can follow (DDP201)
 are refused; a loader that cannot be followed
-to a loop (DDP204), an epoch loop without a simple variable or a training
-loop repeated in a ``while`` (DDP203), and ``download=True`` on every rank
-(DDP209) are reported.
+to a loop (DDP204) and an epoch loop without a simple variable or a training
+loop repeated in a ``while`` (DDP203) are reported.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify import torch_api
+from ddpify.concerns.samplers import OwnSampler, define_wrapper, own_sampler, share
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement
 from ddpify.engine.index import Flow, Ref, Scope
@@ -112,13 +119,6 @@ ITERABLE_DATASET = Code(
     "the training data is an IterableDataset, which a DistributedSampler cannot shard",
     "make each rank yield its own share (e.g. skip items by dist.get_rank())",
 )
-DOWNLOAD_ON_EVERY_RANK = Code(
-    "DDP209",
-    Severity.WARNING,
-    "data",
-    "a dataset downloaded with download=True is fetched by every rank at once",
-    "download it before launching, or on rank 0 followed by dist.barrier()",
-)
 CARRIED_STATE = Code(
     "DDP210",
     Severity.ERROR,
@@ -135,7 +135,6 @@ CODES = (
     NO_DATASET,
     BATCH_NOT_ARGUMENT,
     ITERABLE_DATASET,
-    DOWNLOAD_ON_EVERY_RANK,
     CARRIED_STATE,
 )
 
@@ -171,6 +170,8 @@ class Loader:
     # where its batches are drawn for training (``for`` loops, ``next()`` calls), and the places holding it
     sites: tuple[cst.CSTNode, ...] = ()
     refs: frozenset[Ref] = frozenset()
+    # ``sampler=`` / ``batch_sampler=`` the script gives it: each rank takes its share of what it draws
+    own_sampler: OwnSampler | None = None
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,6 @@ GLOBAL_SEEDS = frozenset(
 def find(program: Program) -> Facts:
     finder = _Finder(program)
     loaders = tuple(finder.loaders())
-    finder.warn_downloads()
     return Facts(loaders, tuple(finder.unseeded_splits()))
 
 
@@ -251,6 +251,7 @@ class _Finder:
             ]
             training = bool(sites)
             epoch_loops: list[EpochLoop] = []
+            own = None
             self._loader_refs = self._holding_loader(origin) if origin is not None else set()
             restarts = tuple(self._restarts(refs)) if training else ()
             if training:
@@ -277,7 +278,7 @@ class _Finder:
                         "the training loop repeats inside a `while` loop: call `loader.sampler.set_epoch(n)` "
                         "at the start of each pass, or every pass shuffles the same way",
                     )
-                self._check_sampling_arguments(call)
+                own = self._check_sampling_arguments(call, refs)
                 self._check_carried_state(call, [node for node, _ in sites], origin)
             elif origin is None or not self._iterations(refs):
                 self.program.report(
@@ -306,6 +307,7 @@ class _Finder:
                 full,
                 tuple(node for node, _ in sites),
                 frozenset(refs),
+                own,
             )
         if not found_training:
             training_loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
@@ -380,7 +382,8 @@ class _Finder:
                     if isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and m.matches(call.func, m.Name("len")):
                         yield attribute
 
-    def _check_sampling_arguments(self, call: cst.Call) -> None:
+    def _check_sampling_arguments(self, call: cst.Call, refs: set[Ref]) -> OwnSampler | None:
+        own = None
         dataset_arg = argument(call, "dataset", torch_api.DATALOADER_POSITIONS["dataset"])
         dataset = dataset_arg.value if dataset_arg is not None else None
         if dataset is not None and self._is_iterable_dataset(dataset, self.index.scope_of(call)):
@@ -392,16 +395,23 @@ class _Finder:
             )
         for position, arg in enumerate(call.args):
             keyword = arg.keyword.value if arg.keyword is not None else None
-            if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS or (
-                keyword is None and not arg.star and position >= torch_api.DATALOADER_POSITIONS["sampler"]
-            ):
+            if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS:
+                found = own_sampler(self.index, call, arg, any(True for _ in self._dataset_lengths(refs)))
+                if isinstance(found, OwnSampler):
+                    own = found
+                else:
+                    self.program.report(
+                        arg, OWN_SAMPLER, f"the training DataLoader already has its own {keyword}: {found}"
+                    )
+            elif keyword is None and not arg.star and position >= torch_api.DATALOADER_POSITIONS["sampler"]:
                 self.program.report(
                     arg,
                     OWN_SAMPLER,
-                    "the training DataLoader already has its own sampler; a DistributedSampler would replace it",
+                    "the training DataLoader's sampler is passed by position: pass it as sampler= or batch_sampler=",
                 )
             elif arg.star == "*":
                 self.program.report(arg, STAR_ARGS, "cannot add a sampler to a DataLoader built from `*args`")
+        return own
 
     def _iterations(self, refs: set[Ref]) -> list[tuple[cst.CSTNode, Ref]]:
         """Where batches are drawn from the loader: ``for ... in loader`` loops and ``next(it)`` calls."""
@@ -812,17 +822,6 @@ class _Finder:
                         return value.value
         return "0"
 
-    def warn_downloads(self) -> None:
-        for call in self.index.calls:
-            download = argument(call, "download")
-            if download is not None and m.matches(download.value, m.Name("True")):
-                self.program.report(
-                    call,
-                    DOWNLOAD_ON_EVERY_RANK,
-                    "every rank downloads this dataset at the same time into the same folder; download it once "
-                    "before launching (or on rank 0, followed by dist.barrier())",
-                )
-
 
 PER_PROCESS_BATCH = '''
 def {helper}(batch_size):
@@ -838,11 +837,19 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for split in facts.splits:
         _seed_split(plan, split)
     taken: set[str] = set()
-    helper = None
+    helper = wrapper = None
     for loader in facts.loaders:
         if loader.training:
-            if _add_sampler(plan, loader, taken, options.keep_global_batch):
-                _set_epoch(plan, loader, taken)
+            own = loader.own_sampler
+            if own is not None:
+                if own.wrapped:
+                    wrapper = wrapper or define_wrapper(plan, taken)
+                share(plan, own, wrapper or "")
+                reshuffles = own.reshuffles
+            else:
+                reshuffles = _add_sampler(plan, loader, taken, options.keep_global_batch)
+            if reshuffles:
+                _set_epoch(plan, loader, taken, own.attribute if own is not None else "sampler")
             if options.keep_global_batch:
                 helper = helper or fresh("per_process_batch", plan.index.identifiers | taken)
                 taken.add(helper)
@@ -988,9 +995,9 @@ def _batch_size(call: cst.Call) -> cst.Arg | None:
     return argument(call, "batch_size", torch_api.DATALOADER_POSITIONS["batch_size"])
 
 
-def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str]) -> None:
+def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str], attribute: str) -> None:
     for restart in loader.restarts:
-        sampler = f"{restart.loader}.sampler"
+        sampler = f"{restart.loader}.{attribute}"
         plan.insert_before(restart.stmt, cst.parse_statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n"))
         plan.change(restart.stmt, f"a new pass over the data: `{sampler}.set_epoch(...)` reshuffles it")
     for epoch_loop in loader.epoch_loops:
@@ -1001,7 +1008,7 @@ def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str]) -> None:
                 loop,
                 NO_EPOCH,
                 "the epoch loop has no simple loop variable: call "
-                f"`{epoch_loop.loader}.sampler.set_epoch(epoch)` at the start of each epoch yourself",
+                f"`{epoch_loop.loader}.{attribute}.set_epoch(epoch)` at the start of each epoch yourself",
             )
             continue
         epoch = target.value
@@ -1009,12 +1016,12 @@ def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str]) -> None:
             epoch = fresh("epoch", plan.index.identifiers | taken)
             taken.add(epoch)
             plan.replace(target, _renamed(epoch))
-        stmt = cst.parse_statement(f"{epoch_loop.loader}.sampler.set_epoch({epoch})\n")
+        stmt = cst.parse_statement(f"{epoch_loop.loader}.{attribute}.set_epoch({epoch})\n")
         if epoch_loop.after is not None:  # the loader is built anew each epoch
             plan.insert_after(epoch_loop.after, stmt)
         else:
             plan.insert_before(loop.body.body[0], stmt)
-        plan.change(loop, f"call `{epoch_loop.loader}.sampler.set_epoch({epoch})` at the start of each epoch")
+        plan.change(loop, f"call `{epoch_loop.loader}.{attribute}.set_epoch({epoch})` at the start of each epoch")
 
 
 def _name(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:

@@ -21,10 +21,18 @@ module, so checkpoints keep their keys (no ``module.`` prefix)::
 ``nn.DataParallel(model)`` is where a model is ready: DDP takes its place, and
 the ``if torch.cuda.device_count() > 1:`` around it goes.
 
+Models kept in a list, each with its own optimizer, are wrapped together
+(:mod:`ddpify.concerns.model_collections`): ``nets = [DDP(net) for net in nets]``.
+Optimizers over parts of one model (``model.backbone``, ``model.head``) wrap the
+model once: its forward runs the parts, so DDP averages all their gradients.
+
 Limits: an optimizer whose parameters cannot be traced to a model (DDP301), a
-model never built or placed in this file (DDP302, DDP304) are refused; a custom
-method that runs submodules in the training step (DDP303) and a model moved
-between devices inside the training loop (DDP305) are reported.
+model never built or placed in this file (DDP302, DDP304), and a training step
+that runs parts of a model but never the model itself (DDP310) are refused; a
+custom method that runs submodules in the training step (DDP303), a model moved
+between devices inside the training loop (DDP305) and a contrastive loss over
+the batch, which now sees only the local batch
+(:mod:`ddpify.concerns.batch_negatives`, DDP311), are reported.
 """
 
 from __future__ import annotations
@@ -38,10 +46,11 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify import torch_api
-from ddpify.concerns import checkpoints
+from ddpify.concerns import batch_negatives, checkpoints, model_collections
+from ddpify.concerns.batch_negatives import IN_BATCH_NEGATIVES
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan
-from ddpify.engine.index import Ref
+from ddpify.engine.index import Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument
 from ddpify.result import Options
@@ -109,6 +118,13 @@ WRAPPER_IN_CONTAINER = Code(
     "the wrapped model is kept in a list, dict or attribute: what is read through it is the wrapper's",
     "read `.module` of the models taken from it for `state_dict()` and attributes (forward calls are right as they are)",
 )
+PARTS_RUN_DIRECTLY = Code(
+    "DDP310",
+    Severity.ERROR,
+    "model",
+    "the training step runs parts of a model (`gan.generator(z)`) but never the model itself",
+    "run the parts through the model's forward(), or build them as models of their own, each wrapped",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -119,6 +135,8 @@ CODES = (
     STORED_BEFORE_WRAP,
     SMALL_BATCH_NORM,
     WRAPPER_IN_CONTAINER,
+    PARTS_RUN_DIRECTLY,
+    IN_BATCH_NEGATIVES,
 )
 
 
@@ -157,6 +175,7 @@ class Model:
     rewraps: tuple[cst.BaseStatement, ...] = ()  # parameters are unfrozen here: wrap again after it
     unused: str | None = None  # why some parameters may get no gradient in a step: find_unused_parameters
     small_batch_norm: cst.Call | None = None  # a DataLoader with a small batch, where the model has BatchNorm
+    item: str | None = None  # a list of models: each is wrapped as ``[DDP(<item>) for <item> in <expression>]``
 
 
 @dataclass(frozen=True)
@@ -183,6 +202,8 @@ def find(program: Program) -> Facts:
             "the script trains, but builds no torch.optim optimizer over a model's parameters in this file: "
             "cannot find the model to wrap in DistributedDataParallel",
         )
+    if models:
+        batch_negatives.report(program)
     index = program.index
     data_parallel = tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL))
     return Facts(models, tuple(finder.optimizers()), data_parallel)
@@ -194,6 +215,9 @@ class _Finder:
         self.index = program.index
         self._model_classes: dict[Ref, set[cst.ClassDef]] = {}
         self._warned_holders: set[str] = set()
+        self._model_lists: dict[Ref, model_collections.ModelList] = {}
+        self._all_trained: set[Ref] | None = None
+        self._claimed: set[cst.BaseExpression] = set()  # reads that already get ``.module``
 
     def optimizers(self) -> Iterator[cst.Call]:
         """``torch.optim.X(...)`` calls, however torch.optim was imported."""
@@ -224,7 +248,10 @@ class _Finder:
         refs: list[Ref] = []
         for call in calls:
             receiver = cast(cst.Attribute, call.func).value
-            found = self._module_ref(receiver)
+            listed = model_collections.taken_from(self.index, receiver)
+            if listed is not None:
+                self._model_lists[listed.ref] = listed
+            found = listed.ref if listed is not None else self._module_ref(receiver)
             if found is None:
                 return refs, untraced or receiver
             if found not in refs:
@@ -396,13 +423,19 @@ class _Finder:
                 )
                 continue
             for ref in refs:
-                model = self._model(ref, optimizer)
+                listed = self._model_lists.get(ref)
+                model = self._model(ref, optimizer) if listed is None else self._list_model(listed, optimizer)
                 if model is not None and (model.insert_after, model.expression) not in seen:
                     seen.add((model.insert_after, model.expression))
                     self._warn_training_outside_forward(model)
+                    if self._refuse_parts_run_directly(model):
+                        continue
                     classes = self._model_classes.get(model.ref, set())
+                    unwrap = tuple(read for read in model.unwrap if read not in self._claimed)
+                    self._claimed.update(unwrap)
                     yield replace(
                         model,
+                        unwrap=unwrap,
                         lineage=frozenset(self.index.lineage(model.ref)),
                         unused=self._skipped_submodule(classes) or self._output_used_sometimes(model),
                         small_batch_norm=self._small_batch_norm(model, classes),
@@ -466,7 +499,7 @@ class _Finder:
         self._warn_moves_in_training(target, insert_after)
         rewraps = self._unfrozen_after(target, insert_after)
         self._refuse_stored_before(target, anchor, insert_after)
-        self._warn_stored_after(target, insert_after)
+        unwrap = tuple(dict.fromkeys(unwrap + self._stored_after(target, insert_after)))
         if self._frozen_when_wrapped(target, insert_after):
             if not rewraps:
                 return None  # nothing to synchronise, and DDP refuses a module without trainable parameters
@@ -478,15 +511,62 @@ class _Finder:
             )
         return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps)
 
-    def _warn_stored_after(self, target: Ref, wrap: cst.BaseStatement) -> None:
-        """``nets = [net_a, net_b]`` after the wraps: ``n.state_dict()`` of ``for n in nets`` is the wrapper's."""
+    def _list_model(self, listed: model_collections.ModelList, optimizer: cst.Call) -> Model:
+        """Every model of a list, wrapped once the list is ready: ``nets = [DDP(net) for net in nets]``."""
+        index = self.index
+        anchor = self._climb_conditionals(listed.built)
+        insert_after = self._after_setup(anchor, listed.ref)
+        scope = index.scope_of(listed.built)
+        item = listed.item
+        built = item
+        if isinstance(item, cst.Name):  # nets.append(net): how ``net`` was built in the loop
+            assigned = [a.value for a in index.assignments_to(index.ref_of(item, scope) or listed.ref)]
+            built = assigned[-1] if assigned else item
+        cls = built
+        while isinstance(cls, cst.Call) and isinstance(cls.func, cst.Attribute):
+            cls = cls.func.value
+        if isinstance(cls, cst.Call) and isinstance(cls.func, cst.Name) and cls.func.value in index.classes:
+            self._model_classes[listed.ref] = {index.classes[cls.func.value]}
+        unwrap = tuple(
+            read
+            for read in model_collections.item_reads(index, index.downstream(listed.ref), insert_after)
+            if self._needs_module(read)
+        )
+        self._refuse_stored_before(listed.ref, anchor, insert_after)
+        for flow in index.flows_from(listed.ref):  # ensemble = nets: the list of the unwrapped models
+            if not index.after(flow.stmt, insert_after):
+                self.program.report(
+                    flow.stmt,
+                    STORED_BEFORE_WRAP,
+                    f"`{flow.dst.path}` keeps the list `{listed.ref.path}` before its models can be wrapped in "
+                    f"DistributedDataParallel (after line {index.position(insert_after)[0]}): it would still hold "
+                    "the plain models; take the list after the wrap",
+                )
+                break
+        on_cuda = _device_move(built) is True and anchor is listed.built
+        expression = index.spelled(listed.ref, scope)
+        return Model(listed.ref, expression, insert_after, on_cuda, True, unwrap, optimizer, item=listed.name)
+
+    def _stored_after(self, target: Ref, wrap: cst.BaseStatement) -> tuple[cst.BaseExpression, ...]:
+        """Reads of the wrapped model taken out of a list it is kept in after the wrap, that need ``.module``.
+
+        A list filled only with this model (``nets.append(net)`` in the loop that builds it) holds
+        nothing but wrappers: ``net.state_dict()`` in ``for net in nets`` gets ``.module``. Any other
+        holder (``nets = [net_a, net_b]``, ``self.net = net``) is reported (DDP309).
+        """
         index = self.index
         scope = index.scope_of(wrap)
+        reads: list[cst.BaseExpression] = []
         for read in index.mentions(scope, target):
             if not index.after(read, wrap) or index.statement_of(read) is wrap:
                 continue
             holder = self._stored_in(read)
             if holder is None or self._needs_module(read):  # a checkpoint dict gets ``model.module``
+                continue
+            listed = model_collections.model_list(index, holder, "model")
+            if listed is not None and self._holds_only_models(listed, target, scope):
+                taken = model_collections.item_reads(index, index.downstream(listed.ref), wrap)
+                reads += [r for r in taken if self._needs_module(r)]
                 continue
             holder_ref = index.root_ref(holder, scope)
             text = index.module.code_for_node(holder)
@@ -500,7 +580,20 @@ class _Finder:
                 "`state_dict()` or attribute read through it is the wrapper's (checkpoint keys gain `module.`); "
                 "use `.module` there",
             )
-            return
+            break
+        return tuple(reads)
+
+    def _holds_only_models(self, listed: model_collections.ModelList, target: Ref, scope: Scope) -> bool:
+        """Whether every item of ``listed`` is a trained model: ``nets.append(net)`` of ``target`` only, or
+        ``[net_a, net_b]`` where each is a model an optimizer trains (so each is wrapped)."""
+        index = self.index
+        if listed.fills:
+            return all(index.ref_of(fill.args[-1].value, scope) == target for fill in listed.fills)
+        if not listed.members:
+            return False
+        if self._all_trained is None:
+            self._all_trained = {ref for opt in self.optimizers() for ref in self._trained_refs(opt)[0]}
+        return all(index.ref_of(member, scope) in self._all_trained for member in listed.members)
 
     def _refuse_stored_before(self, target: Ref, anchor: cst.BaseStatement, wrap: cst.BaseStatement) -> None:
         """``nets = [net_a, net_b]`` before ``net_a = DDP(net_a)``: ``nets`` still trains the plain module."""
@@ -656,6 +749,60 @@ class _Finder:
         if isinstance(value, cst.Call):
             return self.index.local_class(value.func)
         return None
+
+    def _refuse_parts_run_directly(self, model: Model) -> bool:
+        """``gan.generator(z)`` in the training step, where ``gan`` itself never runs there.
+
+        DistributedDataParallel averages gradients only for what runs through its forward: parts
+        run directly (one optimizer per part, or one over the whole model) would train apart on
+        every rank. A custom method of the model is DDP303's.
+        """
+        index = self.index
+        if model.item is not None:
+            return False
+        methods = {
+            name for cls in self._model_classes.get(model.ref, ()) for (owner, name) in index.functions if owner is cls
+        }
+        parts: list[cst.Call] = []
+        for read in self._reads_after_wrap(model.ref, model.insert_after):
+            if not self._in_training(read):
+                continue
+            if self._runs_model(read):
+                return False
+            part = index.parent(read)
+            call = index.parent(part)
+            if (
+                isinstance(call, cst.Call)
+                and call.func is part
+                and (
+                    isinstance(part, cst.Subscript)
+                    or (
+                        isinstance(part, cst.Attribute)
+                        and part.attr.value not in methods | _COMPUTES_NOTHING | torch_api.WRAPPER_SAFE_ATTRIBUTES
+                    )
+                )
+            ):
+                parts.append(call)
+        if not parts:
+            return False
+        text = index.module.code_for_node(parts[0].func)
+        self.program.report(
+            parts[0],
+            PARTS_RUN_DIRECTLY,
+            f"the training step runs `{text}(...)`, a part of `{model.expression}`, but never `{model.expression}` "
+            "itself: DistributedDataParallel averages gradients only for a forward through the wrapped model, so "
+            "the parts would train apart on each rank; run them through its forward(), or build each part as a "
+            "model of its own",
+        )
+        return True
+
+    def _in_training(self, node: cst.CSTNode) -> bool:
+        """Inside a loop that runs a backward pass, or a function (other than the wrap's) that does."""
+        index = self.index
+        if any(index.trains(loop.body) for loop in index.enclosing_loops(node)):
+            return True
+        scope = index.scope_of(node)
+        return isinstance(scope, cst.FunctionDef) and index.trains(scope.body) and not self._without_grad(node)
 
     def _warn_training_outside_forward(self, model: Model) -> None:
         """A custom method that runs submodules inside the training step bypasses DDP's gradient sync."""
@@ -957,6 +1104,8 @@ class _Finder:
         siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
         last = anchor
         for stmt in siblings[siblings.index(anchor) + 1 :]:
+            if self.index.trains(stmt):
+                break  # training starts here (of this model or another): the wrap must come first
             reads = self.index.mentions(stmt, target)
             if not reads:
                 continue
@@ -974,6 +1123,15 @@ class _Finder:
             if isinstance(parent, cst.DictElement) and parent.value is not node:
                 return None
             node, parent = parent, index.parent(parent)
+        call = index.parent(parent)
+        if (  # nets.append(net)
+            isinstance(parent, cst.Arg)
+            and isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in {"append", "extend", "insert"}
+            and call.args[-1] is parent
+        ):
+            return call.func.value
         if node is read and not (
             isinstance(parent, cst.Assign)
             and any(isinstance(t.target, (cst.Attribute, cst.Subscript)) for t in parent.targets)
@@ -1180,13 +1338,18 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                     plan.inline(model.data_parallel_if)
                 plan.change(model.data_parallel_removed, "remove nn.DataParallel: each process drives one GPU")
             wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{device_ids})\n")
+            convert = f"{model.expression} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model.expression})\n"
+            if model.item is not None:
+                each, item = model.expression, model.item
+                wrap = cst.parse_statement(f"{each} = [{ddp}({item}{device_ids}) for {item} in {each}]\n")
+                convert = f"{each} = [torch.nn.SyncBatchNorm.convert_sync_batchnorm({item}) for {item} in {each}]\n"
             if options.sync_batchnorm:
-                convert = f"{model.expression} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model.expression})\n"
                 plan.insert_after(model.insert_after, cst.parse_statement(convert))
                 plan.need_import("torch")
                 plan.change(model.insert_after, f"BatchNorm layers of `{model.expression}` -> SyncBatchNorm")
             plan.insert_after(model.insert_after, wrap)
-            plan.change(model.insert_after, f"wrap `{model.expression}` in DistributedDataParallel")
+            wrapped = f"every model in `{model.expression}`" if model.item is not None else f"`{model.expression}`"
+            plan.change(model.insert_after, f"wrap {wrapped} in DistributedDataParallel")
         if model.small_batch_norm is not None and not options.sync_batchnorm:
             plan.report(
                 model.small_batch_norm,

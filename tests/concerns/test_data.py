@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import code, codes
 
 from ddpify.concerns import data
@@ -334,3 +335,114 @@ def test_an_iterator_restarted_over_a_progress_bar_reshuffles_the_loader_under_i
     )
     (loader,) = data.find(program).loaders
     assert [restart.loader for restart in loader.restarts] == ["loader"]
+
+
+def test_a_sampler_the_script_already_has_is_shared_out_where_it_is_built(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader, WeightedRandomSampler
+        ds = make_dataset()
+        sampler = None
+        if balanced:
+            sampler = WeightedRandomSampler(weights, len(ds))
+        loader = DataLoader(ds, batch_size=8, shuffle=(sampler is None), sampler=sampler)
+        for epoch in range(3):
+            for x in loader:
+                model(x).backward()
+        """
+    )
+    (loader,) = data.find(program).loaders
+    own = loader.own_sampler
+    assert own is not None and codes(program) == []
+    assert [code(program, value) for value in own.wrapped] == ["WeightedRandomSampler(weights, len(ds))"]
+    assert [code(program, placeholder) for placeholder in own.placeholders] == ["sampler = None"]
+    assert own.dataset == "ds" and own.shuffle and own.attribute == "sampler"
+
+
+SAMPLER_CASES = {
+    "an imported sampler": (
+        "from samplers import Balanced\nloader = DataLoader(ds, batch_size=8, sampler=Balanced(labels))",
+        "cannot see how `Balanced` draws its samples",
+    ),
+    "a sampler without a length": (
+        "class Endless(Sampler):\n    def __iter__(self):\n        yield 0\n"
+        "loader = DataLoader(ds, batch_size=8, sampler=Endless())",
+        "`Endless` has no `__len__`",
+    ),
+    "a sampler drawing from numpy": (
+        "import numpy as np\nclass Shuffled(Sampler):\n    def __iter__(self):\n"
+        "        return iter(np.random.permutation(10).tolist())\n    def __len__(self):\n        return 10\n"
+        "loader = DataLoader(ds, batch_size=8, sampler=Shuffled())",
+        "`Shuffled` draws from `numpy.random`",
+    ),
+    "a sampler chosen in a loop": (
+        "for sampler in (RandomSampler(ds),):\n    pass\nloader = DataLoader(ds, batch_size=8, sampler=sampler)",
+        "cannot see every value `sampler` takes",
+    ),
+    "a placeholder set before the dataset exists": (
+        "sampler = None\nds = make()\nloader = DataLoader(ds, batch_size=8, shuffle=(sampler is None), sampler=sampler)",
+        "`sampler` is set to None where `ds` does not exist yet",
+    ),
+    "a placeholder next to shuffle=True": (
+        "sampler = None\nloader = DataLoader(ds, batch_size=8, shuffle=True, sampler=sampler)",
+        "`shuffle=True` next to the sampler `sampler`, which may be None",
+    ),
+    "a batch sampler that may be None": (
+        "batches = None\nloader = DataLoader(ds, batch_sampler=batches)",
+        "the batch_sampler `batches` may be None",
+    ),
+    "a batch sampler next to len(loader.dataset)": (
+        "loader = DataLoader(ds, batch_sampler=BatchSampler(RandomSampler(ds), 8, False))\nprint(len(loader.dataset))",
+        "`len(loader.dataset)` is read next to a batch_sampler",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SAMPLER_CASES)
+def test_a_sampler_each_rank_could_not_draw_alike_is_refused_with_the_reason(read, case: str) -> None:
+    setup, reason = SAMPLER_CASES[case]
+    program = read(
+        "from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler\n"
+        f"{setup}\n"
+        "for epoch in range(3):\n"
+        "    for x in loader:\n"
+        "        model(x).backward()\n"
+    )
+    (loader,) = data.find(program).loaders
+    assert loader.own_sampler is None
+    (diagnostic,) = program.diagnostics()
+    assert diagnostic.code == "DDP202" and reason in diagnostic.message, diagnostic.message
+
+
+def test_the_sampler_wrapper_deals_out_one_draw_of_the_sampler_evenly(monkeypatch) -> None:
+    """With replacement, too: positions in the draw are dealt out, so the ranks' shares are disjoint."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DistributedSampler, WeightedRandomSampler
+
+    from ddpify.concerns import samplers
+
+    namespace = {"torch": torch, "DistributedSampler": DistributedSampler}
+    exec(samplers.WRAPPER.format(wrapper="Wrapper", sampler="DistributedSampler"), namespace)
+    weighted = WeightedRandomSampler(torch.tensor([1.0, 1.0, 8.0, 1.0, 1.0]), num_samples=11)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 3)
+    rng = torch.get_rng_state()
+
+    def shares(epoch: int) -> list[list[int]]:
+        found = []
+        for rank in range(3):
+            monkeypatch.setattr(torch.distributed, "get_rank", lambda rank=rank: rank)
+            wrapper = namespace["Wrapper"](weighted)
+            wrapper.set_epoch(epoch)
+            found.append(list(wrapper))
+            assert len(wrapper) == len(found[-1])
+        return found
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        drawn = list(weighted)
+    first = shares(1)
+    assert [len(share) for share in first] == [4, 4, 4]  # 11 padded to 12
+    dealt = [first[position % 3][position // 3] for position in range(11)]
+    assert dealt == drawn
+    assert shares(1) == first and shares(2) != first
+    assert torch.equal(torch.get_rng_state(), rng)  # the script's own RNG stream is left as it was

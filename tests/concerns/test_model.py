@@ -275,3 +275,151 @@ def test_requires_grad_toggled_every_step_needs_no_new_wrap(read) -> None:
     )
     assert [found.rewraps for found in model.find(program).models] == [(), ()]
     assert codes(program) == []
+
+
+ENSEMBLE = """
+import torch
+import torch.nn as nn
+
+def main(loader, k):
+    nets = [nn.Linear(4, 1).cuda() for _ in range(k)]
+    opts = [torch.optim.SGD(net.parameters(), lr=0.1) for net in nets]
+    for x, y in loader:
+        for net, opt in zip(nets, opts):
+            opt.zero_grad()
+            nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+    torch.save([n.state_dict() for n in nets], "nets.pt")
+    torch.save(nets[0].state_dict(), "first.pt")
+"""
+
+
+def test_models_built_in_a_list_are_wrapped_together_once_the_list_is_ready(read) -> None:
+    program = read(ENSEMBLE)
+    (found,) = model.find(program).models
+    assert (found.expression, found.item, found.on_cuda) == ("nets", "net", True)
+    assert code(program, found.insert_after).startswith("opts = [")
+    # models taken out of the list after the wrap: through a loop variable of any name, or by index
+    assert [code(program, read) for read in found.unwrap] == ["n", "nets[0]"]
+    assert codes(program) == []
+
+
+def test_an_optimizer_over_a_model_taken_by_index_trains_the_whole_list(read) -> None:
+    program = read(
+        ENSEMBLE.replace("SGD(net.parameters(), lr=0.1) for net in nets", "SGD(nets[i].parameters()) for i in range(k)")
+    )
+    (found,) = model.find(program).models
+    assert (found.expression, found.item) == ("nets", "model")
+
+
+def test_a_list_of_models_that_also_have_names_of_their_own_is_not_wrapped_as_a_list(read) -> None:
+    # ``nets = [DDP(n) for n in nets]`` would leave ``a`` and ``b`` unwrapped
+    program = read(
+        """
+        import torch
+        a, b = Net(), Net()
+        nets = [a, b]
+        opts = [torch.optim.SGD(n.parameters()) for n in nets]
+        for x in loader:
+            for n, opt in zip(nets, opts):
+                n(x).sum().backward()
+                opt.step()
+        """
+    )
+    assert not model.find(program).models
+    assert codes(program) == ["DDP302"]
+
+
+def test_a_list_taken_under_another_name_before_the_wrap_is_refused(read) -> None:
+    program = read(ENSEMBLE.replace("    opts = [", "    ensemble = nets\n    opts = ["))
+    model.find(program)
+    assert codes(program) == ["DDP307"]
+
+
+GAN = """
+import torch
+import torch.nn as nn
+
+class GAN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.generator = nn.Linear(4, 8)
+        self.discriminator = nn.Linear(8, 1)
+
+    def forward(self, z):
+        return self.discriminator(self.generator(z))
+
+def main(loader):
+    gan = GAN()
+    opt_g = torch.optim.Adam(gan.generator.parameters())
+    opt_d = torch.optim.Adam(gan.discriminator.parameters())
+    for (z,) in loader:
+        loss = STEP
+        loss.backward()
+        opt_g.step()
+        opt_d.step()
+"""
+
+
+def test_parts_with_their_own_optimizers_wrap_the_model_once_when_its_forward_runs_them(read) -> None:
+    program = read(GAN.replace("STEP", "gan(z).mean()"))
+    (found,) = model.find(program).models
+    assert found.expression == "gan"
+    assert code(program, found.insert_after) == "opt_d = torch.optim.Adam(gan.discriminator.parameters())"
+    assert codes(program) == []
+
+
+def test_parts_run_directly_by_the_training_step_are_refused(read) -> None:
+    program = read(GAN.replace("STEP", "gan.discriminator(gan.generator(z)).mean()"))
+    assert not model.find(program).models
+    assert codes(program) == ["DDP310"]
+
+
+def test_the_wrap_comes_before_training_even_where_the_loop_never_names_the_model(read) -> None:
+    program = read(
+        """
+        import torch
+        model = Net()
+        opt = torch.optim.SGD(model.parameters())
+        for x in loader:
+            run(x).backward()
+            opt.step()
+        model.eval()
+        """
+    )
+    (found,) = model.find(program).models
+    assert code(program, found.insert_after) == "opt = torch.optim.SGD(model.parameters())"
+
+
+CLIP = """
+import torch
+import torch.nn as nn
+
+def main(loader):
+    images = nn.Linear(8, 4)
+    texts = nn.Linear(6, 4)
+    criterion = nn.CrossEntropyLoss()
+    opt = torch.optim.AdamW(list(images.parameters()) + list(texts.parameters()))
+    for x, t in loader:
+        logits = images(x) @ texts(t).T
+        labels = torch.arange(len(x)).to(logits.device)
+        loss = (criterion(logits, labels) + criterion(logits.T, labels)) / 2
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_loss_over_in_batch_negatives_is_noted_once(read) -> None:
+    program = read(CLIP)
+    model.find(program)
+    assert codes(program) == ["DDP311"]
+
+
+def test_arange_labels_under_no_grad_or_class_labels_are_not_in_batch_negatives(read) -> None:
+    program = read(
+        CLIP.replace(
+            "        loss = (", "        with torch.no_grad():\n            criterion(logits, labels)\n        loss = ("
+        ).replace("criterion(logits, labels) + criterion(logits.T, labels)", "criterion(logits, t) + 0")
+    )
+    model.find(program)
+    assert codes(program) == []

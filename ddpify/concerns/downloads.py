@@ -1,0 +1,153 @@
+"""Downloads: a data set built with ``download=`` is fetched once, not by every rank at the same time.
+
+N processes downloading and unpacking into one folder overwrite each other's
+half-written files. The statements that build the data sets take turns
+instead: global rank 0 first, then the first process of every other node (on
+a file system of its own it must fetch the files too; on a shared one it finds
+them in place), then all the others, which find the files in place. Each
+process passes two barriers, so the turns hold on one node or many::
+
+    train_set = MNIST("data", download=True)
+    ->  if dist.get_rank() != 0:
+            dist.barrier()
+        if int(os.environ.get("LOCAL_RANK", 0)) != 0:
+            dist.barrier()
+        train_set = MNIST("data", download=True)
+        if dist.get_rank() == 0:
+            dist.barrier()
+        if int(os.environ.get("LOCAL_RANK", 0)) == 0:
+            dist.barrier()
+
+Consecutive statements that download (a training and a test set) take their
+turn together. ``download=`` is recognised on any call (torchvision,
+torchaudio and torchtext data sets, or the script's own class), and any value
+but ``False`` counts: ``download=args.download`` downloads on request.
+
+Limits: a download where the rank cannot be asked yet (before the process
+group is set up), one inside a compound statement's header or in a statement
+that also trains, is reported (DDP209), not changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpify.concerns import process_group
+from ddpify.diagnostics import Code, Severity
+from ddpify.engine.edits import EditPlan, Statement, statement
+from ddpify.engine.index import Index
+from ddpify.engine.program import Program
+from ddpify.engine.syntax import argument
+from ddpify.result import Options
+
+DOWNLOAD_ON_EVERY_RANK = Code(
+    "DDP209",
+    Severity.WARNING,
+    "downloads",
+    "a data set built with download= is fetched by every rank at once, where ddpify cannot make one go first",
+    "download it before launching, or build it on rank 0 first with a dist.barrier() before the others build it",
+)
+CODES = (DOWNLOAD_ON_EVERY_RANK,)
+
+
+@dataclass(frozen=True)
+class Download:
+    """Consecutive statements of one block that build data sets with ``download=``."""
+
+    first: cst.SimpleStatementLine
+    last: cst.SimpleStatementLine
+
+
+@dataclass(frozen=True)
+class Facts:
+    downloads: tuple[Download, ...]
+
+
+def find(program: Program, setup: process_group.Facts) -> Facts:
+    index = program.index
+    statements: list[cst.SimpleStatementLine] = []
+    for call in _downloading(index):
+        stmt = index.statement_of(call)
+        why = _why_not(index, setup, stmt)
+        if why is not None:
+            program.report(
+                call,
+                DOWNLOAD_ON_EVERY_RANK,
+                f"every rank downloads this data set at the same time into the same folder ({why}); download it "
+                "before launching, or build it on rank 0 first and on the others after a dist.barrier()",
+            )
+        elif isinstance(stmt, cst.SimpleStatementLine) and stmt not in statements:
+            statements.append(stmt)
+    return Facts(tuple(_runs(index, statements)))
+
+
+def _downloading(index: Index) -> Iterator[cst.Call]:
+    """Calls given ``download=`` anything but ``False``."""
+    for call in index.calls:
+        download = argument(call, "download")
+        if download is not None and not (isinstance(download.value, cst.Name) and download.value.value == "False"):
+            yield call
+
+
+def _why_not(index: Index, setup: process_group.Facts, stmt: cst.BaseStatement) -> str | None:
+    """Why the statement ``stmt`` cannot take its turn behind barriers, or None when it can."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(
+        index.parent(stmt), (cst.IndentedBlock, cst.Module)
+    ):
+        return "it is part of a compound statement"
+    if setup.runs_before_setup(index, stmt):
+        return "it runs before the process group is set up"
+    if index.trains(stmt):
+        return "the same statement trains, which every rank must do together"
+    return None
+
+
+def _runs(index: Index, statements: list[cst.SimpleStatementLine]) -> Iterator[Download]:
+    """The statements grouped into runs of neighbours in one block."""
+    position: dict[cst.CSTNode, tuple[cst.CSTNode | None, int]] = {}
+    for stmt in statements:
+        block = index.parent(stmt)
+        body = block.body if isinstance(block, (cst.IndentedBlock, cst.Module)) else ()
+        position[stmt] = (block, next(i for i, s in enumerate(body) if s is stmt))
+    run: list[cst.SimpleStatementLine] = []
+    for stmt in sorted(statements, key=lambda s: index.order[s]):
+        if run and position[run[-1]][0] is position[stmt][0] and position[run[-1]][1] + 1 == position[stmt][1]:
+            run.append(stmt)
+            continue
+        if run:
+            yield Download(run[0], run[-1])
+        run = [stmt]
+    if run:
+        yield Download(run[0], run[-1])
+
+
+COMMENT = "# Rank 0 downloads first, then one process on each other node (its disk may not be shared), then the rest."
+
+
+def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
+    dist, os = plan.names.dist, plan.names.os
+    local_rank = f'int({os}.environ.get("LOCAL_RANK", 0))'
+    for download in facts.downloads:
+        before = [_wait(f"{dist}.get_rank() != 0", dist), _wait(f"{local_rank} != 0", dist)]
+        after = [_wait(f"{dist}.get_rank() == 0", dist), _wait(f"{local_rank} == 0", dist)]
+        comment = cst.EmptyLine(comment=cst.Comment(COMMENT))
+        if not plan.before.get(download.first):  # the turns open under the statement's blank lines and comments
+            leading = [*download.first.leading_lines, comment]
+            plan.replace(download.first, lambda n: statement(n).with_changes(leading_lines=()))
+        else:
+            leading = [comment]
+        before[0] = before[0].with_changes(leading_lines=leading)
+        plan.insert_before(download.first, *before)
+        plan.insert_after(download.last, *after)
+        plan.change(
+            download.first,
+            "download=: rank 0 builds the data set first, then the first process of each other node, then the "
+            "rest (dist.barrier() between the turns)",
+        )
+
+
+def _wait(test: str, dist: str) -> Statement:
+    return statement(cst.parse_statement(f"if {test}:\n    {dist}.barrier()\n"))

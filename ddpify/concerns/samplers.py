@@ -1,0 +1,272 @@
+"""Samplers a training DataLoader already has: each rank takes its share of what they draw.
+
+Part of the data concern (its codes and reports stay in ``data``). A
+``sampler=`` or ``batch_sampler=`` decides which samples an epoch sees and in
+what order (``WeightedRandomSampler`` oversamples a rare class,
+``SubsetRandomSampler`` draws from the training indices, a bucketing batch
+sampler groups similar lengths); a ``DistributedSampler`` in its place would
+lose that. So the sampler is wrapped: every rank draws the same sequence from
+it (torch's RNG forked and seeded by the epoch), pads it like a
+``DistributedSampler`` so that every rank gets as many, and keeps every
+N-th item from its rank on::
+
+    loader = DataLoader(ds, batch_size=50, sampler=WeightedRandomSampler(w, len(ds)))
+    ->  loader = DataLoader(ds, batch_size=50, sampler=DistributedSamplerWrapper(WeightedRandomSampler(w, len(ds))))
+
+The wrapper is a ``DistributedSampler`` subclass defined once in the
+generated script, so ``loader.sampler.set_epoch(epoch)`` works as usual. A
+placeholder that stays ``None`` on one GPU (``train_sampler = None`` ...
+``DataLoader(ds, shuffle=(train_sampler is None), sampler=train_sampler)``)
+becomes ``train_sampler = DistributedSampler(ds)``, the idiom of the PyTorch
+examples.
+
+Limits (refused by ``data`` as DDP202, with the reason found here): a sampler
+whose class is not torch's nor defined in the script, one that draws from
+Python's or NumPy's ``random`` (ddpify cannot seed those alike on every rank),
+one without ``__len__``, a sampler variable set anywhere but by a plain
+assignment, a placeholder set before its dataset exists or next to
+``shuffle=True``, a ``batch_sampler`` that may be ``None``, and
+``len(loader.dataset)`` next to a batch sampler (this rank's number of samples
+is not known before drawing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.engine.edits import EditPlan, fresh
+from ddpify.engine.index import Index, Ref
+from ddpify.engine.syntax import argument, dotted, parameter_names
+
+# The samplers of torch.utils.data that the wrapper can deal out: each has a length and
+# draws from torch's RNG (or its own generator), never from ``random`` or NumPy.
+TORCH_SAMPLERS = frozenset(
+    f"torch.utils.data{module}.{name}"
+    for module in ("", ".sampler")
+    for name in ("RandomSampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler")
+)
+TORCH_BATCH_SAMPLERS = frozenset({"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"})
+# RNGs that forking and seeding torch's RNG does not reach.
+OTHER_RNGS = ("random.", "numpy.random.")
+
+WRAPPER = '''
+class {wrapper}({sampler}):
+    """This rank's share of what `sampler` draws; all ranks draw alike (torch's RNG seeded by the epoch)."""
+
+    def __init__(self, sampler):
+        super().__init__(range(len(sampler)), shuffle=False)
+        self.sampler = sampler
+
+    def __iter__(self):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed + self.epoch)
+            drawn = list(self.sampler)
+        return (drawn[i] for i in super().__iter__())
+'''
+
+
+@dataclass(frozen=True)
+class OwnSampler:
+    """The ``sampler=`` or ``batch_sampler=`` of a training DataLoader, and how the ranks share it."""
+
+    arg: cst.Arg
+    attribute: str  # where the loader keeps it: ``sampler`` or ``batch_sampler`` (set_epoch goes there)
+    wrapped: tuple[cst.BaseExpression, ...] = ()  # samplers each rank takes its share of
+    placeholders: tuple[cst.Assign, ...] = ()  # ``sampler = None``: a DistributedSampler over the dataset
+    dataset: str = ""  # the dataset as written where the placeholders are
+    shuffle: bool = False  # whether a placeholder's DistributedSampler shuffles
+
+    @property
+    def reshuffles(self) -> bool:
+        """Whether the order changes with the epoch, so that ``set_epoch`` is needed."""
+        return bool(self.wrapped) or self.shuffle
+
+
+def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length: bool) -> OwnSampler | str:
+    """How each rank takes its share of the sampler ``arg`` of the DataLoader ``call``; or why it cannot."""
+    assert arg.keyword is not None
+    attribute = arg.keyword.value
+    batches = attribute == "batch_sampler"
+    if batches and reads_dataset_length:
+        return (
+            "`len(loader.dataset)` is read next to a batch_sampler: how many samples this rank trains on "
+            "is only known once its batches are drawn"
+        )
+    value = arg.value
+    scope = index.scope_of(call)
+    ref = index.ref_of(value, scope)
+    if ref is None:
+        why = _why_not_wrappable(index, value, batches)
+        return why if why else OwnSampler(arg, attribute, wrapped=(value,))
+    spelled = index.module.code_for_node(value)
+    assigns = list(index.assignments_to(ref))
+    if not assigns or _written_otherwise(index, ref, assigns):
+        return f"cannot see every value `{spelled}` takes (it is set by something other than a plain assignment)"
+    samplers = [a for a in assigns if not m.matches(a.value, m.Name("None"))]
+    for assign in samplers:
+        why = _why_not_wrappable(index, assign.value, batches)
+        if why:
+            return why
+    placeholders = tuple(a for a in assigns if a not in samplers)
+    if not placeholders:
+        return OwnSampler(arg, attribute, wrapped=(value,))
+    if batches:
+        return f"the batch_sampler `{spelled}` may be None: there is no sampler to give each rank its share of"
+    return _placeholder(index, call, arg, placeholders, tuple(a.value for a in samplers))
+
+
+def _placeholder(
+    index: Index,
+    call: cst.Call,
+    arg: cst.Arg,
+    placeholders: tuple[cst.Assign, ...],
+    wrapped: tuple[cst.BaseExpression, ...],
+) -> OwnSampler | str:
+    """``sampler = None``: where it stays None, a DistributedSampler over the loader's dataset takes its place."""
+    spelled = index.module.code_for_node(arg.value)
+    shuffle_arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "shuffle"), None)
+    shuffle = shuffle_arg.value if shuffle_arg is not None else cst.Name("False")
+    if m.matches(shuffle, m.Comparison(comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))])):
+        test = cast(cst.Comparison, shuffle)
+        if dotted(test.left) != dotted(arg.value):
+            return f"cannot tell whether the loader shuffles where `{spelled}` is None"
+        shuffles = True
+    elif m.matches(shuffle, m.Name("False")):
+        shuffles = False
+    else:
+        return (
+            f"`shuffle={index.module.code_for_node(shuffle)}` next to the sampler `{spelled}`, which may be None: "
+            f"write `shuffle=({spelled} is None)`"
+        )
+    dataset_arg = argument(call, "dataset", 0)
+    scope = index.scope_of(call)
+    dataset_ref = index.ref_of(dataset_arg.value, scope) if dataset_arg is not None else None
+    if dataset_arg is None or dataset_ref is None:
+        return f"the sampler `{spelled}` may be None, and the loader's dataset has no name to build a sampler from"
+    dataset = index.module.code_for_node(dataset_arg.value)
+    for placeholder in placeholders:
+        ready = [a for a in index.assignments_to(dataset_ref) if index.after(placeholder, a)]
+        later = [a for a in index.assignments_to(dataset_ref) if not index.after(placeholder, a)]
+        is_parameter = isinstance(dataset_ref.scope, cst.FunctionDef) and dataset_ref.path in parameter_names(
+            dataset_ref.scope
+        )
+        if index.scope_of(placeholder) is not scope or later or not (ready or is_parameter):
+            return (
+                f"`{spelled}` is set to None where `{dataset}` does not exist yet: "
+                f"set it to `DistributedSampler({dataset})` after the dataset is made"
+            )
+    return OwnSampler(arg, "sampler", wrapped, placeholders, dataset, shuffles)
+
+
+def _written_otherwise(index: Index, ref: Ref, assigns: list[cst.Assign]) -> bool:
+    """Whether ``ref`` is also written by anything but ``assigns`` (a loop, an unpacking, ``+=``, ``:=``)."""
+    for scope in index.scopes_reading(ref):
+        for read in index.mentions(scope, ref):
+            parent = index.parent(read)
+            if isinstance(parent, cst.AssignTarget) and index.parent(parent) in assigns:
+                continue
+            for node in (read, *index.ancestors(read)):
+                owner = index.parent(node)
+                if (
+                    (isinstance(owner, cst.AssignTarget) and owner.target is node)
+                    or (
+                        isinstance(owner, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)) and owner.target is node
+                    )
+                    or (isinstance(owner, cst.NamedExpr) and owner.target is node)
+                    or (isinstance(owner, cst.AsName) and owner.name is node)
+                ):
+                    return True
+                if not isinstance(owner, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+                    break
+    return False
+
+
+def _why_not_wrappable(index: Index, value: cst.BaseExpression, batches: bool) -> str:
+    """Why ``value`` is not a sampler every rank can draw the same sequence from ('' when it is)."""
+    text = index.module.code_for_node(value)
+    if not isinstance(value, cst.Call):
+        return f"cannot tell what `{text}` draws"
+    known = TORCH_BATCH_SAMPLERS if batches else TORCH_SAMPLERS
+    if index.qualified_names(value.func) & known:
+        inner = [n for n in index.walk(value) if isinstance(n, cst.Call) and n is not value]
+        return next(filter(None, (_why_not_seedable(index, c) for c in inner)), "")
+    cls = index.classes.get(dotted(value.func))
+    if cls is None:
+        return f"cannot see how `{dotted(value.func) or text}` draws its samples (it is not defined in this script)"
+    if not _has_length(index, cls):
+        return f"`{cls.name.value}` has no `__len__`: a rank's share of it cannot be sized"
+    return _why_not_seedable(index, value)
+
+
+def _why_not_seedable(index: Index, call: cst.Call) -> str:
+    """Why the script's own class ``call`` builds would draw differently on each rank ('' when it would not)."""
+    cls = index.classes.get(dotted(call.func))
+    if cls is None:
+        return ""
+    for node in index.walk(cls):
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            for name in index.qualified_names(node):
+                if name.startswith(OTHER_RNGS):
+                    return (
+                        f"`{cls.name.value}` draws from `{name.rsplit('.', 1)[0]}`, which ddpify cannot seed the same "
+                        "way on every rank: draw from torch's RNG (or a torch.Generator) instead"
+                    )
+    return ""
+
+
+def _has_length(index: Index, cls: cst.ClassDef, depth: int = 0) -> bool:
+    if (cls, "__len__") in index.functions:
+        return True
+    for base in cls.bases:
+        if index.qualified_names(base.value) & (TORCH_SAMPLERS | TORCH_BATCH_SAMPLERS):
+            return True
+        parent = index.classes.get(dotted(base.value))
+        if parent is not None and depth < 5 and _has_length(index, parent, depth + 1):
+            return True
+    return False
+
+
+def share(plan: EditPlan, own: OwnSampler, wrapper: str) -> None:
+    """Wrap each of the samplers in ``wrapper``; each placeholder becomes a DistributedSampler."""
+    sampler = plan.names.sampler
+    plan.need_import(
+        "torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler
+    )
+    for value in own.wrapped:
+        plan.replace(
+            value, lambda node: cst.Call(func=cst.Name(wrapper), args=[cst.Arg(cast(cst.BaseExpression, node))])
+        )
+    shuffle = "" if own.shuffle else ", shuffle=False"
+    for placeholder in own.placeholders:
+        plan.replace(placeholder.value, _replaced_by(cst.parse_expression(f"{sampler}({own.dataset}{shuffle})")))
+    drawn = "the batches" if own.attribute == "batch_sampler" else "what"
+    for value in own.wrapped:
+        plan.change(
+            value,
+            f"each rank takes its share of {drawn} `{plan.index.module.code_for_node(value)}` draws; "
+            "all ranks draw alike (torch's RNG seeded by the epoch)",
+        )
+    for placeholder in own.placeholders:
+        plan.change(placeholder, f"the sampler that stayed None is a {sampler} over `{own.dataset}`")
+
+
+def _replaced_by(new: cst.CSTNode) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    return lambda _: new
+
+
+def define_wrapper(plan: EditPlan, taken: set[str]) -> str:
+    """Define the wrapper class once, right after the setup function; its name."""
+    name = fresh("DistributedSamplerWrapper", plan.index.identifiers | taken)
+    taken.add(name)
+    definition = cst.parse_module(WRAPPER.format(wrapper=name, sampler=plan.names.sampler)).body[0]
+    definition = definition.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    for stmts in plan.before.values():
+        if plan.setup_definition is not None and plan.setup_definition in stmts:
+            stmts.insert(stmts.index(plan.setup_definition) + 1, definition)
+            break
+    return name
