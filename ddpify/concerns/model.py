@@ -525,8 +525,8 @@ class _Finder:
         cls = built
         while isinstance(cls, cst.Call) and isinstance(cls.func, cst.Attribute):
             cls = cls.func.value
-        if isinstance(cls, cst.Call) and isinstance(cls.func, cst.Name) and cls.func.value in index.classes:
-            self._model_classes[listed.ref] = {index.classes[cls.func.value]}
+        if isinstance(cls, cst.Call) and (own := index.local_class(cls.func)) is not None:
+            self._model_classes[listed.ref] = {own}
         unwrap = tuple(
             read
             for read in model_collections.item_reads(index, index.downstream(listed.ref), insert_after)

@@ -195,7 +195,7 @@ def _why_not_wrappable(index: Index, value: cst.BaseExpression, batches: bool) -
     if index.qualified_names(value.func) & known:
         inner = [n for n in index.walk(value) if isinstance(n, cst.Call) and n is not value]
         return next(filter(None, (_why_not_seedable(index, c) for c in inner)), "")
-    cls = index.classes.get(dotted(value.func))
+    cls = index.local_class(value.func)
     if cls is None:
         return f"cannot see how `{dotted(value.func) or text}` draws its samples (it is not defined in this script)"
     if not _has_length(index, cls):
@@ -205,7 +205,7 @@ def _why_not_wrappable(index: Index, value: cst.BaseExpression, batches: bool) -
 
 def _why_not_seedable(index: Index, call: cst.Call) -> str:
     """Why the script's own class ``call`` builds would draw differently on each rank ('' when it would not)."""
-    cls = index.classes.get(dotted(call.func))
+    cls = index.local_class(call.func)
     if cls is None:
         return ""
     for node in index.walk(cls):
@@ -225,7 +225,7 @@ def _has_length(index: Index, cls: cst.ClassDef, depth: int = 0) -> bool:
     for base in cls.bases:
         if index.qualified_names(base.value) & (TORCH_SAMPLERS | TORCH_BATCH_SAMPLERS):
             return True
-        parent = index.classes.get(dotted(base.value))
+        parent = index.local_class(base.value)
         if parent is not None and depth < 5 and _has_length(index, parent, depth + 1):
             return True
     return False

@@ -526,8 +526,7 @@ class Index:
 
 def _is_abstract(function: cst.FunctionDef) -> bool:
     """A method that only raises ``NotImplementedError``, or does nothing (``pass``, ``...``, a docstring)."""
-    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else function.body.body
-    for stmt in body:
+    for stmt in function.body.body:
         small = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt]
         for part in small:
             if isinstance(part, cst.Pass) or (
