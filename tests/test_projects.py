@@ -38,7 +38,7 @@ def convert_project(folder: Path, script: str) -> Conversion:
     os.chdir(folder)
     try:
         source = Path(script).read_bytes()
-        program = local_modules(script, source, max_size=1 << 20)
+        program = local_modules(script, source, max_size=1 << 20, root=Path.cwd())
         return convert(source, path=script, modules=program.modules)
     finally:
         os.chdir(cwd)

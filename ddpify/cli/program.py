@@ -47,12 +47,12 @@ def project_root(folder: Path) -> Path:
     return folder
 
 
-def local_modules(entry: str, source: bytes, *, max_size: int) -> ProgramFiles:
+def local_modules(entry: str, source: bytes, *, max_size: int, root: Path | None = None) -> ProgramFiles:
     """The program of the script ``entry`` (whose text is ``source``): every local module
     reachable through its imports, in the order found."""
     entry_path = Path(entry).resolve()
     folder = entry_path.parent
-    root = project_root(folder)
+    root = root.resolve() if root is not None else project_root(folder)
     search = [folder] if root == folder else [folder, root]
     found: dict[Path, LocalModule] = {}
     queue: deque[tuple[Path, str]] = deque([(entry_path, "")])

@@ -905,7 +905,10 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         keyword=cst.Name("sampler"),
         equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
     )
-    if shuffle is not None:
+    if index.module_of(call) in plan.shared:
+        _add_sampler_where_distributed(plan, loader, new_arg, shuffle, taken)
+        summary = "training DataLoader: a DistributedSampler once a process group exists (other scripts use it too)"
+    elif shuffle is not None:
         plan.replace(shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=value))
         summary = "training DataLoader: shuffle moves into a DistributedSampler"
     else:
@@ -921,6 +924,28 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         "torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler
     )
     return shuffles
+
+
+def _add_sampler_where_distributed(
+    plan: EditPlan, loader: Loader, sampler: cst.Arg, shuffle: cst.Arg | None, taken: set[str]
+) -> None:
+    """In a module that other scripts import too, the sampler exists only where a process group does,
+    and the loader shuffles by itself elsewhere, as the script did."""
+    index = plan.index
+    name = fresh("sampler", index.identifiers | taken)
+    taken.add(name)
+    code = index.module.code_for_node(sampler.value)
+    _hoist(plan, index.statement_of(loader.call), f"{name} = {code} if {plan.names.dist}.is_initialized() else None")
+    if shuffle is not None and not _is_false(shuffle.value):
+        own = index.module.code_for_node(shuffle.value)
+        test = f"{name} is None" if _is_true(shuffle.value) else f"({own}) and {name} is None"
+        if isinstance(shuffle.value, (cst.Name, cst.Attribute)):
+            test = f"{own} and {name} is None"
+        plan.replace(shuffle.value, lambda n: cst.parse_expression(test))
+    spread = loader.spread
+    position = loader.call.args.index(spread) if spread is not None else len(loader.call.args)
+    new_arg = sampler.with_changes(value=cst.Name(name))
+    plan.replace(loader.call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
 
 
 def _seed_split(plan: EditPlan, split: Split) -> None:

@@ -1,0 +1,90 @@
+"""Programs of several modules, converted by the command line and trained under torchrun.
+
+Each project of ``tests/fixtures/projects`` that converts is copied, converted
+with ``--in-place`` or ``-o DIR/`` and run on two ranks: they must train in
+sync, each on its own shard, with one writer, and the converted program must
+still run under plain ``python``. A script that shares a module with the
+training program, but is not part of it, must keep working without a process
+group.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddpify.verify import verify
+
+pytest.importorskip("torch")
+
+PROJECTS = Path(__file__).parent.parent / "fixtures" / "projects"
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def ddpify(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}  # the ddpify under test, wherever it is installed
+    return subprocess.run(
+        [sys.executable, "-m", "ddpify", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+
+def python(cwd: Path, script: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    return subprocess.run(
+        [sys.executable, script], cwd=cwd, capture_output=True, text=True, timeout=120, check=False, env=env
+    )
+
+
+def trains_in_sync(script: Path) -> None:
+    report = verify(script, nproc=2, workdir=script.parent, timeout=240)
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    rank0, rank1 = report.ranks
+    assert rank0.steps == rank1.steps > 0
+    assert rank0.saves and not rank1.saves
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize(("case", "how"), [("solver", "-o"), ("trainer_hierarchy", "--in-place"), ("helpers", "-o")])
+def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / case / "input", project)
+    (project / "pyproject.toml").write_text("")  # the project's root
+    args = ["train.py", "--in-place"] if how == "--in-place" else ["train.py", "-o", "../out/"]
+    done = ddpify(project, *args)
+    assert done.returncode == 0, done.stderr
+    folder = project if how == "--in-place" else tmp_path / "out"
+    expected = PROJECTS / case / "expected"
+    for file in expected.rglob("*.py"):
+        assert (folder / file.relative_to(expected)).read_bytes() == file.read_bytes()
+    trains_in_sync(folder / "train.py")
+    alone = python(folder, "train.py")
+    assert alone.returncode == 0, alone.stderr[-2000:]
+
+
+@pytest.mark.torchrun
+def test_a_script_sharing_a_module_keeps_working_without_a_process_group(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "shared_with_eval" / "input", project)
+    (project / "pyproject.toml").write_text("")
+    done = ddpify(project, "train.py", "--in-place")
+    assert done.returncode == 0, done.stderr
+    assert "common.py in place" in done.stderr
+    assert (project / "evaluate.py").read_bytes() == (
+        PROJECTS / "shared_with_eval" / "input" / "evaluate.py"
+    ).read_bytes()
+
+    trains_in_sync(project / "train.py")
+    evaluated = python(project, "evaluate.py")
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert evaluated.stdout.startswith("accuracy ")
