@@ -1,0 +1,97 @@
+"""The command line on a program of several modules: where each file goes, and what is refused."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECTS = Path(__file__).parent / "fixtures" / "projects"
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECTS / "solver" / "input", folder)
+    (folder / "pyproject.toml").write_text("")
+    return folder
+
+
+def ddpify(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY), "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "ddpify", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_one_output_file_cannot_hold_a_program_whose_other_modules_change(project: Path) -> None:
+    before = snapshot(project)
+    done = ddpify(project, "train.py", "-o", "train_ddp.py")
+    assert done.returncode == 2
+    assert "data_loader.py, solver.py" in done.stderr and "--in-place" in done.stderr and "-o DIR/" in done.stderr
+    assert snapshot(project) == before
+
+
+def test_diff_shows_every_changed_file_and_writes_nothing(project: Path) -> None:
+    before = snapshot(project)
+    done = ddpify(project, "train.py", "--diff")
+    assert done.returncode == 0, done.stderr
+    headers = [line for line in done.stdout.splitlines() if line.startswith("--- ")]
+    assert headers == ["--- train.py", "--- data_loader.py", "--- solver.py"]
+    assert "solver.py:14: wrap `self.model` in DistributedDataParallel" in done.stderr
+    assert snapshot(project) == before
+
+
+def test_in_place_rewrites_the_changed_modules_and_check_then_passes(project: Path) -> None:
+    done = ddpify(project, "train.py", "--in-place")
+    assert done.returncode == 0, done.stderr
+    expected = PROJECTS / "solver" / "expected"
+    for name in ("train.py", "solver.py", "data_loader.py"):
+        assert (project / name).read_bytes() == (expected / name).read_bytes()
+    assert (project / "models.py").read_bytes() == (PROJECTS / "solver" / "input" / "models.py").read_bytes()
+
+
+def test_check_covers_every_file_of_the_program(project: Path, tmp_path: Path) -> None:
+    assert ddpify(project, "train.py", "-o", "../out/").returncode == 0
+    current = ddpify(project, "train.py", "-o", "../out/", "--check")
+    assert current.returncode == 0, current.stderr
+    (tmp_path / "out" / "solver.py").write_text("stale\n")
+    stale = ddpify(project, "train.py", "-o", "../out/", "--check")
+    assert stale.returncode == 1
+    assert "would rewrite ../out/solver.py" in stale.stderr
+
+
+def test_an_output_folder_receives_the_whole_program(project: Path, tmp_path: Path) -> None:
+    done = ddpify(project, "train.py", "-o", "../out/")
+    assert done.returncode == 0, done.stderr
+    assert sorted(snapshot(tmp_path / "out")) == ["data_loader.py", "models.py", "solver.py", "train.py"]
+    assert "copied models.py" in done.stderr
+
+
+def test_a_script_written_away_from_its_modules_says_how_to_run_it(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text("")
+    # Only the entry script changes: the local module holds the model alone.
+    shutil.copy(REPOSITORY / "tests" / "trial" / "s21_external_model.py", project / "train.py")
+    shutil.copy(REPOSITORY / "tests" / "trial" / "models.py", project / "models.py")
+    (tmp_path / "build").mkdir()
+    done = ddpify(project, "train.py", "-o", "../build/train_ddp.py")
+    assert done.returncode == 0, done.stderr
+    assert "train_ddp.py imports models.py from .: run it with PYTHONPATH=." in done.stderr
+    assert "-o DIR/" in done.stderr
