@@ -95,3 +95,31 @@ def test_a_script_written_away_from_its_modules_says_how_to_run_it(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     assert "train_ddp.py imports models.py from .: run it with PYTHONPATH=." in done.stderr
     assert "-o DIR/" in done.stderr
+
+
+def test_a_folder_converts_each_program_once_with_its_modules(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "shared_with_eval" / "input", project)
+    (project / "pyproject.toml").write_text("")
+    done = ddpify(project, ".", "-o", "../out/")
+    assert done.returncode == 0, done.stderr
+    assert "common.py: converted with ./train.py, whose program imports it" in done.stderr
+    assert "error" not in done.stderr
+    expected = PROJECTS / "shared_with_eval" / "expected"
+    out = tmp_path / "out"
+    assert (out / "common.py").read_bytes() == (expected / "common.py").read_bytes()
+    assert (out / "train.py").read_bytes() == (expected / "train.py").read_bytes()
+    assert (out / "evaluate.py").read_bytes() == (project / "evaluate.py").read_bytes()
+    assert ddpify(project, ".", "-o", "../out/", "--check").returncode == 0
+
+
+def test_two_programs_that_change_one_module_alike_write_it_once(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "solver" / "input", project)
+    (project / "pyproject.toml").write_text("")
+    # A second entry with the same program; another script imports data_loader.py too.
+    (project / "train_b.py").write_text((project / "train.py").read_text())
+    (project / "other.py").write_text("import data_loader\n")
+    done = ddpify(project, "train.py", "train_b.py", "--in-place")
+    assert done.returncode == 0, done.stderr  # the same changes: written once
+    assert "data_loader.py in place" in done.stderr

@@ -15,12 +15,17 @@ from __future__ import annotations
 import ast
 import os
 from collections import deque
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddpify.cli.exits import Failure
 from ddpify.cli.files import read_input
 from ddpify.result import LocalModule
+
+if TYPE_CHECKING:
+    from ddpify.cli.request import Job
 
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 MAX_MODULES = 200  # a training program is a handful of files; more is a library, not read whole
@@ -33,10 +38,73 @@ class ProgramFiles:
     entry: Path
     base: Path  # the folder the program's paths are relative to (the entry's, or the project root)
     modules: tuple[LocalModule, ...]
+    # Several inputs: where each input file's output goes, and the code already written there by one
+    # program, shared by the programs of one run.
+    placed: dict[Path, str] = field(default_factory=dict)
+    written: dict[str, tuple[bytes, str]] = field(default_factory=dict)
 
     def relative(self, path: str) -> str:
         """``path`` (as in a :class:`LocalModule`) relative to ``base``."""
         return os.path.relpath(os.path.abspath(path), self.base)
+
+    def target(self, path: str, folder: str) -> str:
+        """Where the module at ``path`` goes in the output folder: where the run puts that input,
+        or under ``folder`` at its place in the program."""
+        return self.placed.get(Path(path).resolve()) or os.path.join(folder, self.relative(path))
+
+    def claim(self, target: str, code: bytes, entry: str) -> None:
+        """Note that ``entry``'s conversion writes ``code`` to ``target``; a module that two
+        programs of one run would write differently is refused."""
+        earlier = self.written.get(target)
+        if earlier is not None and earlier[0] != code:
+            raise Failure(
+                f"{entry}: {target} is converted differently as part of {earlier[1]}; convert the two "
+                "entry scripts one at a time"
+            )
+        self.written[target] = (code, entry)
+
+
+@dataclass(frozen=True)
+class Linked:
+    """Several inputs, as programs: the entry scripts to convert, and each one's program."""
+
+    entries: list[Job]
+    programs: dict[str, ProgramFiles]
+    modules: dict[str, str]  # each input that is a module of another input's program -> that entry
+    written: dict[str, tuple[bytes, str]]  # what the programs wrote, by target (shared with each program)
+
+    def claimed_by(self, job: Job) -> str | None:
+        """The entry whose program wrote (or would write) this input's output, if one did."""
+        earlier = self.written.get(job.target) if job.target is not None else None
+        return earlier[1] if earlier is not None else None
+
+
+def link(jobs: Sequence[Job], *, max_size: int) -> Linked:
+    """Which inputs are entry scripts and which are modules of their programs.
+
+    An input that another input's program imports is converted as part of that
+    program, not on its own; its output goes where the run puts it.
+    """
+    programs: dict[str, ProgramFiles] = {}
+    placed: dict[Path, str] = {}
+    written: dict[str, tuple[bytes, str]] = {}
+    for job in jobs:
+        if job.target is not None:
+            placed[Path(job.src).resolve()] = job.target
+    for job in jobs:
+        try:
+            source = read_input(job.src, max_size=max_size)
+            found = local_modules(job.src, source, max_size=max_size)
+        except Failure:
+            continue  # reported when the job is converted
+        programs[job.src] = replace(found, placed=placed, written=written)
+    owner: dict[Path, str] = {}
+    for src, program in programs.items():
+        for module in program.modules:
+            owner.setdefault(Path(module.path).resolve(), src)
+    modules = {job.src: owner[p] for job in jobs if (p := Path(job.src).resolve()) in owner and owner[p] != job.src}
+    entries = [job for job in jobs if job.src not in modules]
+    return Linked(entries, programs, modules, written)
 
 
 def project_root(folder: Path) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from ddpify import Status
@@ -106,24 +105,31 @@ def _module_targets(
 ) -> list[tuple[LocalModule, str | None]]:
     """Where each module of the program goes: changed ones, and with ``-o DIR/`` the unchanged ones too.
 
-    Raises ``Failure`` (exit 2) when modules changed but the output is a single file.
+    Raises ``Failure`` (exit 2) when modules changed but cannot be written where
+    the entry's output can import them, or when another entry's conversion
+    already wrote a module differently.
     """
     changed = list(conversion.modules)
     if program is None or conversion.status is not Status.CONVERTED:
         return []
+    placed: list[tuple[LocalModule, str | None]]
     if job.in_place:
-        return [(module, module.path) for module in changed]
-    if job.make_folders and request.output is not None:
-        folder = request.output
+        placed = [(module, module.path) for module in changed]
+    elif job.make_folders and request.output is not None:
         new = {module.path: module for module in changed}
-        return [(new.get(m.path, m), os.path.join(folder, program.relative(m.path))) for m in program.modules]
-    if changed and not request.diff:
+        placed = [(new.get(m.path, m), program.target(m.path, request.output)) for m in program.modules]
+    elif changed and not request.diff:
         names = ", ".join(module.path for module in changed)
         raise Failure(
             f"{job.name}: the conversion also changes {names}, which one output file cannot hold; "
             "rewrite them with --in-place, or write the whole program into a folder with -o DIR/"
         )
-    return [(module, None) for module in changed]
+    else:
+        return [(module, None) for module in changed]
+    for module, target in placed:
+        if target is not None:
+            program.claim(target, _module_code(module), job.name)
+    return placed
 
 
 def _modules_summary(request: Request, others: list[tuple[LocalModule, str | None]]) -> str:

@@ -26,20 +26,22 @@ import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ddpify import Severity
+from ddpify import Conversion, Severity, Status
 from ddpify.cli import backend
 from ddpify.cli.exits import ExitCode, Failure, Interrupted, Outcome
 from ddpify.cli.files import read_input
+from ddpify.cli.program import Linked, ProgramFiles, link
 from ddpify.cli.report import Progress, describe, internal_error_message, isatty, plural, summary_line
 from ddpify.cli.results import finish
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Iterator
+    from collections.abc import Container, Generator, Iterator
     from types import FrameType
 
-    from ddpify import Conversion, Options
+    from ddpify import Options
     from ddpify.cli.report import Reporter
     from ddpify.cli.request import Job, Request
+    from ddpify.result import LocalModule
 
 Result = tuple[bytes, "Conversion"] | Exception
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -106,19 +108,27 @@ def finishing() -> Iterator[None]:
 
 
 def run_many(request: Request, jobs: list[Job], reporter: Reporter) -> ExitCode:
+    linked = link(jobs, max_size=request.max_size)
+    # The modules of other inputs' programs come last: by then those programs have placed them.
+    jobs = [*linked.entries, *(job for job in jobs if job.src in linked.modules)]
+    programs = linked.programs
     progress = Progress(len(jobs), enabled=not request.quiet and isatty(sys.stderr))
     outcomes: Counter[Outcome] = Counter()
     warnings = 0
     progress.show(0)
     # closing(): an interruption stops the workers at once, not when the generator is collected.
-    with contextlib.closing(conversions(request, jobs)) as results:
+    with contextlib.closing(conversions(request, jobs, programs, linked.modules)) as results:
         try:
             for done, (job, result) in enumerate(zip(jobs, results, strict=True), start=1):
                 with finishing():
                     progress.clear()
                     if not isinstance(result, Exception):
                         warnings += sum(1 for d in result[1].diagnostics if d.severity is Severity.WARNING)
-                    outcomes[_finish_one_of_many(request, job, result, reporter)] += 1
+                    if job.src in linked.modules:
+                        outcome = _finish_module(request, job, result, reporter, linked)
+                    else:
+                        outcome = _finish_one_of_many(request, job, result, reporter, programs.get(job.src))
+                    outcomes[outcome] += 1
                     progress.show(done)
         except Interrupted as stop:
             written = outcomes[Outcome.CONVERTED]
@@ -130,13 +140,28 @@ def run_many(request: Request, jobs: list[Job], reporter: Reporter) -> ExitCode:
     return max(outcome.code for outcome in outcomes)
 
 
-def _finish_one_of_many(request: Request, job: Job, result: Result, reporter: Reporter) -> Outcome:
+def _finish_module(request: Request, job: Job, result: Result, reporter: Reporter, linked: Linked) -> Outcome:
+    """An input that is a module of another input's program: reported with the program that wrote it,
+    or, when none did, passed on as it is."""
+    entry = linked.claimed_by(job)
+    if entry is not None:
+        reporter.say(f"{job.name}: converted with {entry}, whose program imports it")
+        return Outcome.CURRENT if request.check else Outcome.WOULD_CONVERT if request.diff else Outcome.CONVERTED
+    if not isinstance(result, Exception):
+        source = result[0]
+        result = (source, Conversion(source, source, Status.UNCHANGED))
+    return _finish_one_of_many(request, job, result, reporter, None)
+
+
+def _finish_one_of_many(
+    request: Request, job: Job, result: Result, reporter: Reporter, program: ProgramFiles | None
+) -> Outcome:
     """``finish`` for one of several files: a failure is reported and counted, not raised."""
     try:
         if isinstance(result, Exception):
             raise result
         source, conversion = result
-        return finish(request, job, source, conversion, reporter)
+        return finish(request, job, source, conversion, reporter, program)
     except Failure as failure:
         reporter.error(f"error: {failure.message}")
         return Outcome.INTERNAL_ERROR if failure.code is ExitCode.INTERNAL_ERROR else Outcome.FAILED
@@ -147,12 +172,28 @@ def _finish_one_of_many(request: Request, job: Job, result: Result, reporter: Re
         return Outcome.INTERNAL_ERROR
 
 
-def conversions(request: Request, jobs: list[Job]) -> Generator[Result, None, None]:
-    """Each job's source and conversion, in the order of ``jobs``, or what went wrong reading or converting it."""
+def conversions(
+    request: Request, jobs: list[Job], programs: dict[str, ProgramFiles], modules: Container[str] = ()
+) -> Generator[Result, None, None]:
+    """Each job's source and conversion (with the modules of its program), in the order of ``jobs``,
+    or what went wrong reading or converting it; a job in ``modules`` is read, not converted."""
+    converting = [job for job in jobs if job.src not in modules]
+    yield from _conversions(request, converting, programs)
+    for job in jobs:
+        if job.src in modules:
+            try:
+                source = read_input(job.src, max_size=request.max_size)
+            except Failure as failure:
+                yield failure
+                continue
+            yield source, Conversion(source, source, Status.UNCHANGED)
+
+
+def _conversions(request: Request, jobs: list[Job], programs: dict[str, ProgramFiles]) -> Generator[Result, None, None]:
     workers = min(request.jobs or cpu_count(), len(jobs))
     if workers <= 1:
         for job in jobs:
-            yield _read_and_convert(job, request)
+            yield _read_and_convert(job, request, _modules(programs, job))
         return
     sources: list[bytes | Failure] = []
     for job in jobs:
@@ -161,7 +202,7 @@ def conversions(request: Request, jobs: list[Job]) -> Generator[Result, None, No
         except Failure as failure:
             sources.append(failure)
     tasks = [
-        (source, job.name, request.options)
+        (source, job.name, request.options, _modules(programs, job))
         for job, source in zip(jobs, sources, strict=True)
         if not isinstance(source, Failure)
     ]
@@ -199,18 +240,23 @@ def _next_result(source: bytes, converted: Iterator[Conversion]) -> Result:
         return exc
 
 
-def _convert_task(task: tuple[bytes, str, Options]) -> Conversion:
-    source, path, options = task
-    return backend.convert(source, path=path, options=options)
+def _modules(programs: dict[str, ProgramFiles], job: Job) -> tuple[LocalModule, ...]:
+    program = programs.get(job.src)
+    return program.modules if program is not None else ()
 
 
-def _read_and_convert(job: Job, request: Request) -> Result:
+def _convert_task(task: tuple[bytes, str, Options, tuple[LocalModule, ...]]) -> Conversion:
+    source, path, options, modules = task
+    return backend.convert(source, path=path, options=options, modules=modules)
+
+
+def _read_and_convert(job: Job, request: Request, modules: tuple[LocalModule, ...]) -> Result:
     try:
         source = read_input(job.src, max_size=request.max_size)
     except Failure as failure:
         return failure
     try:
-        return source, backend.convert(source, path=job.name, options=request.options)
+        return source, backend.convert(source, path=job.name, options=request.options, modules=modules)
     except Exception as exc:
         return exc
 
