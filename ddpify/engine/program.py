@@ -45,8 +45,12 @@ class Program:
 
     @property
     def trains(self) -> bool:
-        """Whether the script runs a backward pass anywhere."""
-        return any(_is_backward(call) for call in self.index.calls)
+        """Whether the script runs a backward pass anywhere; in a program of several modules, anywhere
+        in the entry script or in the code of other modules that it runs (an evaluation script that
+        imports the module of a training loop does not train)."""
+        if len(self.index.modules) <= 1:
+            return any(_is_backward(call) for call in self.index.calls)
+        return _reaches_backward(self.index)
 
     def first_backward(self) -> cst.Call | None:
         return next((call for call in self.index.calls if _is_backward(call)), None)
@@ -55,6 +59,47 @@ class Program:
 def read_program(module: cst.Module, path: str, others: Sequence[Source] = ()) -> Program:
     index = build_index(module, others, path)
     return Program(index, path, _names(index))
+
+
+def _reaches_backward(index: Index) -> bool:
+    """Whether the entry script, or a function or method of the program that it calls, runs ``.backward()``."""
+    seen: set[cst.FunctionDef] = set()
+    todo: list[cst.CSTNode] = [index.module]
+    while todo:
+        for node in index.walk(todo.pop()):
+            if not isinstance(node, cst.Call):
+                continue
+            if _is_backward(node):
+                return True
+            for callee in _callees(index, node):
+                if callee not in seen:
+                    seen.add(callee)
+                    todo.append(callee)
+    return False
+
+
+def _callees(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
+    """The functions of the program a call may run: resolved directly, or a method of an instance
+    of the program's own class (``solver = Solver(...)``, then ``solver.train()``)."""
+    scope = index.scope_of(call)
+    resolved = index.resolve_callee(call, scope)
+    if resolved is not None:
+        return [resolved[0]]
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return []
+    ref = index.root_ref(func.value, scope)
+    if ref is None:
+        return []
+    found: list[cst.FunctionDef] = []
+    for place in index.lineage(ref):
+        for assignment in index.assignments_to(place):
+            value = assignment.value
+            cls = index.local_class(value.func) if isinstance(value, cst.Call) else None
+            method = index.method(cls, func.attr.value, dispatch=True) if cls is not None else None
+            if method is not None:
+                found.append(method)
+    return found
 
 
 def _is_backward(call: cst.Call) -> bool:
