@@ -17,11 +17,12 @@ insert at the same place, and it follows the order of the generated script:
 2. ``devices``       -- hard-coded GPU indices become this rank's GPU;
 3. ``downloads``     -- data sets downloaded by one process at a time, before they are loaded;
 4. ``data``          -- samplers, before the model is touched;
-5. ``model``         -- the DistributedDataParallel wrap and ``.module`` reads;
-6. ``accumulation``  -- gradient sync only on the updating micro-step, before the forward pass;
-7. ``checkpoints``   -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
-8. ``side_effects``  -- ``print`` and other output on global rank 0 only;
-9. ``loop_control``  -- rank-local exits from the training loop (reported only).
+5. ``tensors``       -- training data kept in tensors, not a DataLoader: each rank's equal shard;
+6. ``model``         -- the DistributedDataParallel wrap and ``.module`` reads;
+7. ``accumulation``  -- gradient sync only on the updating micro-step, before the forward pass;
+8. ``checkpoints``   -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
+9. ``side_effects``  -- ``print`` and other output on global rank 0 only;
+10. ``loop_control`` -- rank-local exits from the training loop (reported only).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ddpify.concerns import (
     model,
     process_group,
     side_effects,
+    tensors,
 )
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.program import Program
@@ -49,6 +51,7 @@ CONCERNS: tuple[ModuleType, ...] = (
     devices,
     downloads,
     data,
+    tensors,
     model,
     accumulation,
     checkpoints,
@@ -60,6 +63,7 @@ CONCERNS: tuple[ModuleType, ...] = (
 NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     process_group: (model, data),
     downloads: (process_group,),
+    tensors: (data, model, process_group),
     accumulation: (model,),
     side_effects: (model, process_group),
     loop_control: (model, data),

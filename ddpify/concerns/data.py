@@ -36,11 +36,11 @@ Limits: a sampler whose draws ddpify cannot make alike on every rank (DDP202,
 the reason named), an ``IterableDataset``
 (DDP208), a loader built from ``*args`` (DDP205) or without a dataset
 (DDP206), a state carried from batch to batch of an unshuffled loader
-(DDP210: the sampler interleaves the ranks' samples), and training batches
-that come from anything but a DataLoader the flow graph can follow (DDP201)
-are refused; a loader that cannot be followed
-to a loop (DDP204) and an epoch loop without a simple variable or a training
-loop repeated in a ``while`` (DDP203) are reported.
+(DDP210: the sampler interleaves the ranks' samples) are refused, and so are
+training batches that come from anything but a DataLoader the flow graph can
+follow (DDP201) when the ``tensors`` concern cannot shard them; a loader that
+cannot be followed to a loop (DDP204) and an epoch loop without a simple
+variable or a training loop repeated in a ``while`` (DDP203) are reported.
 """
 
 from __future__ import annotations
@@ -240,7 +240,6 @@ class _Finder:
 
     def loaders(self) -> Iterator[Loader]:
         index = self.index
-        found_training = False
         for call in index.calls:
             if not index.is_call_to(call, torch_api.DATALOADER):
                 continue
@@ -255,7 +254,6 @@ class _Finder:
             self._loader_refs = self._holding_loader(origin) if origin is not None else set()
             restarts = tuple(self._restarts(refs)) if training else ()
             if training:
-                found_training = True
                 for node, ref in sites:
                     loop = self._epoch_loop(node, ref)
                     if loop is not None and index.inside(call, loop.loop):
@@ -308,14 +306,6 @@ class _Finder:
                 tuple(node for node, _ in sites),
                 frozenset(refs),
                 own,
-            )
-        if not found_training:
-            training_loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
-            self.program.report(
-                training_loop or index.module,
-                NO_TRAINING_LOADER,
-                "the training loop does not draw its batches from a torch DataLoader that ddpify can follow; "
-                "every rank would train on the same samples",
             )
 
     def _is_iterable_dataset(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:

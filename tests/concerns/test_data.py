@@ -77,7 +77,7 @@ def test_a_loader_with_its_own_sampler_is_refused(read) -> None:
     assert codes(program) == ["DDP202"]
 
 
-def test_batches_that_come_from_no_loader_are_refused(read) -> None:
+def test_batches_that_come_from_no_loader_are_left_to_the_tensors_concern(read) -> None:
     program = read(
         """
         import torch
@@ -87,7 +87,7 @@ def test_batches_that_come_from_no_loader_are_refused(read) -> None:
         """
     )
     assert data.find(program).loaders == ()
-    assert codes(program) == ["DDP201"]
+    assert codes(program) == []
 
 
 def test_a_loader_drawn_in_a_training_loop_whose_batches_never_reach_backward_is_evaluation_data(read) -> None:
