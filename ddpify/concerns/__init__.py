@@ -17,12 +17,13 @@ insert at the same place, and it follows the order of the generated script:
 2. ``devices``       -- hard-coded GPU indices become this rank's GPU;
 3. ``downloads``     -- data sets downloaded by one process at a time, before they are loaded;
 4. ``data``          -- samplers, before the model is touched;
-5. ``tensors``       -- training data kept in tensors, not a DataLoader: each rank's equal shard;
-6. ``model``         -- the DistributedDataParallel wrap and ``.module`` reads;
-7. ``accumulation``  -- gradient sync only on the updating micro-step, before the forward pass;
-8. ``checkpoints``   -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
-9. ``side_effects``  -- ``print`` and other output on global rank 0 only;
-10. ``loop_control`` -- rank-local exits from the training loop (reported only).
+5. ``evaluation``    -- with ``--shard-eval``, evaluation samplers and the sums added up after their loops;
+6. ``tensors``       -- training data kept in tensors, not a DataLoader: each rank's equal shard;
+7. ``model``         -- the DistributedDataParallel wrap and ``.module`` reads;
+8. ``accumulation``  -- gradient sync only on the updating micro-step, before the forward pass;
+9. ``checkpoints``   -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
+10. ``side_effects`` -- ``print`` and other output on global rank 0 only;
+11. ``loop_control`` -- rank-local exits from the training loop (reported only).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ddpify.concerns import (
     data,
     devices,
     downloads,
+    evaluation,
     loop_control,
     model,
     process_group,
@@ -51,6 +53,7 @@ CONCERNS: tuple[ModuleType, ...] = (
     devices,
     downloads,
     data,
+    evaluation,
     tensors,
     model,
     accumulation,
@@ -63,6 +66,7 @@ CONCERNS: tuple[ModuleType, ...] = (
 NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     process_group: (model, data),
     downloads: (process_group,),
+    evaluation: (data,),
     tensors: (data, model, process_group),
     accumulation: (model,),
     side_effects: (model, process_group),
