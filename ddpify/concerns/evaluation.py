@@ -12,19 +12,20 @@ everywhere)::
     loader = DataLoader(val_set, batch_size=256)
     ->  loader = DataLoader(val_set, batch_size=256, sampler=DistributedSampler(val_set, shuffle=False))
 
-    correct, total = 0, 0                         correct, total = 0, 0
-    with torch.no_grad():                         with torch.no_grad():
-        for x, y in loader:                           for x, y in loader:
-            correct += (model(x).argmax(1) == y)  ->          correct += (model(x).argmax(1) == y)...
-            total += y.size(0)                            total += y.size(0)
-                                                      correct, total = sum_over_ranks(correct, total)
-    acc = correct / total                         acc = correct / total
+    correct, total = 0, 0                      correct, total = 0, 0
+    for x, y in loader:                        for x, y in loader:
+        correct += (pred(x) == y).sum()   ->       correct += (pred(x) == y).sum()
+        total += len(y)                            total += len(y)
+                                               correct, total = sum_over_ranks(correct, total)
+    acc = correct / total                      acc = correct / total
 
 ``sum_over_ranks`` is a small helper emitted next to the setup: it adds up
 numbers and tensors of any shape in one ``all_reduce`` and gives each back in
 its own type (an ``int`` count stays an ``int``, a CUDA tensor stays on its
-GPU). ``len(loader)`` read after the loop (``loss_sum / len(loader)``, an
-average of per-batch means) becomes the number of batches over all ranks.
+GPU). ``len(loader)`` in the loop's function but outside the loop
+(``loss_sum / len(loader)``, an average of per-batch means) becomes the number
+of batches over all ranks; a batch count taken in another function is not
+followed.
 
 A ``DistributedSampler`` gives every rank the same number of samples, so it
 repeats up to ``world size - 1`` samples when the set does not divide evenly:
@@ -42,9 +43,10 @@ zero before it and increased with ``+=`` (or ``x = x + ...``), Python numbers
 or tensors. Anything else the loop leaves behind -- predictions appended to a
 list, a running-average object, ``torch.cat`` onto a tensor, the last batch's
 loss read after the loop, a loader also drawn with ``next()`` or in a
-comprehension, a loader with its own sampler -- is refused for that loop
-(DDP220) rather than guessed: convert without ``--shard-eval``, or accumulate
-sums and counts.
+comprehension, a loader with its own sampler, a loop also handed data that
+is not a sharded loader -- is refused (DDP220, an error naming the loop's line
+and what it keeps) rather than guessed: convert without ``--shard-eval``, or
+accumulate sums and counts.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ class Loop:
 
     loop: cst.For
     sums: tuple[str, ...]  # names set to zero before the loop and increased in it, in the order they start
-    batch_counts: tuple[cst.Call, ...] = ()  # ``len(loader)`` read after the loop
+    batch_counts: tuple[cst.Call, ...] = ()  # ``len(loader)`` outside the loop, in its function
     problem: str | None = None  # why its results cannot be added up over the ranks
 
 
@@ -411,14 +413,15 @@ class _LoopReader:
         return f"keeps its results with `{what}(...)`"
 
     def _batch_counts(self) -> Iterator[cst.Call]:
-        """``len(loader)`` read after the loop: the number of batches, which now is this rank's."""
+        """``len(loader)`` next to the loop (before or after it, in its function): the number of
+        batches, which now is this rank's; inside the loop it counts this rank's progress."""
         index = self.index
         for call in index.calls:
             if (
                 m.matches(call.func, m.Name("len"))
                 and len(call.args) == 1
                 and index.scope_of(call) is self.scope
-                and index.after(call, self.loop)
+                and not index.inside(call, self.loop)
                 and index.ref_of(call.args[0].value, self.scope) in self.refs
             ):
                 yield call

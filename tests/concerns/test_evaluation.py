@@ -139,6 +139,21 @@ def test_len_of_the_loader_after_the_loop_is_found(read) -> None:
     assert [code(program, call) for call in loop.batch_counts] == ["len(loader)"]
 
 
+def test_a_batch_count_taken_before_the_loop_counts_the_batches_of_all_ranks() -> None:
+    source = script("loss_sum = 0.0\nbatches = len(loader)", "loss_sum += loss_fn(out, y).item()", "loss_sum / batches")
+    conversion = converted(source, shard_eval=True)
+    assert conversion.status is Status.CONVERTED, conversion.diagnostics
+    assert "    batches = len(loader) * dist.get_world_size()\n" in str(conversion.code)
+
+
+def test_a_batch_count_inside_the_loop_is_this_ranks_progress() -> None:
+    source = script("total = 0", "total += len(y)\nprint(f'{total} of {len(loader)}')", "total")
+    conversion = converted(source, shard_eval=True)
+    assert conversion.status is Status.CONVERTED, conversion.diagnostics
+    assert "{len(loader)}" in str(conversion.code)
+    assert "get_world_size" not in str(conversion.code).split("def evaluate", 1)[1]
+
+
 def converted(source: str, **options: bool):
     return convert(textwrap.dedent(source), path="train.py", options=Options(**options))
 
