@@ -19,21 +19,33 @@ mean over the samples, that average is the gradient of the mean loss over all
 the samples in the shards: the full-batch gradient. With a summed loss
 (``reduction="sum"``) it is the full-batch gradient divided by the world size.
 
-The tensors are recognised by what they are, never by their names: the
-tensor the model is called on, made by torch (``torch.tensor(array)``,
-``torch.randn``, arithmetic, ``.to(device)``, column slices) before the
-training loop, and the tensors the loss compares the output with, which must
-come from the same samples (computed from the input, sliced from the same
-array, or made with the same number of rows). Randomly chosen samples
-(``randperm``, ``np.random.permutation``) must be chosen the same on every
-rank: a seed must be set before.
+A script that makes mini-batches of such tensors itself -- ``x[i:i + bs]``
+over ``range(0, len(x), bs)``, ``x[perm[i:i + bs]]`` after ``perm =
+torch.randperm(len(x))``, ``x[torch.randint(0, len(x), (bs,))]`` -- gets the
+same shard, read everywhere in the training loop: the batch loop and the random
+choices follow ``len(x[shard])``, so every rank takes as many steps, each over
+its own samples, with the script's batch size per process (the global batch is
+``world_size`` times larger, as with a DistributedSampler). The permutation is
+each rank's own: it only orders that rank's shard, so it needs no common seed.
 
-This concern owns DDP201: when no DataLoader feeds training (the data concern
-found none) and the training data is not such a set of whole tensors -- batches
-sliced or indexed in the loop, a model called on several tensors (a graph and
-its features), data handed to the training step through parameters or read in
-a function of its own, an optimizer closure (LBFGS) -- the script is refused,
-with the reason and the line.
+The tensors are recognised by what they are, never by their names: the
+tensor the model is called on (directly, or through ``xb = x[idx]``), made by
+torch (``torch.tensor(array)``, ``torch.randn``, arithmetic, ``.to(device)``,
+column slices) before the training loop, and the tensors the loss compares the
+output with, which must come from the same samples (computed from the input,
+cut from the same array, or made with the same number of rows). Samples chosen
+at random while the data is made (``randperm``, ``np.random.permutation``,
+``train_test_split``) must be chosen the same on every rank: a seed must be set
+before.
+
+The data concern reports DDP201 when no DataLoader feeds training; this concern
+decides it: when the training data is not such a set of tensors -- a batch loop
+or random range not computed from the data's length (``range(n_batches)``),
+data drawn anew each step (``torch.randn``), a model called on several tensors
+(a graph and its features), a target of unknown making, data handed to the
+training step through parameters or read in a function of its own, an
+optimizer closure (LBFGS) -- the script is refused, with the reason and the
+line.
 """
 
 from __future__ import annotations
@@ -93,6 +105,7 @@ class FullBatch:
     after: cst.BaseStatement  # the shard is defined right after this statement (the tensors exist then)
     length: str  # the tensor whose number of rows is the number of samples
     names: tuple[str, ...]  # the tensors, for the report
+    batched: bool = False  # the script makes mini-batches of them itself (every read in the loop is sharded)
 
 
 @dataclass(frozen=True)
@@ -117,7 +130,7 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
     index = program.index
     training_loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
     try:
-        full_batch = _Finder(index, models, setup).full_batch()
+        full_batch = _Finder(index, models, setup).shard()
     except Refused as refused:
         program.report(
             refused.node,
@@ -152,7 +165,7 @@ class _Finder:
         self.model_refs = models.refs
         self.setup = setup
 
-    def full_batch(self) -> FullBatch | None:
+    def shard(self) -> FullBatch | None:
         index = self.index
         backwards = [c for c in index.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"]
         if len(backwards) != 1:
@@ -169,20 +182,45 @@ class _Finder:
         step = loops[-1]  # the outermost loop of the function: everything inside runs again each step
         func = cast(cst.Attribute, backward.func)
         lineage = self._lineage([func.value, *(a.value for a in backward.args)], scope, step)
-        if lineage.step_variables:
-            name = lineage.step_variables[0]
-            raise Refused(
-                name, f"the training step picks its samples with the loop variable `{name.value}` (hand-made batches)"
-            )
+        choices = [call for call in lineage.calls if index.qualified_names(call.func) & RANDOM_CHOICES]
         for call in lineage.calls:
-            if index.qualified_names(call.func) & RANDOM_CHOICES or _draws(index, call):
+            if call not in choices and _draws(index, call):
                 raise Refused(call, f"the training step draws its data with `{_code(index, call.func)}`")
-        for subscript in lineage.subscripts:
-            if not _whole_rows(subscript):
-                raise Refused(
-                    subscript,
-                    f"the training step uses part of the samples (`{_code(index, subscript)}`)",
-                )
+        tensors, first = self._tensors(lineage, scope)
+        if first is None:
+            return None
+        batched = bool(lineage.step_variables or choices)
+        if batched:
+            self._check_batches(lineage, choices, step, set(tensors))
+        else:
+            for subscript in lineage.subscripts:
+                if not _whole_rows(subscript):
+                    raise Refused(
+                        subscript, f"the training step uses part of the samples (`{_code(index, subscript)}`)"
+                    )
+        assignments = [a for ref in tensors for a in self._assignments(ref)]
+        last = max(assignments, key=lambda a: index.order[a])
+        after = self._top_statement(last, first.scope)
+        if not index.after(step, after):
+            raise Refused(step, f"`{first.path}` is changed after the training loop starts")
+        if self.setup.runs_before_setup(index, after):
+            raise Refused(after, "the tensors are made before the process group is set up (at import time)")
+        made = sorted(tensors, key=lambda ref: min(index.order[a] for a in self._assignments(ref)))
+        if batched:  # every read in the loop, so that the batch loop's bounds follow the shard too
+            reads = [
+                node
+                for node in index.walk(step)
+                if isinstance(node, cst.Name)
+                and _is_read(index, node)
+                and index.ref_of(node, index.scope_of(node)) in tensors
+            ]
+        else:
+            reads = [read for ref in made for read in tensors[ref]]
+        return FullBatch(tuple(reads), after, first.path, tuple(ref.path for ref in made), batched)
+
+    def _tensors(self, lineage: _Lineage, scope: Scope) -> tuple[dict[Ref, list[cst.Name]], Ref | None]:
+        """The data tensors the loss is computed from, with their reads, and the one the model is called on."""
+        index = self.index
         tensors: dict[Ref, list[cst.Name]] = {}
         inputs: set[Ref] = set()
         for leaf in lineage.leaves:
@@ -195,7 +233,7 @@ class _Finder:
             if self._model_input(leaf):
                 inputs.add(ref)
         if not inputs:
-            return None
+            return tensors, None
         if len(inputs) > 1:
             names = ", ".join(f"`{ref.path}`" for ref in sorted(inputs, key=lambda r: r.path))
             raise Refused(
@@ -219,17 +257,88 @@ class _Finder:
             if isinstance(root, Ref):
                 for assignment in self._assignments(root):
                     self._check_seeded(assignment)
-        assignments = [a for ref in tensors for a in self._assignments(ref)]
-        last = max(assignments, key=lambda a: index.order[a])
-        after = self._top_statement(last, first.scope)
-        if not index.after(step, after):
-            raise Refused(step, f"`{first.path}` is changed after the training loop starts")
-        if self.setup.runs_before_setup(index, after):
-            raise Refused(after, "the tensors are made before the process group is set up (at import time)")
-        made = sorted(tensors, key=lambda ref: min(index.order[a] for a in self._assignments(ref)))
-        return FullBatch(
-            tuple(read for ref in made for read in tensors[ref]), after, first.path, tuple(ref.path for ref in made)
+        return tensors, first
+
+    def _check_batches(
+        self, lineage: _Lineage, choices: list[cst.Call], step: cst.For | cst.While, data: set[Ref]
+    ) -> None:
+        """Hand-made batches: each rank may batch its shard as the script batches the whole data, as long as
+        the number of batches and the random choices follow the data's length (so they follow the shard's)."""
+        index = self.index
+        for loop in {self._binding_loop(name, step) for name in lineage.step_variables}:
+            if loop is None or not self._sized_by_data(loop.iter, step, data):
+                header = _code(index, loop.iter) if loop is not None else "?"
+                raise Refused(
+                    loop or step,
+                    f"the batch loop runs over `{header}`, which is not computed from the length of the data "
+                    "it slices, so it would not follow each rank's shard",
+                )
+        for call in choices:
+            if not any(self._sized_by_data(arg.value, step, data) for arg in call.args if arg.keyword is None):
+                raise Refused(
+                    call,
+                    f"the samples are chosen with `{_code(index, call)}`, whose range is not computed from the "
+                    "length of the data, so it would not follow each rank's shard",
+                )
+        for subscript in lineage.subscripts:
+            if not _whole_rows(subscript) and not self._picks_batch(subscript, step):
+                raise Refused(subscript, f"the training step uses part of the samples (`{_code(index, subscript)}`)")
+
+    def _binding_loop(self, name: cst.Name, step: cst.For | cst.While) -> cst.For | None:
+        """The loop of the training step whose target ``name`` reads."""
+        index = self.index
+        ref = index.ref_of(name, index.scope_of(name))
+        for node in (step, *index.walk(step)):
+            if isinstance(node, cst.For) and ref is not None and _binds(node.target, ref):
+                return node
+        return None
+
+    def _depends(
+        self, expr: cst.CSTNode, step: cst.For | cst.While, wanted: Callable[[cst.CSTNode], bool], depth: int = 0
+    ) -> bool:
+        """Whether ``expr``, or a name it reads that the training step assigns, satisfies ``wanted``."""
+        index = self.index
+        for node in index.walk(expr):
+            if wanted(node):
+                return True
+            if not isinstance(node, cst.Name) or not _is_read(index, node) or depth > 5:
+                continue
+            ref = index.ref_of(node, index.scope_of(node))
+            if ref is None:
+                continue
+            for binding in self._bindings(ref, index.scope_of(node)):
+                if (
+                    isinstance(binding, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+                    and index.inside(binding, step)
+                    and binding.value is not None
+                    and self._depends(binding.value, step, wanted, depth + 1)
+                ):
+                    return True
+        return False
+
+    def _sized_by_data(self, expr: cst.CSTNode, step: cst.For | cst.While, data: set[Ref]) -> bool:
+        """Whether ``expr`` is computed from a data tensor (``len(x)``, ``x.size(0)``, ``len(perm)``)."""
+        index = self.index
+        return self._depends(
+            expr,
+            step,
+            lambda node: isinstance(node, cst.Name) and index.ref_of(node, index.scope_of(node)) in data,
         )
+
+    def _picks_batch(self, subscript: cst.Subscript, step: cst.For | cst.While) -> bool:
+        """Whether the rows ``subscript`` picks change from step to step: ``x[i:i + bs]``, ``x[perm[i:j]]``."""
+        index = self.index
+        loops = {n for n in (step, *index.walk(step)) if isinstance(n, cst.For)}
+
+        def varies(node: cst.CSTNode) -> bool:
+            if isinstance(node, cst.Call) and index.qualified_names(node.func) & RANDOM_CHOICES:
+                return True
+            if isinstance(node, cst.Name) and _is_read(index, node):
+                ref = index.ref_of(node, index.scope_of(node))
+                return ref is not None and any(_binds(loop.target, ref) for loop in loops)
+            return False
+
+        return any(self._depends(element.slice, step, varies) for element in subscript.slice[:1])
 
     # -- the loss's lineage in the training step --------------------------
     def _lineage(self, roots: list[cst.BaseExpression], scope: Scope, step: cst.For | cst.While) -> _Lineage:
@@ -252,7 +361,9 @@ class _Finder:
                 ref = index.ref_of(node, index.scope_of(node))
                 if ref is None:
                     continue
-                bound_in_step = [binding for binding in self._bindings(ref, scope) if index.inside(binding, step)]
+                bound_in_step = [
+                    binding for binding in self._bindings(ref, scope) if binding is step or index.inside(binding, step)
+                ]
                 if not bound_in_step:
                     found.leaves.append(node)
                 for binding in bound_in_step:
@@ -299,14 +410,47 @@ class _Finder:
             return None
         assignments = list(self._assignments(ref))
         if not assignments:
-            if self._is_parameter(ref):
+            if self._is_parameter(ref) and not self._in_bounds(leaf):
                 raise Refused(leaf, f"`{leaf.value}` reaches the training step as a parameter of its function")
-            return None
+            return None  # a slice bound or batch size, or a global of another module
         if self._is_tensor(leaf, index.scope_of(leaf), 0):
             return ref
         if self._model_input(leaf):
             raise Refused(leaf, f"ddpify cannot tell what the model's input `{leaf.value}` holds")
-        return None  # a number, a configuration object
+        parent = index.parent(leaf)
+        if (
+            (isinstance(parent, cst.Attribute) and parent.value is leaf)
+            or (isinstance(parent, cst.Arg) and parent.keyword is not None)
+            or all(_is_constant(a.value) or self._is_other_object(a.value) for a in assignments)
+        ):
+            return None  # a configuration object (``args.alpha``), a keyword argument, a constant, a device
+        raise Refused(
+            leaf, f"ddpify cannot tell whether `{leaf.value}`, which the loss reads, holds one row per sample"
+        )
+
+    def _in_bounds(self, leaf: cst.Name) -> bool:
+        """Whether ``leaf`` is read in a slice or a ``range(...)``: a bound or a step, not data."""
+        for ancestor in self.index.ancestors(leaf):
+            if isinstance(ancestor, cst.SubscriptElement) or (
+                isinstance(ancestor, cst.Call) and self.index.qualified_names(ancestor.func) == {"builtins.range"}
+            ):
+                return True
+            if isinstance(ancestor, cst.BaseStatement):
+                return False
+        return False
+
+    def _is_other_object(self, expr: cst.BaseExpression | None) -> bool:
+        """A call to an imported function that makes no tensor: ``torch.device(...)``, ``nn.MSELoss()``."""
+        if not isinstance(expr, cst.Call):
+            return False
+        names = self.index.qualified_names(expr.func)
+        return (
+            bool(names)
+            and not any(
+                n.startswith("torch.") and not n.startswith(NOT_TENSORS) and n not in NOT_TENSOR_CALLS for n in names
+            )
+            and not any(n.startswith("numpy.") for n in names)
+        )
 
     def _assignments(self, ref: Ref) -> list[cst.Assign | cst.AugAssign | cst.AnnAssign]:
         index = self.index
@@ -352,6 +496,8 @@ class _Finder:
             return self._is_tensor(expr.left, scope, depth + 1) or self._is_tensor(expr.right, scope, depth + 1)
         if isinstance(expr, cst.UnaryOperation):
             return self._is_tensor(expr.expression, scope, depth + 1)
+        if isinstance(expr, cst.Comparison):  # (x.sum(1) > 0).long()
+            return self._is_tensor(expr.left, scope, depth + 1)
         if isinstance(expr, cst.Subscript):
             return self._is_tensor(expr.value, scope, depth + 1)
         if isinstance(expr, cst.Attribute) and expr.attr.value == "T":
@@ -369,11 +515,25 @@ class _Finder:
             return value is not None and self._is_tensor(value, index.scope_of(last), depth + 1)
         return False
 
-    def _model_input(self, leaf: cst.Name) -> bool:
-        """Whether ``leaf`` is what a model is called on: ``model(x)``, ``model(x.to(device)[:, :3])``."""
+    def _model_input(self, leaf: cst.CSTNode, depth: int = 0) -> bool:
+        """Whether ``leaf`` is what a model is called on: ``model(x)``, ``model(x.to(device)[:, :3])``, or
+        ``xb = x[idx]`` before ``model(xb)``."""
         index = self.index
         child: cst.CSTNode = leaf
         for parent in index.ancestors(leaf):
+            if isinstance(parent, cst.Assign) and parent.value is child and depth < 4:
+                return any(
+                    self._model_input(read, depth + 1)
+                    for target in self._targets_of(parent, leaf)
+                    for read in index.mentions(index.scope_of(parent), target)
+                    if index.after(read, parent)
+                )
+            if isinstance(parent, cst.Element) and isinstance(index.parent(parent), (cst.Tuple, cst.List)):
+                child = parent
+                continue
+            if isinstance(parent, (cst.Tuple, cst.List)) and isinstance(index.parent(parent), cst.Assign):
+                child = parent
+                continue
             if isinstance(parent, cst.Arg) and parent.value is child:
                 call = index.parent(parent)
                 if not isinstance(call, cst.Call):
@@ -392,6 +552,25 @@ class _Finder:
                 return False
             child = parent
         return False
+
+    def _targets_of(self, assign: cst.Assign, node: cst.CSTNode) -> list[Ref]:
+        """The places ``assign`` gives ``node`` (inside its value) to: ``xb`` for ``x[i]`` in ``xb, yb = x[i], y[i]``."""
+        index = self.index
+        value = assign.value
+        scope = index.scope_of(assign)
+        found: list[Ref] = []
+        for target in assign.targets:
+            single: cst.BaseExpression = target.target
+            if isinstance(value, (cst.Tuple, cst.List)) and isinstance(single, (cst.Tuple, cst.List)):
+                pairs = list(zip(single.elements, value.elements))
+                matched = [t.value for t, v in pairs if v.value is node or index.inside(node, v.value)]
+                if len(single.elements) == len(value.elements) and matched:
+                    single = matched[0]
+            for name in assigned(single):
+                ref = index.ref_of(name, scope)
+                if ref is not None:
+                    found.append(ref)
+        return found
 
     def _roots(self, ref: Ref) -> set[object]:
         """What the rows of the tensor at ``ref`` come from: the places and row counts it is made of."""
@@ -436,6 +615,8 @@ class _Finder:
             self._expression_roots(expr.right, scope, roots, depth + 1)
         elif isinstance(expr, cst.UnaryOperation):
             self._expression_roots(expr.expression, scope, roots, depth + 1)
+        elif isinstance(expr, cst.Comparison):
+            self._expression_roots(expr.left, scope, roots, depth + 1)
         elif isinstance(expr, cst.Subscript):
             self._expression_roots(expr.value, scope, roots, depth + 1)
             first = expr.slice[0].slice if expr.slice else None
@@ -481,13 +662,33 @@ def _seeds_for(names: set[str]) -> tuple[frozenset[str], str]:
     return TORCH_SEEDS, "torch.manual_seed(0)"
 
 
+def _is_constant(expr: cst.BaseExpression | None) -> bool:
+    """A number, string or boolean, or arithmetic on them."""
+    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(expr, cst.Name):
+        return expr.value in ("True", "False", "None")
+    if isinstance(expr, cst.UnaryOperation):
+        return _is_constant(expr.expression)
+    if isinstance(expr, cst.BinaryOperation):
+        return _is_constant(expr.left) and _is_constant(expr.right)
+    if isinstance(expr, cst.IfExp):  # "cuda" if torch.cuda.is_available() else "cpu"
+        return _is_constant(expr.body) and _is_constant(expr.orelse)
+    return False
+
+
 def _draws(index: Index, call: cst.Call) -> bool:
     """``torch.randn(...)`` and other random draws in the training step: data made anew each step."""
     return any(n.startswith(("torch.rand", "numpy.random.", "random.")) for n in index.qualified_names(call.func))
 
 
 def _whole_rows(subscript: cst.Subscript) -> bool:
-    """``x[:, :3]``, ``out[..., 0]``: every row kept (only columns chosen)."""
+    """``x[:, :3]``, ``out[..., 0]``: every row kept (only columns chosen); ``x.shape[0]`` picks no rows."""
+    value = subscript.value
+    if (isinstance(value, cst.Attribute) and value.attr.value == "shape") or (
+        isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "size"
+    ):
+        return True
     first = subscript.slice[0].slice if subscript.slice else None
     if isinstance(first, cst.Slice):
         return first.lower is None and first.upper is None and first.step is None
@@ -542,17 +743,27 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         line = cst.parse_statement(
             f"{shard} = slice({dist}.get_rank(), len({full.length}) - len({full.length}) % {world}, {world})\n"
         )
-        comment = (
-            "# This rank's equal share of the samples: DDP averages the shards' gradients into the full-batch one."
-        )
+        if full.batched:
+            comment = "# This rank's equal share of the samples, batched as before: as many steps on every rank."
+        else:
+            comment = (
+                "# This rank's equal share of the samples: DDP averages the shards' gradients into the full-batch one."
+            )
         line = statement(line).with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))])
         plan.insert_after(full.after, line)
         for read in full.reads:
             plan.replace(read, _indexed(shard))
         names = ", ".join(f"`{name}`" for name in full.names)
-        plan.change(
-            full.after,
-            f"full-batch training on {names}: each rank trains on every world_size-th sample (equal shards, "
-            f"the last len({full.length}) % world_size samples left out); with a mean loss DDP's averaged gradient "
-            "is the full-batch one, with a summed loss it is 1/world_size of it",
-        )
+        equal = f"equal shards, the last len({full.length}) % world_size samples left out"
+        if full.batched:
+            summary = (
+                f"hand-made batches of {names}: each rank batches its own every world_size-th sample ({equal}) "
+                "with the script's batch size, so the global batch is world_size times larger (and a pass over "
+                "the data takes 1/world_size of the steps)"
+            )
+        else:
+            summary = (
+                f"full-batch training on {names}: each rank trains on every world_size-th sample ({equal}); with "
+                "a mean loss DDP's averaged gradient is the full-batch one, with a summed loss it is 1/world_size of it"
+            )
+        plan.change(full.after, summary)

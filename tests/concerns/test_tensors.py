@@ -145,3 +145,46 @@ def test_nothing_is_found_when_a_dataloader_feeds_training(read) -> None:
     )
     assert find(program).full_batches == ()
     assert codes(program) == []
+
+
+def test_hand_made_batches_shard_every_read_of_the_data_in_the_loop(read) -> None:
+    program = read(
+        script(
+            "    x = torch.randn(200, 4)\n    y = x.sum(1)",
+            "for i in range(0, len(x), 32):\n"
+            "            loss = loss_fn(model(x[i : i + 32]), y[i : i + 32])\n"
+            "            loss.backward()",
+        ).replace("        loss.backward()\n        optimizer.step()", "        optimizer.step()")
+    )
+    (full,) = find(program).full_batches
+    assert full.batched
+    assert sorted(code(program, read) for read in full.reads) == ["x", "x", "y"]
+
+
+def test_a_batch_loop_not_bounded_by_the_length_of_the_data_is_refused(read) -> None:
+    program = read(
+        script(
+            "    x = torch.randn(200, 4)\n    y = x.sum(1)\n    n_batches = 200 // 32",
+            "for b in range(n_batches):\n"
+            "            loss = loss_fn(model(x[b * 32 : (b + 1) * 32]), y[b * 32 : (b + 1) * 32])\n"
+            "            loss.backward()",
+        ).replace("        loss.backward()\n        optimizer.step()", "        optimizer.step()")
+    )
+    assert find(program).full_batches == ()
+    assert "the batch loop runs over `range(n_batches)`" in refusal(program)
+
+
+def test_samples_drawn_at_random_within_the_length_of_the_data_are_sharded(read) -> None:
+    step = "idx = torch.randint(0, len(x), (32,))\n        loss = loss_fn(model(x[idx]), y[idx])"
+    program = read(script("    x = torch.randn(200, 4)\n    y = x.sum(1)", step))
+    (full,) = find(program).full_batches
+    assert full.batched and sorted(code(program, read) for read in full.reads) == ["x", "x", "y"]
+    fixed = read(script("    x = torch.randn(200, 4)\n    y = x.sum(1)", step.replace("len(x)", "200")))
+    assert find(fixed).full_batches == ()
+    assert "whose range is not computed from the length of the data" in refusal(fixed)
+
+
+def test_a_target_of_unknown_making_is_refused(read) -> None:
+    program = read(script("    x = torch.randn(200, 4)\n    y = load_targets()"))
+    assert find(program).full_batches == ()
+    assert "cannot tell whether `y`, which the loss reads, holds one row per sample" in refusal(program)

@@ -72,6 +72,31 @@ if __name__ == "__main__":
     main()
 """
 
+MINI_BATCHES = """
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+X = torch.randn(203, 6)
+Y = (X[:, :3].sum(dim=1) > 0).long()
+model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 2))
+criterion = nn.CrossEntropyLoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+batch_size = 16
+
+for epoch in range(3):
+    permutation = torch.randperm(X.size()[0])
+    for i in range(0, X.size()[0], batch_size):
+        indices = permutation[i : i + batch_size]
+        batch_x, batch_y = X[indices], Y[indices]
+        optimizer.zero_grad()
+        loss = criterion(model(batch_x), batch_y)
+        loss.backward()
+        optimizer.step()
+    print(f"epoch {epoch}: loss {loss.item():.4f}")
+torch.save(model.state_dict(), "classifier.pt")
+"""
+
 
 def run(tmp_path: Path, source: str) -> tuple[list[list[list[tuple[float, ...]]]], str]:
     """Convert ``source``, run it on two ranks with the recorder, and return each rank's inputs per step."""
@@ -105,3 +130,17 @@ def test_full_batch_training_gives_each_rank_an_equal_disjoint_shard(tmp_path: P
     assert all(set(step) == rows0 for step in steps0) and all(set(step) == rows1 for step in steps1)
     assert len(rows0) == len(rows1) == 150  # 301 samples: equal shards, one left out
     assert not rows0 & rows1
+
+
+@pytest.mark.torchrun
+def test_hand_made_batches_of_shuffled_samples_give_each_rank_its_own_shard(tmp_path: Path) -> None:
+    (steps0, steps1), code = run(tmp_path, MINI_BATCHES)
+
+    assert "batch_x, batch_y = X[shard][indices], Y[shard][indices]" in code
+    assert len(steps0) == len(steps1) == 3 * 7  # 101 samples per rank in batches of 16, three epochs
+    rows0 = [row for step in steps0 for row in step]
+    rows1 = [row for step in steps1 for row in step]
+    assert len(rows0) == len(rows1) == 3 * 101
+    assert len(set(rows0)) == len(set(rows1)) == 101  # each rank sees each of its samples once per epoch
+    assert not set(rows0) & set(rows1)
+    assert steps0[:7] != steps0[7:14]  # reshuffled every epoch
