@@ -40,11 +40,13 @@ single-process ones.
 Recognised: a ``for`` loop over the loader (also through ``enumerate``,
 ``iter`` or a progress bar) whose state after the loop is only names set to
 zero before it and increased with ``+=`` (or ``x = x + ...``), Python numbers
-or tensors. Anything else the loop leaves behind -- predictions appended to a
-list, a running-average object, ``torch.cat`` onto a tensor, the last batch's
-loss read after the loop, a loader also drawn with ``next()`` or in a
-comprehension, a loader with its own sampler, a loop also handed data that
-is not a sharded loader -- is refused (DDP220, an error naming the loop's line
+or tensors. Anything else -- predictions appended to a list, a running-average
+object, ``torch.cat`` onto a tensor, the last batch's loss read after the
+loop, a state carried from batch to batch (an RNN's hidden state), a loader
+also drawn with ``next()`` or in a comprehension or with its own sampler, a
+loop also handed data that is not a sharded loader, an evaluation run only
+when a condition on this rank's training batches or a clock holds (the ranks
+would not all reach the sum) -- is refused (DDP220, an error naming the line
 and what it keeps) rather than guessed: convert without ``--shard-eval``, or
 accumulate sums and counts.
 """
@@ -60,7 +62,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify import torch_api
-from ddpify.concerns import data
+from ddpify.concerns import data, loop_control
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement
 from ddpify.engine.index import Index, Ref, Scope
@@ -120,7 +122,10 @@ class _Finder:
         self.loaders = loaders
         # Every place holding a DataLoader that will draw a per-rank share (training ones always do).
         self.shared_refs = frozenset(ref for loader in loaders.loaders for ref in loader.refs)
+        self.training_sites = [site for loader in loaders.loaders if loader.training for site in loader.sites]
         self._loops: dict[cst.For, Loop] = {}
+        self._local: dict[Scope, set[str]] = {}
+        self._drawing: dict[cst.FunctionDef, bool] = {}  # the script's functions: whether they draw training batches
 
     def evaluation_loaders(self) -> Iterator[Loader]:
         for loader in self.loaders.loaders:
@@ -191,9 +196,94 @@ class _Finder:
         if loop not in self._loops:
             found = _LoopReader(self.index, loop, refs).read()
             if found.problem is None:
-                found = Loop(found.loop, found.sums, found.batch_counts, self._other_sources(loop, ref))
+                problem = self._other_sources(loop, ref) or self._rank_local_gate(loop)
+                found = Loop(found.loop, found.sums, found.batch_counts, problem)
             self._loops[loop] = found
         return self._loops[loop]
+
+    def _rank_local_gate(self, node: cst.CSTNode, depth: int = 0) -> str | None:
+        """Why some ranks may run the evaluation while others do not: a condition around it (or around
+        a call that runs it) decided by this rank's own training batches, a clock or a random draw.
+        Every rank must reach the sum, or the ones that do wait forever."""
+        index = self.index
+        for ancestor in index.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(ancestor, (cst.If, cst.While)) and self._rank_local(ancestor.test):
+                test = index.module.code_for_node(ancestor.test)
+                return (
+                    f"--shard-eval: this evaluation runs only while `{test}`, which depends on this rank's own "
+                    "batches, a clock or a random draw: the ranks could disagree on whether to add up its sums, "
+                    "and the ones that do would wait forever"
+                )
+        scope = index.scope_of(node)
+        if isinstance(scope, cst.FunctionDef) and depth < 4:
+            for call in index.callers(scope):
+                found = self._rank_local_gate(call, depth + 1)
+                if found is not None:
+                    return found
+        return None
+
+    def _rank_local(self, test: cst.BaseExpression) -> bool:
+        index = self.index
+        local = self._local_names(index.scope_of(test))
+        for node in index.walk(test):
+            if isinstance(node, cst.Name) and node.value in local:
+                parent = index.parent(node)
+                if not (isinstance(parent, cst.Attribute) and parent.attr is node):
+                    return True
+            if isinstance(node, cst.Call) and (
+                index.is_call_to(node, loop_control.RANK_LOCAL_CALLS) or self._draws_training_batches(node)
+            ):
+                return True
+        return False
+
+    def _local_names(self, scope: Scope) -> set[str]:
+        """Names of ``scope`` holding values computed from this rank's training batches."""
+        if scope in self._local:
+            return self._local[scope]
+        index = self.index
+        local: set[str] = set()
+        for site in self.training_sites:
+            if index.scope_of(site) is not scope:
+                continue
+            if isinstance(site, cst.For):
+                targets: list[cst.CSTNode] = [site.target]
+                if m.matches(site.iter, m.Call(func=m.Name("enumerate"))) and isinstance(site.target, cst.Tuple):
+                    targets = [e.value for e in site.target.elements[1:]]  # the counter is the same everywhere
+            else:
+                drawn = next((a for a in index.ancestors(site) if isinstance(a, cst.Assign)), None)
+                targets = [t.target for t in drawn.targets] if drawn is not None else []
+            local |= {n.value for t in targets for n in index.walk(t) if isinstance(n, cst.Name)}
+        assignments = [
+            n for n in index.walk(scope) if isinstance(n, (cst.Assign, cst.AugAssign)) and index.scope_of(n) is scope
+        ]
+        for _ in range(3):
+            for assign in assignments:
+                value = assign.value
+                if any(isinstance(n, cst.Name) and n.value in local for n in index.walk(value)) or any(
+                    isinstance(n, cst.Call) and self._draws_training_batches(n) for n in index.walk(value)
+                ):
+                    targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+                    local |= {n.value for t in targets for n in index.walk(t) if isinstance(n, cst.Name)}
+        self._local[scope] = local
+        return local
+
+    def _draws_training_batches(self, call: cst.Call, depth: int = 0) -> bool:
+        """Whether ``call`` runs the script's own function that draws training batches (what it returns is
+        this rank's)."""
+        index = self.index
+        callee = index.resolve_callee(call, index.scope_of(call))
+        if callee is None or depth > 3:
+            return False
+        function = callee[0]
+        if function not in self._drawing:
+            self._drawing[function] = any(index.inside(site, function.body) for site in self.training_sites) or any(
+                self._draws_training_batches(inner, depth + 1)
+                for inner in index.walk(function.body)
+                if isinstance(inner, cst.Call)
+            )
+        return self._drawing[function]
 
     def _other_sources(self, loop: cst.For, ref: Ref) -> str | None:
         """Why the loop may also run over data that is not sharded (a function handed something else)."""
@@ -251,7 +341,13 @@ class _LoopReader:
                 kept = self._collected_in(node.value)
                 if kept is not None:
                     return self._refused(kept)
+        drawn = {n.value for n in self.index.walk(loop.target) if isinstance(n, cst.Name)}
         for name, kinds in bound.items():
+            if "=" in kinds and name not in drawn and self._carried(name):
+                return self._refused(
+                    f"carries `{name}` from one batch to the next, but a rank's batches are not consecutive "
+                    "once the set is shared out"
+                )
             if name in sums or not self._read_after(name):
                 continue
             start = self._zero_before(name) if set(kinds) == {"=+"} else None
@@ -304,6 +400,27 @@ class _LoopReader:
             elif isinstance(node, cst.WithItem) and node.asname is not None:
                 bind(cast(cst.BaseExpression, node.asname.name), "=")
         return bound
+
+    def _carried(self, name: str) -> bool:
+        """Whether an iteration reads ``name`` before setting it: it reads the previous batch's value."""
+        index = self.index
+        first = next(
+            (
+                n
+                for n in index.walk(self.loop.body)
+                if isinstance(n, cst.Name)
+                and n.value == name
+                and not (isinstance(parent := index.parent(n), cst.Attribute) and parent.attr is n)
+                and not (isinstance(parent, cst.Arg) and parent.keyword is n)
+            ),
+            None,
+        )
+        if first is None:
+            return False
+        if not self._is_set(first):
+            return True
+        assign = next((a for a in index.ancestors(first) if isinstance(a, cst.Assign)), None)
+        return assign is not None and any(isinstance(n, cst.Name) and n.value == name for n in index.walk(assign.value))
 
     def _place(self, name: str) -> Ref:
         return self.index.ref_of(cst.Name(name), self.scope) or Ref(self.scope, name)

@@ -111,6 +111,26 @@ def test_a_maximum_is_refused(read) -> None:
     assert loop.problem is not None and "`worst`" in loop.problem
 
 
+def test_a_state_carried_from_batch_to_batch_is_refused(read) -> None:
+    (loop,) = loops(
+        read,
+        "total = 0.0\nhidden = model.init_hidden()",
+        "out, hidden = model(x, hidden)\ntotal += loss_fn(out, y).item()",
+        "total",
+    )
+    assert loop.problem is not None and "carries `hidden`" in loop.problem
+
+
+def test_names_set_anew_from_each_batch_are_not_carried(read) -> None:
+    (loop,) = loops(
+        read,
+        "total = 0.0",
+        "x, y = x.to(device), y.to(device)\nbatch = {k: v for k, v in [(0, x)]}\ntotal += len(batch)",
+        "total",
+    )
+    assert loop.problem is None
+
+
 def test_results_kept_in_a_subscript_are_refused(read) -> None:
     (loop,) = loops(read, "confusion = torch.zeros(2, 2)", "confusion[y, out.argmax(1)] += 1", "confusion")
     assert loop.problem is not None and "`confusion[y, out.argmax(1)]`" in loop.problem
@@ -152,6 +172,29 @@ def test_a_batch_count_inside_the_loop_is_this_ranks_progress() -> None:
     assert conversion.status is Status.CONVERTED, conversion.diagnostics
     assert "{len(loader)}" in str(conversion.code)
     assert "get_world_size" not in str(conversion.code).split("def evaluate", 1)[1]
+
+
+def gated(condition: str) -> str:
+    source = script("total = 0", "total += len(y)", "total")
+    return source.replace(
+        "    print(evaluate(model, val_loader))", f"    if {condition}:\n        print(evaluate(model, val_loader))"
+    )
+
+
+def test_an_evaluation_run_only_when_the_training_loss_is_low_is_refused() -> None:
+    conversion = converted(gated("loss.item() < 0.1"), shard_eval=True)
+    assert [e.code for e in conversion.errors] == ["DDP220"]
+    assert "runs only while `loss.item() < 0.1`" in conversion.errors[0].message
+
+
+def test_an_evaluation_run_by_the_clock_is_refused() -> None:
+    conversion = converted("import time\n" + gated("time.time() > deadline"), shard_eval=True)
+    assert [e.code for e in conversion.errors] == ["DDP220"]
+
+
+def test_an_evaluation_every_few_epochs_runs_on_every_rank_alike() -> None:
+    conversion = converted(gated("epoch % 2 == 0"), shard_eval=True)
+    assert conversion.status is Status.CONVERTED, conversion.diagnostics
 
 
 def converted(source: str, **options: bool):
