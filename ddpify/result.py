@@ -32,6 +32,10 @@ class Options:
     # Convert BatchNorm layers to SyncBatchNorm right before the wrap, so that
     # batch statistics are computed over the global batch.
     sync_batchnorm: bool = False
+    # Give evaluation DataLoaders a DistributedSampler(shuffle=False) and add up the sums
+    # and counts their loops accumulate over all ranks: faster evaluation, but a set that
+    # does not divide by the world size has a few samples counted twice.
+    shard_eval: bool = False
 
 
 @dataclass(frozen=True)

@@ -190,11 +190,13 @@ def test_passes_path_as_given_and_options(converter, script, capsys):
     cli.main(["./train.py", "--keep-global-batch", "-q"])
     cli.main(["train.py", "-q"])
     cli.main(["train.py", "--find-unused-parameters", "--sync-bn", "-q"])
+    cli.main(["train.py", "--shard-eval", "-q"])
 
     assert converter.calls == [
         (SOURCE, "./train.py", Options(keep_global_batch=True)),
         (SOURCE, "train.py", Options(keep_global_batch=False)),
         (SOURCE, "train.py", Options(find_unused_parameters=True, sync_batchnorm=True)),
+        (SOURCE, "train.py", Options(shard_eval=True)),
     ]
 
 

@@ -132,6 +132,15 @@ SyncBatchNorm = Annotated[
         "at the cost of a collective in every BatchNorm forward).",
     ),
 ]
+ShardEval = Annotated[
+    bool,
+    typer.Option(
+        "--shard-eval",
+        help="Give evaluation DataLoaders a DistributedSampler(shuffle=False) and add up the sums and counts "
+        "their loops accumulate over all processes (faster evaluation; a set that does not divide by the world "
+        "size has up to world size - 1 samples counted twice; loops whose metrics are not sums are refused).",
+    ),
+]
 Spawn = Annotated[
     bool,
     typer.Option("--spawn", help="Let `python OUT` start one process per GPU itself (for machines without torchrun)."),
@@ -267,6 +276,7 @@ def ddpify_command(
     keep_global_batch: KeepGlobalBatch = False,
     find_unused_parameters: FindUnusedParameters = False,
     sync_bn: SyncBatchNorm = False,
+    shard_eval: ShardEval = False,
     spawn: Spawn = False,
     jobs: Jobs = None,
     no_color: NoColor = False,
@@ -304,6 +314,7 @@ def ddpify_command(
         keep_global_batch=keep_global_batch,
         find_unused_parameters=find_unused_parameters,
         sync_batchnorm=sync_bn,
+        shard_eval=shard_eval,
         color=not no_color,
         quiet=quiet,
         spawn=spawn,

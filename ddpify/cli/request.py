@@ -52,6 +52,7 @@ class Request:
     spawn: bool = False
     find_unused_parameters: bool = False
     sync_batchnorm: bool = False
+    shard_eval: bool = False
     suffix: str | None = None  # None: not given
     jobs: int | None = None  # None: one per CPU
     sbatch: str | None = None
@@ -84,6 +85,7 @@ class Request:
             spawn=self.spawn,
             find_unused_parameters=self.find_unused_parameters,
             sync_batchnorm=self.sync_batchnorm,
+            shard_eval=self.shard_eval,
         )
 
 

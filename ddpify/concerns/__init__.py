@@ -17,11 +17,13 @@ insert at the same place, and it follows the order of the generated script:
 2. ``devices``       -- hard-coded GPU indices become this rank's GPU;
 3. ``downloads``     -- data sets downloaded by one process at a time, before they are loaded;
 4. ``data``          -- samplers, before the model is touched;
-5. ``model``         -- the DistributedDataParallel wrap and ``.module`` reads;
-6. ``accumulation``  -- gradient sync only on the updating micro-step, before the forward pass;
-7. ``checkpoints``   -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
-8. ``side_effects``  -- ``print`` and other output on global rank 0 only;
-9. ``loop_control``  -- rank-local exits from the training loop (reported only).
+5. ``evaluation``    -- with ``--shard-eval``, evaluation samplers and the sums added up after their loops;
+6. ``tensors``       -- training data kept in tensors, not a DataLoader: each rank's equal shard;
+7. ``model``         -- the DistributedDataParallel wrap and ``.module`` reads;
+8. ``accumulation``  -- gradient sync only on the updating micro-step, before the forward pass;
+9. ``checkpoints``   -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
+10. ``side_effects`` -- ``print`` and other output on global rank 0 only;
+11. ``loop_control`` -- rank-local exits from the training loop (reported only).
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from ddpify.concerns import (
     data,
     devices,
     downloads,
+    evaluation,
     loop_control,
     model,
     process_group,
     side_effects,
+    tensors,
 )
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.program import Program
@@ -49,6 +53,8 @@ CONCERNS: tuple[ModuleType, ...] = (
     devices,
     downloads,
     data,
+    evaluation,
+    tensors,
     model,
     accumulation,
     checkpoints,
@@ -60,6 +66,8 @@ CONCERNS: tuple[ModuleType, ...] = (
 NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     process_group: (model, data),
     downloads: (process_group,),
+    evaluation: (data,),
+    tensors: (data, model, process_group),
     accumulation: (model,),
     side_effects: (model, process_group),
     loop_control: (model, data),

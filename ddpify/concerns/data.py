@@ -30,17 +30,18 @@ A ``sampler=`` or ``batch_sampler=`` the script already has keeps deciding
 what an epoch draws: every rank draws the same from it and takes its own
 share (``samplers`` builds that); a placeholder that stays ``None``
 (``sampler=train_sampler`` after ``train_sampler = None``) becomes a
-``DistributedSampler``.
+``DistributedSampler``. Of loaders kept in a dict, only the training entries
+get a sampler (``samplers`` tells which).
 
 Limits: a sampler whose draws ddpify cannot make alike on every rank (DDP202,
 the reason named), an ``IterableDataset``
 (DDP208), a loader built from ``*args`` (DDP205) or without a dataset
 (DDP206), a state carried from batch to batch of an unshuffled loader
-(DDP210: the sampler interleaves the ranks' samples), and training batches
-that come from anything but a DataLoader the flow graph can follow (DDP201)
-are refused; a loader that cannot be followed
-to a loop (DDP204) and an epoch loop without a simple variable or a training
-loop repeated in a ``while`` (DDP203) are reported.
+(DDP210: the sampler interleaves the ranks' samples) are refused, and so are
+training batches that come from anything but a DataLoader the flow graph can
+follow (DDP201) when the ``tensors`` concern cannot shard them; a loader that
+cannot be followed to a loop (DDP204) and an epoch loop without a simple
+variable or a training loop repeated in a ``while`` (DDP203) are reported.
 """
 
 from __future__ import annotations
@@ -54,7 +55,18 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify import torch_api
-from ddpify.concerns.samplers import OwnSampler, define_wrapper, own_sampler, share
+from ddpify.concerns.samplers import (
+    DictEntry,
+    OwnSampler,
+    define_wrapper,
+    dict_entry,
+    entry_iterations,
+    keys_drawn,
+    own_sampler,
+    rng_draws,
+    sample_entries,
+    share,
+)
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement
 from ddpify.engine.index import Flow, Ref, Scope
@@ -172,6 +184,8 @@ class Loader:
     refs: frozenset[Ref] = frozenset()
     # ``sampler=`` / ``batch_sampler=`` the script gives it: each rank takes its share of what it draws
     own_sampler: OwnSampler | None = None
+    # kept in a dict with other loaders: only the training entries get a sampler
+    entry: DictEntry | None = None
 
 
 @dataclass(frozen=True)
@@ -196,11 +210,9 @@ SHAPE_METHODS = frozenset(
     {"view", "reshape", "expand", "new_zeros", "new_ones", "new_full", "new_empty", "unflatten", "resize_"}
 )
 RANDOM_SPLIT = frozenset({"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"})
-# Calls that seed torch's global RNG identically on every rank (given the same argument).
-GLOBAL_SEEDS = frozenset(
+# Calls that seed torch's, Python's and NumPy's global RNGs at once.
+SEED_EVERYTHING = frozenset(
     {
-        "torch.manual_seed",
-        "torch.random.manual_seed",
         "lightning.seed_everything",
         "lightning.pytorch.seed_everything",
         "pytorch_lightning.seed_everything",
@@ -209,6 +221,14 @@ GLOBAL_SEEDS = frozenset(
         "accelerate.utils.set_seed",
     }
 )
+# Calls that seed torch's global RNG identically on every rank (given the same argument).
+GLOBAL_SEEDS = SEED_EVERYTHING | {"torch.manual_seed", "torch.random.manual_seed"}
+# What seeds each global RNG that a sampler's indices or weights may be drawn from.
+RNG_SEEDS = {
+    "torch": GLOBAL_SEEDS,
+    "numpy": SEED_EVERYTHING | {"numpy.random.seed"},
+    "random": SEED_EVERYTHING | {"random.seed"},
+}
 
 
 def find(program: Program) -> Facts:
@@ -240,31 +260,40 @@ class _Finder:
 
     def loaders(self) -> Iterator[Loader]:
         index = self.index
-        found_training = False
         for call in index.calls:
             if not index.is_call_to(call, torch_api.DATALOADER):
                 continue
             origin = self._origin(call)
+            entry = dict_entry(index, call)
+            if entry is not None:
+                origin = entry.holder
             refs = index.downstream(origin) if origin is not None else set()
-            sites = [
-                site for site in self._iterations(refs) if self._site_trains(site[0]) and self._batches_train(site[0])
-            ]
+            starts: dict[cst.CSTNode, cst.CSTNode] = {}  # where to look for the epoch loop around a site
+            if entry is None:
+                sites = [
+                    site
+                    for site in self._iterations(refs)
+                    if self._site_trains(site[0]) and self._batches_train(site[0])
+                ]
+            else:
+                sites, entry = self._entry_sites(call, entry, refs, starts)
             training = bool(sites)
             epoch_loops: list[EpochLoop] = []
             own = None
             self._loader_refs = self._holding_loader(origin) if origin is not None else set()
             restarts = tuple(self._restarts(refs)) if training else ()
             if training:
-                found_training = True
                 for node, ref in sites:
-                    loop = self._epoch_loop(node, ref)
+                    loop = self._epoch_loop(starts.get(node, node), ref)
                     if loop is not None and index.inside(call, loop.loop):
                         built = next(
                             a for a in (call, *index.ancestors(call)) if index.parent(index.parent(a)) is loop.loop
                         )
                         loop = EpochLoop(loop.loop, loop.loader, statement(built))
-                    if loop is not None and loop not in epoch_loops:
-                        epoch_loops.append(loop)
+                    found = [loop] if loop is not None else []
+                    if loop is not None and entry is not None:  # set_epoch on the training entries of the dict
+                        found = [EpochLoop(loop.loop, held, loop.after) for held in entry.indexed(loop.loader)]
+                    epoch_loops.extend(lp for lp in found if lp not in epoch_loops)
                 repeated = any(
                     isinstance(lp, cst.While)
                     for node, _ in sites
@@ -280,7 +309,7 @@ class _Finder:
                     )
                 own = self._check_sampling_arguments(call, refs)
                 self._check_carried_state(call, [node for node, _ in sites], origin)
-            elif origin is None or not self._iterations(refs):
+            elif origin is None or not (entry_iterations(index, refs) if entry else self._iterations(refs)):
                 self.program.report(
                     call,
                     UNFOLLOWED_LOADER,
@@ -308,27 +337,46 @@ class _Finder:
                 tuple(node for node, _ in sites),
                 frozenset(refs),
                 own,
-            )
-        if not found_training:
-            training_loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
-            self.program.report(
-                training_loop or index.module,
-                NO_TRAINING_LOADER,
-                "the training loop does not draw its batches from a torch DataLoader that ddpify can follow; "
-                "every rank would train on the same samples",
+                entry,
             )
 
-    def _is_iterable_dataset(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
+    def _entry_sites(
+        self, call: cst.Call, entry: DictEntry, refs: set[Ref], starts: dict[cst.CSTNode, cst.CSTNode]
+    ) -> tuple[list[tuple[cst.CSTNode, Ref]], DictEntry]:
+        """Where the training entries of a dict of loaders are drawn for training, and the entry with its training keys.
+
+        A loop over the keys (``for phase in ["train", "val"]``) counts as training only for the
+        keys that the backward pass is guarded by (``if phase == "train":``).
+        """
+        sites: list[tuple[cst.CSTNode, Ref]] = []
+        training: set[str] = set()
+        for site, ref, key in entry_iterations(self.index, refs):
+            if not (self._site_trains(site) and self._batches_train(site)):
+                continue
+            drawn = keys_drawn(self.index, site, key)
+            if isinstance(drawn, str):
+                self.program.report(site, NO_TRAINING_LOADER, f"{drawn}; every rank would train on the same samples")
+                continue
+            keys, phases = drawn
+            if keys & {str(k.evaluated_value) for k in entry.keys}:
+                training |= keys
+                sites.append((site, ref))
+                if phases is not None:
+                    starts[site] = phases
+        chosen = tuple(k for k in entry.keys if str(k.evaluated_value) in training)
+        return sites, DictEntry(entry.holder, entry.keys, entry.variable, chosen)
+
+    def _iterable_dataset(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> cst.ClassDef | None:
+        """The script's own IterableDataset class that ``expr`` is an instance of, if it is one."""
         index = self.index
         if isinstance(expr, cst.Call):
             cls = index.local_class(expr.func)
-            return cls is not None and self._subclasses_iterable_dataset(cls)
+            return cls if cls is not None and self._subclasses_iterable_dataset(cls) else None
         ref = index.ref_of(expr, scope)
         if ref is None or depth > 3:
-            return False
-        return any(
-            self._is_iterable_dataset(a.value, index.scope_of(a), depth + 1) for a in self.index.assignments_to(ref)
-        )
+            return None
+        found = (self._iterable_dataset(a.value, index.scope_of(a), depth + 1) for a in index.assignments_to(ref))
+        return next(filter(None, found), None)
 
     def _subclasses_iterable_dataset(self, cls: cst.ClassDef, depth: int = 0) -> bool:
         for base in cls.bases:
@@ -386,17 +434,22 @@ class _Finder:
         own = None
         dataset_arg = argument(call, "dataset", torch_api.DATALOADER_POSITIONS["dataset"])
         dataset = dataset_arg.value if dataset_arg is not None else None
-        if dataset is not None and self._is_iterable_dataset(dataset, self.index.scope_of(call)):
+        stream = self._iterable_dataset(dataset, self.index.scope_of(call)) if dataset is not None else None
+        if dataset is not None and stream is not None:
+            line = self.index.position(stream)[0]
             self.program.report(
                 dataset,
                 ITERABLE_DATASET,
-                "the training data is an IterableDataset: a DistributedSampler cannot shard it; "
-                "make each rank yield its own share (e.g. skip items by dist.get_rank())",
+                f"the training data is `{stream.name.value}` (line {line}), an IterableDataset: a DistributedSampler "
+                "cannot shard it, and splitting its stream by rank and DataLoader worker keeps the ranks in step "
+                "only if every share is equally long; make its `__iter__` yield this rank's equal share",
             )
         for position, arg in enumerate(call.args):
             keyword = arg.keyword.value if arg.keyword is not None else None
             if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS:
                 found = own_sampler(self.index, call, arg, any(True for _ in self._dataset_lengths(refs)))
+                if isinstance(found, OwnSampler):
+                    found = self._unseeded_draw(found) or found
                 if isinstance(found, OwnSampler):
                     own = found
                 else:
@@ -412,6 +465,22 @@ class _Finder:
             elif arg.star == "*":
                 self.program.report(arg, STAR_ARGS, "cannot add a sampler to a DataLoader built from `*args`")
         return own
+
+    def _unseeded_draw(self, own: OwnSampler) -> str:
+        """Why the samplers' own arguments would differ between ranks: drawn from an RNG no seed was set for."""
+        index = self.index
+        for value in own.wrapped:
+            ref = index.ref_of(value, index.scope_of(value))
+            built = [a.value for a in index.assignments_to(ref)] if ref is not None else [value]
+            for draw, family in (d for b in built if isinstance(b, cst.Call) for d in rng_draws(index, b)):
+                if not self._seeded_before(draw, 0, RNG_SEEDS[family]):
+                    name = next(iter(index.qualified_names(draw.func)))
+                    return (
+                        f"the indices or weights it draws from come from `{name}` (line {index.position(draw)[0]}), "
+                        f"unseeded: they would differ between ranks; seed {family}'s RNG the same way on every rank "
+                        "before it"
+                    )
+        return ""
 
     def _iterations(self, refs: set[Ref]) -> list[tuple[cst.CSTNode, Ref]]:
         """Where batches are drawn from the loader: ``for ... in loader`` loops and ``next(it)`` calls."""
@@ -756,19 +825,19 @@ class _Finder:
                 continue
             yield Split(call, self._script_seed(call))
 
-    def _seeds(self, node: cst.CSTNode, depth: int = 0) -> bool:
+    def _seeds(self, node: cst.CSTNode, depth: int = 0, seeds: frozenset[str] = GLOBAL_SEEDS) -> bool:
         """Whether running the call ``node`` seeds the global RNG (through the script's own functions too)."""
         index = self.index
         if not isinstance(node, cst.Call):
             return False
-        if index.is_call_to(node, GLOBAL_SEEDS):
+        if index.is_call_to(node, seeds):
             return True
         callee = index.resolve_callee(node, index.scope_of(node))
         if callee is None or depth > 3:
             return False
         body = callee[0].body
         return any(
-            self._seeds(inner, depth + 1)
+            self._seeds(inner, depth + 1, seeds)
             for inner in index.walk(body)
             if isinstance(inner, cst.Call) and self._runs_whenever(inner, body)
         )
@@ -782,7 +851,7 @@ class _Finder:
                 return False
         return False
 
-    def _seeded_before(self, node: cst.CSTNode, depth: int) -> bool:
+    def _seeded_before(self, node: cst.CSTNode, depth: int, seeds: frozenset[str] = GLOBAL_SEEDS) -> bool:
         """Whether a global seed has always been set when ``node`` runs."""
         index = self.index
         scope = index.scope_of(node)
@@ -790,7 +859,7 @@ class _Finder:
             if (
                 index.scope_of(call) is scope
                 and index.after(node, call)
-                and self._seeds(call)
+                and self._seeds(call, 0, seeds)
                 and not any(
                     isinstance(a, (cst.If, cst.For, cst.While, cst.Try)) and not index.inside(node, a)
                     for a in index.ancestors(call)
@@ -801,7 +870,7 @@ class _Finder:
         if not isinstance(scope, cst.FunctionDef) or depth > 4:
             return False
         callers = index.callers(scope)
-        return bool(callers) and all(self._seeded_before(caller, depth + 1) for caller in callers)
+        return bool(callers) and all(self._seeded_before(caller, depth + 1, seeds) for caller in callers)
 
     def _script_seed(self, split: cst.Call) -> str:
         """The seed the script gives torch later on, when it is a number or a module-level constant; else 0."""
@@ -874,6 +943,16 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         plan.report(call, NO_DATASET, "cannot find the dataset this DataLoader reads")
         return False
     dataset = dataset_arg.value
+    if loader.entry is not None and loader.entry.variable is not None:
+        if any(isinstance(node, cst.Call) for node in index.walk(dataset)):
+            plan.report(
+                dataset,
+                NO_DATASET,
+                "the dataset of a DataLoader built in a dict comprehension is made in place: build the datasets "
+                "first and index them here (`datasets[x]`)",
+            )
+            return False
+        return sample_entries(plan, call, loader.entry, dataset)
     stmt = index.statement_of(call)
     if not isinstance(dataset, (cst.Name, cst.Attribute)):
         name = fresh("train_dataset", index.identifiers | taken)

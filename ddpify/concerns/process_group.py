@@ -34,8 +34,15 @@ or any of the script's own functions may follow. Code that runs before it --
 module-level statements and the functions they call -- cannot ask for the
 rank; :meth:`Facts.runs_before_setup` tells the other concerns so.
 
-Limits: imports after module-level training code starts are refused (DDP104):
-the process group must exist before that code runs.
+Imports placed after helper definitions (``import torch``, ``def helper(): ...``,
+``from model import Net``, then module-level training) move the module-level
+setup below the last import, where the first statement that can need the group
+runs: only definitions, constants and argument parsing may come before it.
+
+Limits: imports after module-level code that may need the process group
+(training, a data set, any call other than argument parsing, seeding or
+warnings filters) are refused (DDP104): the setup must run before that code,
+and the imports it adds must come before the setup.
 """
 
 from __future__ import annotations
@@ -58,9 +65,12 @@ LATE_IMPORTS = Code(
     "DDP104",
     Severity.ERROR,
     "process_group",
-    "imports after the module-level training code starts, where the process group must already exist",
-    "move the imports to the top of the script",
+    "imports after module-level code that may need the process group, which must be set up before that code",
+    "move the imports above the module-level code (definitions may stay between them)",
 )
+# Calls that may run before the process group exists: they neither train nor ask for a rank or a device.
+_HARMLESS_CALLS = ("argparse.", "warnings.", "sys.path.", "os.path.", "matplotlib.use", "random.seed")
+_HARMLESS_SEEDS = frozenset({"torch.manual_seed", "numpy.random.seed"})
 CODES = (LATE_IMPORTS,)
 
 
@@ -107,7 +117,7 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
         if not any(index.is_call_to(call, opens) for call in _calls_in(index, before)):
             after: list[cst.CSTNode] = [guard] if anchor is guard else [s for s in guard.body.body if s not in early]
             return Facts(False, anchor, before, before & _called_from(index, after))
-    anchor = _first_statement_after_imports(module)
+    anchor = _module_level_anchor(index)[0]
     early = _runs(module.body[: module.body.index(anchor)])
     before = frozenset(early) | _called_from(index, early)
     return Facts(True, anchor, before, before & _called_from(index, _runs(module.body[module.body.index(anchor) :])))
@@ -255,15 +265,18 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 plan.need_import(stdlib)
     setup = setup.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
     anchor = _first_statement_after_imports(module)
-    late = [s for s in module.body[module.body.index(anchor) + 1 :] if _is_import(s)]
-    if late and (facts.setup_at_module_level or index.main_guard is None):
-        plan.report(
-            late[0],
-            LATE_IMPORTS,
-            "the script imports modules after its module-level training code starts; "
-            "move the imports to the top so that the process group can be set up first",
-        )
-        return
+    if facts.setup_at_module_level or index.main_guard is None:
+        anchor, needs_group = _module_level_anchor(index)
+        if needs_group is not None:
+            late = next(s for s in module.body[module.body.index(needs_group) :] if _is_import(s))
+            plan.report(
+                late,
+                LATE_IMPORTS,
+                f"this import comes after module-level code that may need the process group (line "
+                f"{index.position(needs_group)[0]}: `{_first_line(index, needs_group)}`), which must be set up "
+                "before that code runs and after every import: move the imports above that line",
+            )
+            return
     plan.insert_before(anchor, setup)
     _two_blank_lines_before(plan, anchor)
     plan.setup_definition = setup
@@ -288,6 +301,57 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         plan.replace(guard, lambda node: _with_process_group(cast(cst.If, node), start, names.setup, names.dist))
         plan.change(guard, "join the process group before training; destroy it in `finally` on every rank")
     plan.change(anchor, f"add `{names.setup}()`: device from LOCAL_RANK, NCCL on CUDA / Gloo on CPU")
+
+
+def _module_level_anchor(index: Index) -> tuple[cst.BaseStatement, cst.BaseStatement | None]:
+    """Where module-level code joins the process group, and the statement that needs it too early, if any.
+
+    Right after the imports; when more imports follow helper definitions, after the last of them
+    (the imports ddpify adds go among the script's own, so the setup must follow every import).
+    That is possible only when nothing before it may need the group: definitions, constants,
+    argument parsing, seeding. Otherwise the first statement that may is returned too.
+    """
+    body: list[cst.BaseStatement] = list(index.module.body)
+    first = _first_statement_after_imports(index.module)
+    start = body.index(first)
+    late = [position for position in range(start + 1, len(body)) if _is_import(body[position])]
+    if not late:
+        return first, None
+    needs_group = next((s for s in body[start : late[-1]] if not _runs_without_group(index, s)), None)
+    if needs_group is None and late[-1] + 1 < len(body):
+        return body[late[-1] + 1], None
+    return first, needs_group or body[late[-1]]
+
+
+def _first_line(index: Index, stmt: cst.BaseStatement) -> str:
+    line = index.module.code_for_node(statement(stmt).with_changes(leading_lines=())).strip().splitlines()[0]
+    return line if len(line) <= 50 else line[:47] + "..."
+
+
+def _runs_without_group(index: Index, stmt: cst.BaseStatement) -> bool:
+    """A definition, an import, or a line whose calls only parse arguments, seed or filter warnings."""
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) or _is_import(stmt):
+        return True
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for call in _calls_in(index, [stmt]):
+        names = index.qualified_names(call.func)
+        if not _on_parser(index, call) and not any(
+            n.startswith(_HARMLESS_CALLS) or n in _HARMLESS_SEEDS for n in names
+        ):
+            return False
+    return True
+
+
+def _on_parser(index: Index, call: cst.Call) -> bool:
+    """``parser.add_argument(...)`` / ``parser.parse_args()`` on a module-level ``argparse`` parser."""
+    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    ref = index.root_ref(receiver, index.module) if receiver is not None else None
+    return ref is not None and any(
+        name.startswith("argparse.")
+        for assigned in index.assignments_to(ref)
+        for name in index.qualified_names(_callee(assigned.value))
+    )
 
 
 def _first_statement_after_imports(module: cst.Module) -> cst.BaseStatement:

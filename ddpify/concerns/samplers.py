@@ -28,6 +28,17 @@ assignment, a placeholder set before its dataset exists or next to
 ``shuffle=True``, a ``batch_sampler`` that may be ``None``, and
 ``len(loader.dataset)`` next to a batch sampler (this rank's number of samples
 is not known before drawing).
+
+Loaders kept in a dict get a sampler on their training entries only: the
+keys a training loop draws with a string (``loaders["train"]``), or, in a
+loop over the keys, the keys that the backward pass is guarded by
+(``if phase == "train":``); ``set_epoch`` goes on ``loaders["train"]``::
+
+    loaders = {x: DataLoader(sets[x], batch_size=4, shuffle=True) for x in ["train", "val"]}
+    ->  loaders = {x: DataLoader(sets[x], batch_size=4, sampler=DistributedSampler(sets[x]) if x == "train" else None) ...}
+
+A loop over the keys whose backward pass is guarded some other way is refused
+(DDP201): which entry trains cannot be told.
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ from typing import cast
 import libcst as cst
 import libcst.matchers as m
 
-from ddpify.engine.edits import EditPlan, fresh
+from ddpify.engine.edits import EditPlan, fresh, insert_arg
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, dotted, parameter_names
 
@@ -51,6 +62,14 @@ TORCH_SAMPLERS = frozenset(
     for name in ("RandomSampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler")
 )
 TORCH_BATCH_SAMPLERS = frozenset({"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"})
+# Draws from torch's global RNG (unless given a generator=).
+GLOBAL_TORCH_DRAWS = frozenset(
+    f"torch.{name}" for name in ("randperm", "rand", "randn", "randint", "multinomial", "bernoulli", "normal")
+)
+# numpy.random functions that draw nothing from the global RNG (a seeded generator is the script's own choice).
+NOT_NUMPY_DRAWS = frozenset(
+    f"numpy.random.{name}" for name in ("seed", "default_rng", "RandomState", "Generator", "SeedSequence", "get_state")
+)
 # RNGs that forking and seeding torch's RNG does not reach.
 OTHER_RNGS = ("random.", "numpy.random.")
 
@@ -203,6 +222,63 @@ def _why_not_wrappable(index: Index, value: cst.BaseExpression, batches: bool) -
     return _why_not_seedable(index, value)
 
 
+def rng_draws(index: Index, value: cst.Call) -> list[tuple[cst.Call, str]]:
+    """Calls to a global RNG that the arguments of ``value`` come from, each with its RNG: torch, numpy or random.
+
+    ``SubsetRandomSampler(train_idx)`` after ``np.random.shuffle(indices)`` and
+    ``train_idx = indices[split:]``: the names read are followed back through the
+    assignments (and in-place shuffles) before ``value`` in its own scope.
+    """
+    scope = index.scope_of(value)
+    earlier = [
+        small
+        for stmt in index.statements
+        if index.scope_of(stmt) is scope and index.after(value, stmt)
+        for small in stmt.body
+    ]
+    found: list[tuple[cst.Call, str]] = []
+    wanted: list[cst.BaseExpression] = [value]
+    names: set[str] = set()
+    while wanted:
+        expr = wanted.pop()
+        for node in index.walk(expr):
+            if isinstance(node, cst.Call) and node is not value:
+                family = _rng_family(index, node)
+                if family and (node, family) not in found:
+                    found.append((node, family))
+            elif isinstance(node, cst.Name) and node.value not in names and index.parent(node) is not value:
+                names.add(node.value)
+                for small in earlier:
+                    if (
+                        isinstance(small, cst.Assign)
+                        and any(
+                            m.matches(t, m.Name(node.value))
+                            for target in small.targets
+                            for t in index.walk(target.target)
+                        )
+                    ) or (
+                        isinstance(small, cst.Expr)
+                        and isinstance(small.value, cst.Call)
+                        and small.value.args
+                        and m.matches(small.value.args[0].value, m.Name(node.value))
+                        and _rng_family(index, small.value)
+                    ):
+                        wanted.append(small.value)
+    return found
+
+
+def _rng_family(index: Index, call: cst.Call) -> str:
+    """``torch``, ``numpy`` or ``random`` when ``call`` draws from that global RNG; '' otherwise."""
+    for name in index.qualified_names(call.func):
+        if name in GLOBAL_TORCH_DRAWS and argument(call, "generator") is None:
+            return "torch"
+        if name.startswith("numpy.random.") and name not in NOT_NUMPY_DRAWS:
+            return "numpy"
+        if name.startswith("random.") and name != "random.seed":
+            return "random"
+    return ""
+
+
 def _why_not_seedable(index: Index, call: cst.Call) -> str:
     """Why the script's own class ``call`` builds would draw differently on each rank ('' when it would not)."""
     cls = index.local_class(call.func)
@@ -270,3 +346,150 @@ def define_wrapper(plan: EditPlan, taken: set[str]) -> str:
             stmts.insert(stmts.index(plan.setup_definition) + 1, definition)
             break
     return name
+
+
+@dataclass(frozen=True)
+class DictEntry:
+    """A DataLoader kept in a dict: ``{"train": DataLoader(...), ...}`` or ``{x: DataLoader(...) for x in keys}``.
+
+    Only the entries that train get a sampler; the others stay whole on every rank.
+    """
+
+    holder: Ref  # where the dict is kept
+    keys: tuple[cst.SimpleString, ...]  # its own key, or every key of the comprehension
+    variable: str | None = None  # a comprehension's variable, which holds the key
+    training: tuple[cst.SimpleString, ...] = ()  # the keys among ``keys`` whose loader trains
+
+    def indexed(self, holder: str) -> list[str]:
+        """How each training loader is written: ``dataloaders["train"]``."""
+        return [f"{holder}[{key.value}]" for key in self.training]
+
+
+def dict_entry(index: Index, call: cst.Call) -> DictEntry | None:
+    """The dict ``call`` is an entry of, when it is one with string keys kept in a plain name or ``self`` field."""
+    parent = index.parent(call)
+    if isinstance(parent, cst.DictComp) and parent.value is call:
+        comp = parent.for_in
+        strings = isinstance(comp.iter, (cst.List, cst.Tuple)) and all(
+            isinstance(e.value, cst.SimpleString) for e in comp.iter.elements
+        )
+        if not (isinstance(comp.target, cst.Name) and strings and comp.inner_for_in is None and not comp.ifs):
+            return None
+        keys = tuple(cast(cst.SimpleString, e.value) for e in cast(cst.List | cst.Tuple, comp.iter).elements)
+        holder = _assigned_to(index, parent)
+        variable = comp.target.value
+        return DictEntry(holder, keys, variable) if holder is not None else None
+    if isinstance(parent, cst.DictElement) and parent.value is call and isinstance(parent.key, cst.SimpleString):
+        holder = _assigned_to(index, index.parent(parent))
+        return DictEntry(holder, (parent.key,)) if holder is not None else None
+    return None
+
+
+def _assigned_to(index: Index, value: cst.CSTNode | None) -> Ref | None:
+    assign = index.parent(value)
+    if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and value is not None:
+        return index.ref_of(assign.targets[0].target, index.scope_of(value))
+    return None
+
+
+def entry_iterations(index: Index, refs: set[Ref]) -> list[tuple[cst.For, Ref, cst.BaseExpression]]:
+    """``for batch in loaders[key]`` (also through ``enumerate``/``tqdm``): the loop, the dict and the key."""
+    found = []
+    for loop in index.loops:
+        if not isinstance(loop, cst.For):
+            continue
+        expr = loop.iter
+        while isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None:
+            expr = expr.args[0].value
+        if not (isinstance(expr, cst.Subscript) and len(expr.slice) == 1):
+            continue
+        ref = index.carried_ref(expr.value, index.scope_of(loop))
+        key = expr.slice[0].slice
+        if ref in refs and isinstance(key, cst.Index):
+            found.append((loop, ref, key.value))
+    return found
+
+
+def keys_drawn(index: Index, site: cst.For, key: cst.BaseExpression) -> tuple[set[str], cst.For | None] | str:
+    """The keys whose loaders train at ``site``, and the loop over the keys; or why they cannot be told."""
+    if isinstance(key, cst.SimpleString):
+        return {str(key.evaluated_value)}, None
+    text = index.module.code_for_node(key)
+    phases = next(
+        (
+            lp
+            for lp in index.enclosing_loops(site)
+            if isinstance(lp, cst.For)
+            and m.matches(lp.target, m.Name(text))
+            and isinstance(lp.iter, (cst.List, cst.Tuple))
+            and all(isinstance(e.value, cst.SimpleString) for e in lp.iter.elements)
+        ),
+        None,
+    )
+    if not isinstance(key, cst.Name) or phases is None:
+        return f"cannot tell which loader `{index.module.code_for_node(site.iter)}` draws from"
+    keys: set[str] = set()
+    for node in index.walk(site.body):
+        if not isinstance(node, cst.Call):
+            continue
+        backward = isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward"
+        callee = index.resolve_callee(node, index.scope_of(node))
+        if not backward and not (callee is not None and index.trains(callee[0].body)):
+            continue
+        guards = [
+            str(test.comparisons[0].comparator.evaluated_value)
+            for a in index.ancestors(node)
+            if isinstance(a, cst.If) and index.inside(a, site)
+            for test in (a.test,)
+            if isinstance(test, cst.Comparison)
+            and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)
+            and m.matches(test.left, m.Name(text))
+            and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+        ]
+        if not guards:
+            return (
+                f"cannot tell for which `{text}` the loop over `{index.module.code_for_node(site.iter)}` trains: "
+                f'run the backward pass under `if {text} == "train":`'
+            )
+        keys.update(guards)
+    return keys, phases
+
+
+def sample_entries(plan: EditPlan, call: cst.Call, entry: DictEntry, dataset: cst.BaseExpression) -> bool:
+    """``{x: DataLoader(ds[x], ...) for x in keys}``: a DistributedSampler for the training keys only.
+
+    Whether that sampler shuffles (and so needs ``set_epoch``).
+    """
+    code = plan.index.module.code_for_node
+    sampler = plan.names.sampler
+    variable = entry.variable
+    keys = [key.value for key in entry.training]
+    test = f"{variable} == {keys[0]}" if len(keys) == 1 else f"{variable} in ({', '.join(keys)})"
+    shuffle = argument(call, "shuffle", 2)
+    shuffles = shuffle is not None and not m.matches(shuffle.value, m.Name("False"))
+    if shuffle is None or not shuffles or m.matches(shuffle.value, m.Name("True")):
+        option = "" if shuffles else ", shuffle=False"
+    else:
+        written = code(shuffle.value.with_changes(lpar=[], rpar=[]))
+        option = "" if written == test else f", shuffle={written}"
+    value = cst.parse_expression(f"{sampler}({code(dataset)}{option}) if {test} else None")
+    new_arg = cst.Arg(
+        value=value,
+        keyword=cst.Name("sampler"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    if shuffle is not None and shuffles:
+        plan.replace(shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=value))
+    else:
+        spread = next((i for i, a in enumerate(call.args) if a.star == "**"), len(call.args))
+        plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), new_arg, spread))
+    plan.need_import(
+        "torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler
+    )
+    plan.change(
+        call,
+        f"a {sampler} for the dict's training {'entries' if len(keys) > 1 else 'entry'} {', '.join(keys)}; "
+        "the other entries are read whole, in order, on every rank",
+    )
+    return shuffles

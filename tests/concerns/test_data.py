@@ -77,7 +77,7 @@ def test_a_loader_with_its_own_sampler_is_refused(read) -> None:
     assert codes(program) == ["DDP202"]
 
 
-def test_batches_that_come_from_no_loader_are_refused(read) -> None:
+def test_batches_that_come_from_no_loader_are_left_to_the_tensors_concern(read) -> None:
     program = read(
         """
         import torch
@@ -87,7 +87,7 @@ def test_batches_that_come_from_no_loader_are_refused(read) -> None:
         """
     )
     assert data.find(program).loaders == ()
-    assert codes(program) == ["DDP201"]
+    assert codes(program) == []
 
 
 def test_a_loader_drawn_in_a_training_loop_whose_batches_never_reach_backward_is_evaluation_data(read) -> None:
@@ -391,6 +391,10 @@ SAMPLER_CASES = {
         "batches = None\nloader = DataLoader(ds, batch_sampler=batches)",
         "the batch_sampler `batches` may be None",
     ),
+    "indices drawn from an unseeded RNG": (
+        "idx = torch.randperm(100)[:80]\nloader = DataLoader(ds, batch_size=8, sampler=SubsetRandomSampler(idx))",
+        "come from `torch.randperm` (line 3), unseeded",
+    ),
     "a batch sampler next to len(loader.dataset)": (
         "loader = DataLoader(ds, batch_sampler=BatchSampler(RandomSampler(ds), 8, False))\nprint(len(loader.dataset))",
         "`len(loader.dataset)` is read next to a batch_sampler",
@@ -402,7 +406,7 @@ SAMPLER_CASES = {
 def test_a_sampler_each_rank_could_not_draw_alike_is_refused_with_the_reason(read, case: str) -> None:
     setup, reason = SAMPLER_CASES[case]
     program = read(
-        "from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler\n"
+        "import torch\nfrom torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SubsetRandomSampler\n"
         f"{setup}\n"
         "for epoch in range(3):\n"
         "    for x in loader:\n"
@@ -446,3 +450,79 @@ def test_the_sampler_wrapper_deals_out_one_draw_of_the_sampler_evenly(monkeypatc
     assert dealt == drawn
     assert shares(1) == first and shares(2) != first
     assert torch.equal(torch.get_rng_state(), rng)  # the script's own RNG stream is left as it was
+
+
+def test_only_the_entries_of_a_dict_of_loaders_that_the_backward_pass_is_guarded_by_train(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader
+        loaders = {x: DataLoader(sets[x], batch_size=8, shuffle=True) for x in ["train", "val", "test"]}
+        for epoch in range(3):
+            for phase in ["train", "val"]:
+                for x, y in loaders[phase]:
+                    loss = loss_fn(model(x), y)
+                    if phase == "train":
+                        loss.backward()
+        """
+    )
+    (loader,) = data.find(program).loaders
+    assert loader.training and codes(program) == []
+    assert loader.entry is not None and [key.value for key in loader.entry.training] == ['"train"']
+    assert [loop.loader for loop in loader.epoch_loops] == ['loaders["train"]']
+    assert code(program, loader.epoch_loops[0].loop).startswith("for epoch in range(3):")
+
+
+def test_each_loader_of_a_dict_literal_trains_only_where_its_key_is_drawn_for_training(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader
+        loaders = {"train": DataLoader(a, batch_size=8, shuffle=True), "val": DataLoader(b, batch_size=64)}
+        for epoch in range(3):
+            for x in loaders["train"]:
+                model(x).sum().backward()
+            for x in loaders["val"]:
+                model(x)
+        """
+    )
+    train, val = data.find(program).loaders
+    assert train.training and not val.training
+    assert [loop.loader for loop in train.epoch_loops] == ['loaders["train"]']
+    assert codes(program) == []
+
+
+def test_a_dict_of_loaders_whose_training_key_cannot_be_told_is_refused_once(read) -> None:
+    program = read(
+        """
+        from torch.utils.data import DataLoader
+        loaders = {x: DataLoader(sets[x], batch_size=8) for x in ["train", "val"]}
+        for epoch in range(3):
+            for phase in ["train", "val"]:
+                for x in loaders[phase]:
+                    loss = model(x).sum()
+                    if training[phase]:
+                        loss.backward()
+        """
+    )
+    (loader,) = data.find(program).loaders
+    assert not loader.training
+    (diagnostic,) = program.diagnostics()
+    assert diagnostic.code == "DDP201" and "cannot tell for which `phase`" in diagnostic.message
+
+
+def test_indices_drawn_after_a_seed_are_the_same_on_every_rank(read) -> None:
+    program = read(
+        """
+        import numpy as np
+        from torch.utils.data import DataLoader, SubsetRandomSampler
+        np.random.seed(0)
+        indices = list(range(100))
+        np.random.shuffle(indices)
+        train_idx = indices[20:]
+        loader = DataLoader(ds, batch_size=8, sampler=SubsetRandomSampler(train_idx))
+        for epoch in range(3):
+            for x in loader:
+                model(x).backward()
+        """
+    )
+    (loader,) = data.find(program).loaders
+    assert loader.own_sampler is not None and codes(program) == []

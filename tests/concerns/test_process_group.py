@@ -135,3 +135,41 @@ def test_a_save_at_import_time_moves_the_setup_after_the_imports(read) -> None:
     )
     assert setup_at_module_level(program)
     assert setup_before(program) == 'torch.save({"lr": 0.1}, "config.pt")'
+
+
+LATE_IMPORTS = """
+import argparse
+
+def helper():
+    return 1
+
+import torch
+from torch.utils.data import DataLoader
+parser = argparse.ArgumentParser()
+loader = DataLoader(ds, batch_size=8)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in loader:
+    model(x).sum().backward()
+"""
+
+
+def facts(program) -> process_group.Facts:
+    return process_group.find(program, model.find(program), data.find(program))
+
+
+def test_imports_after_helpers_move_the_module_level_setup_below_the_last_import(read) -> None:
+    program = read(LATE_IMPORTS)
+    found = facts(program)
+    assert found.setup_at_module_level
+    assert code(program, found.setup_before) == "parser = argparse.ArgumentParser()"
+
+
+def test_imports_after_code_that_may_need_the_group_keep_the_setup_first_and_are_refused(read) -> None:
+    program = read(LATE_IMPORTS.replace("    return 1\n", "    return 1\n\ndevice = torch.device('cuda')\n"))
+    found = facts(program)
+    assert code(program, found.setup_before).startswith("def helper")
+    # only the rewrite knows where the imports go; it reports the late import, naming the line that needs the group
+    anchor, needs_group = process_group._module_level_anchor(program.index)
+    assert anchor is found.setup_before
+    assert needs_group is not None and code(program, needs_group) == "device = torch.device('cuda')"

@@ -1,0 +1,190 @@
+"""ddpify.concerns.tensors: which tensors are sharded, and why the others are refused."""
+
+from __future__ import annotations
+
+from conftest import code, codes
+
+from ddpify.concerns import data, model, process_group, tensors
+
+
+def find(program):
+    loaders, models = data.find(program), model.find(program)
+    return tensors.find(program, loaders, models, process_group.find(program, models, loaders))
+
+
+def refusal(program) -> str:
+    (diagnostic,) = [d for d in program.diagnostics() if d.code == "DDP201"]
+    return diagnostic.message
+
+
+def script(data_lines: str, step: str = "loss = loss_fn(model(x), y)") -> str:
+    return f"""
+import numpy as np
+import torch
+import torch.nn as nn
+
+def main():
+{data_lines}
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.MSELoss()
+    for epoch in range(100):
+        optimizer.zero_grad()
+        {step}
+        loss.backward()
+        optimizer.step()
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_the_model_input_and_a_target_computed_from_it_are_sharded(read) -> None:
+    program = read(script("    x = torch.randn(200, 4)\n    y = x.sum(dim=1, keepdim=True)"))
+    (full,) = find(program).full_batches
+    assert full.names == ("x", "y") and full.length == "x"
+    assert [code(program, read) for read in full.reads] == ["x", "y"]
+    assert code(program, full.after) == "y = x.sum(dim=1, keepdim=True)"
+    assert codes(program) == []
+
+
+def test_tensors_made_with_the_same_number_of_rows_belong_together(read) -> None:
+    program = read(script("    n = 500\n    x = torch.randn(n, 4)\n    y = torch.randn(n, 1)"))
+    (full,) = find(program).full_batches
+    assert full.names == ("x", "y")
+
+
+def test_columns_of_one_array_belong_together_through_a_device_move(read) -> None:
+    program = read(
+        script(
+            "    table = np.loadtxt('data.csv', dtype=np.float32)\n"
+            "    x = torch.from_numpy(table[:, :4])\n"
+            "    y = torch.from_numpy(table[:, 4:])\n"
+            "    x, y = x.to('cuda'), y.to('cuda')"
+        )
+    )
+    (full,) = find(program).full_batches
+    assert full.names == ("x", "y")
+    assert code(program, full.after) == "x, y = x.to('cuda'), y.to('cuda')"
+
+
+def test_a_target_unrelated_to_the_input_is_refused(read) -> None:
+    program = read(script("    x = torch.randn(200, 4)\n    y = torch.ones(1)"))
+    assert find(program).full_batches == ()
+    assert "`y` cannot be shown to hold one row per sample of `x`" in refusal(program)
+
+
+def test_a_model_called_on_two_tensors_is_refused(read) -> None:
+    program = read(
+        script(
+            "    x = torch.randn(200, 4)\n    adj = torch.eye(200)\n    y = x.sum(1)",
+            "loss = loss_fn(model(x, adj), y)",
+        )
+    )
+    assert find(program).full_batches == ()
+    assert "several tensors (`adj`, `x`)" in refusal(program)
+
+
+def test_samples_picked_by_index_in_the_step_are_refused(read) -> None:
+    program = read(script("    x = torch.randn(200, 4)\n    y = x.sum(1)", "loss = loss_fn(model(x[:100]), y[:100])"))
+    assert find(program).full_batches == ()
+    assert "uses part of the samples (`x[:100]`)" in refusal(program)
+
+
+def test_columns_chosen_in_the_step_keep_every_sample(read) -> None:
+    program = read(script("    x = torch.randn(200, 5)\n    y = x.sum(1)", "loss = loss_fn(model(x[:, :4]), y)"))
+    (full,) = find(program).full_batches
+    assert [code(program, read) for read in full.reads] == ["x", "y"]
+
+
+def test_data_drawn_anew_in_each_step_is_refused(read) -> None:
+    program = read(script("    pass", "x = torch.randn(32, 4)\n        loss = loss_fn(model(x), x.sum(1))"))
+    assert find(program).full_batches == ()
+    assert "draws its data with `torch.randn`" in refusal(program)
+
+
+def test_an_unseeded_random_choice_of_samples_is_refused_and_a_seeded_one_is_not(read) -> None:
+    choice = "    data = torch.randn(300, 5)\n    rows = torch.randperm(300)[:200]\n    x = data[rows, :4]\n    y = data[rows, 4:]"
+    program = read(script(choice))
+    assert find(program).full_batches == ()
+    assert "chosen at random (`torch.randperm`) before any seed is set" in refusal(program)
+    seeded = read(script("    torch.manual_seed(0)\n" + choice))
+    (full,) = find(seeded).full_batches
+    assert full.names == ("x", "y")
+
+
+def test_a_parameter_holding_the_data_is_refused(read) -> None:
+    program = read(
+        """
+        import torch
+        def fit(model, x, y, optimizer):
+            for step in range(10):
+                optimizer.zero_grad()
+                ((model(x) - y) ** 2).mean().backward()
+                optimizer.step()
+        model = torch.nn.Linear(4, 1)
+        fit(model, torch.randn(8, 4), torch.randn(8, 1), torch.optim.SGD(model.parameters(), lr=0.1))
+        """
+    )
+    assert find(program).full_batches == ()
+    assert "`x` reaches the training step as a parameter" in refusal(program)
+
+
+def test_nothing_is_found_when_a_dataloader_feeds_training(read) -> None:
+    program = read(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(8, 4)
+        loader = DataLoader(x, batch_size=2)
+        for xb in loader:
+            model(xb).sum().backward()
+        """
+    )
+    assert find(program).full_batches == ()
+    assert codes(program) == []
+
+
+def test_hand_made_batches_shard_every_read_of_the_data_in_the_loop(read) -> None:
+    program = read(
+        script(
+            "    x = torch.randn(200, 4)\n    y = x.sum(1)",
+            "for i in range(0, len(x), 32):\n"
+            "            loss = loss_fn(model(x[i : i + 32]), y[i : i + 32])\n"
+            "            loss.backward()",
+        ).replace("        loss.backward()\n        optimizer.step()", "        optimizer.step()")
+    )
+    (full,) = find(program).full_batches
+    assert full.batched
+    assert sorted(code(program, read) for read in full.reads) == ["x", "x", "y"]
+
+
+def test_a_batch_loop_not_bounded_by_the_length_of_the_data_is_refused(read) -> None:
+    program = read(
+        script(
+            "    x = torch.randn(200, 4)\n    y = x.sum(1)\n    n_batches = 200 // 32",
+            "for b in range(n_batches):\n"
+            "            loss = loss_fn(model(x[b * 32 : (b + 1) * 32]), y[b * 32 : (b + 1) * 32])\n"
+            "            loss.backward()",
+        ).replace("        loss.backward()\n        optimizer.step()", "        optimizer.step()")
+    )
+    assert find(program).full_batches == ()
+    assert "the batch loop runs over `range(n_batches)`" in refusal(program)
+
+
+def test_samples_drawn_at_random_within_the_length_of_the_data_are_sharded(read) -> None:
+    step = "idx = torch.randint(0, len(x), (32,))\n        loss = loss_fn(model(x[idx]), y[idx])"
+    program = read(script("    x = torch.randn(200, 4)\n    y = x.sum(1)", step))
+    (full,) = find(program).full_batches
+    assert full.batched and sorted(code(program, read) for read in full.reads) == ["x", "x", "y"]
+    fixed = read(script("    x = torch.randn(200, 4)\n    y = x.sum(1)", step.replace("len(x)", "200")))
+    assert find(fixed).full_batches == ()
+    assert "whose range is not computed from the length of the data" in refusal(fixed)
+
+
+def test_a_target_of_unknown_making_is_refused(read) -> None:
+    program = read(script("    x = torch.randn(200, 4)\n    y = load_targets()"))
+    assert find(program).full_batches == ()
+    assert "cannot tell whether `y`, which the loss reads, holds one row per sample" in refusal(program)

@@ -1,0 +1,146 @@
+"""Training on tensors without a DataLoader, under torchrun: each rank trains on its own equal shard.
+
+The verification's probe sees DataLoader batches only, so these tests record
+what the model is called on themselves: a global forward pre-hook, added to
+the converted script, keeps the rows of every input the DDP-wrapped model
+gets while gradients are on, and each rank writes them out at exit (outside
+the working folder, where the probe does not judge writes). The ranks must
+stay in sync, take the same number of steps, and have seen disjoint rows
+that together are the training set (less the few left out for equal shards).
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from ddpify import Status, convert
+from ddpify.verify import verify
+from ddpify.verify.checks import SHARDED_DATA
+
+pytest.importorskip("torch")
+
+RECORDER = """\
+import atexit as _atexit
+import os as _os
+import pickle as _pickle
+
+import torch as _torch
+
+_SEEN = []
+
+
+def _record(module, args):
+    if isinstance(module, _torch.nn.parallel.DistributedDataParallel) and _torch.is_grad_enabled():
+        _SEEN.append([tuple(row.flatten().tolist()) for row in args[0]])
+
+
+def _dump():
+    with open(_os.path.join({out!r}, "seen-" + _os.environ.get("RANK", "0") + ".pkl"), "wb") as f:
+        _pickle.dump(_SEEN, f)
+
+
+_torch.nn.modules.module.register_module_forward_pre_hook(_record)
+_atexit.register(_dump)
+"""
+
+FULL_BATCH = """
+import torch
+import torch.nn as nn
+
+
+def main():
+    torch.manual_seed(0)
+    x = torch.linspace(-2, 2, 301).unsqueeze(1)
+    y = torch.sin(3 * x) + 0.1 * torch.randn(x.size())
+    model = nn.Sequential(nn.Linear(1, 32), nn.Tanh(), nn.Linear(32, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    loss_fn = nn.MSELoss()
+    for step in range(60):
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        print(f"final loss {loss_fn(model(x), y).item():.4f}")
+    torch.save(model.state_dict(), "sine.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+MINI_BATCHES = """
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+X = torch.randn(203, 6)
+Y = (X[:, :3].sum(dim=1) > 0).long()
+model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 2))
+criterion = nn.CrossEntropyLoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+batch_size = 16
+
+for epoch in range(3):
+    permutation = torch.randperm(X.size()[0])
+    for i in range(0, X.size()[0], batch_size):
+        indices = permutation[i : i + batch_size]
+        batch_x, batch_y = X[indices], Y[indices]
+        optimizer.zero_grad()
+        loss = criterion(model(batch_x), batch_y)
+        loss.backward()
+        optimizer.step()
+    print(f"epoch {epoch}: loss {loss.item():.4f}")
+torch.save(model.state_dict(), "classifier.pt")
+"""
+
+
+def run(tmp_path: Path, source: str) -> tuple[list[list[list[tuple[float, ...]]]], str]:
+    """Convert ``source``, run it on two ranks with the recorder, and return each rank's inputs per step."""
+    conversion = convert(source.encode(), path="train.py")
+    assert conversion.status is Status.CONVERTED, conversion.diagnostics
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    script = workdir / "train_ddp.py"
+    script.write_text(RECORDER.format(out=str(seen)) + conversion.code.decode())
+
+    report = verify(script, nproc=2, workdir=workdir, timeout=240)
+
+    failed = [check.name for check in report.checks if not check.passed]
+    assert failed == [SHARDED_DATA], f"{report.format_table()}\n{report.output[-3000:]}"  # no DataLoader to judge
+    rank0, rank1 = report.ranks
+    assert rank0.steps == rank1.steps > 0
+    assert rank0.saves and not rank1.saves
+    steps = [pickle.loads((seen / f"seen-{rank}.pkl").read_bytes()) for rank in (0, 1)]
+    return steps, conversion.code.decode()
+
+
+@pytest.mark.torchrun
+def test_full_batch_training_gives_each_rank_an_equal_disjoint_shard(tmp_path: Path) -> None:
+    (steps0, steps1), code = run(tmp_path, FULL_BATCH)
+
+    assert "loss = loss_fn(model(x[shard]), y[shard])" in code
+    assert len(steps0) == len(steps1) == 60
+    rows0, rows1 = set(steps0[0]), set(steps1[0])
+    assert all(set(step) == rows0 for step in steps0) and all(set(step) == rows1 for step in steps1)
+    assert len(rows0) == len(rows1) == 150  # 301 samples: equal shards, one left out
+    assert not rows0 & rows1
+
+
+@pytest.mark.torchrun
+def test_hand_made_batches_of_shuffled_samples_give_each_rank_its_own_shard(tmp_path: Path) -> None:
+    (steps0, steps1), code = run(tmp_path, MINI_BATCHES)
+
+    assert "batch_x, batch_y = X[shard][indices], Y[shard][indices]" in code
+    assert len(steps0) == len(steps1) == 3 * 7  # 101 samples per rank in batches of 16, three epochs
+    rows0 = [row for step in steps0 for row in step]
+    rows1 = [row for step in steps1 for row in step]
+    assert len(rows0) == len(rows1) == 3 * 101
+    assert len(set(rows0)) == len(set(rows1)) == 101  # each rank sees each of its samples once per epoch
+    assert not set(rows0) & set(rows1)
+    assert steps0[:7] != steps0[7:14]  # reshuffled every epoch
