@@ -466,6 +466,10 @@ class _Finder:
                 target = index.carried_ref(small.value, scope)
                 if target in lineage:
                     moves.append((stmt, target, move))
+        # Where the model is trained, or after it has been (``model = train_model(model, ...)``,
+        # ``model = model.cpu()`` for export), it is not being built: the wrap must come before.
+        moves = [c for c in moves if self._before_training(c[0])]
+        creations = [c for c in creations if self._before_training(c[0])]
         # A move inside a loop (``model.to(device).train()`` after a checkpoint on the CPU) is not
         # where the model becomes ready; only the least nested places count.
         moves, creations, wraps = self._least_nested(moves), self._least_nested(creations), self._least_nested(wraps)
@@ -1091,6 +1095,13 @@ class _Finder:
                 current = owner
             else:
                 return current
+
+    def _before_training(self, stmt: cst.SimpleStatementLine) -> bool:
+        """Whether neither ``stmt`` nor a statement before it in its block trains."""
+        index = self.index
+        block = index.parent(stmt)
+        siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [stmt]
+        return not any(index.trains(s) for s in siblings[: siblings.index(stmt) + 1])
 
     def _after_setup(self, anchor: cst.BaseStatement, target: Ref) -> cst.BaseStatement:
         """The last statement after ``anchor`` that still prepares the model.
