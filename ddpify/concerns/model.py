@@ -1234,9 +1234,10 @@ class _Finder:
         function = param.scope
         if not isinstance(function, cst.FunctionDef) or param.path.startswith("self."):
             return False
-        body = function.body
-        tested = bool(m.findall(body, m.Call(func=m.Name("hasattr"), args=[m.Arg(m.Name(param.path)), m.Arg()])))
-        runs = bool(m.findall(body, m.Call(func=m.Name(param.path))))
+        calls = [node for node in self.index.walk(function.body) if isinstance(node, cst.Call)]
+        hasattr_test = m.Call(func=m.Name("hasattr"), args=[m.Arg(m.Name(param.path)), m.Arg()])
+        tested = any(m.matches(call, hasattr_test) for call in calls)
+        runs = any(m.matches(call.func, m.Name(param.path)) for call in calls)
         return tested and not runs
 
     def _needs_module(self, read: cst.BaseExpression) -> bool:

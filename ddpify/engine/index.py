@@ -94,6 +94,7 @@ class Index:
     _callers: dict[cst.FunctionDef, list[cst.Call]] | None = None
     _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
+    _assignments: dict[Ref, list[cst.Assign]] | None = None
 
     # -- metadata --------------------------------------------------------
     def parent(self, node: cst.CSTNode | None) -> cst.CSTNode | None:
@@ -169,8 +170,27 @@ class Index:
         return self.order[node] > self.last[other]
 
     def starts_after(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
-        """Whether ``node`` starts further right or lower than ``other`` starts."""
-        return self.position(node) > self.position(other)
+        """Whether ``node`` starts further right or lower than ``other`` starts.
+
+        Source order decides (no positions are computed), except that a node at the very
+        start of ``other`` (``model`` in the statement ``model.to(device)``) starts with it.
+        """
+        if self.order[node] <= self.order[other]:
+            return False
+        if self.order[node] > self.last[other]:
+            return True
+        current = node
+        while current is not other:
+            parent = self.parents.get(current)
+            if parent is None:
+                return True
+            for sibling in self.children.get(parent, ()):
+                if sibling is current:
+                    break
+                if not isinstance(sibling, _LAYOUT):
+                    return True
+            current = parent
+        return False
 
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
         """What a name or attribute chain refers to through the script's imports: ``DataLoader`` ->
@@ -509,19 +529,34 @@ class Index:
         return any(ancestor is container for ancestor in self.ancestors(node))
 
     def assignments_to(self, ref: Ref) -> Iterator[cst.Assign]:
-        """The plain assignments ``ref = ...`` (alone on their line or not)."""
-        for stmt in self.statements:
-            for small in stmt.body:  # statements are simple lines
-                if isinstance(small, cst.Assign) and any(
-                    self.ref_of(t.target, self.scope_of(small)) == ref for t in small.targets
-                ):
-                    yield small
+        """The plain assignments ``ref = ...`` (alone on their line or not), in source order."""
+        if self._assignments is None:
+            self._assignments = defaultdict(list)
+            for stmt in self.statements:
+                for small in stmt.body:  # statements are simple lines
+                    if isinstance(small, cst.Assign):
+                        scope = self.scope_of(small)
+                        targets = {r for t in small.targets if (r := self.ref_of(t.target, scope)) is not None}
+                        for target in targets:
+                            self._assignments[target].append(small)
+        yield from self._assignments.get(ref, ())
 
     def spelled(self, ref: Ref, scope: Scope) -> str:
         """How code in ``scope`` writes ``ref``: ``model``, or ``self.model`` with the method's own ``self``."""
         if ref.path.startswith("self."):
             return f"{self.self_name(self.method_scope(scope))}{ref.path[4:]}"
         return ref.path
+
+
+# Nodes that hold no code: what precedes a node's first token without moving where it starts.
+_LAYOUT = (
+    cst.EmptyLine,
+    cst.SimpleWhitespace,
+    cst.ParenthesizedWhitespace,
+    cst.TrailingWhitespace,
+    cst.Newline,
+    cst.Comment,
+)
 
 
 def _is_abstract(function: cst.FunctionDef) -> bool:
