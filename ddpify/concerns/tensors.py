@@ -28,6 +28,23 @@ its own samples, with the script's batch size per process (the global batch is
 ``world_size`` times larger, as with a DistributedSampler). The permutation is
 each rank's own: it only orders that rank's shard, so it needs no common seed.
 
+A script that draws its data anew in every step (``x = torch.randn(64, 9)``,
+``np.random.rand(...)``, or a ``get_batch()`` of its own that does) would
+draw the same samples on every rank once seeded. Each rank seeds the
+generators it draws from with the script's seed plus its rank, right before the
+training loop, after the model is wrapped (DDP has broadcast rank 0's weights
+by then)::
+
+    for step in range(1000):         ->  torch.manual_seed(torch.initial_seed() + dist.get_rank())
+        x = torch.randn(64, 9)            for step in range(1000):
+                                              x = torch.randn(64, 9)
+
+numpy's and ``random``'s generators are reseeded the same way when the script
+seeds them (``np.random.seed(SEED)`` -> ``np.random.seed(SEED + dist.get_rank())``);
+unseeded, they already differ between processes. A random value that decides
+the step's control flow, a ``generator=`` of the script's own and a draw on
+top of tensors that are sharded are refused.
+
 The tensors are recognised by what they are, never by their names: the
 tensor the model is called on (directly, or through ``xb = x[idx]``), made by
 torch (``torch.tensor(array)``, ``torch.randn``, arithmetic, ``.to(device)``,
@@ -41,7 +58,7 @@ before.
 The data concern reports DDP201 when no DataLoader feeds training; this concern
 decides it: when the training data is not such a set of tensors -- a batch loop
 or random range not computed from the data's length (``range(n_batches)``),
-data drawn anew each step (``torch.randn``), a model called on several tensors
+data made from the loop variable alone, a model called on several tensors
 (a graph and its features), a target of unknown making, data handed to the
 training step through parameters or read in a function of its own, an
 optimizer closure (LBFGS) -- the script is refused, with the reason and the
@@ -50,6 +67,7 @@ line.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import cast
@@ -109,8 +127,18 @@ class FullBatch:
 
 
 @dataclass(frozen=True)
+class Reseed:
+    """Data drawn from a random generator in every step: each rank seeds it differently before the loop."""
+
+    loop: cst.BaseStatement  # the training loop: the seeds go right before it
+    seeds: tuple[str, ...]  # the statements that reseed, one per library drawn from
+    draws: tuple[str, ...]  # the calls that draw, for the report
+
+
+@dataclass(frozen=True)
 class Facts:
     full_batches: tuple[FullBatch, ...] = ()
+    reseeds: tuple[Reseed, ...] = ()
 
 
 class Refused(Exception):
@@ -130,7 +158,7 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
     index = program.index
     training_loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
     try:
-        full_batch = _Finder(index, models, setup).shard()
+        found = _Finder(index, models, setup, program.names.dist).shard()
     except Refused as refused:
         program.report(
             refused.node,
@@ -138,7 +166,7 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
             f"the training batches come from no DataLoader, and ddpify cannot shard them by rank: {refused.reason}",
         )
         return Facts()
-    if full_batch is None:
+    if found is None:
         program.report(
             training_loop or index.module,
             NO_TRAINING_LOADER,
@@ -146,7 +174,9 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
             "every rank would train on the same samples",
         )
         return Facts()
-    return Facts((full_batch,))
+    if isinstance(found, Reseed):
+        return Facts(reseeds=(found,))
+    return Facts((found,))
 
 
 @dataclass
@@ -160,12 +190,13 @@ class _Lineage:
 
 
 class _Finder:
-    def __init__(self, index: Index, models: model.Facts, setup: process_group.Facts) -> None:
+    def __init__(self, index: Index, models: model.Facts, setup: process_group.Facts, dist: str) -> None:
         self.index = index
         self.model_refs = models.refs
         self.setup = setup
+        self.dist = dist
 
-    def shard(self) -> FullBatch | None:
+    def shard(self) -> FullBatch | Reseed | None:
         index = self.index
         backwards = [c for c in index.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"]
         if len(backwards) != 1:
@@ -183,10 +214,22 @@ class _Finder:
         func = cast(cst.Attribute, backward.func)
         lineage = self._lineage([func.value, *(a.value for a in backward.args)], scope, step)
         choices = [call for call in lineage.calls if index.qualified_names(call.func) & RANDOM_CHOICES]
-        for call in lineage.calls:
-            if call not in choices and _draws(index, call):
-                raise Refused(call, f"the training step draws its data with `{_code(index, call.func)}`")
+        draws = [call for call in lineage.calls if call not in choices and self._draws(call)]
         tensors, first = self._tensors(lineage, scope)
+        if draws and (first is not None or choices):
+            raise Refused(
+                draws[0],
+                f"the training step draws `{_code(index, draws[0].func)}` on top of data it shards: ddpify "
+                "cannot tell which of them must differ between the ranks",
+            )
+        if draws:
+            return self._reseed(draws, step)
+        if first is None and lineage.step_variables:
+            name = lineage.step_variables[0]
+            raise Refused(
+                name,
+                f"the training step makes its data from the loop variable `{name.value}` alone, the same on every rank",
+            )
         if first is None:
             return None
         batched = bool(lineage.step_variables or choices)
@@ -217,6 +260,87 @@ class _Finder:
         else:
             reads = [read for ref in made for read in tensors[ref]]
         return FullBatch(tuple(reads), after, first.path, tuple(ref.path for ref in made), batched)
+
+    def _draws(self, call: cst.Call, depth: int = 0) -> bool:
+        """Whether ``call`` draws from a random generator, itself or in the script's function it runs."""
+        index = self.index
+        if _draws(index, call):
+            return True
+        callee = index.resolve_callee(call, index.scope_of(call))
+        return (
+            callee is not None
+            and depth < 3
+            and any(isinstance(n, cst.Call) and self._draws(n, depth + 1) for n in index.walk(callee[0].body))
+        )
+
+    def _libraries(self, call: cst.Call, depth: int = 0) -> set[str]:
+        """The generators ``call`` draws from (``torch``, ``numpy``, ``random``), through the script's functions."""
+        index = self.index
+        found = {_library(name) for name in index.qualified_names(call.func) if _is_draw(name)}
+        if any(a.keyword is not None and a.keyword.value == "generator" for a in call.args):
+            raise Refused(call, f"`{_code(index, call)}` draws from a generator of its own, the same on every rank")
+        callee = index.resolve_callee(call, index.scope_of(call))
+        if callee is not None and depth < 3:
+            for node in index.walk(callee[0].body):
+                if isinstance(node, cst.Call):
+                    found |= self._libraries(node, depth + 1)
+        return found
+
+    def _reseed(self, draws: list[cst.Call], step: cst.For | cst.While) -> Reseed:
+        """Data drawn anew in each step: each rank reseeds the generators it comes from before the loop.
+
+        The seed that each rank gets is the script's own plus the rank: torch's is read back with
+        ``torch.initial_seed()``; numpy's and ``random``'s must be a number or a name set by
+        ``np.random.seed(...)`` / ``random.seed(...)`` before the loop (unseeded, they differ per process
+        already). A random value that decides the control flow of the step would then differ between the
+        ranks, so that is refused.
+        """
+        index = self.index
+        if self.setup.runs_before_setup(index, step):
+            raise Refused(step, "the training loop runs before the process group is set up (at import time)")
+        libraries: set[str] = set()
+        for call in draws:
+            libraries |= self._libraries(call)
+        for node in (step, *index.walk(step)):
+            tests = (
+                [node.test]
+                if isinstance(node, (cst.If, cst.While, cst.IfExp))
+                else [node.iter]
+                if isinstance(node, cst.For) and node is not step
+                else []
+            )
+            for test in tests:
+                if self._depends(test, step, lambda n: isinstance(n, cst.Call) and self._draws(n)):
+                    raise Refused(
+                        test,
+                        f"a random value decides the control flow of the training step (`{_code(index, test)}`): "
+                        "drawn differently on each rank, it would make them take different paths",
+                    )
+        rank = f"{self.dist}.get_rank()"
+        seeds: list[str] = []
+        if "torch" in libraries:
+            torch_name = self._imported_as("torch")
+            seeds.append(f"{torch_name}.manual_seed({torch_name}.initial_seed() + {rank})")
+        for library, seed_call in (("numpy", "numpy.random.seed"), ("random", "random.seed")):
+            if library not in libraries:
+                continue
+            seeded = [c for c in index.calls if index.is_call_to(c, frozenset({seed_call})) and index.after(step, c)]
+            if not seeded:
+                continue  # never seeded: each process draws differently already
+            value = seeded[-1].args[0].value if seeded[-1].args else None
+            if not isinstance(value, (cst.Integer, cst.Name)) or (
+                isinstance(value, cst.Name) and index.ref_of(value, index.scope_of(step)) is None
+            ):
+                raise Refused(seeded[-1], f"ddpify cannot seed `{_code(index, seeded[-1])}` differently per rank")
+            seeds.append(f"{_code(index, seeded[-1].func)}({_code(index, value)} + {rank})")
+        return Reseed(step, tuple(seeds), tuple(sorted({_code(index, c.func) for c in draws})))
+
+    def _imported_as(self, module: str) -> str:
+        """The name the script imports ``module`` as."""
+        for local, full in self.index.imports.items():
+            if module in full and local in self.index.bound[self.index.module]:
+                return local
+        return module
 
     def _tensors(self, lineage: _Lineage, scope: Scope) -> tuple[dict[Ref, list[cst.Name]], Ref | None]:
         """The data tensors the loss is computed from, with their reads, and the one the model is called on."""
@@ -677,9 +801,26 @@ def _is_constant(expr: cst.BaseExpression | None) -> bool:
     return False
 
 
+RANDOM_TORCH = frozenset(
+    f"torch.{name}"
+    for name in ("normal", "bernoulli", "poisson", "multinomial", "rand_like", "randn_like", "randint_like")
+)
+
+
+def _is_draw(name: str) -> bool:
+    return (
+        name.startswith(("torch.rand", "numpy.random.", "random."))
+        and name not in ("numpy.random.seed", "random.seed", "numpy.random.default_rng")
+    ) or name in RANDOM_TORCH
+
+
+def _library(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
 def _draws(index: Index, call: cst.Call) -> bool:
-    """``torch.randn(...)`` and other random draws in the training step: data made anew each step."""
-    return any(n.startswith(("torch.rand", "numpy.random.", "random.")) for n in index.qualified_names(call.func))
+    """``torch.randn(...)`` and other random draws: data made anew each step."""
+    return any(_is_draw(n) for n in index.qualified_names(call.func))
 
 
 def _whole_rows(subscript: cst.Subscript) -> bool:
@@ -724,6 +865,11 @@ def _binds(target: cst.BaseExpression, ref: Ref) -> bool:
     return False
 
 
+def _without_leading(count: int) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A statement without the first ``count`` of its leading lines."""
+    return lambda node: statement(node).with_changes(leading_lines=statement(node).leading_lines[count:])
+
+
 def _indexed(index: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
     """A replacement of ``x`` by ``x[index]``."""
     return lambda node: cst.Subscript(
@@ -737,6 +883,29 @@ def _code(index: Index, node: cst.CSTNode) -> str:
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     dist = plan.names.dist
+    for reseed in facts.reseeds:
+        lines = [statement(cst.parse_statement(f"{seed}\n")) for seed in reseed.seeds]
+        if not lines:  # generators never seeded differ per process already
+            plan.change(
+                reseed.loop, f"data drawn in each step ({', '.join(reseed.draws)}): unseeded, it differs per rank"
+            )
+            continue
+        note = cst.EmptyLine(
+            comment=cst.Comment("# Each rank draws its own samples; the weights came from rank 0 in the wrap.")
+        )
+        # The blank lines above the loop go above the seeds; its own comments stay on it.
+        blanks = list(itertools.takewhile(lambda line: line.comment is None, statement(reseed.loop).leading_lines))
+        leading = [note]
+        if blanks and not plan.before.get(reseed.loop):
+            leading = [*blanks, note]
+            plan.replace(reseed.loop, _without_leading(len(blanks)))
+        lines[0] = lines[0].with_changes(leading_lines=leading)
+        plan.insert_before(reseed.loop, *lines)
+        plan.change(
+            reseed.loop,
+            f"data drawn in each step ({', '.join(reseed.draws)}): each rank seeds its generator with the seed plus "
+            "its rank, so the ranks train on different samples (the global batch is world_size times larger)",
+        )
     for full in facts.full_batches:
         shard = fresh("shard", plan.index.identifiers)
         world = f"{dist}.get_world_size()"

@@ -5,8 +5,9 @@ what the model is called on themselves: a global forward pre-hook, added to
 the converted script, keeps the rows of every input the DDP-wrapped model
 gets while gradients are on, and each rank writes them out at exit (outside
 the working folder, where the probe does not judge writes). The ranks must
-stay in sync, take the same number of steps, and have seen disjoint rows
-that together are the training set (less the few left out for equal shards).
+stay in sync, take the same number of steps, and have seen disjoint rows:
+together the training set (less the few left out for equal shards), or for
+data drawn in each step, different draws.
 """
 
 from __future__ import annotations
@@ -97,6 +98,30 @@ for epoch in range(3):
 torch.save(model.state_dict(), "classifier.pt")
 """
 
+DRAWN_EACH_STEP = """
+import torch
+import torch.nn as nn
+
+
+def main():
+    torch.manual_seed(42)
+    teacher = torch.randn(5, 1)
+    model = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for step in range(40):
+        x = torch.randn(16, 5)
+        y = x @ teacher + 0.01 * torch.randn(16, 1)
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "student.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
 
 def run(tmp_path: Path, source: str) -> tuple[list[list[list[tuple[float, ...]]]], str]:
     """Convert ``source``, run it on two ranks with the recorder, and return each rank's inputs per step."""
@@ -144,3 +169,15 @@ def test_hand_made_batches_of_shuffled_samples_give_each_rank_its_own_shard(tmp_
     assert len(set(rows0)) == len(set(rows1)) == 101  # each rank sees each of its samples once per epoch
     assert not set(rows0) & set(rows1)
     assert steps0[:7] != steps0[7:14]  # reshuffled every epoch
+
+
+@pytest.mark.torchrun
+def test_data_drawn_in_each_step_differs_between_the_ranks(tmp_path: Path) -> None:
+    (steps0, steps1), code = run(tmp_path, DRAWN_EACH_STEP)
+
+    assert "torch.manual_seed(torch.initial_seed() + dist.get_rank())" in code
+    assert len(steps0) == len(steps1) == 40
+    rows0 = {row for step in steps0 for row in step}
+    rows1 = {row for step in steps1 for row in step}
+    assert len(rows0) == len(rows1) == 40 * 16
+    assert not rows0 & rows1
