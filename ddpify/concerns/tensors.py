@@ -45,6 +45,17 @@ unseeded, they already differ between processes. A random value that decides
 the step's control flow, a ``generator=`` of the script's own and a draw on
 top of tensors that are sharded are refused.
 
+A language model's text batchified by the script's own function
+(``data.view(bsz, -1).t()``: ``bsz`` streams of contiguous text, read in
+windows by ``get_batch(source, i)``) is batchified for all ranks at once, and
+each rank keeps its own ``bsz`` streams, so that a hidden state carried from
+window to window still follows one run of text, the number of steps is the
+same on every rank, and ``init_hidden(bsz)`` still fits::
+
+    train_data = batchify(corpus.train, args.batch_size)
+    ->  train_data = batchify(corpus.train, args.batch_size * dist.get_world_size())
+        train_data = train_data.narrow(1, dist.get_rank() * args.batch_size, args.batch_size).contiguous()
+
 The tensors are recognised by what they are, never by their names: the
 tensor the model is called on (directly, or through ``xb = x[idx]``), made by
 torch (``torch.tensor(array)``, ``torch.randn``, arithmetic, ``.to(device)``,
@@ -79,7 +90,7 @@ from ddpify.diagnostics import Code
 from ddpify.engine.edits import EditPlan, fresh, statement
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import assigned
+from ddpify.engine.syntax import argument, assigned, parameter_names
 from ddpify.result import Options
 
 # DDP201 is the data concern's code: the batches come from no DataLoader it can follow. This concern
@@ -136,9 +147,20 @@ class Reseed:
 
 
 @dataclass(frozen=True)
+class Streams:
+    """``data = batchify(tokens, bsz)``: columns (or rows) of contiguous text; each rank keeps ``bsz`` of them."""
+
+    stmt: cst.SimpleStatementLine  # ``data = batchify(tokens, bsz)``
+    name: str  # ``data``
+    size: cst.BaseExpression  # ``bsz`` as the call passes it
+    dim: int  # the dimension that holds the streams
+
+
+@dataclass(frozen=True)
 class Facts:
     full_batches: tuple[FullBatch, ...] = ()
     reseeds: tuple[Reseed, ...] = ()
+    streams: tuple[Streams, ...] = ()
 
 
 class Refused(Exception):
@@ -176,6 +198,8 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
         return Facts()
     if isinstance(found, Reseed):
         return Facts(reseeds=(found,))
+    if isinstance(found, Streams):
+        return Facts(streams=(found,))
     return Facts((found,))
 
 
@@ -196,7 +220,7 @@ class _Finder:
         self.setup = setup
         self.dist = dist
 
-    def shard(self) -> FullBatch | Reseed | None:
+    def shard(self) -> FullBatch | Reseed | Streams | None:
         index = self.index
         backwards = [c for c in index.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"]
         if len(backwards) != 1:
@@ -213,6 +237,9 @@ class _Finder:
         step = loops[-1]  # the outermost loop of the function: everything inside runs again each step
         func = cast(cst.Attribute, backward.func)
         lineage = self._lineage([func.value, *(a.value for a in backward.args)], scope, step)
+        streams = self._streams(lineage)
+        if streams is not None:
+            return streams
         choices = [call for call in lineage.calls if index.qualified_names(call.func) & RANDOM_CHOICES]
         draws = [call for call in lineage.calls if call not in choices and self._draws(call)]
         tensors, first = self._tensors(lineage, scope)
@@ -260,6 +287,83 @@ class _Finder:
         else:
             reads = [read for ref in made for read in tensors[ref]]
         return FullBatch(tuple(reads), after, first.path, tuple(ref.path for ref in made), batched)
+
+    def _streams(self, lineage: _Lineage) -> Streams | None:
+        """A tensor the training step reads that the script's own ``batchify(data, bsz)`` made."""
+        index = self.index
+        found: dict[Ref, tuple[cst.Assign | cst.AugAssign | cst.AnnAssign, cst.Arg, int]] = {}
+        for leaf in lineage.leaves:
+            ref = index.ref_of(leaf, index.scope_of(leaf))
+            assignments = [a for a in self._assignments(ref) if index.after(leaf, a)] if ref is not None else []
+            if ref is None or not assignments:
+                continue
+            last = max(assignments, key=lambda a: index.order[a])
+            value = _value_of(last, ref)
+            shape = self._batchified(value) if isinstance(value, cst.Call) else None
+            if shape is not None:
+                found[ref] = (last, *shape)
+        if not found:
+            return None
+        if len(found) > 1:
+            names = ", ".join(f"`{ref.path}`" for ref in found)
+            raise Refused(index.module, f"the training step reads several batchified tensors ({names})")
+        ((ref, (assignment, size, dim)),) = found.items()
+        stmt = index.statement_of(assignment)
+        if (
+            len(self._assignments(ref)) != 1
+            or not isinstance(stmt, cst.SimpleStatementLine)
+            or len(stmt.body) != 1
+            or not isinstance(assignment, cst.Assign)
+            or len(assignment.targets) != 1
+            or not isinstance(assignment.targets[0].target, cst.Name)
+        ):
+            raise Refused(assignment, f"`{ref.path}` is batchified in a way ddpify cannot extend to every rank")
+        if not isinstance(size.value, (cst.Name, cst.Attribute, cst.Integer)):
+            raise Refused(size, f"the batch size `{_code(index, size.value)}` is not a plain name or number")
+        if self.setup.runs_before_setup(index, stmt):
+            raise Refused(stmt, "the data is batchified before the process group is set up (at import time)")
+        for leaf in lineage.leaves:
+            if index.ref_of(leaf, index.scope_of(leaf)) != ref and self._data_ref(leaf) is not None:
+                raise Refused(leaf, f"the training step reads `{leaf.value}` beside the batchified `{ref.path}`")
+        return Streams(stmt, ref.path, size.value, dim)
+
+    def _batchified(self, call: cst.Call) -> tuple[cst.Arg, int] | None:
+        """For a call to the script's ``batchify(data, bsz)`` -- ``data.view(bsz, -1)``, then ``.t()`` or not --
+        the argument that gives the number of streams, and the dimension they end up in."""
+        index = self.index
+        callee = index.resolve_callee(call, index.scope_of(call))
+        if callee is None or callee[1]:
+            return None
+        function = callee[0]
+        names = parameter_names(function)
+        found: list[tuple[int, int]] = []
+        for node in index.walk(function.body):
+            if not (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in ("view", "reshape")
+                and len(node.args) == 2
+                and isinstance(node.args[0].value, cst.Name)
+                and node.args[0].value.value in names
+                and isinstance(node.args[1].value, cst.UnaryOperation)
+            ):
+                continue
+            after = index.parent(node)
+            outer = index.parent(after)
+            transposed = (isinstance(after, cst.Attribute) and after.attr.value == "T") or (
+                isinstance(after, cst.Attribute)
+                and isinstance(outer, cst.Call)
+                and (
+                    (after.attr.value == "t" and not outer.args)
+                    or (after.attr.value == "transpose" and [_code(index, a.value) for a in outer.args] == ["0", "1"])
+                )
+            )
+            found.append((names.index(node.args[0].value.value), 1 if transposed else 0))
+        if len(found) != 1:
+            return None
+        position, dim = found[0]
+        size = argument(call, names[position], position)
+        return (size, dim) if size is not None else None
 
     def _draws(self, call: cst.Call, depth: int = 0) -> bool:
         """Whether ``call`` draws from a random generator, itself or in the script's function it runs."""
@@ -539,6 +643,8 @@ class _Finder:
             return None  # a slice bound or batch size, or a global of another module
         if self._is_tensor(leaf, index.scope_of(leaf), 0):
             return ref
+        if all(self._model_state(a.value) for a in assignments):
+            return None  # ``hidden = model.init_hidden(bsz)``: the model's state, not data
         if self._model_input(leaf):
             raise Refused(leaf, f"ddpify cannot tell what the model's input `{leaf.value}` holds")
         parent = index.parent(leaf)
@@ -550,6 +656,15 @@ class _Finder:
             return None  # a configuration object (``args.alpha``), a keyword argument, a constant, a device
         raise Refused(
             leaf, f"ddpify cannot tell whether `{leaf.value}`, which the loss reads, holds one row per sample"
+        )
+
+    def _model_state(self, expr: cst.BaseExpression | None) -> bool:
+        """A method of a model called: ``model.init_hidden(bsz)``."""
+        index = self.index
+        return (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and index.root_ref(expr.func.value, index.scope_of(expr)) in self.model_refs
         )
 
     def _in_bounds(self, leaf: cst.Name) -> bool:
@@ -865,6 +980,11 @@ def _binds(target: cst.BaseExpression, ref: Ref) -> bool:
     return False
 
 
+def _replaced_by(code: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A replacement by the expression ``code``."""
+    return lambda _: cst.parse_expression(code)
+
+
 def _without_leading(count: int) -> Callable[[cst.CSTNode], cst.CSTNode]:
     """A statement without the first ``count`` of its leading lines."""
     return lambda node: statement(node).with_changes(leading_lines=statement(node).leading_lines[count:])
@@ -883,6 +1003,22 @@ def _code(index: Index, node: cst.CSTNode) -> str:
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     dist = plan.names.dist
+    for streams in facts.streams:
+        size = plan.index.module.code_for_node(streams.size)
+        rank = f"{dist}.get_rank()"
+        plan.replace(streams.size, _replaced_by(f"{size} * {dist}.get_world_size()"))
+        own = f"{streams.name}.narrow({streams.dim}, {rank} * {size}, {size})"
+        if streams.dim == 1:  # columns of a contiguous tensor are not contiguous
+            own += ".contiguous()"
+        line = statement(cst.parse_statement(f"{streams.name} = {own}\n"))
+        keep = f"# Each rank keeps {size} of the streams, each a contiguous run of the data as before."
+        plan.insert_after(streams.stmt, line.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(keep))]))
+        plan.change(
+            streams.stmt,
+            f"batchified `{streams.name}`: made for all ranks at once ({size} x world_size streams), each rank keeps "
+            f"its own {size}, so every rank takes the same steps over contiguous text; the global batch is "
+            "world_size times larger",
+        )
     for reseed in facts.reseeds:
         lines = [statement(cst.parse_statement(f"{seed}\n")) for seed in reseed.seeds]
         if not lines:  # generators never seeded differ per process already

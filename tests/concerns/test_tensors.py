@@ -253,3 +253,50 @@ def test_draws_on_top_of_sharded_data_are_refused(read) -> None:
     )
     assert find(program) == tensors.Facts()
     assert "draws `torch.randn_like` on top of data it shards" in refusal(program)
+
+
+BATCHIFIED = """
+import torch
+
+def batchify(data, bsz):
+    nbatch = data.size(0) // bsz
+    data = data.narrow(0, 0, nbatch * bsz)
+    return data.view(bsz, -1){transpose}.contiguous()
+
+def main(batch_size):
+    train_data = batchify(torch.randint(0, 10, (1000,)), batch_size)
+    model = torch.nn.Embedding(10, 10)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    hidden = model.init_state(batch_size)
+    for i in range(0, train_data.size({length}) - 1, 5):
+        x = train_data{rows}
+        model(x).sum().backward()
+        optimizer.step()
+
+if __name__ == "__main__":
+    main(8)
+"""
+
+
+def test_batchified_streams_in_columns_are_found_with_their_batch_size(read) -> None:
+    program = read(BATCHIFIED.format(transpose=".t()", length=0, rows="[i : i + 5]"))
+    (streams,) = find(program).streams
+    assert (streams.name, code(program, streams.size), streams.dim) == ("train_data", "batch_size", 1)
+    assert code(program, streams.stmt) == "train_data = batchify(torch.randint(0, 10, (1000,)), batch_size)"
+    assert codes(program) == []
+
+
+def test_batchified_streams_in_rows_are_found_too(read) -> None:
+    program = read(BATCHIFIED.format(transpose="", length=1, rows="[:, i : i + 5]"))
+    (streams,) = find(program).streams
+    assert streams.dim == 0
+
+
+def test_a_batch_size_computed_in_the_call_is_refused(read) -> None:
+    program = read(
+        BATCHIFIED.format(transpose=".t()", length=0, rows="[i : i + 5]").replace(
+            "(1000,)), batch_size)", "(1000,)), batch_size * 2)"
+        )
+    )
+    assert find(program).streams == ()
+    assert "the batch size `batch_size * 2` is not a plain name or number" in refusal(program)
