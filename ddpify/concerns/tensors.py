@@ -28,6 +28,34 @@ its own samples, with the script's batch size per process (the global batch is
 ``world_size`` times larger, as with a DistributedSampler). The permutation is
 each rank's own: it only orders that rank's shard, so it needs no common seed.
 
+A script that draws its data anew in every step (``x = torch.randn(64, 9)``,
+``np.random.rand(...)``, or a ``get_batch()`` of its own that does) would
+draw the same samples on every rank once seeded. Each rank seeds the
+generators it draws from with the script's seed plus its rank, right before the
+training loop, after the model is wrapped (DDP has broadcast rank 0's weights
+by then)::
+
+    for step in range(1000):         ->  torch.manual_seed(torch.initial_seed() + dist.get_rank())
+        x = torch.randn(64, 9)            for step in range(1000):
+                                              x = torch.randn(64, 9)
+
+numpy's and ``random``'s generators are reseeded the same way when the script
+seeds them (``np.random.seed(SEED)`` -> ``np.random.seed(SEED + dist.get_rank())``);
+unseeded, they already differ between processes. A random value that decides
+the step's control flow, a ``generator=`` of the script's own and a draw on
+top of tensors that are sharded are refused.
+
+A language model's text batchified by the script's own function
+(``data.view(bsz, -1).t()``: ``bsz`` streams of contiguous text, read in
+windows by ``get_batch(source, i)``) is batchified for all ranks at once, and
+each rank keeps its own ``bsz`` streams, so that a hidden state carried from
+window to window still follows one run of text, the number of steps is the
+same on every rank, and ``init_hidden(bsz)`` still fits::
+
+    train_data = batchify(corpus.train, args.batch_size)
+    ->  train_data = batchify(corpus.train, args.batch_size * dist.get_world_size())
+        train_data = train_data.narrow(1, dist.get_rank() * args.batch_size, args.batch_size).contiguous()
+
 The tensors are recognised by what they are, never by their names: the
 tensor the model is called on (directly, or through ``xb = x[idx]``), made by
 torch (``torch.tensor(array)``, ``torch.randn``, arithmetic, ``.to(device)``,
@@ -41,7 +69,7 @@ before.
 The data concern reports DDP201 when no DataLoader feeds training; this concern
 decides it: when the training data is not such a set of tensors -- a batch loop
 or random range not computed from the data's length (``range(n_batches)``),
-data drawn anew each step (``torch.randn``), a model called on several tensors
+data made from the loop variable alone, a model called on several tensors
 (a graph and its features), a target of unknown making, data handed to the
 training step through parameters or read in a function of its own, an
 optimizer closure (LBFGS) -- the script is refused, with the reason and the
@@ -50,6 +78,7 @@ line.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import cast
@@ -61,7 +90,7 @@ from ddpify.diagnostics import Code
 from ddpify.engine.edits import EditPlan, fresh, statement
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import assigned
+from ddpify.engine.syntax import argument, assigned, parameter_names
 from ddpify.result import Options
 
 # DDP201 is the data concern's code: the batches come from no DataLoader it can follow. This concern
@@ -109,8 +138,29 @@ class FullBatch:
 
 
 @dataclass(frozen=True)
+class Reseed:
+    """Data drawn from a random generator in every step: each rank seeds it differently before the loop."""
+
+    loop: cst.BaseStatement  # the training loop: the seeds go right before it
+    seeds: tuple[str, ...]  # the statements that reseed, one per library drawn from
+    draws: tuple[str, ...]  # the calls that draw, for the report
+
+
+@dataclass(frozen=True)
+class Streams:
+    """``data = batchify(tokens, bsz)``: columns (or rows) of contiguous text; each rank keeps ``bsz`` of them."""
+
+    stmt: cst.SimpleStatementLine  # ``data = batchify(tokens, bsz)``
+    name: str  # ``data``
+    size: cst.BaseExpression  # ``bsz`` as the call passes it
+    dim: int  # the dimension that holds the streams
+
+
+@dataclass(frozen=True)
 class Facts:
     full_batches: tuple[FullBatch, ...] = ()
+    reseeds: tuple[Reseed, ...] = ()
+    streams: tuple[Streams, ...] = ()
 
 
 class Refused(Exception):
@@ -130,7 +180,7 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
     index = program.index
     training_loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
     try:
-        full_batch = _Finder(index, models, setup).shard()
+        found = _Finder(index, models, setup, program.names.dist).shard()
     except Refused as refused:
         program.report(
             refused.node,
@@ -138,7 +188,7 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
             f"the training batches come from no DataLoader, and ddpify cannot shard them by rank: {refused.reason}",
         )
         return Facts()
-    if full_batch is None:
+    if found is None:
         program.report(
             training_loop or index.module,
             NO_TRAINING_LOADER,
@@ -146,7 +196,11 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
             "every rank would train on the same samples",
         )
         return Facts()
-    return Facts((full_batch,))
+    if isinstance(found, Reseed):
+        return Facts(reseeds=(found,))
+    if isinstance(found, Streams):
+        return Facts(streams=(found,))
+    return Facts((found,))
 
 
 @dataclass
@@ -160,12 +214,13 @@ class _Lineage:
 
 
 class _Finder:
-    def __init__(self, index: Index, models: model.Facts, setup: process_group.Facts) -> None:
+    def __init__(self, index: Index, models: model.Facts, setup: process_group.Facts, dist: str) -> None:
         self.index = index
         self.model_refs = models.refs
         self.setup = setup
+        self.dist = dist
 
-    def shard(self) -> FullBatch | None:
+    def shard(self) -> FullBatch | Reseed | Streams | None:
         index = self.index
         backwards = [c for c in index.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"]
         if len(backwards) != 1:
@@ -182,11 +237,26 @@ class _Finder:
         step = loops[-1]  # the outermost loop of the function: everything inside runs again each step
         func = cast(cst.Attribute, backward.func)
         lineage = self._lineage([func.value, *(a.value for a in backward.args)], scope, step)
+        streams = self._streams(lineage)
+        if streams is not None:
+            return streams
         choices = [call for call in lineage.calls if index.qualified_names(call.func) & RANDOM_CHOICES]
-        for call in lineage.calls:
-            if call not in choices and _draws(index, call):
-                raise Refused(call, f"the training step draws its data with `{_code(index, call.func)}`")
+        draws = [call for call in lineage.calls if call not in choices and self._draws(call)]
         tensors, first = self._tensors(lineage, scope)
+        if draws and (first is not None or choices):
+            raise Refused(
+                draws[0],
+                f"the training step draws `{_code(index, draws[0].func)}` on top of data it shards: ddpify "
+                "cannot tell which of them must differ between the ranks",
+            )
+        if draws:
+            return self._reseed(draws, step)
+        if first is None and lineage.step_variables:
+            name = lineage.step_variables[0]
+            raise Refused(
+                name,
+                f"the training step makes its data from the loop variable `{name.value}` alone, the same on every rank",
+            )
         if first is None:
             return None
         batched = bool(lineage.step_variables or choices)
@@ -217,6 +287,164 @@ class _Finder:
         else:
             reads = [read for ref in made for read in tensors[ref]]
         return FullBatch(tuple(reads), after, first.path, tuple(ref.path for ref in made), batched)
+
+    def _streams(self, lineage: _Lineage) -> Streams | None:
+        """A tensor the training step reads that the script's own ``batchify(data, bsz)`` made."""
+        index = self.index
+        found: dict[Ref, tuple[cst.Assign | cst.AugAssign | cst.AnnAssign, cst.Arg, int]] = {}
+        for leaf in lineage.leaves:
+            ref = index.ref_of(leaf, index.scope_of(leaf))
+            assignments = [a for a in self._assignments(ref) if index.after(leaf, a)] if ref is not None else []
+            if ref is None or not assignments:
+                continue
+            last = max(assignments, key=lambda a: index.order[a])
+            value = _value_of(last, ref)
+            shape = self._batchified(value) if isinstance(value, cst.Call) else None
+            if shape is not None:
+                found[ref] = (last, *shape)
+        if not found:
+            return None
+        if len(found) > 1:
+            names = ", ".join(f"`{ref.path}`" for ref in found)
+            raise Refused(index.module, f"the training step reads several batchified tensors ({names})")
+        ((ref, (assignment, size, dim)),) = found.items()
+        stmt = index.statement_of(assignment)
+        if (
+            len(self._assignments(ref)) != 1
+            or not isinstance(stmt, cst.SimpleStatementLine)
+            or len(stmt.body) != 1
+            or not isinstance(assignment, cst.Assign)
+            or len(assignment.targets) != 1
+            or not isinstance(assignment.targets[0].target, cst.Name)
+        ):
+            raise Refused(assignment, f"`{ref.path}` is batchified in a way ddpify cannot extend to every rank")
+        if not isinstance(size.value, (cst.Name, cst.Attribute, cst.Integer)):
+            raise Refused(size, f"the batch size `{_code(index, size.value)}` is not a plain name or number")
+        if self.setup.runs_before_setup(index, stmt):
+            raise Refused(stmt, "the data is batchified before the process group is set up (at import time)")
+        for leaf in lineage.leaves:
+            if index.ref_of(leaf, index.scope_of(leaf)) != ref and self._data_ref(leaf) is not None:
+                raise Refused(leaf, f"the training step reads `{leaf.value}` beside the batchified `{ref.path}`")
+        return Streams(stmt, ref.path, size.value, dim)
+
+    def _batchified(self, call: cst.Call) -> tuple[cst.Arg, int] | None:
+        """For a call to the script's ``batchify(data, bsz)`` -- ``data.view(bsz, -1)``, then ``.t()`` or not --
+        the argument that gives the number of streams, and the dimension they end up in."""
+        index = self.index
+        callee = index.resolve_callee(call, index.scope_of(call))
+        if callee is None or callee[1]:
+            return None
+        function = callee[0]
+        names = parameter_names(function)
+        found: list[tuple[int, int]] = []
+        for node in index.walk(function.body):
+            if not (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in ("view", "reshape")
+                and len(node.args) == 2
+                and isinstance(node.args[0].value, cst.Name)
+                and node.args[0].value.value in names
+                and isinstance(node.args[1].value, cst.UnaryOperation)
+            ):
+                continue
+            after = index.parent(node)
+            outer = index.parent(after)
+            transposed = (isinstance(after, cst.Attribute) and after.attr.value == "T") or (
+                isinstance(after, cst.Attribute)
+                and isinstance(outer, cst.Call)
+                and (
+                    (after.attr.value == "t" and not outer.args)
+                    or (after.attr.value == "transpose" and [_code(index, a.value) for a in outer.args] == ["0", "1"])
+                )
+            )
+            found.append((names.index(node.args[0].value.value), 1 if transposed else 0))
+        if len(found) != 1:
+            return None
+        position, dim = found[0]
+        size = argument(call, names[position], position)
+        return (size, dim) if size is not None else None
+
+    def _draws(self, call: cst.Call, depth: int = 0) -> bool:
+        """Whether ``call`` draws from a random generator, itself or in the script's function it runs."""
+        index = self.index
+        if _draws(index, call):
+            return True
+        callee = index.resolve_callee(call, index.scope_of(call))
+        return (
+            callee is not None
+            and depth < 3
+            and any(isinstance(n, cst.Call) and self._draws(n, depth + 1) for n in index.walk(callee[0].body))
+        )
+
+    def _libraries(self, call: cst.Call, depth: int = 0) -> set[str]:
+        """The generators ``call`` draws from (``torch``, ``numpy``, ``random``), through the script's functions."""
+        index = self.index
+        found = {_library(name) for name in index.qualified_names(call.func) if _is_draw(name)}
+        if any(a.keyword is not None and a.keyword.value == "generator" for a in call.args):
+            raise Refused(call, f"`{_code(index, call)}` draws from a generator of its own, the same on every rank")
+        callee = index.resolve_callee(call, index.scope_of(call))
+        if callee is not None and depth < 3:
+            for node in index.walk(callee[0].body):
+                if isinstance(node, cst.Call):
+                    found |= self._libraries(node, depth + 1)
+        return found
+
+    def _reseed(self, draws: list[cst.Call], step: cst.For | cst.While) -> Reseed:
+        """Data drawn anew in each step: each rank reseeds the generators it comes from before the loop.
+
+        The seed that each rank gets is the script's own plus the rank: torch's is read back with
+        ``torch.initial_seed()``; numpy's and ``random``'s must be a number or a name set by
+        ``np.random.seed(...)`` / ``random.seed(...)`` before the loop (unseeded, they differ per process
+        already). A random value that decides the control flow of the step would then differ between the
+        ranks, so that is refused.
+        """
+        index = self.index
+        if self.setup.runs_before_setup(index, step):
+            raise Refused(step, "the training loop runs before the process group is set up (at import time)")
+        libraries: set[str] = set()
+        for call in draws:
+            libraries |= self._libraries(call)
+        for node in (step, *index.walk(step)):
+            tests = (
+                [node.test]
+                if isinstance(node, (cst.If, cst.While, cst.IfExp))
+                else [node.iter]
+                if isinstance(node, cst.For) and node is not step
+                else []
+            )
+            for test in tests:
+                if self._depends(test, step, lambda n: isinstance(n, cst.Call) and self._draws(n)):
+                    raise Refused(
+                        test,
+                        f"a random value decides the control flow of the training step (`{_code(index, test)}`): "
+                        "drawn differently on each rank, it would make them take different paths",
+                    )
+        rank = f"{self.dist}.get_rank()"
+        seeds: list[str] = []
+        if "torch" in libraries:
+            torch_name = self._imported_as("torch")
+            seeds.append(f"{torch_name}.manual_seed({torch_name}.initial_seed() + {rank})")
+        for library, seed_call in (("numpy", "numpy.random.seed"), ("random", "random.seed")):
+            if library not in libraries:
+                continue
+            seeded = [c for c in index.calls if index.is_call_to(c, frozenset({seed_call})) and index.after(step, c)]
+            if not seeded:
+                continue  # never seeded: each process draws differently already
+            value = seeded[-1].args[0].value if seeded[-1].args else None
+            if not isinstance(value, (cst.Integer, cst.Name)) or (
+                isinstance(value, cst.Name) and index.ref_of(value, index.scope_of(step)) is None
+            ):
+                raise Refused(seeded[-1], f"ddpify cannot seed `{_code(index, seeded[-1])}` differently per rank")
+            seeds.append(f"{_code(index, seeded[-1].func)}({_code(index, value)} + {rank})")
+        return Reseed(step, tuple(seeds), tuple(sorted({_code(index, c.func) for c in draws})))
+
+    def _imported_as(self, module: str) -> str:
+        """The name the script imports ``module`` as."""
+        for local, full in self.index.imports.items():
+            if module in full and local in self.index.bound[self.index.module]:
+                return local
+        return module
 
     def _tensors(self, lineage: _Lineage, scope: Scope) -> tuple[dict[Ref, list[cst.Name]], Ref | None]:
         """The data tensors the loss is computed from, with their reads, and the one the model is called on."""
@@ -415,6 +643,8 @@ class _Finder:
             return None  # a slice bound or batch size, or a global of another module
         if self._is_tensor(leaf, index.scope_of(leaf), 0):
             return ref
+        if all(self._model_state(a.value) for a in assignments):
+            return None  # ``hidden = model.init_hidden(bsz)``: the model's state, not data
         if self._model_input(leaf):
             raise Refused(leaf, f"ddpify cannot tell what the model's input `{leaf.value}` holds")
         parent = index.parent(leaf)
@@ -426,6 +656,15 @@ class _Finder:
             return None  # a configuration object (``args.alpha``), a keyword argument, a constant, a device
         raise Refused(
             leaf, f"ddpify cannot tell whether `{leaf.value}`, which the loss reads, holds one row per sample"
+        )
+
+    def _model_state(self, expr: cst.BaseExpression | None) -> bool:
+        """A method of a model called: ``model.init_hidden(bsz)``."""
+        index = self.index
+        return (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and index.root_ref(expr.func.value, index.scope_of(expr)) in self.model_refs
         )
 
     def _in_bounds(self, leaf: cst.Name) -> bool:
@@ -677,9 +916,26 @@ def _is_constant(expr: cst.BaseExpression | None) -> bool:
     return False
 
 
+RANDOM_TORCH = frozenset(
+    f"torch.{name}"
+    for name in ("normal", "bernoulli", "poisson", "multinomial", "rand_like", "randn_like", "randint_like")
+)
+
+
+def _is_draw(name: str) -> bool:
+    return (
+        name.startswith(("torch.rand", "numpy.random.", "random."))
+        and name not in ("numpy.random.seed", "random.seed", "numpy.random.default_rng")
+    ) or name in RANDOM_TORCH
+
+
+def _library(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
 def _draws(index: Index, call: cst.Call) -> bool:
-    """``torch.randn(...)`` and other random draws in the training step: data made anew each step."""
-    return any(n.startswith(("torch.rand", "numpy.random.", "random.")) for n in index.qualified_names(call.func))
+    """``torch.randn(...)`` and other random draws: data made anew each step."""
+    return any(_is_draw(n) for n in index.qualified_names(call.func))
 
 
 def _whole_rows(subscript: cst.Subscript) -> bool:
@@ -724,6 +980,16 @@ def _binds(target: cst.BaseExpression, ref: Ref) -> bool:
     return False
 
 
+def _replaced_by(code: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A replacement by the expression ``code``."""
+    return lambda _: cst.parse_expression(code)
+
+
+def _without_leading(count: int) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A statement without the first ``count`` of its leading lines."""
+    return lambda node: statement(node).with_changes(leading_lines=statement(node).leading_lines[count:])
+
+
 def _indexed(index: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
     """A replacement of ``x`` by ``x[index]``."""
     return lambda node: cst.Subscript(
@@ -737,6 +1003,45 @@ def _code(index: Index, node: cst.CSTNode) -> str:
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     dist = plan.names.dist
+    for streams in facts.streams:
+        size = plan.index.module.code_for_node(streams.size)
+        rank = f"{dist}.get_rank()"
+        plan.replace(streams.size, _replaced_by(f"{size} * {dist}.get_world_size()"))
+        own = f"{streams.name}.narrow({streams.dim}, {rank} * {size}, {size})"
+        if streams.dim == 1:  # columns of a contiguous tensor are not contiguous
+            own += ".contiguous()"
+        line = statement(cst.parse_statement(f"{streams.name} = {own}\n"))
+        keep = f"# Each rank keeps {size} of the streams, each a contiguous run of the data as before."
+        plan.insert_after(streams.stmt, line.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(keep))]))
+        plan.change(
+            streams.stmt,
+            f"batchified `{streams.name}`: made for all ranks at once ({size} x world_size streams), each rank keeps "
+            f"its own {size}, so every rank takes the same steps over contiguous text; the global batch is "
+            "world_size times larger",
+        )
+    for reseed in facts.reseeds:
+        lines = [statement(cst.parse_statement(f"{seed}\n")) for seed in reseed.seeds]
+        if not lines:  # generators never seeded differ per process already
+            plan.change(
+                reseed.loop, f"data drawn in each step ({', '.join(reseed.draws)}): unseeded, it differs per rank"
+            )
+            continue
+        note = cst.EmptyLine(
+            comment=cst.Comment("# Each rank draws its own samples; the weights came from rank 0 in the wrap.")
+        )
+        # The blank lines above the loop go above the seeds; its own comments stay on it.
+        blanks = list(itertools.takewhile(lambda line: line.comment is None, statement(reseed.loop).leading_lines))
+        leading = [note]
+        if blanks and not plan.before.get(reseed.loop):
+            leading = [*blanks, note]
+            plan.replace(reseed.loop, _without_leading(len(blanks)))
+        lines[0] = lines[0].with_changes(leading_lines=leading)
+        plan.insert_before(reseed.loop, *lines)
+        plan.change(
+            reseed.loop,
+            f"data drawn in each step ({', '.join(reseed.draws)}): each rank seeds its generator with the seed plus "
+            "its rank, so the ranks train on different samples (the global batch is world_size times larger)",
+        )
     for full in facts.full_batches:
         shard = fresh("shard", plan.index.identifiers)
         world = f"{dist}.get_world_size()"

@@ -97,12 +97,6 @@ def test_columns_chosen_in_the_step_keep_every_sample(read) -> None:
     assert [code(program, read) for read in full.reads] == ["x", "y"]
 
 
-def test_data_drawn_anew_in_each_step_is_refused(read) -> None:
-    program = read(script("    pass", "x = torch.randn(32, 4)\n        loss = loss_fn(model(x), x.sum(1))"))
-    assert find(program).full_batches == ()
-    assert "draws its data with `torch.randn`" in refusal(program)
-
-
 def test_an_unseeded_random_choice_of_samples_is_refused_and_a_seeded_one_is_not(read) -> None:
     choice = "    data = torch.randn(300, 5)\n    rows = torch.randperm(300)[:200]\n    x = data[rows, :4]\n    y = data[rows, 4:]"
     program = read(script(choice))
@@ -188,3 +182,121 @@ def test_a_target_of_unknown_making_is_refused(read) -> None:
     program = read(script("    x = torch.randn(200, 4)\n    y = load_targets()"))
     assert find(program).full_batches == ()
     assert "cannot tell whether `y`, which the loss reads, holds one row per sample" in refusal(program)
+
+
+def test_data_drawn_in_each_step_reseeds_torch_per_rank(read) -> None:
+    program = read(
+        script("    torch.manual_seed(0)", "x = torch.randn(32, 4)\n        loss = loss_fn(model(x), x.sum(1))")
+    )
+    facts = find(program)
+    (reseed,) = facts.reseeds
+    assert facts.full_batches == ()
+    assert reseed.seeds == ("torch.manual_seed(torch.initial_seed() + dist.get_rank())",)
+    assert code(program, reseed.loop).startswith("for epoch in range(100):")
+
+
+def test_a_batch_function_drawing_from_a_seeded_numpy_reseeds_numpy(read) -> None:
+    program = read(
+        """
+        import numpy as np
+        import torch
+        SEED = 7
+        np.random.seed(SEED)
+
+        def batch(n):
+            return torch.from_numpy(np.random.rand(n, 4).astype("float32"))
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(10):
+            x = batch(16)
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+        """
+    )
+    (reseed,) = find(program).reseeds
+    assert reseed.seeds == ("np.random.seed(SEED + dist.get_rank())",)
+    assert reseed.draws == ("batch",)
+
+
+def test_draws_from_an_unseeded_generator_need_no_new_seed(read) -> None:
+    program = read(
+        script("    pass", "x = np.random.rand(32, 4)\n        loss = loss_fn(model(torch.from_numpy(x)), 0)")
+    )
+    (reseed,) = find(program).reseeds
+    assert reseed.seeds == ()
+
+
+def test_draws_from_a_generator_of_the_script_are_refused(read) -> None:
+    program = read(
+        script(
+            "    g = torch.Generator().manual_seed(0)",
+            "x = torch.randn(32, 4, generator=g)\n        loss = loss_fn(model(x), x.sum(1))",
+        )
+    )
+    assert find(program).reseeds == ()
+    assert "draws from a generator of its own" in refusal(program)
+
+
+def test_a_random_value_deciding_the_control_flow_is_refused(read) -> None:
+    step = "x = torch.randn(32, 4)\n        if torch.rand(1) < 0.5:\n            continue\n        loss = loss_fn(model(x), x.sum(1))"
+    program = read(script("    pass", step))
+    assert find(program).reseeds == ()
+    assert "a random value decides the control flow of the training step" in refusal(program)
+
+
+def test_draws_on_top_of_sharded_data_are_refused(read) -> None:
+    program = read(
+        script(
+            "    x = torch.randn(200, 4)\n    y = x.sum(1)", "loss = loss_fn(model(x + 0.1 * torch.randn_like(x)), y)"
+        )
+    )
+    assert find(program) == tensors.Facts()
+    assert "draws `torch.randn_like` on top of data it shards" in refusal(program)
+
+
+BATCHIFIED = """
+import torch
+
+def batchify(data, bsz):
+    nbatch = data.size(0) // bsz
+    data = data.narrow(0, 0, nbatch * bsz)
+    return data.view(bsz, -1){transpose}.contiguous()
+
+def main(batch_size):
+    train_data = batchify(torch.randint(0, 10, (1000,)), batch_size)
+    model = torch.nn.Embedding(10, 10)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    hidden = model.init_state(batch_size)
+    for i in range(0, train_data.size({length}) - 1, 5):
+        x = train_data{rows}
+        model(x).sum().backward()
+        optimizer.step()
+
+if __name__ == "__main__":
+    main(8)
+"""
+
+
+def test_batchified_streams_in_columns_are_found_with_their_batch_size(read) -> None:
+    program = read(BATCHIFIED.format(transpose=".t()", length=0, rows="[i : i + 5]"))
+    (streams,) = find(program).streams
+    assert (streams.name, code(program, streams.size), streams.dim) == ("train_data", "batch_size", 1)
+    assert code(program, streams.stmt) == "train_data = batchify(torch.randint(0, 10, (1000,)), batch_size)"
+    assert codes(program) == []
+
+
+def test_batchified_streams_in_rows_are_found_too(read) -> None:
+    program = read(BATCHIFIED.format(transpose="", length=1, rows="[:, i : i + 5]"))
+    (streams,) = find(program).streams
+    assert streams.dim == 0
+
+
+def test_a_batch_size_computed_in_the_call_is_refused(read) -> None:
+    program = read(
+        BATCHIFIED.format(transpose=".t()", length=0, rows="[i : i + 5]").replace(
+            "(1000,)), batch_size)", "(1000,)), batch_size * 2)"
+        )
+    )
+    assert find(program).streams == ()
+    assert "the batch size `batch_size * 2` is not a plain name or number" in refusal(program)

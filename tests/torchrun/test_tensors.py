@@ -5,8 +5,9 @@ what the model is called on themselves: a global forward pre-hook, added to
 the converted script, keeps the rows of every input the DDP-wrapped model
 gets while gradients are on, and each rank writes them out at exit (outside
 the working folder, where the probe does not judge writes). The ranks must
-stay in sync, take the same number of steps, and have seen disjoint rows
-that together are the training set (less the few left out for equal shards).
+stay in sync, take the same number of steps, and have seen disjoint rows:
+together the training set (less the few left out for equal shards), or for
+data drawn in each step, different draws.
 """
 
 from __future__ import annotations
@@ -97,6 +98,79 @@ for epoch in range(3):
 torch.save(model.state_dict(), "classifier.pt")
 """
 
+DRAWN_EACH_STEP = """
+import torch
+import torch.nn as nn
+
+
+def main():
+    torch.manual_seed(42)
+    teacher = torch.randn(5, 1)
+    model = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for step in range(40):
+        x = torch.randn(16, 5)
+        y = x @ teacher + 0.01 * torch.randn(16, 1)
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "student.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+STREAMS = """
+import torch
+import torch.nn as nn
+
+BATCH, BPTT = 8, 10
+
+
+def batchify(data, bsz):
+    nbatch = data.size(0) // bsz
+    data = data.narrow(0, 0, nbatch * bsz)
+    return data.view(bsz, -1).t().contiguous()
+
+
+def get_batch(source, i):
+    seq_len = min(BPTT, len(source) - 1 - i)
+    return source[i : i + seq_len], source[i + 1 : i + 1 + seq_len].reshape(-1)
+
+
+class LanguageModel(nn.Module):
+    def __init__(self, ntoken):
+        super().__init__()
+        self.encoder = nn.Embedding(ntoken, 16)
+        self.rnn = nn.GRU(16, 32)
+        self.decoder = nn.Linear(32, ntoken)
+
+    def forward(self, tokens, hidden):
+        output, hidden = self.rnn(self.encoder(tokens), hidden)
+        return self.decoder(output), hidden
+
+    def init_hidden(self, bsz):
+        return torch.zeros(1, bsz, 32)
+
+
+torch.manual_seed(0)
+corpus = torch.randint(0, 50, (1700,))
+train_data = batchify(corpus, BATCH)
+model = LanguageModel(50)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+hidden = model.init_hidden(BATCH)
+for i in range(0, train_data.size(0) - 1, BPTT):
+    data, targets = get_batch(train_data, i)
+    hidden = hidden.detach()
+    optimizer.zero_grad()
+    output, hidden = model(data, hidden)
+    nn.functional.cross_entropy(output.view(-1, 50), targets).backward()
+    optimizer.step()
+torch.save(model.state_dict(), "lm.pt")
+"""
+
 
 def run(tmp_path: Path, source: str) -> tuple[list[list[list[tuple[float, ...]]]], str]:
     """Convert ``source``, run it on two ranks with the recorder, and return each rank's inputs per step."""
@@ -144,3 +218,31 @@ def test_hand_made_batches_of_shuffled_samples_give_each_rank_its_own_shard(tmp_
     assert len(set(rows0)) == len(set(rows1)) == 101  # each rank sees each of its samples once per epoch
     assert not set(rows0) & set(rows1)
     assert steps0[:7] != steps0[7:14]  # reshuffled every epoch
+
+
+@pytest.mark.torchrun
+def test_data_drawn_in_each_step_differs_between_the_ranks(tmp_path: Path) -> None:
+    (steps0, steps1), code = run(tmp_path, DRAWN_EACH_STEP)
+
+    assert "torch.manual_seed(torch.initial_seed() + dist.get_rank())" in code
+    assert len(steps0) == len(steps1) == 40
+    rows0 = {row for step in steps0 for row in step}
+    rows1 = {row for step in steps1 for row in step}
+    assert len(rows0) == len(rows1) == 40 * 16
+    assert not rows0 & rows1
+
+
+@pytest.mark.torchrun
+def test_batchified_text_gives_each_rank_its_own_contiguous_streams(tmp_path: Path) -> None:
+    import torch
+
+    (steps0, steps1), code = run(tmp_path, STREAMS)
+
+    assert "train_data = batchify(corpus, BATCH * dist.get_world_size())" in code
+    torch.manual_seed(0)
+    corpus = torch.randint(0, 50, (1700,))
+    together = corpus[: 1700 // 16 * 16].view(16, -1).t()  # batchified for both ranks: 106 steps of 16 streams
+    assert len(steps0) == len(steps1) == 11  # ceil(105 / 10) steps over the same 106 time steps
+    for rank, steps in enumerate((steps0, steps1)):
+        mine = together[:, rank * 8 : (rank + 1) * 8]
+        assert [row for step in steps for row in step] == [tuple(row.tolist()) for row in mine[:-1]]
