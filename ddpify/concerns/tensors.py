@@ -441,7 +441,7 @@ class _Finder:
 
     def _imported_as(self, module: str) -> str:
         """The name the script imports ``module`` as."""
-        for local, full in self.index.imports.items():
+        for local, full in self.index.imports[self.index.module].items():
             if module in full and local in self.index.bound[self.index.module]:
                 return local
         return module

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from ddpify.engine.index import Flow, Index, Ref, Scope
+from ddpify.engine.index import Flow, Index, Ref, Scope, keyed
 from ddpify.engine.syntax import assigned, imported_names, parameter_names, relative_base
 
 
@@ -206,6 +206,10 @@ def _collect_flows(index: Index) -> None:
         if dst is not None and src is not None:
             index.add_flow(Flow(src, dst, stmt))
             return
+        if dst is not None and isinstance(value, cst.Dict):  # loaders = {"train": train_loader, ...}
+            for key, entry in _string_entries(index, value, scope):
+                index.add_flow(Flow(entry, keyed(dst, key), stmt))
+            return
         if isinstance(value, cst.Call):  # values returned by the script's own functions
             callee = index.resolve_callee(value, scope)
             if callee is None or callee[0].name.value == "__init__":
@@ -215,6 +219,9 @@ def _collect_flows(index: Index) -> None:
                     receiver = index.ref_of(part, scope)
                     if receiver is not None:
                         index.add_flow(Flow(returned, receiver, stmt))
+                if isinstance(ret.value, cst.Dict) and (receiver := index.ref_of(target, scope)) is not None:
+                    for key, entry in _string_entries(index, ret.value, callee[0]):
+                        index.add_flow(Flow(entry, keyed(receiver, key), stmt))
 
     for node in index.walk_program():
         if isinstance(node, cst.Assign):
@@ -261,6 +268,16 @@ def _collect_imported_values(index: Index, imported: list[tuple[cst.ImportFrom, 
             if name in index.bound[module] and (module, name) not in index.functions:
                 local = alias.evaluated_alias or name
                 index.add_flow(Flow(Ref(module, name), Ref(scope, local), stmt))
+
+
+def _string_entries(index: Index, value: cst.Dict, scope: Scope) -> Iterator[tuple[str, Ref]]:
+    """The entries of a dict display under constant string keys, with the places their values come from."""
+    for element in value.elements:
+        if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
+            key = element.key.evaluated_value
+            src = index.carried_ref(element.value, scope)
+            if isinstance(key, str) and key.isidentifier() and src is not None:
+                yield key, src
 
 
 def _return_ref(index: Index, expr: cst.BaseExpression, function: cst.FunctionDef, slot: int | None) -> Ref:

@@ -344,6 +344,9 @@ class Index:
             owner = self.method_scope(scope)
             if owner is not None and expr.value.value == self.self_name(owner):
                 return Ref(self.attribute_class(owner), f"self.{expr.attr.value}")
+        if isinstance(expr, cst.Subscript) and (key := string_key(expr)) is not None:
+            holder = self.ref_of(expr.value, scope)
+            return keyed(holder, key) if holder is not None and "[" not in holder.path else None
         return None
 
     def method_scope(self, scope: Scope) -> cst.FunctionDef | None:
@@ -546,6 +549,22 @@ class Index:
         if ref.path.startswith("self."):
             return f"{self.self_name(self.method_scope(scope))}{ref.path[4:]}"
         return ref.path
+
+
+def string_key(subscript: cst.Subscript) -> str | None:
+    """``"train"`` for ``loaders["train"]``: a single key written as a plain string."""
+    if len(subscript.slice) != 1:
+        return None
+    index = subscript.slice[0].slice
+    if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+        value = index.value.evaluated_value
+        return value if isinstance(value, str) and value.isidentifier() else None
+    return None
+
+
+def keyed(holder: Ref, key: str) -> Ref:
+    """The place ``holder[key]``: a dict entry under a constant key is followed like a name."""
+    return Ref(holder.scope, f'{holder.path}["{key}"]')
 
 
 # Nodes that hold no code: what precedes a node's first token without moving where it starts.

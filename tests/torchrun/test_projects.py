@@ -55,7 +55,10 @@ def trains_in_sync(script: Path) -> None:
 
 
 @pytest.mark.torchrun
-@pytest.mark.parametrize(("case", "how"), [("solver", "-o"), ("trainer_hierarchy", "--in-place"), ("helpers", "-o")])
+@pytest.mark.parametrize(
+    ("case", "how"),
+    [("solver", "-o"), ("trainer_hierarchy", "--in-place"), ("helpers", "-o"), ("loader_dict", "--in-place")],
+)
 def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path) -> None:
     project = tmp_path / "project"
     shutil.copytree(PROJECTS / case / "input", project)
