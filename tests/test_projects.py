@@ -1,7 +1,7 @@
 """Golden programs of several modules: ``tests/fixtures/projects/<case>/``.
 
 Each case holds ``input/`` (a small project; its entry script is ``train.py``
-unless ``entry.txt`` names another), ``diagnostics.txt`` (the status, every
+unless ``entry.txt`` names another), an optional ``options.json``, ``diagnostics.txt`` (the status, every
 diagnostic and every change with its file) and ``expected/``, which holds each
 file of the program that changes, compared byte for byte. The modules of the
 program are found as the command line finds them (:mod:`ddpify.cli.program`).
@@ -13,13 +13,14 @@ tests/test_projects.py`` and review the result with ``git diff``.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from ddpify import Conversion, Status, convert
+from ddpify import Conversion, Options, Status, convert
 from ddpify.cli.program import local_modules
 
 PROJECTS = Path(__file__).parent / "fixtures" / "projects"
@@ -32,14 +33,19 @@ def entry(case: Path) -> str:
     return named.read_text().strip() if named.exists() else "train.py"
 
 
-def convert_project(folder: Path, script: str) -> Conversion:
+def options(case: Path) -> Options:
+    path = case / "options.json"
+    return Options(**json.loads(path.read_text())) if path.exists() else Options()
+
+
+def convert_project(folder: Path, script: str, settings: Options = Options()) -> Conversion:  # noqa: B008
     """Convert the program of ``folder/script`` with paths relative to ``folder``, as the CLI run there would."""
     cwd = Path.cwd()
     os.chdir(folder)
     try:
         source = Path(script).read_bytes()
         program = local_modules(script, source, max_size=1 << 20, root=Path.cwd())
-        return convert(source, path=script, modules=program.modules)
+        return convert(source, path=script, options=settings, modules=program.modules)
     finally:
         os.chdir(cwd)
 
@@ -61,7 +67,7 @@ def outputs(conversion: Conversion, script: str) -> dict[str, bytes]:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_project(case: Path, tmp_path: Path) -> None:
     script = entry(case)
-    conversion = convert_project(case / "input", script)
+    conversion = convert_project(case / "input", script, options(case))
     written = outputs(conversion, script)
     expected = case / "expected"
     if REGENERATE:
@@ -80,5 +86,5 @@ def test_project(case: Path, tmp_path: Path) -> None:
         shutil.copytree(case / "input", tmp_path / "again")
         for path, code in written.items():
             (tmp_path / "again" / path).write_bytes(code)
-        again = convert_project(tmp_path / "again", script)
+        again = convert_project(tmp_path / "again", script, options(case))
         assert again.status is Status.UNCHANGED and not outputs(again, script), report(again)

@@ -340,11 +340,7 @@ def define_wrapper(plan: EditPlan, taken: set[str]) -> str:
     name = fresh("DistributedSamplerWrapper", plan.index.identifiers | taken)
     taken.add(name)
     definition = cst.parse_module(WRAPPER.format(wrapper=name, sampler=plan.names.sampler)).body[0]
-    definition = definition.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-    for stmts in plan.before.values():
-        if plan.setup_definition is not None and plan.setup_definition in stmts:
-            stmts.insert(stmts.index(plan.setup_definition) + 1, definition)
-            break
+    plan.add_setup_helper(name, cast(cst.ClassDef, definition))
     return name
 
 

@@ -52,7 +52,8 @@ class EditPlan:
     removed: set[cst.BaseStatement] = field(default_factory=set)
     inlined: set[cst.If] = field(default_factory=set)  # an ``if`` replaced by its own body
     imports: list[Import] = field(default_factory=list)
-    setup_helpers: dict[str, cst.FunctionDef] = field(default_factory=dict)  # emitted after the setup function
+    # functions and classes the generated code calls, emitted after the setup function
+    setup_helpers: dict[str, cst.FunctionDef | cst.ClassDef] = field(default_factory=dict)
     setup_definition: cst.FunctionDef | None = None
     findings: list[tuple[cst.CSTNode, Code, str]] = field(default_factory=list)
     changed: list[tuple[cst.CSTNode, str]] = field(default_factory=list)
@@ -94,7 +95,7 @@ class EditPlan:
     def has_setup_helper(self, name: str) -> bool:
         return name in self.setup_helpers
 
-    def add_setup_helper(self, name: str, definition: cst.FunctionDef) -> None:
+    def add_setup_helper(self, name: str, definition: cst.FunctionDef | cst.ClassDef) -> None:
         self.setup_helpers[name] = definition.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
 
     def need_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
@@ -135,7 +136,6 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
     are fresh in the whole program, so a name the module did not mention before
     and mentions now is one the edits brought.
     """
-    _place_setup_helpers(plan)
     index = plan.index
     edited = {index.module_of(node) for node in _edited_nodes(plan)}
     result: dict[cst.Module, cst.Module] = {}
@@ -143,6 +143,13 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
         if module not in edited:
             continue
         draft = _apply(plan, module)
+        used = [n for n in plan.setup_helpers if _mentions(draft.code, n) > _mentions(module.code, n)]
+        if used and module is index.module:
+            _place_setup_helpers(plan, used)
+            draft = _apply(plan, module)
+        elif used:
+            _place_helpers(plan, module, [plan.setup_helpers[n] for n in used])
+            draft = _apply(plan, module)
         needed = [item for item in plan.imports if _mentions(draft.code, item) > _mentions(module.code, item)]
         if needed:
             _place_imports(plan, module, needed)
@@ -151,18 +158,41 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
     return result
 
 
-def _mentions(code: str, item: Import) -> int:
-    name = item.asname or item.obj or item.module.split(".")[0]
+def _mentions(code: str, item: Import | str) -> int:
+    name = item if isinstance(item, str) else item.asname or item.obj or item.module.split(".")[0]
     return len(re.findall(rf"\b{re.escape(name)}\b", code))
 
 
-def _place_setup_helpers(plan: EditPlan) -> None:
-    if plan.setup_helpers and plan.setup_definition is not None and not plan.helpers_placed:
+def _place_helpers(plan: EditPlan, module: cst.Module, used: list[cst.FunctionDef | cst.ClassDef]) -> None:
+    """Define in ``module`` the helpers that its new code calls, below its imports (in the entry
+    script they follow the setup function)."""
+    body = list(module.body)
+    imports = [i for i, stmt in enumerate(body) if _import_module(stmt) is not None]
+    leading = imports and all(_import_module(s) is not None or _is_docstring(s) for s in body[: imports[-1] + 1])
+    first = imports[-1] + 1 if leading else int(_is_docstring(body[0]))
+    if first < len(body):  # before the first statement after the imports; new imports go above
+        plan.before[body[first]][0:0] = used
+    else:
+        plan.after[body[-1]].extend(used)
+
+
+def _is_docstring(stmt: cst.BaseStatement) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, cst.SimpleString)
+    )
+
+
+def _place_setup_helpers(plan: EditPlan, names: Sequence[str] | None = None) -> None:
+    """Put the helpers (all, or those ``names``) right after the setup function."""
+    helpers = [d for n, d in plan.setup_helpers.items() if names is None or n in names]
+    if helpers and plan.setup_definition is not None and not plan.helpers_placed:
         plan.helpers_placed = True
         for stmts in plan.before.values():
             if plan.setup_definition in stmts:
                 at = stmts.index(plan.setup_definition) + 1
-                stmts[at:at] = plan.setup_helpers.values()
+                stmts[at:at] = helpers
 
 
 def _apply(plan: EditPlan, module: cst.Module) -> cst.Module:
