@@ -33,9 +33,15 @@ share (``samplers`` builds that); a placeholder that stays ``None``
 ``DistributedSampler``. Of loaders kept in a dict, only the training entries
 get a sampler (``samplers`` tells which).
 
+An ``IterableDataset`` of the program's own has no sampler to shard: it is
+wrapped so that each rank (and each DataLoader worker) takes one item in every
+world size (x workers) of the stream, and a last round too short to share is
+dropped, so that every rank takes as many steps. The stream must be the same on
+every rank (the report says so); a class that splits its stream between
+workers itself (``get_worker_info``) is split by rank only.
+
 Limits: a sampler whose draws ddpify cannot make alike on every rank (DDP202,
-the reason named), an ``IterableDataset``
-(DDP208), a loader built from ``*args`` (DDP205) or without a dataset
+the reason named), a loader built from ``*args`` (DDP205) or without a dataset
 (DDP206), a state carried from batch to batch of an unshuffled loader
 (DDP210: the sampler interleaves the ranks' samples) are refused, and so are
 training batches that come from anything but a DataLoader the flow graph can
@@ -124,13 +130,6 @@ BATCH_NOT_ARGUMENT = Code(
     "--keep-global-batch, but the DataLoader's batch size is not one of its arguments",
     "pass batch_size= to the DataLoader",
 )
-ITERABLE_DATASET = Code(
-    "DDP208",
-    Severity.ERROR,
-    "data",
-    "the training data is an IterableDataset, which a DistributedSampler cannot shard",
-    "make each rank yield its own share (e.g. skip items by dist.get_rank())",
-)
 CARRIED_STATE = Code(
     "DDP210",
     Severity.ERROR,
@@ -146,7 +145,6 @@ CODES = (
     STAR_ARGS,
     NO_DATASET,
     BATCH_NOT_ARGUMENT,
-    ITERABLE_DATASET,
     CARRIED_STATE,
 )
 
@@ -186,6 +184,17 @@ class Loader:
     own_sampler: OwnSampler | None = None
     # kept in a dict with other loaders: only the training entries get a sampler
     entry: DictEntry | None = None
+    # an IterableDataset of the script's own: each rank takes its share of the stream
+    stream: Stream | None = None
+
+
+@dataclass(frozen=True)
+class Stream:
+    """``DataLoader(<dataset>)`` over an IterableDataset class of the program."""
+
+    dataset: cst.BaseExpression
+    cls: cst.ClassDef
+    by_worker: bool  # the class does not split its stream between DataLoader workers itself
 
 
 @dataclass(frozen=True)
@@ -279,7 +288,7 @@ class _Finder:
                 sites, entry = self._entry_sites(call, entry, refs, starts)
             training = bool(sites)
             epoch_loops: list[EpochLoop] = []
-            own = None
+            own = stream = None
             self._loader_refs = self._holding_loader(origin) if origin is not None else set()
             restarts = tuple(self._restarts(refs)) if training else ()
             if training:
@@ -308,6 +317,7 @@ class _Finder:
                         "at the start of each pass, or every pass shuffles the same way",
                     )
                 own = self._check_sampling_arguments(call, refs)
+                stream = self._stream(call)
                 self._check_carried_state(call, [node for node, _ in sites], origin)
             elif origin is None or not (entry_iterations(index, refs) if entry else self._iterations(refs)):
                 self.program.report(
@@ -338,6 +348,7 @@ class _Finder:
                 frozenset(refs),
                 own,
                 entry,
+                stream,
             )
 
     def _entry_sites(
@@ -377,6 +388,20 @@ class _Finder:
             return None
         found = (self._iterable_dataset(a.value, index.scope_of(a), depth + 1) for a in index.assignments_to(ref))
         return next(filter(None, found), None)
+
+    def _stream(self, call: cst.Call) -> Stream | None:
+        """The IterableDataset of the program's own that a training DataLoader reads, if it reads one."""
+        dataset_arg = argument(call, "dataset", torch_api.DATALOADER_POSITIONS["dataset"])
+        if dataset_arg is None:
+            return None
+        cls = self._iterable_dataset(dataset_arg.value, self.index.scope_of(call))
+        if cls is None:
+            return None
+        splits = any(
+            isinstance(n, (cst.Name, cst.Attribute)) and dotted(n).endswith("get_worker_info")
+            for n in self.index.walk(cls)
+        )
+        return Stream(dataset_arg.value, cls, by_worker=not splits)
 
     def _subclasses_iterable_dataset(self, cls: cst.ClassDef, depth: int = 0) -> bool:
         for base in cls.bases:
@@ -434,16 +459,6 @@ class _Finder:
         own = None
         dataset_arg = argument(call, "dataset", torch_api.DATALOADER_POSITIONS["dataset"])
         dataset = dataset_arg.value if dataset_arg is not None else None
-        stream = self._iterable_dataset(dataset, self.index.scope_of(call)) if dataset is not None else None
-        if dataset is not None and stream is not None:
-            line = self.index.position(stream)[0]
-            self.program.report(
-                dataset,
-                ITERABLE_DATASET,
-                f"the training data is `{stream.name.value}` (line {line}), an IterableDataset: a DistributedSampler "
-                "cannot shard it, and splitting its stream by rank and DataLoader worker keeps the ranks in step "
-                "only if every share is equally long; make its `__iter__` yield this rank's equal share",
-            )
         for position, arg in enumerate(call.args):
             keyword = arg.keyword.value if arg.keyword is not None else None
             if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS:
@@ -906,11 +921,15 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for split in facts.splits:
         _seed_split(plan, split)
     taken: set[str] = set()
-    helper = wrapper = None
+    helper = wrapper = shard = None
     for loader in facts.loaders:
         if loader.training:
             own = loader.own_sampler
-            if own is not None:
+            if loader.stream is not None:
+                shard = shard or _define_shard(plan, taken)
+                _shard_stream(plan, loader.stream, shard)
+                reshuffles = False
+            elif own is not None:
                 if own.wrapped:
                     wrapper = wrapper or define_wrapper(plan, taken)
                 share(plan, own, wrapper or "")
@@ -925,10 +944,56 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 _split_batch(plan, loader, helper)
             if loader.full_batches is not None:
                 _drop_last(plan, loader)
-            for attribute in loader.dataset_lengths:
+            for attribute in loader.dataset_lengths if loader.stream is None else ():
                 plan.replace(attribute, lambda n: n.with_changes(attr=cst.Name("sampler")))
                 text = plan.index.module.code_for_node(attribute.value)
                 plan.change(attribute, f"len({text}.dataset) -> len({text}.sampler): the samples this rank trains on")
+
+
+_SHARD = '''
+class {name}(torch.utils.data.IterableDataset):
+    """This process's share of a stream: one item in every (ranks x DataLoader workers). A last
+    round too short to give every share an item is dropped, so that every rank takes as many steps."""
+
+    def __init__(self, dataset, by_worker=True):
+        self.dataset = dataset
+        self.by_worker = by_worker  # False: the dataset splits its stream between workers itself
+        self.rank, self.world_size = {dist}.get_rank(), {dist}.get_world_size()
+
+    def __iter__(self):
+        worker = torch.utils.data.get_worker_info() if self.by_worker else None
+        workers, worker_id = (worker.num_workers, worker.id) if worker is not None else (1, 0)
+        shards, shard = self.world_size * workers, self.rank * workers + worker_id
+        for items in zip(*[iter(self.dataset)] * shards):  # `shards` items at a time
+            yield items[shard]
+
+    def __len__(self):
+        return len(self.dataset) // self.world_size
+'''
+
+
+def _define_shard(plan: EditPlan, taken: set[str]) -> str:
+    """Define the stream-sharding class once, after the setup function; its name."""
+    name = fresh("RankShard", plan.index.identifiers | taken)
+    taken.add(name)
+    definition = cst.parse_module(_SHARD.format(name=name, dist=plan.names.dist)).body[0]
+    plan.add_setup_helper(name, cast(cst.ClassDef, definition))
+    if "torch" not in plan.index.bound[plan.index.module]:
+        plan.need_import("torch")
+    return name
+
+
+def _shard_stream(plan: EditPlan, stream: Stream, shard: str) -> None:
+    """``DataLoader(stream)`` -> ``DataLoader(RankShard(stream))``."""
+    code = plan.index.module.code_for_node(stream.dataset)
+    arguments = code if stream.by_worker else f"{code}, by_worker=False"
+    plan.replace(stream.dataset, lambda n: cst.parse_expression(f"{shard}({arguments})"))
+    plan.change(
+        stream.dataset,
+        f"`{stream.cls.name.value}` is an IterableDataset: each rank (and DataLoader worker) takes one item in "
+        "every world size (x workers) of its stream, and drops a last round too short to share, so that every "
+        "rank takes as many steps; the stream must be the same on every rank (seed its randomness)",
+    )
 
 
 def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_batch: bool) -> bool:

@@ -87,3 +87,55 @@ def test_the_split_shards_and_batches_are_right_under_torchrun(tmp_path: Path) -
     rank0, rank1 = report.ranks
     assert rank0.steps == rank1.steps > 0
     assert rank0.saves and not rank1.saves
+
+
+STREAM = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, IterableDataset
+
+
+class Stream(IterableDataset):
+    def __init__(self, length):
+        self.length = length
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(3)
+        for _ in range(self.length):
+            x = torch.randn(5, generator=g)
+            yield x, x.sum(dim=0, keepdim=True)
+
+
+def main():
+    loader = DataLoader(Stream(203), batch_size=8)
+    model = nn.Linear(5, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    torch.save(model.state_dict(), "stream.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.torchrun
+def test_a_stream_is_split_into_equal_shares_under_torchrun(tmp_path: Path) -> None:
+    conversion = convert(STREAM.encode(), path="train.py")
+    assert conversion.status is Status.CONVERTED, conversion.diagnostics
+    code = conversion.code.decode()
+    assert "DataLoader(RankShard(Stream(203)), batch_size=8)" in code
+    script = tmp_path / "train_ddp.py"
+    script.write_bytes(conversion.code)
+
+    report = verify(script, nproc=2, workdir=tmp_path, timeout=240)
+
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    rank0, rank1 = report.ranks
+    # 203 items: 101 per rank (the last, unpaired item dropped), 13 batches of 8 per epoch.
+    assert rank0.steps == rank1.steps == 2 * 13
+    assert rank0.first_batch != rank1.first_batch
