@@ -457,8 +457,6 @@ class _Finder:
 
     def _check_sampling_arguments(self, call: cst.Call, refs: set[Ref]) -> OwnSampler | None:
         own = None
-        dataset_arg = argument(call, "dataset", torch_api.DATALOADER_POSITIONS["dataset"])
-        dataset = dataset_arg.value if dataset_arg is not None else None
         for position, arg in enumerate(call.args):
             keyword = arg.keyword.value if arg.keyword is not None else None
             if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS:
