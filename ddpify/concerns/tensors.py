@@ -69,7 +69,8 @@ before.
 The data concern reports DDP201 when no DataLoader feeds training; this concern
 decides it: when the training data is not such a set of tensors -- a batch loop
 or random range not computed from the data's length (``range(n_batches)``),
-data made from the loop variable alone, a model called on several tensors
+data made from the loop variable alone, a loss that differentiates with
+respect to the data (``torch.autograd.grad``), a model called on several tensors
 (a graph and its features), a target of unknown making, data handed to the
 training step through parameters or read in a function of its own, an
 optimizer closure (LBFGS) -- the script is refused, with the reason and the
@@ -105,6 +106,8 @@ NOT_TENSOR_CALLS = frozenset({"torch.device", "torch.Generator", "torch.manual_s
 SIZED_FACTORIES = frozenset(
     f"torch.{name}" for name in ("randn", "rand", "zeros", "ones", "empty", "full", "normal", "Tensor", "FloatTensor")
 )
+# Gradients with respect to the inputs (physics-informed losses): the data is a variable, not samples.
+DIFFERENTIATES = frozenset({"torch.autograd.grad", "torch.autograd.functional.jacobian"})
 # Random choices of samples: each rank would choose differently without a seed.
 RANDOM_CHOICES = frozenset(
     {
@@ -240,6 +243,13 @@ class _Finder:
         streams = self._streams(lineage)
         if streams is not None:
             return streams
+        for call in lineage.calls:
+            if index.qualified_names(call.func) & DIFFERENTIATES:
+                raise Refused(
+                    call,
+                    f"the loss differentiates with respect to the data (`{_code(index, call.func)}`), which "
+                    "ddpify does not shard",
+                )
         choices = [call for call in lineage.calls if index.qualified_names(call.func) & RANDOM_CHOICES]
         draws = [call for call in lineage.calls if call not in choices and self._draws(call)]
         tensors, first = self._tensors(lineage, scope)
@@ -251,6 +261,12 @@ class _Finder:
             )
         if draws:
             return self._reseed(draws, step)
+        if first is None and tensors:
+            names = ", ".join(f"`{ref.path}`" for ref in tensors)
+            raise Refused(
+                next(iter(tensors.values()))[0],
+                f"the model's input is made from {names} in a way ddpify does not follow",
+            )
         if first is None and lineage.step_variables:
             name = lineage.step_variables[0]
             raise Refused(
@@ -597,6 +613,7 @@ class _Finder:
                 for binding in bound_in_step:
                     if isinstance(binding, cst.For) and binding.target is not None and _binds(binding.target, ref):
                         found.step_variables.append(node)
+                        queue.append(binding.iter)  # ``for xb in x.split(bs)``: the batches come from ``x``
                     elif isinstance(binding, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and binding.value:
                         queue.append(binding.value)
                         if isinstance(binding, cst.AugAssign):
@@ -645,6 +662,8 @@ class _Finder:
             return ref
         if all(self._model_state(a.value) for a in assignments):
             return None  # ``hidden = model.init_hidden(bsz)``: the model's state, not data
+        if self._in_bounds(leaf):
+            return None  # a number of batches, a batch size
         if self._model_input(leaf):
             raise Refused(leaf, f"ddpify cannot tell what the model's input `{leaf.value}` holds")
         parent = index.parent(leaf)

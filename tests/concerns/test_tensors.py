@@ -300,3 +300,10 @@ def test_a_batch_size_computed_in_the_call_is_refused(read) -> None:
     )
     assert find(program).streams == ()
     assert "the batch size `batch_size * 2` is not a plain name or number" in refusal(program)
+
+
+def test_an_input_built_from_the_data_in_a_comprehension_is_refused(read) -> None:
+    step = "idx = torch.randint(0, len(x), (8,))\n        loss = loss_fn(model(torch.stack([x[j] for j in idx])), 0)"
+    program = read(script("    x = torch.randn(200, 4)", step))
+    assert find(program).full_batches == ()
+    assert "the model's input is made from `x` in a way ddpify does not follow" in refusal(program)
