@@ -19,6 +19,13 @@ mean over the samples, that average is the gradient of the mean loss over all
 the samples in the shards: the full-batch gradient. With a summed loss
 (``reduction="sum"``) it is the full-batch gradient divided by the world size.
 
+The step may run in a function of its own: ``def train(): ...`` called in the
+loop, or a closure handed to ``optimizer.step(closure)``. LBFGS decides its
+inner iterations and line search from the loss the closure returns, and each
+rank's shard gives another loss: the closure then returns the mean over all
+ranks (``dist.all_reduce``), so every rank decides the same and calls the
+closure, with its gradient all-reduce, as many times.
+
 A script that makes mini-batches of such tensors itself -- ``x[i:i + bs]``
 over ``range(0, len(x), bs)``, ``x[perm[i:i + bs]]`` after ``perm =
 torch.randperm(len(x))``, ``x[torch.randint(0, len(x), (bs,))]`` -- gets the
@@ -69,11 +76,11 @@ before.
 The data concern reports DDP201 when no DataLoader feeds training; this concern
 decides it: when the training data is not such a set of tensors -- a batch loop
 or random range not computed from the data's length (``range(n_batches)``),
-data made from the loop variable alone, a model called on several tensors
+data made from the loop variable alone, a loss that differentiates with
+respect to the data (``torch.autograd.grad``), a model called on several tensors
 (a graph and its features), a target of unknown making, data handed to the
-training step through parameters or read in a function of its own, an
-optimizer closure (LBFGS) -- the script is refused, with the reason and the
-line.
+training step through parameters, a closure that does not end by returning its
+loss -- the script is refused, with the reason and the line.
 """
 
 from __future__ import annotations
@@ -105,6 +112,10 @@ NOT_TENSOR_CALLS = frozenset({"torch.device", "torch.Generator", "torch.manual_s
 SIZED_FACTORIES = frozenset(
     f"torch.{name}" for name in ("randn", "rand", "zeros", "ones", "empty", "full", "normal", "Tensor", "FloatTensor")
 )
+# Optimizers that decide their steps from the loss their closure returns.
+LOSS_DRIVEN = frozenset({"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"})
+# Gradients with respect to the inputs (physics-informed losses): the data is a variable, not samples.
+DIFFERENTIATES = frozenset({"torch.autograd.grad", "torch.autograd.functional.jacobian"})
 # Random choices of samples: each rank would choose differently without a seed.
 RANDOM_CHOICES = frozenset(
     {
@@ -127,6 +138,16 @@ ALL_SEEDS = frozenset(name for name in data.GLOBAL_SEEDS if name.endswith(("seed
 
 
 @dataclass(frozen=True)
+class Closure:
+    """The function that runs the training step: ``def closure(): ...; return loss`` handed to
+    ``optimizer.step(closure)``, or ``def train(): ...`` called in the training loop."""
+
+    function: cst.FunctionDef
+    ret: cst.SimpleStatementLine | None  # ``return loss``, its last statement (a closure for optimizer.step)
+    averaged: bool  # the optimizer decides from the loss (LBFGS): every rank must get the same value back
+
+
+@dataclass(frozen=True)
 class FullBatch:
     """Whole tensors the training step reads every step: each rank reads its shard instead."""
 
@@ -135,6 +156,7 @@ class FullBatch:
     length: str  # the tensor whose number of rows is the number of samples
     names: tuple[str, ...]  # the tensors, for the report
     batched: bool = False  # the script makes mini-batches of them itself (every read in the loop is sharded)
+    closure: Closure | None = None  # the reads are in an optimizer closure
 
 
 @dataclass(frozen=True)
@@ -228,18 +250,25 @@ class _Finder:
         (backward,) = backwards
         scope = index.scope_of(backward)
         loops = list(index.enclosing_loops(backward))
-        if not loops:
-            raise Refused(
-                backward,
-                "the backward pass runs in a function of its own (a training step or an "
-                "optimizer closure), whose data ddpify does not follow",
-            )
-        step = loops[-1]  # the outermost loop of the function: everything inside runs again each step
+        closure: Closure | None = None
+        if loops:
+            step: cst.For | cst.While | cst.FunctionDef = loops[-1]  # the outermost loop: all of it runs each step
+            runs = step
+        else:  # ``optimizer.step(closure)``: the closure runs in a loop of the function around it
+            closure, runs = self._closure(backward, scope)
+            step = closure.function
         func = cast(cst.Attribute, backward.func)
         lineage = self._lineage([func.value, *(a.value for a in backward.args)], scope, step)
-        streams = self._streams(lineage)
+        streams = self._streams(lineage) if closure is None else None
         if streams is not None:
             return streams
+        for call in lineage.calls:
+            if index.qualified_names(call.func) & DIFFERENTIATES:
+                raise Refused(
+                    call,
+                    f"the loss differentiates with respect to the data (`{_code(index, call.func)}`), which "
+                    "ddpify does not shard",
+                )
         choices = [call for call in lineage.calls if index.qualified_names(call.func) & RANDOM_CHOICES]
         draws = [call for call in lineage.calls if call not in choices and self._draws(call)]
         tensors, first = self._tensors(lineage, scope)
@@ -249,8 +278,18 @@ class _Finder:
                 f"the training step draws `{_code(index, draws[0].func)}` on top of data it shards: ddpify "
                 "cannot tell which of them must differ between the ranks",
             )
+        if draws and closure is not None:
+            raise Refused(
+                draws[0], f"the function of the training step draws its data with `{_code(index, draws[0].func)}`"
+            )
         if draws:
-            return self._reseed(draws, step)
+            return self._reseed(draws, cast(cst.For | cst.While, step))
+        if first is None and tensors:
+            names = ", ".join(f"`{ref.path}`" for ref in tensors)
+            raise Refused(
+                next(iter(tensors.values()))[0],
+                f"the model's input is made from {names} in a way ddpify does not follow",
+            )
         if first is None and lineage.step_variables:
             name = lineage.step_variables[0]
             raise Refused(
@@ -260,8 +299,10 @@ class _Finder:
         if first is None:
             return None
         batched = bool(lineage.step_variables or choices)
+        if batched and closure is not None:
+            raise Refused(step, "the function of the training step picks part of the samples in each call")
         if batched:
-            self._check_batches(lineage, choices, step, set(tensors))
+            self._check_batches(lineage, choices, cast(cst.For | cst.While, step), set(tensors))
         else:
             for subscript in lineage.subscripts:
                 if not _whole_rows(subscript):
@@ -271,8 +312,8 @@ class _Finder:
         assignments = [a for ref in tensors for a in self._assignments(ref)]
         last = max(assignments, key=lambda a: index.order[a])
         after = self._top_statement(last, first.scope)
-        if not index.after(step, after):
-            raise Refused(step, f"`{first.path}` is changed after the training loop starts")
+        if not index.after(runs, after):
+            raise Refused(runs, f"`{first.path}` is changed after the training loop starts")
         if self.setup.runs_before_setup(index, after):
             raise Refused(after, "the tensors are made before the process group is set up (at import time)")
         made = sorted(tensors, key=lambda ref: min(index.order[a] for a in self._assignments(ref)))
@@ -286,7 +327,61 @@ class _Finder:
             ]
         else:
             reads = [read for ref in made for read in tensors[ref]]
-        return FullBatch(tuple(reads), after, first.path, tuple(ref.path for ref in made), batched)
+        return FullBatch(tuple(reads), after, first.path, tuple(ref.path for ref in made), batched, closure)
+
+    def _closure(self, backward: cst.Call, scope: Scope) -> tuple[Closure, cst.For | cst.While]:
+        """The optimizer closure that runs ``backward`` (``optimizer.step(closure)`` in a loop), and that loop."""
+        index = self.index
+        unfollowed = Refused(
+            backward,
+            "the backward pass runs in a function of its own (a training step called in the loop), whose data "
+            "ddpify does not follow",
+        )
+        if not isinstance(scope, cst.FunctionDef):
+            raise unfollowed
+        name = Ref(index.scope_of(scope), scope.name.value)
+        uses = [
+            n
+            for n in index.names.get(name.path, [])
+            if n is not scope.name and _is_read(index, n) and index.ref_of(n, index.scope_of(n)) == name
+        ]
+        steps: list[cst.Call] = []  # optimizer.step(closure)
+        calls: list[cst.Call] = []  # train_step(): a step of its own
+        for use in uses:
+            arg, call = index.parent(use), index.parent(index.parent(use))
+            if isinstance(arg, cst.Call) and arg.func is use:
+                calls.append(arg)
+            elif (
+                isinstance(arg, cst.Arg)
+                and isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "step"
+            ):
+                steps.append(call)
+            else:
+                raise unfollowed
+        loops = [list(index.enclosing_loops(call)) for call in (*steps, *calls)]
+        if not loops or not all(loops) or (steps and calls):
+            raise unfollowed
+        if calls:
+            return Closure(scope, None, averaged=False), loops[0][-1]
+        returns = [n for n in index.walk(scope.body) if isinstance(n, cst.Return) and index.scope_of(n) is scope]
+        last = scope.body.body[-1] if isinstance(scope.body, cst.IndentedBlock) else None
+        if (
+            len(returns) != 1
+            or returns[0].value is None
+            or not isinstance(last, cst.SimpleStatementLine)
+            or last.body[0] is not returns[0]
+        ):
+            raise Refused(scope, "the optimizer closure does not end by returning its loss")
+        optimizers = {index.root_ref(cast(cst.Attribute, call.func).value, index.scope_of(call)) for call in steps}
+        lbfgs = any(
+            a.value is not None and index.is_call_to(a.value, LOSS_DRIVEN)
+            for ref in optimizers
+            if ref is not None
+            for a in self._assignments(ref)
+        )
+        return Closure(scope, last, lbfgs), loops[0][-1]
 
     def _streams(self, lineage: _Lineage) -> Streams | None:
         """A tensor the training step reads that the script's own ``batchify(data, bsz)`` made."""
@@ -569,7 +664,9 @@ class _Finder:
         return any(self._depends(element.slice, step, varies) for element in subscript.slice[:1])
 
     # -- the loss's lineage in the training step --------------------------
-    def _lineage(self, roots: list[cst.BaseExpression], scope: Scope, step: cst.For | cst.While) -> _Lineage:
+    def _lineage(
+        self, roots: list[cst.BaseExpression], scope: Scope, step: cst.For | cst.While | cst.FunctionDef
+    ) -> _Lineage:
         index = self.index
         found = _Lineage()
         seen: set[cst.CSTNode] = set()
@@ -597,6 +694,7 @@ class _Finder:
                 for binding in bound_in_step:
                     if isinstance(binding, cst.For) and binding.target is not None and _binds(binding.target, ref):
                         found.step_variables.append(node)
+                        queue.append(binding.iter)  # ``for xb in x.split(bs)``: the batches come from ``x``
                     elif isinstance(binding, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and binding.value:
                         queue.append(binding.value)
                         if isinstance(binding, cst.AugAssign):
@@ -645,6 +743,8 @@ class _Finder:
             return ref
         if all(self._model_state(a.value) for a in assignments):
             return None  # ``hidden = model.init_hidden(bsz)``: the model's state, not data
+        if self._in_bounds(leaf):
+            return None  # a number of batches, a batch size
         if self._model_input(leaf):
             raise Refused(leaf, f"ddpify cannot tell what the model's input `{leaf.value}` holds")
         parent = index.parent(leaf)
@@ -1072,3 +1172,31 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 "a mean loss DDP's averaged gradient is the full-batch one, with a summed loss it is 1/world_size of it"
             )
         plan.change(full.after, summary)
+        if full.closure is not None and full.closure.ret is not None and full.closure.averaged:
+            _average_returned_loss(plan, full.closure)
+
+
+def _average_returned_loss(plan: EditPlan, closure: Closure) -> None:
+    """``return loss`` -> the mean of every rank's loss, so that LBFGS decides the same on every rank."""
+    dist = plan.names.dist
+    assert closure.ret is not None
+    ret = cast(cst.Return, closure.ret.body[0])
+    assert ret.value is not None
+    loss = plan.index.module.code_for_node(ret.value)
+    name = fresh("global_loss", plan.index.identifiers)
+    if not isinstance(ret.value, (cst.Name, cst.Attribute)):
+        loss = f"({loss})"
+    lines = [
+        statement(cst.parse_statement(f"{name} = {loss}.detach().clone()\n")),
+        statement(cst.parse_statement(f"{dist}.all_reduce({name})\n")),
+        statement(cst.parse_statement(f"return {name} / {dist}.get_world_size()\n")),
+    ]
+    note = "# LBFGS decides its steps from this loss: return the mean over all ranks, the same on each."
+    lines[0] = lines[0].with_changes(
+        leading_lines=[*closure.ret.leading_lines, cst.EmptyLine(comment=cst.Comment(note))]
+    )
+    plan.insert_before(closure.ret, *lines)
+    plan.remove(closure.ret)
+    plan.change(
+        closure.ret, "the closure returns the loss averaged over the ranks: LBFGS decides the same on every rank"
+    )

@@ -300,3 +300,56 @@ def test_a_batch_size_computed_in_the_call_is_refused(read) -> None:
     )
     assert find(program).streams == ()
     assert "the batch size `batch_size * 2` is not a plain name or number" in refusal(program)
+
+
+def test_an_input_built_from_the_data_in_a_comprehension_is_refused(read) -> None:
+    step = "idx = torch.randint(0, len(x), (8,))\n        loss = loss_fn(model(torch.stack([x[j] for j in idx])), 0)"
+    program = read(script("    x = torch.randn(200, 4)", step))
+    assert find(program).full_batches == ()
+    assert "the model's input is made from `x` in a way ddpify does not follow" in refusal(program)
+
+
+CLOSURE = """
+import torch
+
+torch.manual_seed(0)
+x = torch.randn(100, 4)
+y = x.sum(1, keepdim=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.{optimizer}(model.parameters(), lr=0.1)
+
+def closure():
+    optimizer.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    return loss
+
+for step in range(10):
+    optimizer.step(closure)
+"""
+
+
+def test_an_lbfgs_closure_reads_the_shard_and_returns_the_loss_of_all_ranks(read) -> None:
+    program = read(CLOSURE.format(optimizer="LBFGS"))
+    (full,) = find(program).full_batches
+    assert full.closure is not None and full.closure.averaged
+    assert full.closure.ret is not None and code(program, full.closure.ret) == "return loss"
+    assert sorted(code(program, read) for read in full.reads) == ["x", "y"]
+
+
+def test_a_closure_of_an_optimizer_that_ignores_the_loss_returns_it_as_it_is(read) -> None:
+    program = read(CLOSURE.format(optimizer="SGD"))
+    (full,) = find(program).full_batches
+    assert full.closure is not None and not full.closure.averaged
+
+
+def test_a_closure_that_does_not_end_by_returning_its_loss_is_refused(read) -> None:
+    program = read(CLOSURE.format(optimizer="LBFGS").replace("    return loss\n", "    print(loss)\n"))
+    assert find(program).full_batches == ()
+    assert "does not end by returning its loss" in refusal(program)
+
+
+def test_a_step_function_called_in_the_loop_reads_the_shard(read) -> None:
+    program = read(CLOSURE.format(optimizer="SGD").replace("optimizer.step(closure)", "closure()"))
+    (full,) = find(program).full_batches
+    assert full.closure is not None and full.closure.ret is None

@@ -57,13 +57,17 @@ def main():
     x = torch.linspace(-2, 2, 301).unsqueeze(1)
     y = torch.sin(3 * x) + 0.1 * torch.randn(x.size())
     model = nn.Sequential(nn.Linear(1, 32), nn.Tanh(), nn.Linear(32, 1))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5, line_search_fn="strong_wolfe")
     loss_fn = nn.MSELoss()
-    for step in range(60):
+
+    def closure():
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
-        optimizer.step()
+        return loss
+
+    for step in range(8):
+        optimizer.step(closure)
     with torch.no_grad():
         print(f"final loss {loss_fn(model(x), y).item():.4f}")
     torch.save(model.state_dict(), "sine.pt")
@@ -195,11 +199,12 @@ def run(tmp_path: Path, source: str) -> tuple[list[list[list[tuple[float, ...]]]
 
 
 @pytest.mark.torchrun
-def test_full_batch_training_gives_each_rank_an_equal_disjoint_shard(tmp_path: Path) -> None:
+def test_full_batch_training_with_lbfgs_gives_each_rank_an_equal_disjoint_shard(tmp_path: Path) -> None:
     (steps0, steps1), code = run(tmp_path, FULL_BATCH)
 
     assert "loss = loss_fn(model(x[shard]), y[shard])" in code
-    assert len(steps0) == len(steps1) == 60
+    assert "dist.all_reduce(global_loss)" in code  # LBFGS decides from the mean loss, the same on every rank
+    assert len(steps0) == len(steps1) > 8  # as many closure calls on both ranks, several per step
     rows0, rows1 = set(steps0[0]), set(steps1[0])
     assert all(set(step) == rows0 for step in steps0) and all(set(step) == rows1 for step in steps1)
     assert len(rows0) == len(rows1) == 150  # 301 samples: equal shards, one left out
