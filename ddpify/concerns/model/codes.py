@@ -1,0 +1,90 @@
+"""The diagnostic codes of the model concern (DDP301-DDP311), and ``CODES``, the tuple that registers them."""
+
+from __future__ import annotations
+
+from ddpify.concerns.batch_negatives import IN_BATCH_NEGATIVES
+from ddpify.diagnostics import Code, Severity
+
+UNTRACEABLE_OPTIMIZER = Code(
+    "DDP301",
+    Severity.ERROR,
+    "model",
+    "an optimizer whose model cannot be traced from its arguments",
+    "pass `model.parameters()` (or a list built from it) to the optimizer",
+)
+MODEL_NOT_PLACED = Code(
+    "DDP302",
+    Severity.ERROR,
+    "model",
+    "the model an optimizer trains is never built or put on its device in this file",
+    "build the model and move it to its device in the script",
+)
+OUTSIDE_FORWARD = Code(
+    "DDP303",
+    Severity.WARNING,
+    "model",
+    "a custom model method runs submodules in the training step, bypassing DDP's gradient averaging",
+    "route the computation through forward()",
+)
+NO_OPTIMIZER = Code(
+    "DDP304",
+    Severity.ERROR,
+    "model",
+    "the script trains but builds no torch.optim optimizer over a model in this file",
+    "build the optimizer over `model.parameters()` in the script",
+)
+MOVES_IN_TRAINING = Code(
+    "DDP305",
+    Severity.WARNING,
+    "model",
+    "the model moves between devices inside the training loop",
+    "keep the model on its device; save `model.module.state_dict()` without moving it",
+)
+UNFROZEN_AFTER_WRAP = Code(
+    "DDP306",
+    Severity.ERROR,
+    "model",
+    "parameters of a model become trainable after it is wrapped, where the wrap cannot be renewed",
+    "unfreeze in the function that wraps the model, or wrap it again after unfreezing: `model = DDP(model.module)`",
+)
+STORED_BEFORE_WRAP = Code(
+    "DDP307",
+    Severity.ERROR,
+    "model",
+    "the model is stored in a list, dict or attribute before it can be wrapped, and used from there afterwards",
+    "store the model after it is on its device (and after any checkpoint load), or store `model` again after the wrap",
+)
+SMALL_BATCH_NORM = Code(
+    "DDP308",
+    Severity.INFO,
+    "model",
+    "a model with BatchNorm layers trains on small per-process batches: each rank normalises over its own batch",
+    "convert the BatchNorm layers to SyncBatchNorm (`--sync-bn`) if the batch statistics matter",
+)
+WRAPPER_IN_CONTAINER = Code(
+    "DDP309",
+    Severity.WARNING,
+    "model",
+    "the wrapped model is kept in a list, dict or attribute: what is read through it is the wrapper's",
+    "read `.module` of the models taken from it for `state_dict()` and attributes (forward calls are right as they are)",
+)
+PARTS_RUN_DIRECTLY = Code(
+    "DDP310",
+    Severity.ERROR,
+    "model",
+    "the training step runs parts of a model (`gan.generator(z)`) but never the model itself",
+    "run the parts through the model's forward(), or build them as models of their own, each wrapped",
+)
+CODES = (
+    UNTRACEABLE_OPTIMIZER,
+    MODEL_NOT_PLACED,
+    OUTSIDE_FORWARD,
+    NO_OPTIMIZER,
+    MOVES_IN_TRAINING,
+    UNFROZEN_AFTER_WRAP,
+    STORED_BEFORE_WRAP,
+    SMALL_BATCH_NORM,
+    WRAPPER_IN_CONTAINER,
+    PARTS_RUN_DIRECTLY,
+    IN_BATCH_NEGATIVES,
+)

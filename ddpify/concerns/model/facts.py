@@ -1,0 +1,42 @@
+"""The model concern's facts: each trained model, where it is wrapped and what reads of it need ``.module``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpify.engine.index import Ref
+
+
+@dataclass(frozen=True)
+class Model:
+    """A trained model: what the optimizer at ``optimizer`` steps."""
+
+    ref: Ref
+    expression: str  # how the model is written where the wrap goes: ``model``, ``self.model``
+    insert_after: cst.BaseStatement  # the wrap goes right after this statement
+    on_cuda: bool  # put on its GPU by an unconditional ``.cuda()``
+    placed: bool  # moved to a device at all (otherwise DDP runs it where it was built)
+    unwrap: tuple[cst.BaseExpression, ...]  # reads of the wrapper that must go to ``.module``
+    optimizer: cst.Call
+    data_parallel: cst.Call | None = None  # ``nn.DataParallel(model)``, replaced by the DDP wrap in place
+    data_parallel_if: cst.If | None = None  # ``if torch.cuda.device_count() > 1:`` around it, inlined
+    data_parallel_removed: cst.SimpleStatementLine | None = None  # a conditional DataParallel wrap, dropped
+    lineage: frozenset[Ref] = frozenset()  # every place the model's value passes through
+    rewraps: tuple[cst.BaseStatement, ...] = ()  # parameters are unfrozen here: wrap again after it
+    unused: str | None = None  # why some parameters may get no gradient in a step: find_unused_parameters
+    small_batch_norm: cst.Call | None = None  # a DataLoader with a small batch, where the model has BatchNorm
+    item: str | None = None  # a list of models: each is wrapped as ``[DDP(<item>) for <item> in <expression>]``
+
+
+@dataclass(frozen=True)
+class Facts:
+    models: tuple[Model, ...]
+    optimizers: tuple[cst.Call, ...]  # every torch.optim optimizer built in the script
+    data_parallel: tuple[cst.Call, ...]  # every nn.DataParallel(...) call
+
+    @property
+    def refs(self) -> frozenset[Ref]:
+        """Every place any trained model's value passes through."""
+        return frozenset().union(*(model.lineage for model in self.models))

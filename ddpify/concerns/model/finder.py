@@ -1,0 +1,349 @@
+"""The model concern's finder: the models the optimizers train, and the statement after which each is ready.
+
+A model is ready once it is built, on its device and set up (weights initialised, a checkpoint
+loaded, parameters frozen); ``nn.DataParallel(model)`` is where it is ready too. The checks of
+what the script does with the model after that point live beside this module: reads through
+the wrapper (:mod:`.reads`), freezing (:mod:`.freezing`) and the training step (:mod:`.forward`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any, TypeVar, cast
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify import torch_api
+from ddpify.concerns import batch_negatives, model_collections
+from ddpify.concerns.model.codes import (
+    MODEL_NOT_PLACED,
+    NO_OPTIMIZER,
+    STORED_BEFORE_WRAP,
+    UNFROZEN_AFTER_WRAP,
+    UNTRACEABLE_OPTIMIZER,
+)
+from ddpify.concerns.model.facts import Facts, Model
+from ddpify.concerns.model.forward import ForwardChecks
+from ddpify.concerns.model.freezing import Freezing
+from ddpify.concerns.model.optimizers import TrainedModels
+from ddpify.concerns.model.reads import WrapperReads
+from ddpify.engine.index import Ref
+from ddpify.engine.program import Program
+
+# (statement, the place it assigns, whether it is ``.cuda()``): a move of the model to its device
+_Move = tuple[cst.SimpleStatementLine, Ref, bool]
+_Candidate = TypeVar("_Candidate", bound=tuple[Any, ...])  # (statement, ...)
+
+
+def find(program: Program) -> Facts:
+    finder = _Finder(program)
+    reported = len(program.findings)
+    models = tuple(finder.models())
+    backward = program.first_backward()
+    if not models and len(program.findings) == reported and backward is not None:
+        program.report(
+            backward,
+            NO_OPTIMIZER,
+            "the script trains, but builds no torch.optim optimizer over a model's parameters in this file: "
+            "cannot find the model to wrap in DistributedDataParallel",
+        )
+    if models:
+        batch_negatives.report(program)
+    index = program.index
+    data_parallel = tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL))
+    return Facts(models, tuple(finder.trained.optimizers()), data_parallel)
+
+
+class _Finder:
+    """Each trained model and where it is wrapped, with the checks of what the script does to it after."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.index = program.index
+        self.trained = TrainedModels(self.index)
+        self.reads = WrapperReads(program, self.trained)
+        self.freezing = Freezing(program, self.reads)
+        self.forward = ForwardChecks(program, self.reads)
+        self._model_classes: dict[Ref, set[cst.ClassDef]] = {}
+        self._claimed: set[cst.BaseExpression] = set()  # reads that already get ``.module``
+
+    def models(self) -> Iterator[Model]:
+        # Several models may be wrapped after the same statement (an encoder and a decoder both
+        # prepared before one optimizer over both); the same model reached twice is wrapped once.
+        seen: set[tuple[cst.CSTNode, str]] = set()
+        for optimizer in self.trained.optimizers():
+            refs, untraced = self.trained.trained_refs(optimizer)
+            if untraced is not None:
+                code = self.index.module.code_for_node(untraced)
+                text = code if len(code) <= 60 and "\n" not in code else code.splitlines()[0][:57] + "..."
+                self.program.report(
+                    untraced,
+                    UNTRACEABLE_OPTIMIZER,
+                    f"cannot tell which model `{text}` comes from: every parameter this optimizer trains must come "
+                    "from a model's `.parameters()` or `.named_parameters()` so that DistributedDataParallel "
+                    "averages its gradients",
+                )
+                continue
+            for ref in refs:
+                listed = self.trained.lists.get(ref)
+                model = self._model(ref, optimizer) if listed is None else self._list_model(listed, optimizer)
+                if model is not None and (model.insert_after, model.expression) not in seen:
+                    seen.add((model.insert_after, model.expression))
+                    classes = self._model_classes.get(model.ref, set())
+                    self.forward.warn_training_outside_forward(model, classes)
+                    if self.forward.refuse_parts_run_directly(model, classes):
+                        continue
+                    unwrap = tuple(read for read in model.unwrap if read not in self._claimed)
+                    self._claimed.update(unwrap)
+                    yield replace(
+                        model,
+                        unwrap=unwrap,
+                        lineage=frozenset(self.index.lineage(model.ref)),
+                        unused=self.forward.skipped_submodule(classes) or self.forward.output_used_sometimes(model),
+                        small_batch_norm=self.forward.small_batch_norm(model, classes),
+                    )
+
+    def _model(self, ref: Ref, optimizer: cst.Call) -> Model | None:
+        index = self.index
+        lineage = index.lineage(ref)
+        moves: list[tuple[cst.SimpleStatementLine, Ref, bool]] = []
+        creations: list[tuple[cst.SimpleStatementLine, Ref]] = []
+        wraps: list[tuple[cst.SimpleStatementLine, Ref]] = []
+        for stmt in index.statements:
+            if len(stmt.body) != 1:
+                continue
+            small = stmt.body[0]
+            scope = index.scope_of(stmt)
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target = index.ref_of(small.targets[0].target, scope)
+                if target in lineage:
+                    move = _device_move(small.value)
+                    if index.is_call_to(small.value, torch_api.DATA_PARALLEL):
+                        wraps.append((stmt, target))
+                    elif move is not None:
+                        moves.append((stmt, target, move))
+                    elif index.carried_ref(small.value, scope) is None:
+                        creations.append((stmt, target))
+            elif isinstance(small, cst.Expr) and (move := _device_move(small.value)) is not None:
+                target = index.carried_ref(small.value, scope)
+                if target in lineage:
+                    moves.append((stmt, target, move))
+        # Where the model is trained, or after it has been (``model = train_model(model, ...)``,
+        # ``model = model.cpu()`` for export), it is not being built: the wrap must come before.
+        moves = [c for c in moves if self._before_training(c[0])]
+        creations = [c for c in creations if self._before_training(c[0])]
+        # A move inside a loop (``model.to(device).train()`` after a checkpoint on the CPU) is not
+        # where the model becomes ready; only the least nested places count.
+        moves, creations, wraps = self._least_nested(moves), self._least_nested(creations), self._least_nested(wraps)
+        built = [c[0] for c in moves] + [c[0] for c in creations] + [c[0] for c in wraps]
+        classes = {c for stmt in built if (c := self._built_class(stmt)) is not None}
+        self._model_classes[ref] = classes
+        depth = self._depths(lineage)
+        if wraps:
+            stmt, target = max(wraps, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
+            return self._data_parallel_model(stmt, target, moves, optimizer)
+        if moves:
+            stmt, target, cuda = max(moves, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
+            placed = True
+        elif creations:
+            stmt, target = max(creations, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
+            cuda, placed = False, False
+        else:
+            self.program.report(
+                optimizer,
+                MODEL_NOT_PLACED,
+                "cannot find where the model this optimizer trains is built or put on its device",
+            )
+            return None
+        anchor = self._climb_conditionals(stmt)
+        on_cuda = cuda and anchor is stmt
+        insert_after = self._after_setup(anchor, target)
+        expression = target.path
+        if expression.startswith("self."):
+            expression = f"{index.self_name(index.scope_of(stmt))}{expression[4:]}"
+        unwrap = tuple(self.reads.wrapper_reads(target, insert_after))
+        self.forward.warn_moves_in_training(target, insert_after)
+        rewraps = self.freezing.unfrozen_after(target, insert_after)
+        self.reads.refuse_stored_before(target, anchor, insert_after)
+        unwrap = tuple(dict.fromkeys(unwrap + self.reads.stored_after(target, insert_after)))
+        if self.freezing.frozen_when_wrapped(target, insert_after):
+            if not rewraps:
+                return None  # nothing to synchronise, and DDP refuses a module without trainable parameters
+            self.program.report(
+                rewraps[0],
+                UNFROZEN_AFTER_WRAP,
+                f"`{expression}` has no trainable parameter where it would be wrapped in DistributedDataParallel "
+                "(which refuses such a module), and is unfrozen here: wrap it once it has trainable parameters",
+            )
+        return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps)
+
+    def _list_model(self, listed: model_collections.ModelList, optimizer: cst.Call) -> Model:
+        """Every model of a list, wrapped once the list is ready: ``nets = [DDP(net) for net in nets]``."""
+        index = self.index
+        anchor = self._climb_conditionals(listed.built)
+        insert_after = self._after_setup(anchor, listed.ref)
+        scope = index.scope_of(listed.built)
+        item = listed.item
+        built = item
+        if isinstance(item, cst.Name):  # nets.append(net): how ``net`` was built in the loop
+            assigned = [a.value for a in index.assignments_to(index.ref_of(item, scope) or listed.ref)]
+            built = assigned[-1] if assigned else item
+        cls = built
+        while isinstance(cls, cst.Call) and isinstance(cls.func, cst.Attribute):
+            cls = cls.func.value
+        if isinstance(cls, cst.Call) and (own := index.local_class(cls.func)) is not None:
+            self._model_classes[listed.ref] = {own}
+        unwrap = tuple(
+            read
+            for read in model_collections.item_reads(index, index.downstream(listed.ref), insert_after)
+            if self.reads.needs_module(read)
+        )
+        self.reads.refuse_stored_before(listed.ref, anchor, insert_after)
+        for flow in index.flows_from(listed.ref):  # ensemble = nets: the list of the unwrapped models
+            if not index.after(flow.stmt, insert_after):
+                self.program.report(
+                    flow.stmt,
+                    STORED_BEFORE_WRAP,
+                    f"`{flow.dst.path}` keeps the list `{listed.ref.path}` before its models can be wrapped in "
+                    f"DistributedDataParallel (after line {index.position(insert_after)[0]}): it would still hold "
+                    "the plain models; take the list after the wrap",
+                )
+                break
+        on_cuda = _device_move(built) is True and anchor is listed.built
+        expression = index.spelled(listed.ref, scope)
+        return Model(listed.ref, expression, insert_after, on_cuda, True, unwrap, optimizer, item=listed.name)
+
+    def _least_nested(self, candidates: list[_Candidate]) -> list[_Candidate]:
+        """The candidates (statement first) inside the fewest loops."""
+        depth = {id(c): len(list(self.index.enclosing_loops(c[0]))) for c in candidates}
+        least = min(depth.values(), default=0)
+        return [c for c in candidates if depth[id(c)] == least]
+
+    def _built_class(self, stmt: cst.SimpleStatementLine) -> cst.ClassDef | None:
+        """The script's own class a statement builds the model from: ``Net`` in ``model = Net().to(device)``."""
+        value = statement_value(stmt)
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            value = value.func.value
+        if isinstance(value, cst.Call):
+            return self.index.local_class(value.func)
+        return None
+
+    def _data_parallel_model(
+        self, stmt: cst.SimpleStatementLine, target: Ref, moves: list[_Move], optimizer: cst.Call
+    ) -> Model:
+        """``model = nn.DataParallel(model)`` is where the model is ready: DDP takes its place."""
+        index = self.index
+        anchor = self._climb_conditionals(stmt)
+        condition = index.parent(index.parent(stmt))
+        data_parallel_if = None
+        if (
+            anchor is not stmt
+            and isinstance(condition, cst.If)
+            and condition.orelse is None
+            and any(
+                m.matches(n, m.Name("device_count") | m.Name("is_available")) for n in self.index.walk(condition.test)
+            )
+        ):
+            data_parallel_if = condition
+        on_cuda = any(cuda and self._climb_conditionals(s) is s for s, _, cuda in moves)
+        expression = self.index.spelled(target, index.scope_of(stmt))
+        placed = data_parallel_if or stmt
+        outer = self._climb_conditionals(placed)
+        if outer is placed:
+            unwrap = tuple(self.reads.wrapper_reads(target, stmt))
+            call = cast(cst.Call, statement_value(stmt))
+            return Model(target, expression, stmt, on_cuda, True, unwrap, optimizer, call, data_parallel_if)
+        # ``if use_cuda: ... model = nn.DataParallel(model)``: DDP must wrap on every path, so the
+        # DataParallel line goes and the wrap follows the whole ``if``.
+        insert_after = self._after_setup(outer, target)
+        unwrap = tuple(self.reads.wrapper_reads(target, insert_after))
+        return Model(
+            target,
+            expression,
+            insert_after,
+            False,
+            True,
+            unwrap,
+            optimizer,
+            data_parallel_if=data_parallel_if,
+            data_parallel_removed=stmt,
+        )
+
+    def _depths(self, lineage: set[Ref]) -> dict[Ref, int]:
+        """How far each place is from where the value started (following flows)."""
+        roots = [r for r in lineage if not any(f.src in lineage for f in self.index.flows_into(r))]
+        depth = dict.fromkeys(roots, 0)
+        frontier = list(roots)
+        while frontier:
+            nxt = []
+            for ref in frontier:
+                for flow in self.index.flows_from(ref):
+                    if flow.dst in lineage and depth.get(flow.dst, -1) < depth[ref] + 1 <= len(lineage):
+                        depth[flow.dst] = depth[ref] + 1
+                        nxt.append(flow.dst)
+            frontier = nxt
+        return depth
+
+    def _climb_conditionals(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
+        """``if use_cuda: model.cuda()``: the wrap goes after the whole ``if``."""
+        current = stmt
+        while True:
+            block = self.index.parent(current)
+            owner = self.index.parent(block) if block is not None else None
+            if isinstance(owner, cst.Else):
+                owner = self.index.parent(owner)
+            if isinstance(owner, cst.If) and owner is not self.index.main_guard:
+                current = owner
+            else:
+                return current
+
+    def _before_training(self, stmt: cst.SimpleStatementLine) -> bool:
+        """Whether neither ``stmt`` nor a statement before it in its block trains."""
+        index = self.index
+        block = index.parent(stmt)
+        siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [stmt]
+        return not any(index.trains(s) for s in siblings[: siblings.index(stmt) + 1])
+
+    def _after_setup(self, anchor: cst.BaseStatement, target: Ref) -> cst.BaseStatement:
+        """The last statement after ``anchor`` that still prepares the model.
+
+        Initialising weights (``model.apply(init)``), freezing parameters, replacing a
+        submodule, loading a checkpoint, building the optimizer: all of it happens to the
+        plain module, and the wrap follows it. The scan stops where the model first runs --
+        a forward call, or the model handed to the script's own functions and classes.
+        """
+        block = self.index.parent(anchor)
+        siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        last = anchor
+        for stmt in siblings[siblings.index(anchor) + 1 :]:
+            if self.index.trains(stmt):
+                break  # training starts here (of this model or another): the wrap must come first
+            reads = self.index.mentions(stmt, target)
+            if not reads:
+                continue
+            if any(self.reads.runs_model(read) or self.reads.stored_in(read) is not None for read in reads):
+                break
+            last = stmt
+        return last
+
+
+def statement_value(stmt: cst.SimpleStatementLine) -> cst.BaseExpression:
+    """The value of a one-statement line that assigns or evaluates it."""
+    small = stmt.body[0]
+    if not isinstance(small, (cst.Assign, cst.Expr)):
+        raise TypeError(f"expected an assignment or an expression, got {type(small).__name__}")
+    return small.value
+
+
+def _device_move(value: cst.BaseExpression) -> bool | None:
+    """For ``x.to(d)`` / ``x.cuda()`` chains: ``True`` if it is ``.cuda()``, ``False`` for ``.to()``; else None."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        attr = value.func.attr.value
+        if attr == "cuda":
+            return True
+        if attr == "to":
+            return False
+        value = value.func.value
+    return None

@@ -1,0 +1,336 @@
+"""What the training step runs through a model, and what its forward may leave without a gradient.
+
+DDP averages gradients only for a forward through the wrapped model: parts run directly are
+refused (DDP310), a custom method that runs submodules is reported (DDP303), and so is a model
+moved between devices in the training loop (DDP305). A submodule that forward runs only on
+some steps, or an output used only under an ``if``, needs ``find_unused_parameters=True``;
+BatchNorm over small per-process batches is reported (DDP308).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import cast
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify import torch_api
+from ddpify.concerns.model.codes import MOVES_IN_TRAINING, OUTSIDE_FORWARD, PARTS_RUN_DIRECTLY
+from ddpify.concerns.model.facts import Model
+from ddpify.concerns.model.reads import WrapperReads
+from ddpify.engine.index import Ref
+from ddpify.engine.program import Program
+from ddpify.engine.syntax import argument
+
+# nn.Module methods that run no submodule: ``next(self.parameters()).new_zeros(...)`` computes nothing
+_COMPUTES_NOTHING = (torch_api.WRAPPER_SAFE_ATTRIBUTES - {"forward"}) | {
+    "state_dict",
+    "load_state_dict",
+    "register_buffer",
+    "register_parameter",
+    "get_parameter",
+    "get_buffer",
+    "get_submodule",
+}
+
+
+class ForwardChecks:
+    """Checks of the training step and of the forward of the script's own model classes."""
+
+    def __init__(self, program: Program, reads: WrapperReads) -> None:
+        self.program = program
+        self.index = program.index
+        self.reads = reads
+
+    def warn_moves_in_training(self, target: Ref, wrap: cst.BaseStatement) -> None:
+        """``model.cpu()`` ... ``model.to(device)`` inside the training loop moves a wrapped model."""
+        index = self.index
+        for read in index.mentions(index.scope_of(wrap), target):
+            attribute = index.parent(read)
+            if not (
+                isinstance(attribute, cst.Attribute)
+                and attribute.value is read
+                and attribute.attr.value in {"cpu", "to", "cuda"}
+            ):
+                continue
+            if index.starts_after(read, wrap) and any(index.trains(loop.body) for loop in index.enclosing_loops(read)):
+                self.program.report(
+                    read,
+                    MOVES_IN_TRAINING,
+                    "the model moves between devices inside the training loop: DistributedDataParallel expects its "
+                    "parameters to stay where they were when it was wrapped; save `model.module.state_dict()` "
+                    "without moving the model",
+                )
+                return
+
+    def refuse_parts_run_directly(self, model: Model, classes: set[cst.ClassDef]) -> bool:
+        """``gan.generator(z)`` in the training step, where ``gan`` itself never runs there.
+
+        DistributedDataParallel averages gradients only for what runs through its forward: parts
+        run directly (one optimizer per part, or one over the whole model) would train apart on
+        every rank. A custom method of the model is DDP303's.
+        """
+        index = self.index
+        if model.item is not None:
+            return False
+        methods = {name for cls in classes for (owner, name) in index.functions if owner is cls}
+        parts: list[cst.Call] = []
+        for read in self.reads.reads_after_wrap(model.ref, model.insert_after):
+            if not self._in_training(read):
+                continue
+            if self.reads.runs_model(read):
+                return False
+            part = index.parent(read)
+            call = index.parent(part)
+            if (
+                isinstance(call, cst.Call)
+                and call.func is part
+                and (
+                    isinstance(part, cst.Subscript)
+                    or (
+                        isinstance(part, cst.Attribute)
+                        and part.attr.value not in methods | _COMPUTES_NOTHING | torch_api.WRAPPER_SAFE_ATTRIBUTES
+                    )
+                )
+            ):
+                parts.append(call)
+        if not parts:
+            return False
+        text = index.module.code_for_node(parts[0].func)
+        self.program.report(
+            parts[0],
+            PARTS_RUN_DIRECTLY,
+            f"the training step runs `{text}(...)`, a part of `{model.expression}`, but never `{model.expression}` "
+            "itself: DistributedDataParallel averages gradients only for a forward through the wrapped model, so "
+            "the parts would train apart on each rank; run them through its forward(), or build each part as a "
+            "model of its own",
+        )
+        return True
+
+    def _in_training(self, node: cst.CSTNode) -> bool:
+        """Inside a loop that runs a backward pass, or a function (other than the wrap's) that does."""
+        index = self.index
+        if any(index.trains(loop.body) for loop in index.enclosing_loops(node)):
+            return True
+        scope = index.scope_of(node)
+        return isinstance(scope, cst.FunctionDef) and index.trains(scope.body) and not self._without_grad(node)
+
+    def warn_training_outside_forward(self, model: Model, classes: set[cst.ClassDef]) -> None:
+        """A custom method that runs submodules inside the training step bypasses DDP's gradient sync."""
+        index = self.index
+        for read in model.unwrap:
+            attribute = index.parent(read)
+            call = index.parent(attribute)
+            if not (isinstance(attribute, cst.Attribute) and isinstance(call, cst.Call) and call.func is attribute):
+                continue
+            name = attribute.attr.value
+            for cls in classes:
+                method = index.functions.get((cls, name))
+                if method is None or not self._runs_submodules(method, cls):
+                    continue
+                if any(index.trains(loop.body) for loop in index.enclosing_loops(call)) and not self._without_grad(
+                    call
+                ):
+                    self.program.report(
+                        call,
+                        OUTSIDE_FORWARD,
+                        f"`{model.expression}.{name}()` runs the model outside forward(): if the loss comes from it, "
+                        "DDP does not average its gradients across ranks; route it through forward()",
+                    )
+                    break
+
+    def skipped_submodule(self, classes: set[cst.ClassDef], seen: frozenset[cst.ClassDef] = frozenset()) -> str | None:
+        """A submodule that ``forward`` runs only on some calls: its parameters then get no gradient.
+
+        ``if with_aux: aux = self.aux_head(h)``, or ``if big: return self.expert_big(h)`` before
+        ``return self.expert_small(h)``: DDP then waits for gradients that never come and fails at the
+        next step, unless built with ``find_unused_parameters=True``. A condition on the module's own
+        attributes only (``if self.training:``, ``if self.use_dropout:``) is the same on every step.
+        Submodules built from the script's own classes are followed.
+        """
+        index = self.index
+        for cls in classes:
+            forward = index.functions.get((cls, "forward"))
+            self_name = index.self_name(forward) if forward is not None else None
+            if forward is None or self_name is None:
+                continue
+            calls = [
+                node
+                for node in index.walk(forward.body)
+                if isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and m.matches(node.func.value, m.Name(self_name))
+                and (cls, node.func.attr.value) not in index.functions
+            ]
+            count = Counter(cast(cst.Attribute, c.func).attr.value for c in calls)
+            # name the submodule run on fewest paths: ``self.recon`` rather than ``self.cls`` in
+            # ``if with_recon: return self.cls(h), self.recon(h)`` / ``return self.cls(h), None``
+            for call in sorted(calls, key=lambda c: count[cast(cst.Attribute, c.func).attr.value]):
+                condition = self._varying_condition(call, forward, self_name)
+                if condition is not None:
+                    return (
+                        f"`{self_name}.{cast(cst.Attribute, call.func).attr.value}` runs only when "
+                        f"`{index.module.code_for_node(condition)}` holds"
+                    )
+            submodules = {
+                sub
+                for node in index.walk(cls.body)
+                if isinstance(node, cst.Call)
+                if (sub := index.local_class(node.func)) is not None and sub not in seen | {cls}
+            }
+            if submodules and (found := self.skipped_submodule(submodules, seen | classes)) is not None:
+                return found
+        return None
+
+    def _varying_condition(self, call: cst.Call, forward: cst.FunctionDef, self_name: str) -> cst.BaseExpression | None:
+        """The test of an ``if`` that decides whether ``call`` runs, when it may differ between steps."""
+        index = self.index
+
+        def varies(test: cst.BaseExpression) -> bool:
+            names = [n for n in index.walk(test) if isinstance(n, cst.Name)]
+            for name in names:
+                parent = index.parent(name)
+                if name.value == self_name and isinstance(parent, cst.Attribute) and parent.value is name:
+                    continue  # self.training, self.use_aux
+                if isinstance(parent, cst.Attribute) and parent.attr is name:
+                    continue
+                if index.qualified_names(name):  # torch, builtins such as isinstance, True, None
+                    continue
+                return True
+            return False
+
+        node: cst.CSTNode = call
+        while node is not forward:
+            parent = index.parent(node)
+            if isinstance(parent, cst.IfExp) and node is not parent.test and varies(parent.test):
+                return parent.test
+            if isinstance(node, cst.If) and varies(node.test):
+                return node.test
+            if isinstance(node, cst.BaseStatement):
+                # ``if big: return self.expert_big(h)`` earlier in the same block
+                block = index.parent(node)
+                if isinstance(block, cst.IndentedBlock):
+                    for earlier in block.body[: block.body.index(node)]:
+                        if (
+                            isinstance(earlier, cst.If)
+                            and varies(earlier.test)
+                            and any(isinstance(n, cst.Return) for n in index.walk(earlier.body))
+                        ):
+                            return earlier.test
+            node = cast(cst.CSTNode, parent)
+        return None
+
+    def output_used_sometimes(self, model: Model) -> str | None:
+        """``out, aux = model(x)`` in the training loop with ``aux`` read only under an ``if``.
+
+        On the other steps the parameters that only ``aux`` depends on get no gradient.
+        """
+        index = self.index
+        scope = index.scope_of(model.insert_after)
+        for read in index.mentions(scope, model.ref):
+            call = index.parent(read)
+            assign = index.parent(call)
+            if not (
+                isinstance(call, cst.Call)
+                and call.func is read
+                and isinstance(assign, cst.Assign)
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Tuple)
+            ):
+                continue
+            loops = list(index.enclosing_loops(call))
+            if not loops or not index.trains(loops[0].body):
+                continue
+            for element in assign.targets[0].target.elements:
+                output = element.value
+                if not isinstance(output, cst.Name) or output.value == "_":
+                    continue
+                ref = index.ref_of(output, scope)
+                if ref is None:
+                    continue
+                uses = [
+                    r
+                    for r in index.mentions(loops[0].body, ref)
+                    if index.starts_after(r, assign) and not index.inside(r, assign)
+                ]
+                tests = [self._only_when(use, loops[0]) for use in uses]
+                if uses and all(test is not None for test in tests):
+                    condition = index.module.code_for_node(cast(cst.BaseExpression, tests[0]))
+                    return f"`{output.value}` from `{model.expression}(...)` is used only when `{condition}` holds"
+        return None
+
+    def _only_when(self, node: cst.CSTNode, loop: cst.CSTNode) -> cst.BaseExpression | None:
+        """The test of an ``if`` inside ``loop`` whose body (not its test) holds ``node``."""
+        child = node
+        for ancestor in self.index.ancestors(node):
+            if ancestor is loop:
+                return None
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                return ancestor.test
+            child = ancestor
+        return None
+
+    def small_batch_norm(self, model: Model, classes: set[cst.ClassDef]) -> cst.Call | None:
+        """A DataLoader whose batch (a number) is at most 16, where the model has BatchNorm layers."""
+        index = self.index
+        places: list[cst.CSTNode] = [*classes, *self._submodule_classes(classes)]
+        places += [
+            s for s in index.statements if index.mentions(s, model.ref) and not index.after(s, model.insert_after)
+        ]
+        if not any(
+            isinstance(node, (cst.Name, cst.Attribute))
+            and (dotted := index.module.code_for_node(node)).rsplit(".", 1)[-1].startswith("BatchNorm")
+            and "Sync" not in dotted
+            for place in places
+            for node in index.walk(place)
+        ):
+            return None
+        for call in index.calls:
+            if index.is_call_to(call, torch_api.DATALOADER):
+                batch = argument(call, "batch_size", 1)
+                if batch is not None and isinstance(batch.value, cst.Integer) and int(batch.value.value) <= 16:
+                    return call
+        return None
+
+    def _submodule_classes(self, classes: set[cst.ClassDef]) -> set[cst.ClassDef]:
+        """The program's own classes that ``classes`` build submodules from (followed to any depth)."""
+        found: set[cst.ClassDef] = set()
+        frontier = set(classes)
+        while frontier:
+            frontier = {
+                sub
+                for cls in frontier
+                for node in self.index.walk(cls.body)
+                if isinstance(node, cst.Call) and (sub := self.index.local_class(node.func)) is not None
+            } - found
+            found |= frontier
+        return found
+
+    def _without_grad(self, node: cst.CSTNode) -> bool:
+        """Inside ``with torch.no_grad():`` (or ``inference_mode``): no gradient can come from here."""
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, cst.With):
+                for item in ancestor.items:
+                    call = item.item
+                    if isinstance(call, cst.Call) and self.index.qualified_names(call.func) & torch_api.NO_GRAD:
+                        return True
+        return False
+
+    def _runs_submodules(self, method: cst.FunctionDef, cls: cst.ClassDef) -> bool:
+        self_name = self.index.self_name(method)
+        if self_name is None:
+            return False
+        for node in self.index.walk(method.body):
+            if not isinstance(node, cst.Call):
+                continue
+            func = node.func
+            # ``self.encoder(x)`` (a submodule, not another method), ``self.forward(x)``, ``self(x)``
+            if (
+                isinstance(func, cst.Attribute)
+                and m.matches(func.value, m.Name(self_name))
+                and func.attr.value not in _COMPUTES_NOTHING
+                and ((cls, func.attr.value) not in self.index.functions or func.attr.value == "forward")
+            ) or m.matches(func, m.Name(self_name)):
+                return True
+        return False

@@ -1,0 +1,150 @@
+"""Parameters frozen or unfrozen around the wrap: DDP averages only those that required grad when it was built.
+
+A model frozen whole where it would be wrapped is not wrapped (DDP refuses a module without
+trainable parameters); parameters unfrozen after the wrap get a new wrap right after, where
+the wrap's name and function allow it, and are refused otherwise (DDP306).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.concerns.model.codes import UNFROZEN_AFTER_WRAP
+from ddpify.concerns.model.reads import WrapperReads
+from ddpify.engine.index import Ref
+from ddpify.engine.program import Program
+
+
+class Freezing:
+    """Whether a model is frozen when it is wrapped, and where its parameters become trainable after."""
+
+    def __init__(self, program: Program, reads: WrapperReads) -> None:
+        self.program = program
+        self.index = program.index
+        self.reads = reads
+
+    def frozen_when_wrapped(self, target: Ref, wrap: cst.BaseStatement) -> bool:
+        """The whole model is frozen before the wrap: ``model.requires_grad_(False)`` or
+        ``for p in model.parameters(): p.requires_grad = False`` (not a part: ``model.backbone``)."""
+        index = self.index
+        frozen = False
+        for read in index.mentions(index.scope_of(wrap), target):
+            if index.after(read, wrap) and index.statement_of(read) is not wrap:
+                continue
+            attribute = index.parent(read)
+            if not (isinstance(attribute, cst.Attribute) and attribute.value is read):
+                continue
+            call = index.parent(attribute)
+            if not isinstance(call, cst.Call):
+                continue
+            name = attribute.attr.value
+            if name == "requires_grad_":
+                frozen = m.matches(call, m.Call(args=[m.Arg(m.Name("False"))]))
+            elif name == "parameters":
+                loop = index.parent(call)
+                if isinstance(loop, cst.For) and loop.iter is call and isinstance(loop.target, cst.Name):
+                    variable = loop.target.value
+                    for node in index.walk(loop.body):
+                        if _makes_trainable(node, frozenset({variable})):
+                            frozen = False
+                        elif m.matches(
+                            node,
+                            m.Assign(
+                                targets=[m.AssignTarget(m.Attribute(m.Name(variable), m.Name("requires_grad")))],
+                                value=m.Name("False"),
+                            )
+                            | m.Call(
+                                func=m.Attribute(m.Name(variable), m.Name("requires_grad_")),
+                                args=[m.Arg(m.Name("False"))],
+                            ),
+                        ):
+                            frozen = True
+        return frozen
+
+    def unfrozen_after(self, target: Ref, wrap: cst.BaseStatement) -> tuple[cst.BaseStatement, ...]:
+        """Where parameters of the model become trainable after the wrap.
+
+        DDP averages only the parameters that required grad when it was built, so unfreezing
+        after the wrap (``for p in model.backbone.parameters(): p.requires_grad = True``,
+        ``model.backbone.requires_grad_(True)``) needs a new wrap right after it -- possible
+        where the model's name is the one the wrap assigned, in the same function.
+        """
+        index = self.index
+        wrap_scope = index.scope_of(wrap)
+        found: list[cst.BaseStatement] = []
+        reads = list(self.reads.reads_after_wrap(target, wrap))
+        frozen_before = any(
+            self._unfreezes(read, value=False) is not None
+            for read in index.mentions(wrap_scope, target)
+            if not index.after(read, wrap) or index.inside(read, wrap)
+        )
+        for read in reads:
+            statement = self._unfreezes(read)
+            if statement is None or statement in found:
+                continue
+            if not frozen_before and self._toggled(statement, reads):
+                continue  # a GAN's ``requires_grad`` toggled each step: DDP registered them all at the wrap
+            if index.scope_of(statement) is not wrap_scope or index.ref_of(read, wrap_scope) != target:
+                self.program.report(
+                    statement,
+                    UNFROZEN_AFTER_WRAP,
+                    f"parameters of `{index.module.code_for_node(read)}` become trainable here, after the model is "
+                    "wrapped in DistributedDataParallel, which averages only the parameters that required grad when "
+                    "it was built: unfreeze in the function that wraps the model, or wrap it again after unfreezing",
+                )
+                continue
+            found.append(statement)
+        return tuple(found)
+
+    def _toggled(self, unfreeze: cst.BaseStatement, reads: list[cst.BaseExpression]) -> bool:
+        """The same training loop also freezes the model again: ``requires_grad`` toggled every step."""
+        loops = list(self.index.enclosing_loops(unfreeze))
+        return bool(loops) and any(
+            self.index.inside(read, loops[0]) and self._unfreezes(read, value=False) is not None for read in reads
+        )
+
+    def _unfreezes(self, read: cst.BaseExpression, value: bool = True) -> cst.BaseStatement | None:
+        """The statement that makes parameters reached from ``read`` trainable (``value`` False: frozen)."""
+        index = self.index
+        for loop in index.enclosing_loops(read):
+            # for p in model.backbone.parameters(): p.requires_grad = True
+            if isinstance(loop, cst.For) and index.inside(read, loop.iter):
+                names = frozenset(n.value for n in index.walk(loop.target) if isinstance(n, cst.Name))
+                if any(_makes_trainable(node, names, value) for node in index.walk(loop.body)):
+                    return loop
+                return None
+        statement = index.statement_of(read)
+        node: cst.CSTNode = read
+        while isinstance(parent := index.parent(node), (cst.Attribute, cst.Call)):
+            if _makes_trainable(parent, None, value):  # model.backbone.requires_grad_(True)
+                return statement
+            node = parent
+        return None
+
+
+def _makes_trainable(node: cst.CSTNode, names: frozenset[str] | None, value: bool = True) -> bool:
+    """``<name>.requires_grad = True`` or ``<name>.requires_grad_()`` / ``.requires_grad_(True)``.
+
+    ``names`` None: any receiver. With ``value`` False: the freezing ``= False`` / ``requires_grad_(False)``.
+    """
+    literal = m.Name(str(value))
+    arguments = m.Call(args=[m.Arg(literal)]) | m.Call(args=[]) if value else m.Call(args=[m.Arg(literal)])
+
+    def receiver_is(value: cst.BaseExpression) -> bool:
+        return names is None or (isinstance(value, cst.Name) and value.value in names)
+
+    if isinstance(node, cst.Assign):
+        return m.matches(node.value, literal) and any(
+            isinstance(t.target, cst.Attribute)
+            and t.target.attr.value == "requires_grad"
+            and receiver_is(t.target.value)
+            for t in node.targets
+        )
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "requires_grad_"
+        and receiver_is(node.func.value)
+        and m.matches(node, arguments)
+    )

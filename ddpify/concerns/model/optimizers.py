@@ -1,0 +1,214 @@
+"""Which models each ``torch.optim`` optimizer trains, traced from its ``params`` through the value flow."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import cast
+
+import libcst as cst
+
+from ddpify import torch_api
+from ddpify.concerns import model_collections
+from ddpify.engine.index import Index, Ref
+from ddpify.engine.syntax import argument
+
+
+class TrainedModels:
+    """The script's optimizers, and the models (or lists of models) whose parameters each one holds."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self.lists: dict[Ref, model_collections.ModelList] = {}  # the lists of models traced so far
+        self._all_trained: set[Ref] | None = None
+
+    def optimizers(self) -> Iterator[cst.Call]:
+        """``torch.optim.X(...)`` calls, however torch.optim was imported."""
+        for call in self.index.calls:
+            for name in self.index.qualified_names(call.func):
+                parts = name.split(".")
+                if (
+                    name.startswith(torch_api.OPTIMIZER_MODULE + ".")
+                    and not set(parts[2:]) & torch_api.NOT_OPTIMIZERS
+                    and parts[-1][:1].isupper()
+                ):
+                    yield call
+                    break
+
+    def trained_refs(self, optimizer: cst.Call) -> tuple[list[Ref], cst.BaseExpression | None]:
+        """The models whose parameters the optimizer holds, and the first piece of its ``params`` not traced to one.
+
+        ``params`` is taken apart -- ``itertools.chain(a.parameters(), b.parameters())``, ``list(a...) +
+        list(b...)``, param-group dicts, ``filter(...)``, comprehensions, a list filled in a loop over
+        ``named_parameters()`` -- and every piece must come from some module's ``parameters()``: a bare
+        tensor or a parameter from elsewhere would train without DDP averaging its gradients.
+        """
+        params_arg = argument(optimizer, "params", 0)
+        if params_arg is None:
+            return [], optimizer
+        calls: list[cst.Call] = []
+        untraced = self._trace(params_arg.value, calls, set())
+        refs: list[Ref] = []
+        for call in calls:
+            receiver = cast(cst.Attribute, call.func).value
+            listed = model_collections.taken_from(self.index, receiver)
+            if listed is not None:
+                self.lists[listed.ref] = listed
+            found = listed.ref if listed is not None else self._module_ref(receiver)
+            if found is None:
+                return refs, untraced or receiver
+            if found not in refs:
+                refs.append(found)
+        return refs, untraced
+
+    def _module_ref(self, receiver: cst.BaseExpression) -> Ref | None:
+        """The outermost model ``receiver`` is part of: ``model`` for ``model.head`` or ``model[0]``.
+
+        A submodule taken from a list or dict of models (``nets[0]``) is not a part of one model: None.
+        """
+        index = self.index
+        scope = index.scope_of(receiver)
+        node, subscripted = receiver, False
+        while (ref := index.ref_of(node, scope)) is None:
+            if isinstance(node, cst.Attribute):
+                node = node.value
+            elif isinstance(node, cst.Subscript):
+                node, subscripted = node.value, True
+            else:
+                return None
+        containers = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)
+        if subscripted and any(isinstance(a.value, containers) for a in index.assignments_to(ref)):
+            return None
+        return ref
+
+    def _trace(self, expr: cst.BaseExpression, calls: list[cst.Call], seen: set[Ref]) -> cst.BaseExpression | None:
+        """Add the ``X.parameters()`` calls ``expr`` takes its parameters from; the piece that has none, if any."""
+        index = self.index
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            if isinstance(func, cst.Attribute) and func.attr.value in torch_api.PARAMETER_METHODS:
+                calls.append(expr)
+                return None
+            names = index.qualified_names(func)
+            values = [a.value for a in expr.args if a.keyword is None]
+            if names & {"itertools.chain"}:
+                pieces = values
+            elif names & {"itertools.chain.from_iterable"} or (
+                isinstance(func, cst.Name) and func.value in {"list", "tuple", "iter", "sorted", "set"}
+            ):
+                pieces = values[:1]
+            elif isinstance(func, cst.Name) and func.value == "filter" and len(values) == 2:
+                pieces = values[1:]
+            else:
+                return expr
+            for piece in pieces:
+                if (untraced := self._trace(piece, calls, seen)) is not None:
+                    return untraced
+            return None if pieces else expr
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+            return self._trace(expr.left, calls, seen) or self._trace(expr.right, calls, seen)
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            if not expr.elements:
+                return expr
+            for element in expr.elements:
+                if (untraced := self._trace(element.value, calls, seen)) is not None:
+                    return untraced
+            return None
+        if isinstance(expr, cst.Dict):  # a param group
+            for entry in expr.elements:
+                if (
+                    isinstance(entry, cst.DictElement)
+                    and isinstance(entry.key, cst.SimpleString)
+                    and entry.key.evaluated_value == "params"
+                ):
+                    return self._trace(entry.value, calls, seen)
+            return expr
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+            comp: cst.CompFor | None = expr.for_in
+            while comp is not None:  # the innermost ``for``: ``p for m in models for p in m.parameters()``
+                if comp.inner_for_in is None:
+                    return self._trace(comp.iter, calls, seen)
+                comp = comp.inner_for_in
+            return expr
+        if isinstance(expr, cst.Name):
+            return self._trace_name(expr, calls, seen)
+        return expr
+
+    def _trace_argument(
+        self, function: cst.FunctionDef, param: str, calls: list[cst.Call], seen: set[Ref]
+    ) -> cst.BaseExpression | None:
+        """``def make_optimizer(params): return SGD(params)``: what every caller passes for ``params``."""
+        index = self.index
+        callers = index.callers(function)
+        if not callers:
+            return function.name  # never called here: nothing to trace
+        params = list(function.params.params)
+        position = next(i for i, p in enumerate(params) if p.name.value == param)
+        for call in callers:
+            resolved = index.resolve_callee(call, index.scope_of(call))
+            implicit = resolved[1] if resolved is not None else 0
+            passed = [a.value for a in call.args if a.keyword is not None and a.keyword.value == param]
+            positional = [a for a in call.args if a.keyword is None]
+            if not passed and 0 <= position - implicit < len(positional) and not positional[position - implicit].star:
+                passed = [positional[position - implicit].value]
+            if not passed:
+                return call
+            if (untraced := self._trace(passed[0], calls, seen)) is not None:
+                return untraced
+        return None
+
+    def _trace_name(self, name: cst.Name, calls: list[cst.Call], seen: set[Ref]) -> cst.BaseExpression | None:
+        """``params = [...]``, or ``params = []`` filled by ``params.append(p)`` in a loop over ``named_parameters()``."""
+        index = self.index
+        scope = index.scope_of(name)
+        ref = index.ref_of(name, scope)
+        if ref in seen:
+            return None  # traced already
+        if ref is None or ref.scope is not scope:
+            return name
+        seen.add(ref)
+        found = len(calls)
+        if isinstance(scope, cst.FunctionDef) and any(p.name.value == name.value for p in scope.params.params):
+            return self._trace_argument(scope, name.value, calls, seen)
+        for assign in index.assignments_to(ref):
+            value = assign.value
+            if isinstance(value, (cst.List, cst.Tuple)) and not value.elements:
+                continue  # filled below
+            if self._trace(value, calls, seen) is not None:
+                return name
+        for read in index.mentions(scope, ref):
+            augmented = index.parent(read)
+            if isinstance(augmented, cst.AugAssign) and augmented.target is read:  # params += list(head.parameters())
+                if (untraced := self._trace(augmented.value, calls, seen)) is not None:
+                    return untraced
+                continue
+            receiver: cst.CSTNode = read
+            while isinstance(index.parent(receiver), cst.IfExp):  # ``(decay if p.ndim > 1 else rest).append(p)``
+                receiver = cast(cst.CSTNode, index.parent(receiver))
+            attribute = index.parent(receiver)
+            if not (
+                isinstance(attribute, cst.Attribute)
+                and attribute.value is receiver
+                and attribute.attr.value in {"append", "extend"}
+            ):
+                continue
+            stmt = index.statement_of(read)
+            loops = [loop for loop in index.enclosing_loops(read) if isinstance(loop, cst.For)]
+            sources = [loop.iter for loop in loops] + [stmt]
+            traced = [
+                node
+                for source in sources
+                for node in index.walk(source)
+                if isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in torch_api.PARAMETER_METHODS
+            ]
+            if not traced:
+                return name
+            calls.extend(traced)
+        return None if len(calls) > found else name
+
+    def all_trained(self) -> set[Ref]:
+        """Every model any optimizer of the script trains."""
+        if self._all_trained is None:
+            self._all_trained = {ref for opt in self.optimizers() for ref in self.trained_refs(opt)[0]}
+        return self._all_trained

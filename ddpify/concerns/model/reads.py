@@ -1,0 +1,248 @@
+"""Reads of a wrapped model that must go to ``.module``, and the lists, dicts and attributes that keep the model.
+
+After the wrap, the model's name holds the DistributedDataParallel wrapper: forward calls and
+the methods the wrapper answers for the module stay as they are, but ``state_dict()``, custom
+methods, submodules, ``model[0]`` and the model saved or deep-copied whole read ``.module``.
+A second reference kept before the wrap would still train the plain module (DDP307); one kept
+after it holds the wrapper (DDP309).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify import torch_api
+from ddpify.concerns import checkpoints, model_collections
+from ddpify.concerns.model.codes import STORED_BEFORE_WRAP, WRAPPER_IN_CONTAINER
+from ddpify.concerns.model.optimizers import TrainedModels
+from ddpify.engine.index import Ref, Scope
+from ddpify.engine.program import Program
+
+DEEPCOPY = frozenset({"copy.deepcopy"})
+
+
+class WrapperReads:
+    """Where the wrapped model is read, kept and run, for the finder and the training-step checks."""
+
+    def __init__(self, program: Program, trained: TrainedModels) -> None:
+        self.program = program
+        self.index = program.index
+        self.trained = trained
+        self._warned_holders: set[str] = set()
+
+    def stored_after(self, target: Ref, wrap: cst.BaseStatement) -> tuple[cst.BaseExpression, ...]:
+        """Reads of the wrapped model taken out of a list it is kept in after the wrap, that need ``.module``.
+
+        A list filled only with this model (``nets.append(net)`` in the loop that builds it) holds
+        nothing but wrappers: ``net.state_dict()`` in ``for net in nets`` gets ``.module``. Any other
+        holder (``nets = [net_a, net_b]``, ``self.net = net``) is reported (DDP309).
+        """
+        index = self.index
+        scope = index.scope_of(wrap)
+        reads: list[cst.BaseExpression] = []
+        for read in index.mentions(scope, target):
+            if not index.after(read, wrap) or index.statement_of(read) is wrap:
+                continue
+            holder = self.stored_in(read)
+            if holder is None or self.needs_module(read):  # a checkpoint dict gets ``model.module``
+                continue
+            listed = model_collections.model_list(index, holder, "model")
+            if listed is not None and self._holds_only_models(listed, target, scope):
+                taken = model_collections.item_reads(index, index.downstream(listed.ref), wrap)
+                reads += [r for r in taken if self.needs_module(r)]
+                continue
+            holder_ref = index.root_ref(holder, scope)
+            text = index.module.code_for_node(holder)
+            if (holder_ref is not None and holder_ref == target) or text in self._warned_holders:
+                continue
+            self._warned_holders.add(text)
+            self.program.report(
+                read,
+                WRAPPER_IN_CONTAINER,
+                f"`{text}` keeps the model wrapped in DistributedDataParallel: a "
+                "`state_dict()` or attribute read through it is the wrapper's (checkpoint keys gain `module.`); "
+                "use `.module` there",
+            )
+            break
+        return tuple(reads)
+
+    def _holds_only_models(self, listed: model_collections.ModelList, target: Ref, scope: Scope) -> bool:
+        """Whether every item of ``listed`` is a trained model: ``nets.append(net)`` of ``target`` only, or
+        ``[net_a, net_b]`` where each is a model an optimizer trains (so each is wrapped)."""
+        index = self.index
+        if listed.fills:
+            return all(index.ref_of(fill.args[-1].value, scope) == target for fill in listed.fills)
+        if not listed.members:
+            return False
+        trained = self.trained.all_trained()
+        return all(index.ref_of(member, scope) in trained for member in listed.members)
+
+    def refuse_stored_before(self, target: Ref, anchor: cst.BaseStatement, wrap: cst.BaseStatement) -> None:
+        """``nets = [net_a, net_b]`` before ``net_a = DDP(net_a)``: ``nets`` still trains the plain module."""
+        index = self.index
+        scope = index.scope_of(wrap)
+        for read in index.mentions(scope, target):
+            if index.after(read, wrap) or index.inside(read, wrap) or index.statement_of(read) is wrap:
+                continue
+            holder = self.stored_in(read)
+            if holder is None:
+                continue
+            holder_ref = index.root_ref(holder, scope)
+            if holder_ref is None or any(index.after(r, wrap) for r in index.mentions(scope, holder_ref)):
+                self.program.report(
+                    read,
+                    STORED_BEFORE_WRAP,
+                    f"`{index.module.code_for_node(holder)}` keeps the model before it is ready to be wrapped "
+                    f"in DistributedDataParallel (after line {index.position(anchor)[0]}), and is used after the "
+                    "wrap: it would train the plain module; store the model after it is on its device",
+                )
+                return
+
+    def stored_in(self, read: cst.BaseExpression) -> cst.BaseExpression | None:
+        """What keeps a second reference to the model: ``nets`` in ``nets = [net_a, net_b]``, ``self.net = net``."""
+        index = self.index
+        node: cst.CSTNode = read
+        parent = index.parent(node)
+        while isinstance(parent, (cst.Element, cst.DictElement, cst.List, cst.Tuple, cst.Set, cst.Dict)):
+            if isinstance(parent, cst.DictElement) and parent.value is not node:
+                return None
+            node, parent = parent, index.parent(parent)
+        call = index.parent(parent)
+        if (  # nets.append(net)
+            isinstance(parent, cst.Arg)
+            and isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in {"append", "extend", "insert"}
+            and call.args[-1] is parent
+        ):
+            return call.func.value
+        if node is read and not (
+            isinstance(parent, cst.Assign)
+            and any(isinstance(t.target, (cst.Attribute, cst.Subscript)) for t in parent.targets)
+        ):
+            return None
+        if isinstance(parent, cst.Assign) and parent.value is node:
+            return parent.targets[0].target
+        # ``nn.ModuleList([a, b])`` builds a new module; ``for net in [a, b]: net.to(device)`` prepares both
+        return None
+
+    def runs_model(self, read: cst.BaseExpression) -> bool:
+        parent = self.index.parent(read)
+        if isinstance(parent, cst.Call) and parent.func is read:
+            return True
+        if isinstance(parent, cst.Arg):
+            call = self.index.parent(parent)
+            return isinstance(call, cst.Call) and self.index.resolve_callee(call, self.index.scope_of(call)) is not None
+        return False
+
+    def wrapper_reads(self, target: Ref, wrap: cst.BaseStatement) -> Iterator[cst.BaseExpression]:
+        """Reads of the model after it is wrapped that the wrapper does not answer for the module."""
+        return (read for read in self.reads_after_wrap(target, wrap) if self.needs_module(read))
+
+    def reads_after_wrap(self, target: Ref, wrap: cst.BaseStatement) -> Iterator[cst.BaseExpression]:
+        """Every read of the wrapped model: of its own name after the wrap, and wherever it flows from there."""
+        index = self.index
+        wrap_scope = index.scope_of(wrap)
+
+        def after_wrap(node: cst.CSTNode) -> bool:
+            if index.scope_of(node) is not wrap_scope and not index.inside(node, wrap_scope):
+                return True
+            return index.after(node, wrap)
+
+        wrapped = {target}
+        queue = [target]
+        while queue:
+            ref = queue.pop()
+            for flow in index.flows_from(ref):
+                if self._unwraps_itself(flow.dst):
+                    continue  # it gets ``model.module`` (see _needs_module)
+                if flow.dst not in wrapped and (ref is not target or after_wrap(flow.stmt)):
+                    wrapped.add(flow.dst)
+                    queue.append(flow.dst)
+        for ref in wrapped:
+            for scope in index.scopes_reading(ref):
+                for read in index.mentions(scope, ref):
+                    if ref is target and not after_wrap(read):
+                        continue
+                    yield read
+
+    def _guarded_by_hasattr(self, attribute: cst.Attribute) -> bool:
+        """``model.X if hasattr(model, "X") else model``: the script copes with a missing ``X`` itself.
+
+        ``X`` may not be an attribute of the module at all (a wrapper's ``module``, or a typo that a
+        single-GPU run never reaches); rewriting it to ``model.module.X`` would invent a name.
+        """
+        if not isinstance(attribute.value, cst.Name):
+            return False
+        receiver, name = attribute.value.value, attribute.attr.value
+        for ancestor in self.index.ancestors(attribute):
+            test = ancestor.test if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) else None
+            if test is not None and _hasattr_test(test, receiver, name):
+                return True
+            if isinstance(ancestor, cst.BooleanOperation) and _hasattr_test(ancestor.left, receiver, name):
+                return True
+        return False
+
+    def _parameter_of(self, arg: cst.Arg) -> Ref | None:
+        """The parameter of the script's own function that ``arg`` fills."""
+        index = self.index
+        call = index.parent(arg)
+        if not isinstance(call, cst.Call):
+            return None
+        resolved = index.resolve_callee(call, index.scope_of(call))
+        if resolved is None:
+            return None
+        function, implicit = resolved
+        params = list(function.params.params)
+        if arg.keyword is not None:
+            names = [p for p in params if p.name.value == arg.keyword.value]
+        elif arg.star or call.args.index(arg) + implicit >= len(params):
+            return None
+        else:
+            names = [params[call.args.index(arg) + implicit]]
+        return Ref(function, names[0].name.value) if names else None
+
+    def _unwraps_itself(self, param: Ref) -> bool:
+        """A parameter the function tests with ``hasattr(model, ...)`` and never runs: it expects a plain module."""
+        function = param.scope
+        if not isinstance(function, cst.FunctionDef) or param.path.startswith("self."):
+            return False
+        calls = [node for node in self.index.walk(function.body) if isinstance(node, cst.Call)]
+        hasattr_test = m.Call(func=m.Name("hasattr"), args=[m.Arg(m.Name(param.path)), m.Arg()])
+        tested = any(m.matches(call, hasattr_test) for call in calls)
+        runs = any(m.matches(call.func, m.Name(param.path)) for call in calls)
+        return tested and not runs
+
+    def needs_module(self, read: cst.BaseExpression) -> bool:
+        parent = self.index.parent(read)
+        if isinstance(parent, cst.Subscript) and parent.value is read:  # model[0] of an nn.Sequential
+            return True
+        if isinstance(parent, cst.Attribute) and parent.value is read:
+            return parent.attr.value not in torch_api.WRAPPER_SAFE_ATTRIBUTES and not self._guarded_by_hasattr(parent)
+        if isinstance(parent, (cst.DictElement, cst.Element)) or (
+            isinstance(parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Subscript)
+        ):  # torch.save({"model": model, ...}, f), also through a name: checkpoint["model"] = model
+            return checkpoints.saved(self.index, read)
+        if isinstance(parent, cst.Arg) and (param := self._parameter_of(parent)) is not None:
+            return self._unwraps_itself(param)  # unwrap(model) that tests hasattr(model, ...): give it the module
+        if isinstance(parent, cst.Arg):
+            call = self.index.parent(parent)
+            # torch.save(model, f); an EMA or teacher copy: copy.deepcopy(model) copies the module, not the wrapper
+            return (
+                isinstance(call, cst.Call)
+                and self.index.is_call_to(call, torch_api.SAVE | DEEPCOPY)
+                and call.args[0] is parent
+            ) or checkpoints.saved(self.index, read)  # torch.save(dict(model=model), f)
+        return False
+
+
+def _hasattr_test(test: cst.BaseExpression, receiver: str, attribute: str) -> bool:
+    """Whether ``test`` contains ``hasattr(<receiver>, "<attribute>")``."""
+    pattern = m.Call(
+        func=m.Name("hasattr"),
+        args=[m.Arg(m.Name(receiver)), m.Arg(m.SimpleString(f'"{attribute}"') | m.SimpleString(f"'{attribute}'"))],
+    )
+    return bool(m.findall(test, pattern))

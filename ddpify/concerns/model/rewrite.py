@@ -1,0 +1,111 @@
+"""The model concern's rewrite: the DistributedDataParallel wrap and the ``.module`` reads.
+
+The wrap goes in place of ``nn.DataParallel`` or after the statement where the model is ready,
+again after parameters are unfrozen, and ``.module`` goes on the reads that need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import cast
+
+import libcst as cst
+
+from ddpify import torch_api
+from ddpify.concerns.model.codes import SMALL_BATCH_NORM
+from ddpify.concerns.model.facts import Facts
+from ddpify.concerns.model.finder import statement_value
+from ddpify.concerns.model.reads import DEEPCOPY
+from ddpify.engine.edits import EditPlan
+from ddpify.result import Options
+
+
+def _in_the_same_parentheses(replacement: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    def replace(node: cst.CSTNode) -> cst.CSTNode:
+        original = cast(cst.Call, node)
+        return replacement.with_changes(lpar=original.lpar, rpar=original.rpar)
+
+    return replace
+
+
+def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
+    ddp = plan.names.ddp
+    wrapped_by_ddp: set[cst.Call] = set()
+    for model in facts.models:
+        device_ids = ", device_ids=[torch.cuda.current_device()]" if model.on_cuda else ""
+        if options.find_unused_parameters or model.unused is not None:
+            device_ids += ", find_unused_parameters=True"
+        if model.data_parallel is not None:
+            wrapped_by_ddp.add(model.data_parallel)
+            inner = plan.index.module.code_for_node(model.data_parallel.args[0].value)
+            replacement = cst.parse_expression(f"{ddp}({inner}{device_ids})")
+            plan.replace(model.data_parallel, _in_the_same_parentheses(replacement))
+            if model.data_parallel_if is not None:
+                plan.inline(model.data_parallel_if)
+            plan.change(model.insert_after, "nn.DataParallel -> DistributedDataParallel (one process per GPU)")
+        else:
+            if model.data_parallel_removed is not None:
+                wrapped_by_ddp.add(cast(cst.Call, statement_value(model.data_parallel_removed)))
+                plan.remove(model.data_parallel_removed)
+                if model.data_parallel_if is not None:
+                    plan.inline(model.data_parallel_if)
+                plan.change(model.data_parallel_removed, "remove nn.DataParallel: each process drives one GPU")
+            wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{device_ids})\n")
+            convert = f"{model.expression} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model.expression})\n"
+            if model.item is not None:
+                each, item = model.expression, model.item
+                wrap = cst.parse_statement(f"{each} = [{ddp}({item}{device_ids}) for {item} in {each}]\n")
+                convert = f"{each} = [torch.nn.SyncBatchNorm.convert_sync_batchnorm({item}) for {item} in {each}]\n"
+            if options.sync_batchnorm:
+                plan.insert_after(model.insert_after, cst.parse_statement(convert))
+                plan.need_import("torch")
+                plan.change(model.insert_after, f"BatchNorm layers of `{model.expression}` -> SyncBatchNorm")
+            plan.insert_after(model.insert_after, wrap)
+            wrapped = f"every model in `{model.expression}`" if model.item is not None else f"`{model.expression}`"
+            plan.change(model.insert_after, f"wrap {wrapped} in DistributedDataParallel")
+        if model.small_batch_norm is not None and not options.sync_batchnorm:
+            plan.report(
+                model.small_batch_norm,
+                SMALL_BATCH_NORM,
+                f"`{model.expression}` has BatchNorm layers and each process loads small batches: BatchNorm "
+                "normalises over each rank's own batch; `--sync-bn` converts them to SyncBatchNorm",
+            )
+        if model.unused is not None and not options.find_unused_parameters:
+            plan.change(
+                model.insert_after,
+                f"find_unused_parameters=True: {model.unused}, so some parameters get no gradient in a step",
+            )
+        for unfrozen in model.rewraps:
+            rewrap = cst.parse_statement(
+                f"{model.expression} = {ddp}({model.expression}.module{device_ids})"
+                "  # DDP averages only the parameters that required grad when it was built\n"
+            )
+            plan.insert_after(unfrozen, rewrap)
+            plan.change(unfrozen, f"wrap `{model.expression}` again: parameters became trainable after the wrap")
+        for read in model.unwrap:
+            plan.replace(read, lambda n: cst.Attribute(value=cast(cst.BaseExpression, n), attr=cst.Name("module")))
+            parent = plan.index.parent(read)
+            attribute = parent.attr.value if isinstance(parent, cst.Attribute) else None
+            text = plan.index.module.code_for_node(read)
+            call = plan.index.parent(parent)
+            if attribute:
+                summary = f"`{text}.{attribute}` -> `{text}.module.{attribute}`"
+            elif isinstance(parent, cst.Arg) and not (
+                isinstance(call, cst.Call) and plan.index.is_call_to(call, DEEPCOPY | torch_api.SAVE)
+            ):
+                summary = f"pass `{text}.module`: the function tests for a plain module with hasattr()"
+            elif isinstance(parent, cst.Subscript):
+                summary = f"`{text}[...]` -> `{text}.module[...]`"
+            elif isinstance(call, cst.Call) and plan.index.is_call_to(call, DEEPCOPY):
+                summary = f"copy `{text}.module`, not the DistributedDataParallel wrapper"
+            else:
+                summary = f"save `{text}.module`"
+            plan.change(read, summary)
+    for call in facts.data_parallel:
+        if call not in wrapped_by_ddp and call.args:
+            plan.replace(call, lambda n: cast(cst.Call, n).args[0].value)
+            plan.change(call, "remove nn.DataParallel: each process drives one GPU")
+    if facts.models:
+        plan.need_import(
+            "torch.nn.parallel", "DistributedDataParallel", ddp if ddp != "DistributedDataParallel" else None
+        )
