@@ -1,0 +1,309 @@
+"""Whole tensors each rank reads a shard of: full-batch steps, hand-made mini-batches, optimizer closures.
+
+The finder decides which reads take the shard and where the shard is defined; the rewrite defines it
+(``shard = slice(rank, len(x) - len(x) % world_size, world_size)``), indexes the reads with it, and has
+an LBFGS closure return the loss averaged over the ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+import libcst as cst
+
+from ddpify.concerns.tensors.lineage import Refused, _binds, _code, _is_read, _Lineage
+from ddpify.concerns.tensors.samples import RANDOM_CHOICES, _SampleFinder
+from ddpify.engine.edits import EditPlan, fresh, statement
+from ddpify.engine.index import Ref, Scope
+
+# Optimizers that decide their steps from the loss their closure returns.
+LOSS_DRIVEN = frozenset({"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"})
+
+
+@dataclass(frozen=True)
+class Closure:
+    """The function that runs the training step: ``def closure(): ...; return loss`` handed to
+    ``optimizer.step(closure)``, or ``def train(): ...`` called in the training loop."""
+
+    function: cst.FunctionDef
+    ret: cst.SimpleStatementLine | None  # ``return loss``, its last statement (a closure for optimizer.step)
+    averaged: bool  # the optimizer decides from the loss (LBFGS): every rank must get the same value back
+
+
+@dataclass(frozen=True)
+class FullBatch:
+    """Whole tensors the training step reads every step: each rank reads its shard instead."""
+
+    reads: tuple[cst.Name, ...]  # the reads in the training step that become ``x[shard]``
+    after: cst.BaseStatement  # the shard is defined right after this statement (the tensors exist then)
+    length: str  # the tensor whose number of rows is the number of samples
+    names: tuple[str, ...]  # the tensors, for the report
+    batched: bool = False  # the script makes mini-batches of them itself (every read in the loop is sharded)
+    closure: Closure | None = None  # the reads are in an optimizer closure
+
+
+class _ShardFinder(_SampleFinder):
+    """Whole tensors read in the training step: which reads take each rank's shard, and where it is defined."""
+
+    def _full_batch(
+        self,
+        lineage: _Lineage,
+        tensors: dict[Ref, list[cst.Name]],
+        first: Ref | None,
+        choices: list[cst.Call],
+        closure: Closure | None,
+        step: cst.For | cst.While | cst.FunctionDef,
+        runs: cst.For | cst.While | cst.FunctionDef,
+    ) -> FullBatch | None:
+        """The tensors the training step reads whole, or the batches it cuts of them itself: their shard."""
+        index = self.index
+        if first is None and tensors:
+            names = ", ".join(f"`{ref.path}`" for ref in tensors)
+            raise Refused(
+                next(iter(tensors.values()))[0],
+                f"the model's input is made from {names} in a way ddpify does not follow",
+            )
+        if first is None and lineage.step_variables:
+            name = lineage.step_variables[0]
+            raise Refused(
+                name,
+                f"the training step makes its data from the loop variable `{name.value}` alone, the same on every rank",
+            )
+        if first is None:
+            return None
+        batched = bool(lineage.step_variables or choices)
+        if batched and closure is not None:
+            raise Refused(step, "the function of the training step picks part of the samples in each call")
+        if batched:
+            self._check_batches(lineage, choices, cast(cst.For | cst.While, step), set(tensors))
+        else:
+            for subscript in lineage.subscripts:
+                if not _whole_rows(subscript):
+                    raise Refused(
+                        subscript, f"the training step uses part of the samples (`{_code(index, subscript)}`)"
+                    )
+        assignments = [a for ref in tensors for a in self._assignments(ref)]
+        last = max(assignments, key=lambda a: index.order[a])
+        after = self._top_statement(last, first.scope)
+        if not index.after(runs, after):
+            raise Refused(runs, f"`{first.path}` is changed after the training loop starts")
+        if self.setup.runs_before_setup(index, after):
+            raise Refused(after, "the tensors are made before the process group is set up (at import time)")
+        made = sorted(tensors, key=lambda ref: min(index.order[a] for a in self._assignments(ref)))
+        if batched:  # every read in the loop, so that the batch loop's bounds follow the shard too
+            reads = [
+                node
+                for node in index.walk(step)
+                if isinstance(node, cst.Name)
+                and _is_read(index, node)
+                and index.ref_of(node, index.scope_of(node)) in tensors
+            ]
+        else:
+            reads = [read for ref in made for read in tensors[ref]]
+        return FullBatch(tuple(reads), after, first.path, tuple(ref.path for ref in made), batched, closure)
+
+    def _closure(self, backward: cst.Call, scope: Scope) -> tuple[Closure, cst.For | cst.While]:
+        """The optimizer closure that runs ``backward`` (``optimizer.step(closure)`` in a loop), and that loop."""
+        index = self.index
+        unfollowed = Refused(
+            backward,
+            "the backward pass runs in a function of its own (a training step called in the loop), whose data "
+            "ddpify does not follow",
+        )
+        if not isinstance(scope, cst.FunctionDef):
+            raise unfollowed
+        name = Ref(index.scope_of(scope), scope.name.value)
+        uses = [
+            n
+            for n in index.names.get(name.path, [])
+            if n is not scope.name and _is_read(index, n) and index.ref_of(n, index.scope_of(n)) == name
+        ]
+        steps: list[cst.Call] = []  # optimizer.step(closure)
+        calls: list[cst.Call] = []  # train_step(): a step of its own
+        for use in uses:
+            arg, call = index.parent(use), index.parent(index.parent(use))
+            if isinstance(arg, cst.Call) and arg.func is use:
+                calls.append(arg)
+            elif (
+                isinstance(arg, cst.Arg)
+                and isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "step"
+            ):
+                steps.append(call)
+            else:
+                raise unfollowed
+        loops = [list(index.enclosing_loops(call)) for call in (*steps, *calls)]
+        if not loops or not all(loops) or (steps and calls):
+            raise unfollowed
+        if calls:
+            return Closure(scope, None, averaged=False), loops[0][-1]
+        returns = [n for n in index.walk(scope.body) if isinstance(n, cst.Return) and index.scope_of(n) is scope]
+        last = scope.body.body[-1] if isinstance(scope.body, cst.IndentedBlock) else None
+        if (
+            len(returns) != 1
+            or returns[0].value is None
+            or not isinstance(last, cst.SimpleStatementLine)
+            or last.body[0] is not returns[0]
+        ):
+            raise Refused(scope, "the optimizer closure does not end by returning its loss")
+        optimizers = {index.root_ref(cast(cst.Attribute, call.func).value, index.scope_of(call)) for call in steps}
+        lbfgs = any(
+            a.value is not None and index.is_call_to(a.value, LOSS_DRIVEN)
+            for ref in optimizers
+            if ref is not None
+            for a in self._assignments(ref)
+        )
+        return Closure(scope, last, lbfgs), loops[0][-1]
+
+    def _check_batches(
+        self, lineage: _Lineage, choices: list[cst.Call], step: cst.For | cst.While, data: set[Ref]
+    ) -> None:
+        """Hand-made batches: each rank may batch its shard as the script batches the whole data, as long as
+        the number of batches and the random choices follow the data's length (so they follow the shard's)."""
+        index = self.index
+        for loop in {self._binding_loop(name, step) for name in lineage.step_variables}:
+            if loop is None or not self._sized_by_data(loop.iter, step, data):
+                header = _code(index, loop.iter) if loop is not None else "?"
+                raise Refused(
+                    loop or step,
+                    f"the batch loop runs over `{header}`, which is not computed from the length of the data "
+                    "it slices, so it would not follow each rank's shard",
+                )
+        for call in choices:
+            if not any(self._sized_by_data(arg.value, step, data) for arg in call.args if arg.keyword is None):
+                raise Refused(
+                    call,
+                    f"the samples are chosen with `{_code(index, call)}`, whose range is not computed from the "
+                    "length of the data, so it would not follow each rank's shard",
+                )
+        for subscript in lineage.subscripts:
+            if not _whole_rows(subscript) and not self._picks_batch(subscript, step):
+                raise Refused(subscript, f"the training step uses part of the samples (`{_code(index, subscript)}`)")
+
+    def _binding_loop(self, name: cst.Name, step: cst.For | cst.While) -> cst.For | None:
+        """The loop of the training step whose target ``name`` reads."""
+        index = self.index
+        ref = index.ref_of(name, index.scope_of(name))
+        for node in (step, *index.walk(step)):
+            if isinstance(node, cst.For) and ref is not None and _binds(node.target, ref):
+                return node
+        return None
+
+    def _sized_by_data(self, expr: cst.CSTNode, step: cst.For | cst.While, data: set[Ref]) -> bool:
+        """Whether ``expr`` is computed from a data tensor (``len(x)``, ``x.size(0)``, ``len(perm)``)."""
+        index = self.index
+        return self._depends(
+            expr,
+            step,
+            lambda node: isinstance(node, cst.Name) and index.ref_of(node, index.scope_of(node)) in data,
+        )
+
+    def _picks_batch(self, subscript: cst.Subscript, step: cst.For | cst.While) -> bool:
+        """Whether the rows ``subscript`` picks change from step to step: ``x[i:i + bs]``, ``x[perm[i:j]]``."""
+        index = self.index
+        loops = {n for n in (step, *index.walk(step)) if isinstance(n, cst.For)}
+
+        def varies(node: cst.CSTNode) -> bool:
+            if isinstance(node, cst.Call) and index.qualified_names(node.func) & RANDOM_CHOICES:
+                return True
+            if isinstance(node, cst.Name) and _is_read(index, node):
+                ref = index.ref_of(node, index.scope_of(node))
+                return ref is not None and any(_binds(loop.target, ref) for loop in loops)
+            return False
+
+        return any(self._depends(element.slice, step, varies) for element in subscript.slice[:1])
+
+    def _top_statement(self, node: cst.CSTNode, scope: Scope) -> cst.BaseStatement:
+        """The statement directly in ``scope``'s body that holds ``node``."""
+        index = self.index
+        current = index.statement_of(node)
+        while True:
+            parent = index.parent(current)
+            if parent is None or parent is scope or index.parent(parent) is scope:
+                return current
+            current = index.statement_of(parent)
+
+
+def _whole_rows(subscript: cst.Subscript) -> bool:
+    """``x[:, :3]``, ``out[..., 0]``: every row kept (only columns chosen); ``x.shape[0]`` picks no rows."""
+    value = subscript.value
+    if (isinstance(value, cst.Attribute) and value.attr.value == "shape") or (
+        isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "size"
+    ):
+        return True
+    first = subscript.slice[0].slice if subscript.slice else None
+    if isinstance(first, cst.Slice):
+        return first.lower is None and first.upper is None and first.step is None
+    return isinstance(first, cst.Index) and isinstance(first.value, cst.Ellipsis)
+
+
+def _indexed(index: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A replacement of ``x`` by ``x[index]``."""
+    return lambda node: cst.Subscript(
+        value=cast(cst.BaseExpression, node), slice=[cst.SubscriptElement(cst.Index(cst.Name(index)))]
+    )
+
+
+def rewrite_full_batch(full: FullBatch, plan: EditPlan) -> None:
+    """Define the shard after the tensors are made, and read it where the step reads them."""
+    dist = plan.names.dist
+    shard = fresh("shard", plan.index.identifiers)
+    world = f"{dist}.get_world_size()"
+    line = cst.parse_statement(
+        f"{shard} = slice({dist}.get_rank(), len({full.length}) - len({full.length}) % {world}, {world})\n"
+    )
+    if full.batched:
+        comment = "# This rank's equal share of the samples, batched as before: as many steps on every rank."
+    else:
+        comment = (
+            "# This rank's equal share of the samples: DDP averages the shards' gradients into the full-batch one."
+        )
+    line = statement(line).with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))])
+    plan.insert_after(full.after, line)
+    for read in full.reads:
+        plan.replace(read, _indexed(shard))
+    names = ", ".join(f"`{name}`" for name in full.names)
+    equal = f"equal shards, the last len({full.length}) % world_size samples left out"
+    if full.batched:
+        summary = (
+            f"hand-made batches of {names}: each rank batches its own every world_size-th sample ({equal}) "
+            "with the script's batch size, so the global batch is world_size times larger (and a pass over "
+            "the data takes 1/world_size of the steps)"
+        )
+    else:
+        summary = (
+            f"full-batch training on {names}: each rank trains on every world_size-th sample ({equal}); with "
+            "a mean loss DDP's averaged gradient is the full-batch one, with a summed loss it is 1/world_size of it"
+        )
+    plan.change(full.after, summary)
+    if full.closure is not None and full.closure.ret is not None and full.closure.averaged:
+        _average_returned_loss(plan, full.closure)
+
+
+def _average_returned_loss(plan: EditPlan, closure: Closure) -> None:
+    """``return loss`` -> the mean of every rank's loss, so that LBFGS decides the same on every rank."""
+    dist = plan.names.dist
+    assert closure.ret is not None
+    ret = cast(cst.Return, closure.ret.body[0])
+    assert ret.value is not None
+    loss = plan.index.module.code_for_node(ret.value)
+    name = fresh("global_loss", plan.index.identifiers)
+    if not isinstance(ret.value, (cst.Name, cst.Attribute)):
+        loss = f"({loss})"
+    lines = [
+        statement(cst.parse_statement(f"{name} = {loss}.detach().clone()\n")),
+        statement(cst.parse_statement(f"{dist}.all_reduce({name})\n")),
+        statement(cst.parse_statement(f"return {name} / {dist}.get_world_size()\n")),
+    ]
+    note = "# LBFGS decides its steps from this loss: return the mean over all ranks, the same on each."
+    lines[0] = lines[0].with_changes(
+        leading_lines=[*closure.ret.leading_lines, cst.EmptyLine(comment=cst.Comment(note))]
+    )
+    plan.insert_before(closure.ret, *lines)
+    plan.remove(closure.ret)
+    plan.change(
+        closure.ret, "the closure returns the loss averaged over the ranks: LBFGS decides the same on every rank"
+    )
