@@ -687,7 +687,7 @@ import os, sys
 from ddpify import Conversion, Status
 from ddpify.cli import backend, main
 
-def big(source, *, path, options):
+def big(source, *, path, options, modules=()):
     return Conversion(source=source, code=source + b"# " + b"x" * 500_000 + b"\\n", status=Status.CONVERTED)
 
 backend.convert = big
