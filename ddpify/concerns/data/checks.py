@@ -1,0 +1,166 @@
+"""What a training DataLoader's arguments and training step demand or forbid.
+
+A ``sampler=`` or ``batch_sampler=`` of its own (shared by ``samplers``, or
+refused as DDP202), ``*args`` (DDP205), a state carried from batch to batch
+of an unshuffled loader (DDP210), and a shape built from the batch size in
+the training step (``drop_last=True``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import libcst as cst
+
+from ddpify import torch_api
+from ddpify.concerns.data.codes import CARRIED_STATE, OWN_SAMPLER, STAR_ARGS
+from ddpify.concerns.data.facts import SHAPE_FACTORIES, SHAPE_METHODS, batch_size_arg, is_false
+from ddpify.concerns.data.reads import Reads
+from ddpify.concerns.data.seeds import Seeds
+from ddpify.concerns.samplers import OwnSampler, own_sampler
+from ddpify.engine.index import Ref
+from ddpify.engine.program import Program
+from ddpify.engine.syntax import argument, dotted
+
+
+class Checks:
+    def __init__(self, program: Program, reads: Reads, seeds: Seeds) -> None:
+        self.program = program
+        self.index = program.index
+        self.reads = reads
+        self.seeds = seeds
+
+    def check_sampling_arguments(self, call: cst.Call, refs: set[Ref]) -> OwnSampler | None:
+        own = None
+        for position, arg in enumerate(call.args):
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS:
+                found = own_sampler(self.index, call, arg, any(True for _ in self.reads.dataset_lengths(refs)))
+                if isinstance(found, OwnSampler):
+                    found = self.seeds.unseeded_draw(found) or found
+                if isinstance(found, OwnSampler):
+                    own = found
+                else:
+                    self.program.report(
+                        arg, OWN_SAMPLER, f"the training DataLoader already has its own {keyword}: {found}"
+                    )
+            elif keyword is None and not arg.star and position >= torch_api.DATALOADER_POSITIONS["sampler"]:
+                self.program.report(
+                    arg,
+                    OWN_SAMPLER,
+                    "the training DataLoader's sampler is passed by position: pass it as sampler= or batch_sampler=",
+                )
+            elif arg.star == "*":
+                self.program.report(arg, STAR_ARGS, "cannot add a sampler to a DataLoader built from `*args`")
+        return own
+
+    def check_carried_state(self, call: cst.Call, sites: list[cst.CSTNode], origin: Ref | None) -> None:
+        """``logits, hidden = model(x, hidden)`` over an unshuffled loader: batch t+1 continues batch t.
+
+        A DistributedSampler deals the samples out to the ranks in turn, so the state a
+        rank carries into its next batch belongs to other data. Re-sharding the data
+        contiguously per rank depends on how the dataset is laid out, so this is refused.
+        """
+        shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
+        if shuffle is not None and not is_false(shuffle.value):
+            return
+        index = self.index
+        for site in sites:
+            loop = site if isinstance(site, cst.For) else next(index.enclosing_loops(site), None)
+            if loop is None:
+                continue
+            for node in index.walk(loop.body):
+                if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
+                    continue
+                outputs = {
+                    n.value
+                    for t in node.targets
+                    if isinstance(t.target, (cst.Tuple, cst.List))
+                    for n in index.walk(t.target)
+                    if isinstance(n, cst.Name)
+                }
+                inputs = {n.value for a in node.value.args for n in index.walk(a.value) if isinstance(n, cst.Name)}
+                for state in sorted(outputs & inputs):
+                    if self._read_before_written(state, loop.body):
+                        loader = f"`{origin.path}`" if origin is not None else "this DataLoader"
+                        line = index.module.code_for_node(node).strip()
+                        self.program.report(
+                            call,
+                            CARRIED_STATE,
+                            f"`{state}` is carried from one batch to the next (`{line}`), so each batch must "
+                            f"continue the previous one; a DistributedSampler deals the samples of {loader} "
+                            "out to the ranks in turn and breaks that: give each rank a contiguous, equally long "
+                            "part of the data in order (e.g. a Subset per rank) and shard it yourself",
+                        )
+                        return
+
+    def _read_before_written(self, name: str, body: cst.CSTNode) -> bool:
+        """Whether an iteration of ``body`` reads ``name`` before it assigns it: the value comes from the last one."""
+        index = self.index
+        first = next((n for n in index.walk(body) if isinstance(n, cst.Name) and n.value == name), None)
+        if first is None:
+            return False
+        target = next((a for a in index.ancestors(first) if isinstance(a, cst.AssignTarget)), None)
+        if target is None:
+            return True
+        assign = index.parent(target)
+        return isinstance(assign, cst.Assign) and any(
+            isinstance(n, cst.Name) and n.value == name for n in index.walk(assign.value)
+        )
+
+    def batch_size_in_shapes(
+        self, call: cst.Call, sites: list[cst.CSTNode], spread_keys: frozenset[str] | None
+    ) -> cst.Call | None:
+        """A shape in the training step written with the loader's batch size: ``x.view(batch_size, -1)``.
+
+        Under a DistributedSampler a rank's last batch can be short even where the
+        single-process one never was, so such a step needs full batches.
+        """
+        index = self.index
+        batch = batch_size_arg(call)
+        if batch is None or not isinstance(batch.value, (cst.Name, cst.Attribute)) or argument(call, "drop_last"):
+            return None
+        if call.args and any(a.star == "**" for a in call.args) and (spread_keys is None or "drop_last" in spread_keys):
+            return None
+        size = dotted(batch.value)
+        size_ref = index.ref_of(batch.value, index.scope_of(call))
+        related = index.lineage(size_ref) if size_ref is not None else set()
+        bodies: list[cst.CSTNode] = []
+        for site in sites:
+            if isinstance(site, cst.For):
+                bodies.append(site.body)
+            else:
+                bodies.extend(loop.body for loop in itertools.islice(index.enclosing_loops(site), 1))
+        seen: set[cst.CSTNode] = set()
+        while bodies:
+            body = bodies.pop()
+            if body in seen or len(seen) > 20:
+                continue
+            seen.add(body)
+            for node in index.walk(body):
+                if not isinstance(node, cst.Call):
+                    continue
+                callee = index.resolve_callee(node, index.scope_of(node))
+                if callee is not None:
+                    bodies.append(callee[0].body)
+                if not self._builds_shape(node):
+                    continue
+                for arg in node.args:
+                    for part in index.walk(arg.value):
+                        if not isinstance(part, (cst.Name, cst.Attribute)) or dotted(part) != size:
+                            continue
+                        ref = index.ref_of(part, index.scope_of(part))
+                        if size_ref is None or ref is None or ref in related or ref.path == size_ref.path:
+                            return node
+        return None
+
+    def _builds_shape(self, call: cst.Call) -> bool:
+        """``x.view(...)``, ``x.reshape(...)``, ``torch.zeros(...)`` and the like: a call that takes a shape."""
+        func = call.func
+        if self.index.qualified_names(func) & SHAPE_FACTORIES:
+            return True
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in SHAPE_METHODS
+            and not self.index.qualified_names(func)
+        )

@@ -1,0 +1,72 @@
+"""The diagnostic codes of the data concern (DDP201-DDP210), and ``CODES``, the tuple that registers them."""
+
+from __future__ import annotations
+
+from ddpify.diagnostics import Code, Severity
+
+NO_TRAINING_LOADER = Code(
+    "DDP201",
+    Severity.ERROR,
+    "data",
+    "the training loop's batches do not come from a DataLoader ddpify can follow",
+    "draw the training batches from a torch.utils.data.DataLoader over a map-style dataset",
+)
+OWN_SAMPLER = Code(
+    "DDP202",
+    Severity.ERROR,
+    "data",
+    "the training DataLoader already has a sampler= or batch_sampler=",
+    "shard the data yourself (e.g. a DistributedSampler wrapping your sampler's choice)",
+)
+NO_EPOCH = Code(
+    "DDP203",
+    Severity.WARNING,
+    "data",
+    "no epoch to call sampler.set_epoch() with",
+    "call `loader.sampler.set_epoch(n)` at the start of each pass over the data",
+)
+UNFOLLOWED_LOADER = Code(
+    "DDP204",
+    Severity.WARNING,
+    "data",
+    "a DataLoader that cannot be followed to a loop is left without a DistributedSampler",
+    "if it feeds training, give it a DistributedSampler yourself",
+)
+STAR_ARGS = Code(
+    "DDP205",
+    Severity.ERROR,
+    "data",
+    "a training DataLoader built from `*args`",
+    "pass the DataLoader's arguments by name",
+)
+NO_DATASET = Code(
+    "DDP206",
+    Severity.ERROR,
+    "data",
+    "a training DataLoader without a dataset argument",
+    "pass the dataset as the first argument or as dataset=",
+)
+BATCH_NOT_ARGUMENT = Code(
+    "DDP207",
+    Severity.WARNING,
+    "data",
+    "--keep-global-batch, but the DataLoader's batch size is not one of its arguments",
+    "pass batch_size= to the DataLoader",
+)
+CARRIED_STATE = Code(
+    "DDP210",
+    Severity.ERROR,
+    "data",
+    "a state carried from one batch of an unshuffled training DataLoader to the next (e.g. an RNN's hidden state)",
+    "give each rank a contiguous, equally long part of the data in order (e.g. a Subset per rank) yourself",
+)
+CODES = (
+    NO_TRAINING_LOADER,
+    OWN_SAMPLER,
+    NO_EPOCH,
+    UNFOLLOWED_LOADER,
+    STAR_ARGS,
+    NO_DATASET,
+    BATCH_NOT_ARGUMENT,
+    CARRIED_STATE,
+)

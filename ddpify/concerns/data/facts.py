@@ -1,0 +1,116 @@
+"""The data concern's facts: what its finder hands to its rewrite, and the torch names both read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpify import torch_api
+from ddpify.concerns.samplers import DictEntry, OwnSampler
+from ddpify.engine.index import Ref
+from ddpify.engine.syntax import argument
+
+
+@dataclass(frozen=True)
+class EpochLoop:
+    loop: cst.For  # the epoch loop
+    loader: str  # the loader as written in the loop's scope: ``train_loader``, ``self.train_data``
+    after: cst.BaseStatement | None = None  # the loader is built inside the loop: set the epoch after this
+
+
+@dataclass(frozen=True)
+class Restart:
+    stmt: cst.SimpleStatementLine  # ``it = iter(loader)`` after ``except StopIteration:``
+    loader: str  # the loader as written there
+
+
+@dataclass(frozen=True)
+class Loader:
+    call: cst.Call
+    training: bool
+    epoch_loops: tuple[EpochLoop, ...]
+    # ``DataLoader(ds, **kwargs)``: the ``**kwargs`` argument and the keys it may
+    # hold (None when they cannot be known from the script).
+    spread: cst.Arg | None = None
+    spread_keys: frozenset[str] | None = None
+    # ``len(loader.dataset)``: the whole dataset, where this rank now sees its shard
+    dataset_lengths: tuple[cst.Attribute, ...] = ()
+    # ``it = iter(loader)`` after ``except StopIteration:``: a new pass over the data begins
+    restarts: tuple[Restart, ...] = ()
+    # ``x.view(batch_size, -1)`` in the training step: every batch must be full (drop_last=True)
+    full_batches: cst.Call | None = None
+    # where its batches are drawn for training (``for`` loops, ``next()`` calls), and the places holding it
+    sites: tuple[cst.CSTNode, ...] = ()
+    refs: frozenset[Ref] = frozenset()
+    # ``sampler=`` / ``batch_sampler=`` the script gives it: each rank takes its share of what it draws
+    own_sampler: OwnSampler | None = None
+    # kept in a dict with other loaders: only the training entries get a sampler
+    entry: DictEntry | None = None
+    # an IterableDataset of the script's own: each rank takes its share of the stream
+    stream: Stream | None = None
+
+
+@dataclass(frozen=True)
+class Stream:
+    """``DataLoader(<dataset>)`` over an IterableDataset class of the program."""
+
+    dataset: cst.BaseExpression
+    cls: cst.ClassDef
+    by_worker: bool  # the class does not split its stream between DataLoader workers itself
+
+
+@dataclass(frozen=True)
+class Split:
+    """``random_split(ds, lengths)`` drawn from an unseeded global RNG: each rank would split differently."""
+
+    call: cst.Call
+    seed: str  # the seed its own generator gets: the script's seed, or 0
+
+
+@dataclass(frozen=True)
+class Facts:
+    loaders: tuple[Loader, ...]
+    splits: tuple[Split, ...] = ()
+
+
+SHAPE_FACTORIES = frozenset(
+    f"torch.{name}"
+    for name in ("zeros", "ones", "full", "empty", "rand", "randn", "randint", "tensor", "arange", "eye")
+)
+SHAPE_METHODS = frozenset(
+    {"view", "reshape", "expand", "new_zeros", "new_ones", "new_full", "new_empty", "unflatten", "resize_"}
+)
+RANDOM_SPLIT = frozenset({"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"})
+# Calls that seed torch's, Python's and NumPy's global RNGs at once.
+SEED_EVERYTHING = frozenset(
+    {
+        "lightning.seed_everything",
+        "lightning.pytorch.seed_everything",
+        "pytorch_lightning.seed_everything",
+        "lightning.fabric.utilities.seed.seed_everything",
+        "transformers.set_seed",
+        "accelerate.utils.set_seed",
+    }
+)
+# Calls that seed torch's global RNG identically on every rank (given the same argument).
+GLOBAL_SEEDS = SEED_EVERYTHING | {"torch.manual_seed", "torch.random.manual_seed"}
+# What seeds each global RNG that a sampler's indices or weights may be drawn from.
+RNG_SEEDS = {
+    "torch": GLOBAL_SEEDS,
+    "numpy": SEED_EVERYTHING | {"numpy.random.seed"},
+    "random": SEED_EVERYTHING | {"random.seed"},
+}
+
+
+def batch_size_arg(call: cst.Call) -> cst.Arg | None:
+    """The DataLoader's ``batch_size`` argument, by keyword or position."""
+    return argument(call, "batch_size", torch_api.DATALOADER_POSITIONS["batch_size"])
+
+
+def is_true(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def is_false(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "False"

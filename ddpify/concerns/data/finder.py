@@ -1,0 +1,306 @@
+"""The data concern's finder: the DataLoaders that feed training, their epoch loops and the new passes they start.
+
+A DataLoader is followed by the index's value flow from where it is built
+to where its batches are drawn (:mod:`.reads`); one whose batches reach a
+backward pass is a training loader. Its epoch loop is
+the ``for`` loop around the loop that draws its batches (through the callers
+of the script's own functions), where the loader itself, not an iterator or
+progress bar over it, can be named for ``sampler.set_epoch(epoch)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify import torch_api
+from ddpify.concerns.data.checks import Checks
+from ddpify.concerns.data.codes import NO_EPOCH, NO_TRAINING_LOADER, OWN_SAMPLER, UNFOLLOWED_LOADER
+from ddpify.concerns.data.facts import EpochLoop, Facts, Loader, Restart
+from ddpify.concerns.data.reads import Reads
+from ddpify.concerns.data.seeds import Seeds
+from ddpify.concerns.data.streams import find_stream
+from ddpify.concerns.samplers import DictEntry, dict_entry, entry_iterations, keys_drawn
+from ddpify.engine.edits import statement
+from ddpify.engine.index import Flow, Ref, Scope
+from ddpify.engine.program import Program
+from ddpify.engine.syntax import dotted
+from ddpify.engine.values import dict_keys
+
+
+def find(program: Program) -> Facts:
+    loaders = tuple(LoaderFinder(program).loaders())
+    return Facts(loaders, tuple(Seeds(program.index).unseeded_splits()))
+
+
+class LoaderFinder:
+    """Every DataLoader of the program: whether it feeds training, where its epochs begin, what it needs."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.index = program.index
+        self.reads = Reads(self.index)
+        self.checks = Checks(program, self.reads, Seeds(self.index))
+        self._loader_refs: set[Ref] = set()  # the places holding the loader being examined
+
+    def _origin(self, call: cst.Call) -> Ref | None:
+        index = self.index
+        parent = index.parent(call)
+        scope = index.scope_of(call)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            return index.ref_of(parent.targets[0].target, scope)
+        if isinstance(parent, cst.Return) and isinstance(scope, cst.FunctionDef):
+            return Ref(scope, "<return>")
+        if isinstance(parent, cst.Element) and isinstance(returned := index.parent(parent), cst.Tuple):
+            ret = index.parent(returned)
+            if isinstance(ret, cst.Return) and isinstance(scope, cst.FunctionDef):
+                slot = list(returned.elements).index(parent)
+                return Ref(scope, f"<return {slot}>")
+        return None
+
+    def loaders(self) -> Iterator[Loader]:
+        index = self.index
+        for call in index.calls:
+            if not index.is_call_to(call, torch_api.DATALOADER):
+                continue
+            origin = self._origin(call)
+            entry = dict_entry(index, call)
+            if entry is not None:
+                origin = entry.holder
+            refs = index.downstream(origin) if origin is not None else set()
+            starts: dict[cst.CSTNode, cst.CSTNode] = {}  # where to look for the epoch loop around a site
+            if entry is None:
+                sites = [
+                    site
+                    for site in self.reads.iterations(refs)
+                    if self.reads.site_trains(site[0]) and self.reads.batches_train(site[0])
+                ]
+            else:
+                sites, entry = self._entry_sites(call, entry, refs, starts)
+            training = bool(sites)
+            epoch_loops: list[EpochLoop] = []
+            own = stream = None
+            self._loader_refs = self._holding_loader(origin) if origin is not None else set()
+            restarts = tuple(self._restarts(refs)) if training else ()
+            if training:
+                epoch_loops = self._epoch_loops(call, sites, starts, entry, restarts)
+                own = self.checks.check_sampling_arguments(call, refs)
+                stream = find_stream(index, call)
+                self.checks.check_carried_state(call, [node for node, _ in sites], origin)
+            elif origin is None or not (entry_iterations(index, refs) if entry else self.reads.iterations(refs)):
+                self.program.report(
+                    call,
+                    UNFOLLOWED_LOADER,
+                    "cannot follow this DataLoader to a loop: left without a DistributedSampler",
+                )
+            spread, keys = self._spread(call, training)
+            lengths = tuple(self.reads.dataset_lengths(refs)) if training else ()
+            full = self.checks.batch_size_in_shapes(call, [node for node, _ in sites], keys) if training else None
+            yield Loader(
+                call,
+                training,
+                tuple(epoch_loops),
+                spread,
+                keys,
+                lengths,
+                restarts,
+                full,
+                tuple(node for node, _ in sites),
+                frozenset(refs),
+                own,
+                entry,
+                stream,
+            )
+
+    def _epoch_loops(
+        self,
+        call: cst.Call,
+        sites: list[tuple[cst.CSTNode, Ref]],
+        starts: dict[cst.CSTNode, cst.CSTNode],
+        entry: DictEntry | None,
+        restarts: tuple[Restart, ...],
+    ) -> list[EpochLoop]:
+        """The epoch loops around a training loader's sites, each where its ``set_epoch`` goes (DDP203 if in a ``while``)."""
+        index = self.index
+        epoch_loops: list[EpochLoop] = []
+        for node, ref in sites:
+            loop = self._epoch_loop(starts.get(node, node), ref)
+            if loop is not None and index.inside(call, loop.loop):
+                built = next(a for a in (call, *index.ancestors(call)) if index.parent(index.parent(a)) is loop.loop)
+                loop = EpochLoop(loop.loop, loop.loader, statement(built))
+            found = [loop] if loop is not None else []
+            if loop is not None and entry is not None:  # set_epoch on the training entries of the dict
+                found = [EpochLoop(loop.loop, held, loop.after) for held in entry.indexed(loop.loader)]
+            epoch_loops.extend(lp for lp in found if lp not in epoch_loops)
+        repeated = any(
+            isinstance(lp, cst.While) for node, _ in sites for lp in index.enclosing_loops(node) if lp is not node
+        )
+        if not epoch_loops and not restarts and repeated:
+            self.program.report(
+                call,
+                NO_EPOCH,
+                "the training loop repeats inside a `while` loop: call `loader.sampler.set_epoch(n)` "
+                "at the start of each pass, or every pass shuffles the same way",
+            )
+        return epoch_loops
+
+    def _spread(self, call: cst.Call, training: bool) -> tuple[cst.Arg | None, frozenset[str] | None]:
+        """``DataLoader(ds, **kwargs)``: the ``**kwargs`` argument and the keys it may hold."""
+        spread = next((a for a in call.args if a.star == "**"), None)
+        keys = dict_keys(self.index, spread.value, self.index.scope_of(call)) if spread is not None else None
+        if training and spread is not None and keys is not None and keys & torch_api.DATALOADER_SAMPLING_KEYWORDS:
+            self.program.report(
+                spread,
+                OWN_SAMPLER,
+                "the training DataLoader already has its own sampler; a DistributedSampler would replace it",
+            )
+        return spread, keys
+
+    def _entry_sites(
+        self, call: cst.Call, entry: DictEntry, refs: set[Ref], starts: dict[cst.CSTNode, cst.CSTNode]
+    ) -> tuple[list[tuple[cst.CSTNode, Ref]], DictEntry]:
+        """Where the training entries of a dict of loaders are drawn for training, and the entry with its training keys.
+
+        A loop over the keys (``for phase in ["train", "val"]``) counts as training only for the
+        keys that the backward pass is guarded by (``if phase == "train":``).
+        """
+        sites: list[tuple[cst.CSTNode, Ref]] = []
+        training: set[str] = set()
+        for site, ref, key in entry_iterations(self.index, refs):
+            if not (self.reads.site_trains(site) and self.reads.batches_train(site)):
+                continue
+            drawn = keys_drawn(self.index, site, key)
+            if isinstance(drawn, str):
+                self.program.report(site, NO_TRAINING_LOADER, f"{drawn}; every rank would train on the same samples")
+                continue
+            keys, phases = drawn
+            if keys & {str(k.evaluated_value) for k in entry.keys}:
+                training |= keys
+                sites.append((site, ref))
+                if phases is not None:
+                    starts[site] = phases
+        chosen = tuple(k for k in entry.keys if str(k.evaluated_value) in training)
+        return sites, DictEntry(entry.holder, entry.keys, entry.variable, chosen)
+
+    def _restarts(self, refs: set[Ref]) -> Iterator[Restart]:
+        """``except StopIteration: it = iter(loader)``: the statements that start another pass."""
+        index = self.index
+        for stmt in index.statements:
+            small = stmt.body[0]
+            if len(stmt.body) != 1 or not isinstance(small, cst.Assign):
+                continue
+            value = small.value
+            if not (isinstance(value, cst.Call) and m.matches(value.func, m.Name("iter")) and value.args):
+                continue
+            ref = index.ref_of(value.args[0].value, index.scope_of(stmt))
+            if ref in refs and any(
+                isinstance(a, cst.ExceptHandler) and a.type is not None and "StopIteration" in dotted(a.type)
+                for a in index.ancestors(stmt)
+            ):
+                loader = self._loader_itself(ref, index.scope_of(stmt))
+                if loader is None:
+                    self.program.report(
+                        stmt,
+                        NO_EPOCH,
+                        "a new pass over the data starts here, but the DataLoader is not reachable by name: call "
+                        "`loader.sampler.set_epoch(n)` before it yourself",
+                    )
+                    continue
+                yield Restart(stmt, self.index.spelled(loader, index.scope_of(stmt)))
+
+    def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0) -> EpochLoop | None:
+        index = self.index
+        loops = [lp for lp in index.enclosing_loops(site) if lp is not site]
+        if depth == 0 and isinstance(site, cst.Call):  # next(it): the loop drawing batches is the innermost one
+            loops = loops[1:]
+        for loop in loops:
+            if isinstance(loop, cst.For):
+                loader = self._loader_itself(ref, index.scope_of(loop))
+                if loader is None:
+                    self.program.report(
+                        loop,
+                        NO_EPOCH,
+                        "the DataLoader is not reachable by name in this epoch loop: call "
+                        "`loader.sampler.set_epoch(epoch)` at the start of each epoch yourself",
+                    )
+                    return None
+                return EpochLoop(loop, self.index.spelled(loader, index.scope_of(loop)))
+            return None  # a `while` loop counts steps, not epochs
+        scope = index.scope_of(site)
+        if not isinstance(scope, cst.FunctionDef) or depth > 4:
+            return None
+        for call in index.callers(scope):
+            caller_scope = index.scope_of(call)
+            caller_ref = self._ref_at_call(ref, call, caller_scope)
+            if caller_ref is not None:
+                found = self._epoch_loop(call, caller_ref, depth + 1)
+                if found is not None:
+                    return found
+        return None
+
+    def _holding_loader(self, origin: Ref) -> set[Ref]:
+        """The places that hold the DataLoader itself, not an iterator or progress bar over it."""
+        index = self.index
+        seen = {origin}
+        queue = [origin]
+        while queue:
+            current = queue.pop()
+            for flow in index.flows_from(current):
+                if flow.dst not in seen and self._passes_as_is(flow):
+                    seen.add(flow.dst)
+                    queue.append(flow.dst)
+        return seen
+
+    def _passes_as_is(self, flow: Flow) -> bool:
+        """Whether ``flow`` hands its value on as it is (``a = loader``), not wrapped (``it = iter(loader)``)."""
+        index = self.index
+        reads = index.mentions(flow.stmt, flow.src)
+        if not reads and isinstance(flow.src.scope, cst.FunctionDef):  # returned: as the function returns it
+            returns = [n for n in index.walk(flow.src.scope.body) if isinstance(n, cst.Return) and n.value]
+            reads = [read for ret in returns for read in index.mentions(ret, flow.src)]
+        if not reads:
+            return True
+        for read in reads:
+            arg = index.parent(read)
+            call = index.parent(arg)
+            wrapped = (
+                isinstance(arg, cst.Arg)
+                and isinstance(call, cst.Call)
+                and call.args[0] is arg
+                and (m.matches(call.func, m.Name("iter")) or index.is_call_to(call, torch_api.PROGRESS_BARS))
+            )
+            if not wrapped:
+                return True
+        return False
+
+    def _loader_itself(self, ref: Ref, scope: Scope) -> Ref | None:
+        """The place, readable in ``scope``, holding the loader that ``ref`` holds or iterates over."""
+        index = self.index
+        seen = {ref}
+        queue = [ref]
+        while queue:
+            current = queue.pop(0)
+            if current in self._loader_refs and (
+                current.scope is scope
+                or isinstance(current.scope, cst.Module)
+                or (isinstance(current.scope, cst.ClassDef) and index.method_scope(scope) is not None)
+            ):
+                return current
+            for flow in index.flows_into(current):
+                if flow.src not in seen:
+                    seen.add(flow.src)
+                    queue.append(flow.src)
+        return None
+
+    def _ref_at_call(self, ref: Ref, call: cst.Call, caller: Scope) -> Ref | None:
+        """How the caller names the value that the callee knows as ``ref``."""
+        index = self.index
+        if isinstance(ref.scope, cst.Module):
+            return ref
+        if isinstance(ref.scope, cst.ClassDef):
+            owner = index.method_scope(caller)
+            return ref if owner is not None and index.attribute_class(owner) is ref.scope else None
+        stmt = index.statement_of(call)
+        return next((flow.src for flow in index.flows_into(ref) if flow.stmt is stmt), None)

@@ -1,0 +1,166 @@
+"""Where a DataLoader's batches are drawn, whether they reach a backward pass, and where its dataset's length is read.
+
+The finder (:mod:`.finder`) asks these questions of the places (``Ref``)
+that hold a loader, found by the index's value flow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.engine.index import Index, Ref, Scope
+from ddpify.engine.syntax import assigned
+
+
+class Reads:
+    def __init__(self, index: Index) -> None:
+        self.index = index
+
+    def iterations(self, refs: set[Ref]) -> list[tuple[cst.CSTNode, Ref]]:
+        """Where batches are drawn from the loader: ``for ... in loader`` loops and ``next(it)`` calls."""
+        index = self.index
+        sites: list[tuple[cst.CSTNode, Ref]] = []
+        for loop in index.loops:
+            if isinstance(loop, cst.For):
+                ref = self._iterated_ref(loop.iter, index.scope_of(loop), refs)
+                if ref is not None:
+                    sites.append((loop, ref))
+        for comprehension in index.comprehensions:
+            ref = self._iterated_ref(comprehension.iter, index.scope_of(comprehension), refs)
+            if ref is not None:
+                sites.append((comprehension, ref))
+        for call in index.calls:
+            if m.matches(call.func, m.Name("next")) and call.args:
+                ref = index.carried_ref(call.args[0].value, index.scope_of(call))
+                if ref in refs:
+                    sites.append((call, ref))
+        return sites
+
+    def _iterated_ref(self, expr: cst.BaseExpression, scope: Scope, refs: set[Ref]) -> Ref | None:
+        ref = self.index.carried_ref(expr, scope)
+        if ref in refs:
+            return ref
+        if isinstance(expr, cst.Call) and not m.matches(expr.func, m.Name("len") | m.Name("range")):
+            for arg in expr.args:
+                if arg.keyword is None:
+                    found = self._iterated_ref(arg.value, scope, refs)
+                    if found is not None:
+                        return found
+        return None
+
+    def site_trains(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.CompFor):
+            return False
+        if isinstance(node, cst.For):
+            return self.index.trains(node.body)
+        return any(self.index.trains(loop.body) for loop in self.index.enclosing_loops(node))
+
+    def batches_train(self, site: cst.CSTNode) -> bool:
+        """Whether the batches drawn at ``site`` flow into a backward pass.
+
+        A loader drawn inside a loop that trains may still be evaluation data (``vx, vy =
+        next(iter(val_loader))`` every few steps). The batch is followed through the
+        function's assignments, with-items, loops and mutating calls (``losses.append(loss)``),
+        and counts as training data when something derived from it reaches ``.backward()``
+        or is handed to a function of the script that trains. (Long: the taint and the two
+        tests that read it share one closure over the function's statements.)
+        """
+        index = self.index
+        scope = index.scope_of(site)
+        nodes = [n for n in index.walk(scope) if index.scope_of(n) is scope and n is not scope]
+        tainted: set[str] = set()
+
+        def reads(expr: cst.CSTNode | None) -> bool:
+            if expr is None:
+                return False
+            for node in index.walk(expr):
+                if node is site:
+                    return True
+                if isinstance(node, cst.Name) and node.value in tainted:
+                    parent = index.parent(node)
+                    if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not (
+                        isinstance(parent, cst.Arg) and parent.keyword is node
+                    ):
+                        return True
+            return False
+
+        def taint(target: cst.BaseExpression) -> bool:
+            grew = False
+            for single in assigned(target):
+                while isinstance(single, (cst.Attribute, cst.Subscript)):
+                    single = single.value
+                if isinstance(single, cst.StarredElement):
+                    single = single.value
+                if isinstance(single, cst.Name) and single.value not in tainted:
+                    tainted.add(single.value)
+                    grew = True
+            return grew
+
+        if isinstance(site, cst.For):
+            taint(site.target)
+        grew = True
+        while grew:
+            grew = False
+            for node in nodes:
+                if isinstance(node, cst.Assign) and reads(node.value):
+                    for target in node.targets:
+                        grew |= taint(target.target)
+                elif (isinstance(node, (cst.AugAssign, cst.AnnAssign)) and reads(node.value)) or (
+                    isinstance(node, cst.For) and node is not site and reads(node.iter)
+                ):
+                    grew |= taint(node.target)
+                elif isinstance(node, cst.WithItem) and node.asname is not None and reads(node.item):
+                    grew |= taint(node.asname.name)
+                elif (
+                    isinstance(node, cst.Call)
+                    and isinstance(index.parent(node), cst.Expr)
+                    and isinstance(node.func, cst.Attribute)
+                    and not index.qualified_names(node.func)
+                    and any(reads(arg.value) for arg in node.args)
+                ):
+                    grew |= taint(node.func.value)  # ``losses.append(loss)``: ``losses`` now holds it
+        for node in nodes:
+            if not isinstance(node, cst.Call):
+                continue
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
+                if reads(node.func.value) or any(reads(arg.value) for arg in node.args):
+                    return True
+                continue
+            callee = index.resolve_callee(node, scope)
+            if (
+                callee is not None
+                and index.trains(callee[0].body)
+                and (
+                    reads(node.func)
+                    or any(reads(arg.value) for arg in node.args)
+                    or any(  # the callee reads the batch as a global (or a closure's variable)
+                        isinstance(n, cst.Name)
+                        and n.value in tainted
+                        and index.ref_of(n, index.scope_of(n)) == Ref(scope, n.value)
+                        for n in index.walk(callee[0].body)
+                    )
+                )
+            ):
+                return True
+        return False
+
+    def dataset_lengths(self, refs: set[Ref]) -> Iterator[cst.Attribute]:
+        """``len(loader.dataset)``: the reads of the whole dataset through the places holding the loader."""
+        index = self.index
+        for ref in refs:
+            for scope in index.scopes_reading(ref):
+                for read in index.mentions(scope, ref):
+                    attribute = index.parent(read)
+                    if not (
+                        isinstance(attribute, cst.Attribute)
+                        and attribute.attr.value == "dataset"
+                        and attribute.value is read
+                    ):
+                        continue
+                    arg = index.parent(attribute)
+                    call = index.parent(arg)
+                    if isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and m.matches(call.func, m.Name("len")):
+                        yield attribute

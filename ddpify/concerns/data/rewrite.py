@@ -1,0 +1,250 @@
+"""The data concern's rewrite: a training DataLoader's DistributedSampler, ``set_epoch``, ``drop_last``, batch split.
+
+A sampler of the script's own is shared by ``samplers``, an IterableDataset
+by :mod:`.streams`, and ``random_split`` is seeded by :mod:`.seeds`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import cast
+
+import libcst as cst
+
+from ddpify import torch_api
+from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, NO_DATASET, NO_EPOCH
+from ddpify.concerns.data.facts import Facts, Loader, batch_size_arg, is_false, is_true
+from ddpify.concerns.data.seeds import seed_split
+from ddpify.concerns.data.streams import define_shard, shard_stream
+from ddpify.concerns.samplers import define_wrapper, sample_entries, share
+from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement
+from ddpify.engine.syntax import argument
+from ddpify.result import Options
+
+PER_PROCESS_BATCH = '''
+def {helper}(batch_size):
+    """The share of the single-process batch that each process loads, so the global batch stays the same."""
+    world_size = {dist}.get_world_size()
+    if batch_size % world_size:
+        raise ValueError(f"batch size {{batch_size}} cannot be split evenly over {{world_size}} processes")
+    return batch_size // world_size
+'''
+
+
+def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
+    for split in facts.splits:
+        seed_split(plan, split)
+    taken: set[str] = set()
+    helper = wrapper = shard = None
+    for loader in facts.loaders:
+        if loader.training:
+            own = loader.own_sampler
+            if loader.stream is not None:
+                shard = shard or define_shard(plan, taken)
+                shard_stream(plan, loader.stream, shard)
+                reshuffles = False
+            elif own is not None:
+                if own.wrapped:
+                    wrapper = wrapper or define_wrapper(plan, taken)
+                share(plan, own, wrapper or "")
+                reshuffles = own.reshuffles
+            else:
+                reshuffles = _add_sampler(plan, loader, taken, options.keep_global_batch)
+            if reshuffles:
+                _set_epoch(plan, loader, taken, own.attribute if own is not None else "sampler")
+            if options.keep_global_batch:
+                helper = helper or fresh("per_process_batch", plan.index.identifiers | taken)
+                taken.add(helper)
+                _split_batch(plan, loader, helper)
+            if loader.full_batches is not None:
+                _drop_last(plan, loader)
+            for attribute in loader.dataset_lengths if loader.stream is None else ():
+                plan.replace(attribute, lambda n: n.with_changes(attr=cst.Name("sampler")))
+                text = plan.index.module.code_for_node(attribute.value)
+                plan.change(attribute, f"len({text}.dataset) -> len({text}.sampler): the samples this rank trains on")
+
+
+def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_batch: bool) -> bool:
+    """Give the loader its DistributedSampler; whether that sampler shuffles (and so needs ``set_epoch``)."""
+    index = plan.index
+    call = loader.call
+    sampler = plan.names.sampler
+    dataset_arg = argument(call, "dataset", torch_api.DATALOADER_POSITIONS["dataset"])
+    if dataset_arg is None:
+        if any(a.star == "*" for a in call.args):
+            return False  # already refused: DDP205
+        plan.report(call, NO_DATASET, "cannot find the dataset this DataLoader reads")
+        return False
+    dataset = dataset_arg.value
+    if loader.entry is not None and loader.entry.variable is not None:
+        if any(isinstance(node, cst.Call) for node in index.walk(dataset)):
+            plan.report(
+                dataset,
+                NO_DATASET,
+                "the dataset of a DataLoader built in a dict comprehension is made in place: build the datasets "
+                "first and index them here (`datasets[x]`)",
+            )
+            return False
+        return sample_entries(plan, call, loader.entry, dataset)
+    stmt = index.statement_of(call)
+    if not isinstance(dataset, (cst.Name, cst.Attribute)):
+        name = fresh("train_dataset", index.identifiers | taken)
+        taken.add(name)
+        _hoist(plan, stmt, f"{name} = {index.module.code_for_node(dataset)}")
+        plan.replace(dataset, _name(name))
+        dataset_code = name
+    else:
+        dataset_code = index.module.code_for_node(dataset)
+
+    shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
+    arguments = dataset_code
+    spread = loader.spread
+    shuffles = True
+    if shuffle is None and spread is not None and (loader.spread_keys is None or "shuffle" in loader.spread_keys):
+        # DataLoader(ds, **kwargs) where kwargs may hold "shuffle": it moves into the sampler.
+        name = fresh("shuffle", index.identifiers | taken)
+        taken.add(name)
+        _hoist(plan, stmt, f'{name} = {index.module.code_for_node(spread.value)}.pop("shuffle", False)')
+        arguments += f", shuffle={name}"
+    elif shuffle is None or is_false(shuffle.value):
+        arguments += ", shuffle=False"
+        shuffles = False
+    elif not is_true(shuffle.value):
+        arguments += f", shuffle={index.module.code_for_node(shuffle.value)}"
+    value = cst.parse_expression(f"{sampler}({arguments})")
+    new_arg = cst.Arg(
+        value=value,
+        keyword=cst.Name("sampler"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    if index.module_of(call) in plan.shared:
+        _add_sampler_where_distributed(plan, loader, new_arg, shuffle, taken)
+        summary = "training DataLoader: a DistributedSampler once a process group exists (other scripts use it too)"
+    elif shuffle is not None:
+        plan.replace(shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=value))
+        summary = "training DataLoader: shuffle moves into a DistributedSampler"
+    else:
+        position = call.args.index(spread) if spread is not None else len(call.args)
+        plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
+        summary = "training DataLoader: add a DistributedSampler"
+    batch = batch_size_arg(call)
+    if batch is not None and not keep_global_batch:
+        size = index.module.code_for_node(batch.value)
+        summary += f"; each process loads batches of {size}, so the global batch is {size} x world size"
+    plan.change(call, summary)
+    plan.need_import(
+        "torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler
+    )
+    return shuffles
+
+
+def _add_sampler_where_distributed(
+    plan: EditPlan, loader: Loader, sampler: cst.Arg, shuffle: cst.Arg | None, taken: set[str]
+) -> None:
+    """In a module that other scripts import too, the sampler exists only where a process group does,
+    and the loader shuffles by itself elsewhere, as the script did."""
+    index = plan.index
+    name = fresh("sampler", index.identifiers | taken)
+    taken.add(name)
+    code = index.module.code_for_node(sampler.value)
+    _hoist(plan, index.statement_of(loader.call), f"{name} = {code} if {plan.names.dist}.is_initialized() else None")
+    if shuffle is not None and not is_false(shuffle.value):
+        own = index.module.code_for_node(shuffle.value)
+        test = f"{name} is None" if is_true(shuffle.value) else f"({own}) and {name} is None"
+        if isinstance(shuffle.value, (cst.Name, cst.Attribute)):
+            test = f"{own} and {name} is None"
+        plan.replace(shuffle.value, lambda n: cst.parse_expression(test))
+    spread = loader.spread
+    position = loader.call.args.index(spread) if spread is not None else len(loader.call.args)
+    new_arg = sampler.with_changes(value=cst.Name(name))
+    plan.replace(loader.call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
+
+
+def _drop_last(plan: EditPlan, loader: Loader) -> None:
+    """``drop_last=True``: the training step builds shapes from the batch size, so every batch must be full."""
+    flag = cst.Arg(
+        value=cst.Name("True"),
+        keyword=cst.Name("drop_last"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+
+    def add(node: cst.CSTNode) -> cst.CSTNode:
+        call = cast(cst.Call, node)
+        spread = next((i for i, a in enumerate(call.args) if a.star == "**"), len(call.args))
+        return insert_arg(call, flag, spread)
+
+    plan.replace(loader.call, add)
+    assert loader.full_batches is not None
+    shape = plan.index.module.code_for_node(loader.full_batches.func)
+    plan.change(
+        loader.call,
+        f"drop_last=True: the training step builds shapes from the batch size (`{shape}(...)`), and a rank's "
+        "last batch can be smaller once the data is split",
+    )
+
+
+def _hoist(plan: EditPlan, stmt: cst.BaseStatement, code: str) -> None:
+    """Compute ``code`` on its own line just before ``stmt`` (which hands over its blank lines and comments)."""
+    line = cst.parse_statement(f"{code}\n")
+    if not plan.before.get(stmt):
+        line = line.with_changes(leading_lines=statement(stmt).leading_lines)
+        plan.replace(stmt, lambda n: statement(n).with_changes(leading_lines=()))
+    plan.insert_before(stmt, line)
+
+
+def _split_batch(plan: EditPlan, loader: Loader, helper: str) -> None:
+    call = loader.call
+    batch = batch_size_arg(call)
+    if batch is None:
+        plan.report(
+            call,
+            BATCH_NOT_ARGUMENT,
+            "--keep-global-batch: the batch size of this DataLoader is not one of its arguments; "
+            "each process loads the full batch",
+        )
+        return
+    if not plan.has_setup_helper(helper):
+        definition = cst.parse_module(PER_PROCESS_BATCH.format(helper=helper, dist=plan.names.dist)).body[0]
+        assert isinstance(definition, cst.FunctionDef)
+        plan.add_setup_helper(helper, definition)
+    plan.replace(batch.value, lambda n: cst.Call(func=cst.Name(helper), args=[cst.Arg(cast(cst.BaseExpression, n))]))
+    plan.change(batch, "per-process batch = batch size / world size (the global batch stays as before)")
+
+
+def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str], attribute: str) -> None:
+    for restart in loader.restarts:
+        sampler = f"{restart.loader}.{attribute}"
+        plan.insert_before(restart.stmt, cst.parse_statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n"))
+        plan.change(restart.stmt, f"a new pass over the data: `{sampler}.set_epoch(...)` reshuffles it")
+    for epoch_loop in loader.epoch_loops:
+        loop = epoch_loop.loop
+        target = loop.target
+        if not isinstance(target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
+            plan.report(
+                loop,
+                NO_EPOCH,
+                "the epoch loop has no simple loop variable: call "
+                f"`{epoch_loop.loader}.{attribute}.set_epoch(epoch)` at the start of each epoch yourself",
+            )
+            continue
+        epoch = target.value
+        if epoch == "_":
+            epoch = fresh("epoch", plan.index.identifiers | taken)
+            taken.add(epoch)
+            plan.replace(target, _renamed(epoch))
+        stmt = cst.parse_statement(f"{epoch_loop.loader}.{attribute}.set_epoch({epoch})\n")
+        if epoch_loop.after is not None:  # the loader is built anew each epoch
+            plan.insert_after(epoch_loop.after, stmt)
+        else:
+            plan.insert_before(loop.body.body[0], stmt)
+        plan.change(loop, f"call `{epoch_loop.loader}.{attribute}.set_epoch({epoch})` at the start of each epoch")
+
+
+def _name(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A replacement by the name ``name``."""
+    return lambda _: cst.Name(name)
+
+
+def _renamed(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """The same name node, now spelled ``name``."""
+    return lambda node: cast(cst.Name, node).with_changes(value=name)
