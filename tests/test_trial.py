@@ -4,9 +4,11 @@ Each script's expected outcome is recorded in ``OUTCOMES``: ``CONVERTED`` with
 the codes of the warnings and notes it reports, or the code of the error that
 refuses it. The fast
 test converts every script and checks that outcome, and that the output keeps
-the invariants of :mod:`ddpify.invariants`. The ``torchrun`` test runs every
+the invariants of :mod:`ddpify.invariants`. The ``torchrun`` test runs each
 converted script to the end on two ranks (Gloo on CPU) under
-``ddpify.verify``: ranks in sync, data sharded, one writer, clean exit.
+``ddpify.verify``: ranks in sync, data sharded, one writer, clean exit. By
+default it runs the scripts of ``ALWAYS_RUN``, one for each kind of change
+(about 10 s each); ``pytest -m exhaustive`` runs the others too.
 """
 
 from __future__ import annotations
@@ -66,14 +68,33 @@ ARGS: dict[str, list[str]] = {
 KNOWN_WRONG: dict[str, str] = {}
 
 
+# The scripts run under torchrun by default: a split and collate function, a checkpoint read back,
+# a frozen backbone, a branch that skips parameters, iteration-based training, a Trainer class,
+# log files, tqdm.
+ALWAYS_RUN = frozenset(
+    {
+        "s06_split_collate",
+        "s08_ckpt_resume",
+        "s09_finetune_frozen",
+        "s10_unused_branch",
+        "s13_iter_based",
+        "s15_trainer_class",
+        "s18_logging_csv",
+        "s19_tqdm",
+    }
+)
+
+
 def scripts(*, converted_only: bool = False) -> list[object]:
-    return [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[name]))
-        if name in KNOWN_WRONG
-        else name
-        for name, outcome in OUTCOMES.items()
-        if not converted_only or outcome[0] == CONVERTED
-    ]
+    params = []
+    for name, outcome in OUTCOMES.items():
+        if converted_only and outcome[0] != CONVERTED:
+            continue
+        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[name])] if name in KNOWN_WRONG else []
+        if converted_only and name not in ALWAYS_RUN:
+            marks.append(pytest.mark.exhaustive)
+        params.append(pytest.param(name, marks=marks))
+    return params
 
 
 def test_the_table_names_every_trial_script() -> None:

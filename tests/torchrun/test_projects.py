@@ -57,7 +57,12 @@ def trains_in_sync(script: Path) -> None:
 @pytest.mark.torchrun
 @pytest.mark.parametrize(
     ("case", "how"),
-    [("solver", "-o"), ("trainer_hierarchy", "--in-place"), ("helpers", "-o"), ("loader_dict", "--in-place")],
+    [
+        ("solver", "-o"),
+        ("trainer_hierarchy", "--in-place"),
+        pytest.param("helpers", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("loader_dict", "--in-place", marks=pytest.mark.exhaustive),
+    ],
 )
 def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path) -> None:
     project = tmp_path / "project"
