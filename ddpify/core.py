@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ddpify import concerns, invariants
-from ddpify.concerns.process_group import distributed_use
+from ddpify.concerns.process_group import SHARED_NEEDS_GROUP, distributed_use
 from ddpify.diagnostics import ALREADY_DISTRIBUTED, INTERNAL_ERROR, NOTHING_TO_DO, Diagnostic, Severity
 from ddpify.engine.collect import Source
 from ddpify.engine.edits import EditPlan, apply, apply_program
@@ -120,10 +120,17 @@ def _convert_program(
             code = new
         else:
             changed.append(replace(by_path[file], code=new))
+            if tree in shared and converted.code.count(f"{program.names.ddp}(") > tree.code.count(f"{program.names.ddp}("):
+                message = (
+                    f"{file} is imported by other scripts of the project too, and now wraps a model in "
+                    "DistributedDataParallel: they need a process group (torchrun) to use it"
+                )
+                diagnostics.append(SHARED_NEEDS_GROUP.at(1, 1, message, file))
     if broken:
         return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
     changes = tuple(sorted(plan.changes(), key=lambda c: (c.path != path, c.path, c.line)))
     ordered = tuple(sorted(changed, key=lambda m: [local.path for local in modules].index(m.path)))
+    diagnostics.sort(key=lambda d: (d.path != path, d.path, d.line, d.column, d.code))
     return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), changes, ordered)
 
 
