@@ -120,7 +120,8 @@ def _convert_program(
             code = new
         else:
             changed.append(replace(by_path[file], code=new))
-            if tree in shared and converted.code.count(f"{program.names.ddp}(") > tree.code.count(f"{program.names.ddp}("):
+            wrap = f"{program.names.ddp}("
+            if tree in shared and converted.code.count(wrap) > tree.code.count(wrap):
                 message = (
                     f"{file} is imported by other scripts of the project too, and now wraps a model in "
                     "DistributedDataParallel: they need a process group (torchrun) to use it"
