@@ -123,3 +123,15 @@ def test_two_programs_that_change_one_module_alike_write_it_once(tmp_path: Path)
     done = ddpify(project, "train.py", "train_b.py", "--in-place")
     assert done.returncode == 0, done.stderr  # the same changes: written once
     assert "data_loader.py in place" in done.stderr
+
+
+def test_a_module_target_that_is_not_a_regular_file_stops_everything_before_a_write(
+    project: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "solver.py")
+    done = ddpify(project, "train.py", "-o", "../out/")
+    assert done.returncode == 2
+    assert "solver.py: not a regular file (a FIFO)" in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["solver.py"]  # nothing written, the FIFO never opened

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ddpify import Status
 from ddpify.cli.diff import print_diff
 from ddpify.cli.exits import ExitCode, Failure, Outcome
-from ddpify.cli.files import hard_links, read_existing, write_if_changed, write_stdout
+from ddpify.cli.files import check_target, hard_links, read_existing, write_if_changed, write_stdout
 from ddpify.cli.report import counts, internal_error_message
 from ddpify.cli.request import STDOUT_NAME
 
@@ -129,6 +129,8 @@ def _module_targets(
     for module, target in placed:
         if target is not None:
             program.claim(target, _module_code(module), job.name)
+            if not request.diff:  # every output can be written before any is
+                check_target(target, hint="remove it or choose another -o folder", make_folders=True)
     return placed
 
 
