@@ -95,6 +95,7 @@ from typing import cast
 
 import libcst as cst
 
+from ddpify import torch_api
 from ddpify.concerns import data, model, process_group
 from ddpify.concerns.tensors.draws import Reseed, _DrawFinder, rewrite_reseed
 from ddpify.concerns.tensors.lineage import Refused, _code
@@ -135,7 +136,9 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
         program.report(
             refused.node,
             NO_TRAINING_LOADER,
-            f"the training batches come from no DataLoader, and ddpify cannot shard them by rank: {refused.reason}",
+            refused.reason
+            if refused.whole
+            else f"the training batches come from no DataLoader, and ddpify cannot shard them by rank: {refused.reason}",
         )
         return Facts()
     if found is None:
@@ -156,6 +159,26 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
 class _Finder(_ShardFinder, _DrawFinder, _StreamFinder):
     """Where the training step's data comes from: whole tensors, draws in the step, or batchified text."""
 
+    def _loader_subclass(self, loop: cst.For | cst.While) -> cst.ClassDef | None:
+        """The program's own DataLoader subclass whose instance ``loop`` iterates, if it is one."""
+        index = self.index
+        if not isinstance(loop, cst.For):
+            return None
+        ref = index.carried_ref(loop.iter, index.scope_of(loop))
+        for place in index.lineage(ref) if ref is not None else ():
+            for assignment in index.assignments_to(place):
+                value = assignment.value
+                cls = index.local_class(value.func) if isinstance(value, cst.Call) else None
+                if cls is not None and self._derives_from_loader(cls, 0):
+                    return cls
+        return None
+
+    def _derives_from_loader(self, cls: cst.ClassDef, depth: int) -> bool:
+        index = self.index
+        if any(index.qualified_names(base.value) & torch_api.DATALOADER for base in cls.bases):
+            return True
+        return depth < 5 and any(self._derives_from_loader(b, depth + 1) for b in index.bases(cls))
+
     def shard(self) -> FullBatch | Reseed | Streams | None:
         index = self.index
         backwards = [c for c in index.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"]
@@ -171,6 +194,16 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder):
         else:  # ``optimizer.step(closure)``: the closure runs in a loop of the function around it
             closure, runs = self._closure(backward, scope)
             step = closure.function
+        for loop in loops:
+            subclass = self._loader_subclass(loop)
+            if subclass is not None:
+                raise Refused(
+                    loop,
+                    f"the training batches come from `{subclass.name.value}`, a DataLoader subclass of the "
+                    "program, which ddpify does not convert: give the DataLoader it builds a DistributedSampler "
+                    "yourself, or build a plain DataLoader",
+                    whole=True,
+                )
         func = cast(cst.Attribute, backward.func)
         lineage = self._lineage([func.value, *(a.value for a in backward.args)], scope, step)
         streams = self._streams(lineage) if closure is None else None

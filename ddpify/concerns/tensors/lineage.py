@@ -19,10 +19,11 @@ from ddpify.engine.syntax import assigned
 class Refused(Exception):
     """The training data cannot be sharded safely: why, and where."""
 
-    def __init__(self, node: cst.CSTNode, reason: str) -> None:
+    def __init__(self, node: cst.CSTNode, reason: str, *, whole: bool = False) -> None:
         super().__init__(reason)
         self.node = node
         self.reason = reason
+        self.whole = whole  # the reason is the whole message, not why tensors cannot be sharded
 
 
 @dataclass
