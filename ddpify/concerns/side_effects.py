@@ -223,7 +223,7 @@ class _Finder:
         index = self.index
         for call in index.calls:
             if index.is_call_to(call, torch_api.LOG_FILE_HANDLERS):
-                name = call.args[0] if call.args and call.args[0].keyword is None else None
+                name = argument(call, "filename", 0)  # FileHandler(path) or FileHandler(filename=path)
             elif index.is_call_to(call, _BASIC_CONFIG):
                 name = argument(call, "filename")
                 if name is None:
