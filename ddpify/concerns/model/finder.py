@@ -107,7 +107,7 @@ class _Finder:
 
     def _model(self, ref: Ref, optimizer: cst.Call) -> Model | None:
         index = self.index
-        lineage = index.lineage(ref)
+        lineage = self._own_lineage(ref)
         moves: list[tuple[cst.SimpleStatementLine, Ref, bool]] = []
         creations: list[tuple[cst.SimpleStatementLine, Ref]] = []
         wraps: list[tuple[cst.SimpleStatementLine, Ref]] = []
@@ -132,8 +132,9 @@ class _Finder:
                     moves.append((stmt, target, move))
         # Where the model is trained, or after it has been (``model = train_model(model, ...)``,
         # ``model = model.cpu()`` for export), it is not being built: the wrap must come before.
-        moves = [c for c in moves if self._before_training(c[0])]
-        creations = [c for c in creations if self._before_training(c[0])]
+        building = [c[0] for c in moves] + [c[0] for c in creations]
+        moves = [c for c in moves if self._before_training(c[0], lineage, building)]
+        creations = [c for c in creations if self._before_training(c[0], lineage, building)]
         # A move inside a loop (``model.to(device).train()`` after a checkpoint on the CPU) is not
         # where the model becomes ready; only the least nested places count.
         moves, creations, wraps = self._least_nested(moves), self._least_nested(creations), self._least_nested(wraps)
@@ -271,6 +272,23 @@ class _Finder:
             data_parallel_removed=stmt,
         )
 
+    def _own_lineage(self, ref: Ref) -> set[Ref]:
+        """Where the model at ``ref`` came from, and everywhere that value goes.
+
+        Not the other values that meet it downstream: two models handed to one helper
+        (``count_params(encoder)``, ``evaluate(student)``) share its parameter, but neither
+        is built where the other is.
+        """
+        index = self.index
+        sources = {ref}
+        queue = [ref]
+        while queue:
+            for flow in index.flows_into(queue.pop()):
+                if flow.src not in sources:
+                    sources.add(flow.src)
+                    queue.append(flow.src)
+        return set().union(*(index.downstream(source) for source in sources))
+
     def _depths(self, lineage: set[Ref]) -> dict[Ref, int]:
         """How far each place is from where the value started (following flows)."""
         roots = [r for r in lineage if not any(f.src in lineage for f in self.index.flows_into(r))]
@@ -299,12 +317,28 @@ class _Finder:
             else:
                 return current
 
-    def _before_training(self, stmt: cst.SimpleStatementLine) -> bool:
-        """Whether neither ``stmt`` nor a statement before it in its block trains."""
+    def _before_training(
+        self, stmt: cst.SimpleStatementLine, lineage: set[Ref], building: list[cst.SimpleStatementLine]
+    ) -> bool:
+        """Whether neither ``stmt`` nor a statement before it in its block, since the model first
+        appears there, trains.
+
+        Defining a training function or class (``def train(model): ...`` above ``model = Net()``)
+        runs none of it; training before the model is built or named in the block trains another
+        model (a teacher trained before its student is built).
+        """
         index = self.index
         block = index.parent(stmt)
         siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [stmt]
-        return not any(index.trains(s) for s in siblings[: siblings.index(stmt) + 1])
+        runs = [s for s in siblings[: siblings.index(stmt) + 1] if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+
+        def touches(s: cst.BaseStatement) -> bool:
+            return any(index.order[s] <= index.order[p] <= index.last[s] for p in building) or any(
+                index.mentions(s, ref) for ref in lineage
+            )
+
+        first = next((i for i, s in enumerate(runs) if touches(s)), len(runs) - 1)
+        return not any(index.trains(s) for s in runs[first:])
 
     def _after_setup(self, anchor: cst.BaseStatement, target: Ref) -> cst.BaseStatement:
         """The last statement after ``anchor`` that still prepares the model.
