@@ -231,9 +231,11 @@ class LoaderFinder:
         scope = index.scope_of(site)
         if not isinstance(scope, cst.FunctionDef) or depth > 4:
             return None
+        # The callers may know only the loader, not the progress bar over it (``pbar = tqdm(loader)``).
+        known = [ref, *self._holding_before(ref)]
         for call in index.callers(scope):
             caller_scope = index.scope_of(call)
-            caller_ref = self._ref_at_call(ref, call, caller_scope)
+            caller_ref = next((r for k in known if (r := self._ref_at_call(k, call, caller_scope)) is not None), None)
             if caller_ref is not None:
                 found = self._epoch_loop(call, caller_ref, depth + 1)
                 if found is not None:
@@ -274,6 +276,20 @@ class LoaderFinder:
             if not wrapped:
                 return True
         return False
+
+    def _holding_before(self, ref: Ref) -> list[Ref]:
+        """The places holding this loader that ``ref``'s value comes from, nearest first."""
+        seen = {ref}
+        queue = [ref]
+        found: list[Ref] = []
+        while queue:
+            for flow in self.index.flows_into(queue.pop(0)):
+                if flow.src not in seen:
+                    seen.add(flow.src)
+                    queue.append(flow.src)
+                    if flow.src in self._loader_refs:
+                        found.append(flow.src)
+        return found
 
     def _loader_itself(self, ref: Ref, scope: Scope) -> Ref | None:
         """The place, readable in ``scope``, holding the loader that ``ref`` holds or iterates over."""
