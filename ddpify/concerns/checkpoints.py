@@ -166,7 +166,12 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         call = cast(cst.Call, cast(cst.Expr, stmt.body[0]).value)
         plan.change(stmt, f"`{plan.index.module.code_for_node(call.func)}` on global rank 0 only, like the save")
     for stmt in facts.reloaded_saves:
-        barrier = cst.parse_statement(f"{plan.names.dist}.barrier()  # the others read what rank 0 just wrote\n")
+        dist = plan.names.dist
+        barrier = cst.parse_statement(f"{dist}.barrier()  # the others read what rank 0 just wrote\n")
+        if plan.index.module_of(stmt) in plan.shared:  # other scripts call it without a process group
+            barrier = cst.parse_statement(
+                f"if {dist}.is_initialized():\n    {dist}.barrier()  # the others read what rank 0 just wrote\n"
+            )
         plan.insert_after(_rank_zero_unit(plan, stmt), barrier)
         plan.change(stmt, "dist.barrier() after the save: the file is read back later")
     for call in facts.state_loads:

@@ -28,6 +28,17 @@ def _in_the_same_parentheses(replacement: cst.BaseExpression) -> Callable[[cst.C
     return replace
 
 
+def _module_if_wrapped(ddp: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``model`` -> ``(model.module if isinstance(model, DDP) else model)``."""
+
+    def replace(node: cst.CSTNode) -> cst.CSTNode:
+        read = cast(cst.BaseExpression, node)
+        text = cst.Module([]).code_for_node(read.with_changes(lpar=[], rpar=[]))
+        return cst.parse_expression(f"({text}.module if isinstance({text}, {ddp}) else {text})")
+
+    return replace
+
+
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     ddp = plan.names.ddp
     wrapped_by_ddp: set[cst.Call] = set()
@@ -83,6 +94,15 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             plan.insert_after(unfrozen, rewrap)
             plan.change(unfrozen, f"wrap `{model.expression}` again: parameters became trainable after the wrap")
         for read in model.unwrap:
+            module = plan.index.module_of(read)
+            if module in plan.shared and module is not plan.index.module_of(model.insert_after):
+                # Other scripts pass this code a plain model: take ``.module`` only from the wrapper.
+                plan.replace(read, _module_if_wrapped(ddp))
+                plan.change(
+                    read,
+                    f"`{plan.index.module.code_for_node(read)}.module` when it is wrapped (other scripts pass a plain model)",
+                )
+                continue
             plan.replace(read, lambda n: cst.Attribute(value=cast(cst.BaseExpression, n), attr=cst.Name("module")))
             parent = plan.index.parent(read)
             attribute = parent.attr.value if isinstance(parent, cst.Attribute) else None
