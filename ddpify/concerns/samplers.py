@@ -61,6 +61,9 @@ TORCH_SAMPLERS = frozenset(
     for module in ("", ".sampler")
     for name in ("RandomSampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler")
 )
+SIZED_ONLY_SAMPLERS = frozenset(
+    f"torch.utils.data{module}.{name}" for module in ("", ".sampler") for name in ("RandomSampler", "SequentialSampler")
+)
 TORCH_BATCH_SAMPLERS = frozenset({"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"})
 # Draws from torch's global RNG (unless given a generator=).
 GLOBAL_TORCH_DRAWS = frozenset(
@@ -239,9 +242,20 @@ def rng_draws(index: Index, value: cst.Call) -> list[tuple[cst.Call, str]]:
     found: list[tuple[cst.Call, str]] = []
     wanted: list[cst.BaseExpression] = [value]
     names: set[str] = set()
+    # ``RandomSampler(dataset)`` and ``SequentialSampler(dataset)`` take only the length of their
+    # data source: how its samples were made (random tensors in a toy script) draws no index.
+    sized_only: set[cst.CSTNode] = set()
     while wanted:
         expr = wanted.pop()
         for node in index.walk(expr):
+            if node in sized_only:
+                continue
+            if isinstance(node, cst.Call) and any(
+                name in SIZED_ONLY_SAMPLERS for name in index.qualified_names(node.func)
+            ):
+                source = argument(node, "data_source", 0)
+                if source is not None:
+                    sized_only.update(index.walk(source.value))
             if isinstance(node, cst.Call) and node is not value:
                 family = _rng_family(index, node)
                 if family and (node, family) not in found:
