@@ -411,13 +411,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     index = plan.index
     dist = plan.names.dist
     gated = {stmt for stmt, _ in facts.outputs}
-    counts: dict[str, int] = {}
+    reported: set[tuple[cst.Module, str]] = set()  # the first output of each kind in each file
     for stmt, kind in facts.outputs:
         if any(ancestor in gated for ancestor in index.ancestors(stmt)):
             continue
         plan.on_rank_zero(stmt)
-        counts[kind] = counts.get(kind, 0) + 1
-        if counts[kind] == 1:
+        if (index.module_of(stmt), kind) not in reported:
+            reported.add((index.module_of(stmt), kind))
             plan.change(stmt, f"{kind} on global rank 0 only")
     taken: set[str] = set()
     for call in facts.hoisted:
