@@ -427,11 +427,19 @@ def statement(node: cst.CSTNode) -> Statement:
 
 
 def _and(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BaseExpression:
-    if (isinstance(left, cst.BooleanOperation) and isinstance(left.operator, cst.Or)) or isinstance(
-        left, (cst.Lambda, cst.IfExp, cst.NamedExpr)
+    """``left and right``, each side in parentheses where ``and`` would otherwise split it
+    (``not dist.is_initialized() or dist.get_rank() == 0`` on the right, too)."""
+    return cst.BooleanOperation(left=_and_operand(left), operator=cst.And(), right=_and_operand(right))
+
+
+def _and_operand(expr: cst.BaseExpression) -> cst.BaseExpression:
+    if expr.lpar:
+        return expr
+    if (isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.Or)) or isinstance(
+        expr, (cst.Lambda, cst.IfExp, cst.NamedExpr)
     ):
-        left = left.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    return cst.BooleanOperation(left=left, operator=cst.And(), right=right)
+        return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return expr
 
 
 def with_comma(args: Sequence[cst.Arg]) -> list[cst.Arg]:
