@@ -1,4 +1,4 @@
-"""The diagnostic codes of the model concern (DDP301-DDP311), and ``CODES``, the tuple that registers them."""
+"""The diagnostic codes of the model concern (DDP301-DDP312), and ``CODES``, the tuple that registers them."""
 
 from __future__ import annotations
 
@@ -75,6 +75,14 @@ PARTS_RUN_DIRECTLY = Code(
     "the training step runs parts of a model (`gan.generator(z)`) but never the model itself",
     "run the parts through the model's forward(), or build them as models of their own, each wrapped",
 )
+SECOND_BACKWARD = Code(
+    "DDP312",
+    Severity.ERROR,
+    "model",
+    "a second backward pass through one forward of a model (`a.backward(retain_graph=True)` then `b.backward()`): "
+    "DistributedDataParallel averages gradients once per forward and raises on the second",
+    "add the losses and call backward once: `(loss_a + loss_b).backward()`",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -87,4 +95,5 @@ CODES = (
     WRAPPER_IN_CONTAINER,
     PARTS_RUN_DIRECTLY,
     IN_BATCH_NEGATIVES,
+    SECOND_BACKWARD,
 )

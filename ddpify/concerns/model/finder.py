@@ -20,6 +20,7 @@ from ddpify.concerns import batch_negatives, model_collections
 from ddpify.concerns.model.codes import (
     MODEL_NOT_PLACED,
     NO_OPTIMIZER,
+    SECOND_BACKWARD,
     STORED_BEFORE_WRAP,
     UNFROZEN_AFTER_WRAP,
     UNTRACEABLE_OPTIMIZER,
@@ -31,6 +32,7 @@ from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Ref
 from ddpify.engine.program import Program
+from ddpify.engine.syntax import argument
 
 # (statement, the place it assigns, whether it is ``.cuda()``): a move of the model to its device
 _Move = tuple[cst.SimpleStatementLine, Ref, bool]
@@ -94,6 +96,8 @@ class _Finder:
                     classes = self._model_classes.get(model.ref, set())
                     self.forward.warn_training_outside_forward(model, classes)
                     if self.forward.refuse_parts_run_directly(model, classes):
+                        continue
+                    if self._refuse_second_backward(model):
                         continue
                     unwrap = tuple(read for read in model.unwrap if read not in self._claimed)
                     self._claimed.update(unwrap)
@@ -272,6 +276,43 @@ class _Finder:
             data_parallel_removed=stmt,
         )
 
+    def _refuse_second_backward(self, model: Model) -> bool:
+        """``loss_a.backward(retain_graph=True)`` then ``loss_b.backward()`` after one forward of ``model``.
+
+        DDP prepares one gradient all-reduce per forward; a second backward pass through the same
+        forward marks the parameters ready again and raises. A forward of the model (or the model
+        handed to the script's own code) between the two backward calls starts a new one.
+        """
+        index = self.index
+        for first in index.calls:
+            if not (_is_backward(first) and _retains_graph(first)):
+                continue
+            loop = next(index.enclosing_loops(first), None)
+            if loop is None:
+                continue
+            start, end, at = index.order[loop], index.last[loop], index.order[first]
+            later = [c for c in index.calls if _is_backward(c) and at < index.order[c] <= end]
+            if not later:
+                continue
+            second = min(later, key=lambda c: index.order[c])
+            runs = [
+                index.order[read]
+                for ref in self._own_lineage(model.ref)
+                for read in index.mentions(loop, ref)
+                if self.reads.runs_model(read)
+            ]
+            if any(start <= o < at for o in runs) and not any(at < o < index.order[second] for o in runs):
+                self.program.report(
+                    second,
+                    SECOND_BACKWARD,
+                    f"a second backward pass through the forward of `{model.expression}` that line "
+                    f"{index.position(first)[0]} already ran backward through (`retain_graph=True`): "
+                    "DistributedDataParallel averages the gradients once per forward and raises on the second; "
+                    "add the losses and call backward once",
+                )
+                return True
+        return False
+
     def _own_lineage(self, ref: Ref) -> set[Ref]:
         """Where the model at ``ref`` came from, and everywhere that value goes.
 
@@ -361,6 +402,16 @@ class _Finder:
                 break
             last = stmt
         return last
+
+
+def _is_backward(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+
+
+def _retains_graph(call: cst.Call) -> bool:
+    """``loss.backward(retain_graph=True)`` (or any value but a literal False/None)."""
+    arg = argument(call, "retain_graph", 1)
+    return arg is not None and not m.matches(arg.value, m.Name("False") | m.Name("None"))
 
 
 def statement_value(stmt: cst.SimpleStatementLine) -> cst.BaseExpression:
