@@ -27,8 +27,9 @@ Optimizers over parts of one model (``model.backbone``, ``model.head``) wrap the
 model once: its forward runs the parts, so DDP averages all their gradients.
 
 Limits: an optimizer whose parameters cannot be traced to a model (DDP301), a
-model never built or placed in this file (DDP302, DDP304), and a training step
-that runs parts of a model but never the model itself (DDP310) are refused; a
+model never built or placed in this file (DDP302, DDP304), a training step
+that runs parts of a model but never the model itself (DDP310), and a second
+backward pass through one forward of a model (DDP312) are refused; a
 custom method that runs submodules in the training step (DDP303), a model moved
 between devices inside the training loop (DDP305) and a contrastive loss over
 the batch, which now sees only the local batch

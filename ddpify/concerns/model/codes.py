@@ -81,7 +81,8 @@ SECOND_BACKWARD = Code(
     "model",
     "a second backward pass through one forward of a model (`a.backward(retain_graph=True)` then `b.backward()`): "
     "DistributedDataParallel averages gradients once per forward and raises on the second",
-    "add the losses and call backward once: `(loss_a + loss_b).backward()`",
+    "add the losses and call backward once (`(loss_a + loss_b).backward()`), or keep the first loss off the model "
+    "(a GAN's discriminator step on `fake.detach()`)",
 )
 CODES = (
     UNTRACEABLE_OPTIMIZER,

@@ -308,7 +308,8 @@ class _Finder:
                     f"a second backward pass through the forward of `{model.expression}` that line "
                     f"{index.position(first)[0]} already ran backward through (`retain_graph=True`): "
                     "DistributedDataParallel averages the gradients once per forward and raises on the second; "
-                    "add the losses and call backward once",
+                    "add the losses and call backward once, or keep the first loss off this model "
+                    "(a GAN's discriminator step on `fake.detach()`)",
                 )
                 return True
         return False
