@@ -54,7 +54,8 @@ def _convert(source: str | bytes, path: str, options: Options, modules: Sequence
         return _outcome(source, Status.INVALID, [module])
     others: list[Source] = []
     for local in modules:
-        parsed = parse_checked(local.source, local.path)
+        # Every module counts, torch or not: a package's __init__ re-exports, a config module names.
+        parsed = parse_checked(local.source, local.path, torch_only=False)
         if isinstance(parsed, Diagnostic):
             return _outcome(source, Status.INVALID, [parsed])
         if parsed is not None:

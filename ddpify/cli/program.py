@@ -123,6 +123,7 @@ def local_modules(entry: str, source: bytes, *, max_size: int, root: Path | None
     root = root.resolve() if root is not None else project_root(folder)
     search = [folder] if root == folder else [folder, root]
     found: dict[Path, LocalModule] = {}
+    imports: dict[Path, set[Path]] = {}  # each module -> the modules of the program it imports
     queue: deque[tuple[Path, str]] = deque([(entry_path, "")])
     while queue:
         path, package = queue.popleft()
@@ -130,7 +131,10 @@ def local_modules(entry: str, source: bytes, *, max_size: int, root: Path | None
         assert isinstance(text, bytes)
         for name in _imported_modules(text, package):
             file = _resolve(name, search)
-            if file is None or file == entry_path or file in found:
+            if file is None or file == entry_path:
+                continue
+            imports.setdefault(path, set()).add(file)
+            if file in found:
                 continue
             if len(found) >= MAX_MODULES:
                 raise Failure(
@@ -140,14 +144,17 @@ def local_modules(entry: str, source: bytes, *, max_size: int, root: Path | None
             found[file] = module
             queue.append((file, module.package))
     inside = all(folder in file.parents for file in found)
-    shared = _imported_elsewhere(set(found), {entry_path}, search, root)
+    shared = _imported_elsewhere(set(found), imports, {entry_path}, search, root)
     modules = tuple(replace(module, shared=True) if file in shared else module for file, module in found.items())
     return ProgramFiles(entry_path, folder if inside else root, modules)
 
 
-def _imported_elsewhere(modules: set[Path], program: set[Path], search: list[Path], root: Path) -> set[Path]:
+def _imported_elsewhere(
+    modules: set[Path], imports: dict[Path, set[Path]], program: set[Path], search: list[Path], root: Path
+) -> set[Path]:
     """The ``modules`` that a script of the project outside the program imports too (an evaluation
-    script next to the training script): their new code must also run without a process group."""
+    script next to the training script), directly or through other modules of the program (a
+    package's ``__init__``): their new code must also run without a process group."""
     if not modules:
         return set()
     shared: set[Path] = set()
@@ -164,6 +171,12 @@ def _imported_elsewhere(modules: set[Path], program: set[Path], search: list[Pat
             resolved = _resolve(name, [file.parent, *search])
             if resolved in modules:
                 shared.add(resolved)
+    todo = list(shared)
+    while todo:  # what a shared module imports runs there too
+        for other in imports.get(todo.pop(), ()):
+            if other in modules and other not in shared:
+                shared.add(other)
+                todo.append(other)
     return shared
 
 

@@ -150,7 +150,12 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
         elif used:
             _place_helpers(plan, module, [plan.setup_helpers[n] for n in used])
             draft = _apply(plan, module)
-        needed = [item for item in plan.imports if _mentions(draft.code, item) > _mentions(module.code, item)]
+        bound = index.bound[module]
+        needed = [
+            item
+            for item in _candidate_imports(plan)
+            if _local_name(item) not in bound and _mentions(draft.code, item) > _mentions(module.code, item)
+        ]
         if needed:
             _place_imports(plan, module, needed)
             draft = _apply(plan, module)
@@ -158,8 +163,27 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
     return result
 
 
+def _candidate_imports(plan: EditPlan) -> list[Import]:
+    """The imports generated code may need: those the concerns asked for, and the modules every
+    concern may write (``os.devnull``, ``dist``, ``torch``), which the entry script may already have."""
+    names = plan.names
+    candidates = list(plan.imports)
+    for item in (
+        Import("os", None, None if names.os == "os" else names.os),
+        Import("torch.distributed", None, names.dist),
+        Import("torch"),
+    ):
+        if all(_local_name(c) != _local_name(item) for c in candidates):
+            candidates.append(item)
+    return candidates
+
+
+def _local_name(item: Import) -> str:
+    return item.asname or item.obj or item.module.split(".")[0]
+
+
 def _mentions(code: str, item: Import | str) -> int:
-    name = item if isinstance(item, str) else item.asname or item.obj or item.module.split(".")[0]
+    name = item if isinstance(item, str) else _local_name(item)
     return len(re.findall(rf"\b{re.escape(name)}\b", code))
 
 

@@ -112,9 +112,8 @@ def _names(index: Index) -> Names:
     def fresh(base: str, fallback: str) -> str:
         return base if base not in used else fallback
 
-    module_binds = index.bound[index.module]
-    os_name = "os" if "os" not in used or ("os" in module_binds and _imports_module(index, "os")) else "os_"
-    atexit_name = "atexit" if "atexit" not in used or _imports_module(index, "atexit") else "atexit_"
+    os_name = "os" if _free_for_module(index, "os") else "os_"
+    atexit_name = "atexit" if _free_for_module(index, "atexit") else "atexit_"
     return Names(
         dist=fresh("dist", "torch_dist"),
         ddp=fresh("DDP", "DistributedDataParallel"),
@@ -125,9 +124,24 @@ def _names(index: Index) -> Names:
     )
 
 
-def _imports_module(index: Index, name: str) -> bool:
-    """Whether the script has a plain top-level ``import <name>``."""
-    for stmt in index.module.body:
+def _free_for_module(index: Index, name: str) -> bool:
+    """Whether generated code can call the standard module ``name`` by its name: no module of the
+    program uses the name for anything else (a module that imports it as itself is fine)."""
+    if name not in index.identifiers:
+        return True
+    for module in index.modules or [index.module]:
+        if _imports_module(module, name):
+            continue
+        if any(name in names and index.module_of(scope) is module for scope, names in index.bound.items()):
+            return False
+        if module is index.module:  # the entry script mentions it without importing it
+            return False
+    return True
+
+
+def _imports_module(module: cst.Module, name: str) -> bool:
+    """Whether ``module`` has a plain top-level ``import <name>``."""
+    for stmt in module.body:
         for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.Import) and any(
                 alias.evaluated_name == name and alias.asname is None for alias in small.names
