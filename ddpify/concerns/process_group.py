@@ -78,7 +78,15 @@ SHARED_NEEDS_GROUP = Code(
 # Calls that may run before the process group exists: they neither train nor ask for a rank or a device.
 _HARMLESS_CALLS = ("argparse.", "warnings.", "sys.path.", "os.path.", "matplotlib.use", "random.seed")
 _HARMLESS_SEEDS = frozenset({"torch.manual_seed", "numpy.random.seed"})
-CODES = (LATE_IMPORTS, SHARED_NEEDS_GROUP)
+BUILT_AT_IMPORT = Code(
+    "DDP106",
+    Severity.ERROR,
+    "process_group",
+    "a module of the program builds a model or a training DataLoader when it is imported, before the "
+    "process group exists",
+    "build it in a function that the training script calls",
+)
+CODES = (LATE_IMPORTS, SHARED_NEEDS_GROUP, BUILT_AT_IMPORT)
 
 
 @dataclass(frozen=True)
@@ -114,11 +122,23 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
     module = index.module
     guard = index.main_guard
     nodes = [trained.insert_after for trained in models.models] + [loader.call for loader in loaders.loaders]
+    # Other modules run their top-level code when they are imported: before any setup.
+    imported = [s for other in index.modules[1:] for s in _runs(other.body)]
+    at_import = frozenset(imported) | _called_from(index, imported)
+    for node in nodes:
+        if index.scope_of(node) is not module and any(a in at_import for a in (node, *index.ancestors(node))):
+            program.report(
+                node,
+                BUILT_AT_IMPORT,
+                f"{index.path_of(node)} builds this when it is imported, before the process group exists "
+                "(a DistributedSampler or DistributedDataParallel needs one): build it in a function that "
+                "the training script calls",
+            )
     if guard is not None and not any(
         index.scope_of(node) is module and not index.inside(node, guard) for node in nodes
     ):
         anchor, early = _in_main_guard(index, guard)
-        before = frozenset(early) | _called_from(index, early)
+        before = frozenset(early) | _called_from(index, early) | at_import
         # only rank 0 may create or write them
         opens = torch_api.TRACKER_FACTORIES | torch_api.LOG_FILE_HANDLERS | torch_api.SAVE
         if not any(index.is_call_to(call, opens) for call in _calls_in(index, before)):
@@ -126,7 +146,7 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
             return Facts(False, anchor, before, before & _called_from(index, after))
     anchor = _module_level_anchor(index)[0]
     early = _runs(module.body[: module.body.index(anchor)])
-    before = frozenset(early) | _called_from(index, early)
+    before = frozenset(early) | _called_from(index, early) | at_import
     return Facts(True, anchor, before, before & _called_from(index, _runs(module.body[module.body.index(anchor) :])))
 
 
