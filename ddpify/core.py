@@ -21,9 +21,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+import libcst as cst
+
 from ddpify import concerns, invariants
 from ddpify.concerns.process_group import SHARED_NEEDS_GROUP, distributed_use
-from ddpify.diagnostics import ALREADY_DISTRIBUTED, INTERNAL_ERROR, NOTHING_TO_DO, Diagnostic, Severity
+from ddpify.diagnostics import ALREADY_DISTRIBUTED, INTERNAL_ERROR, NOTHING_TO_DO, Change, Diagnostic, Severity
 from ddpify.engine.collect import Source
 from ddpify.engine.edits import EditPlan, apply, apply_program
 from ddpify.engine.program import Program, read_program
@@ -60,9 +62,29 @@ def _convert(source: str | bytes, path: str, options: Options, modules: Sequence
             return _outcome(source, Status.INVALID, [parsed])
         if parsed is not None:
             others.append(Source(parsed, local.path, local.name, local.package))
-    if others:
-        return _convert_program(source, path, options, read_program(module, path, others), modules)
-    program = read_program(module, path)
+    program = read_program(module, path, others)
+    by_path = {local.path: local for local in modules}
+    index = program.index
+    shared = {m for m in index.modules if m is not index.module and by_path[index.paths[m]].shared}
+    planned = _plan(source, path, options, program, shared)
+    if isinstance(planned, Conversion):
+        return planned
+    plan, diagnostics = planned
+    if not others:
+        converted = apply(plan)
+        code = converted.bytes if isinstance(source, bytes) else converted.code
+        compile_quietly(code, path)  # output that does not compile is a bug: an internal error, nothing written
+        broken = invariants.check(converted.code, path)  # a safety net that does not trust the analysis above
+        if broken:
+            return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
+        return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), _changes(plan, path))
+    return _apply_program(source, path, plan, diagnostics, by_path, shared)
+
+
+def _plan(
+    source: str | bytes, path: str, options: Options, program: Program, shared: set[cst.Module]
+) -> tuple[EditPlan, list[Diagnostic]] | Conversion:
+    """Every concern's edits and findings; or the outcome, when the program is left alone or refused."""
     already = distributed_use(program.index)
     if already is not None:
         message = f"already distributed (uses {already}): left unchanged"
@@ -70,46 +92,26 @@ def _convert(source: str | bytes, path: str, options: Options, modules: Sequence
     if not program.trains:
         return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
     found = concerns.find(program)
-    plan = EditPlan(program.index, path, program.names)
+    plan = EditPlan(program.index, path, program.names, shared=shared)
     concerns.rewrite(found, plan, options)
-    diagnostics = sorted([*program.diagnostics(), *plan.diagnostics()], key=lambda d: (d.line, d.column, d.code))
+    diagnostics = _in_order([*program.diagnostics(), *plan.diagnostics()], path)
     if any(d.severity is Severity.ERROR for d in diagnostics):
         return _outcome(source, Status.REFUSED, diagnostics)
-
-    converted = apply(plan)
-    code = converted.bytes if isinstance(source, bytes) else converted.code
-    compile_quietly(code, path)  # output that does not compile is a bug: an internal error, nothing written
-    broken = invariants.check(converted.code, path)  # a safety net that does not trust the analysis above
-    if broken:
-        return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
-    changes = tuple(sorted(plan.changes(), key=lambda c: c.line))
-    return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), changes)
+    return plan, diagnostics
 
 
-def _convert_program(
-    source: str | bytes, path: str, options: Options, program: Program, modules: Sequence[LocalModule]
+def _apply_program(
+    source: str | bytes,
+    path: str,
+    plan: EditPlan,
+    diagnostics: list[Diagnostic],
+    by_path: dict[str, LocalModule],
+    shared: set[cst.Module],
 ) -> Conversion:
-    """:func:`_convert` for a program of several modules: each edit lands in the module that holds its code."""
-    index = program.index
-    already = distributed_use(index)
-    if already is not None:
-        message = f"already distributed (uses {already}): left unchanged"
-        return _outcome(source, Status.UNCHANGED, [ALREADY_DISTRIBUTED.at(1, 1, message, path)])
-    if not program.trains:
-        return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
-    found = concerns.find(program)
-    by_path = {local.path: local for local in modules}
-    shared = {m for m in index.modules if m is not index.module and by_path[index.paths[m]].shared}
-    plan = EditPlan(index, path, program.names, shared=shared)
-    concerns.rewrite(found, plan, options)
-    diagnostics = sorted(
-        [*program.diagnostics(), *plan.diagnostics()], key=lambda d: (d.path != path, d.path, d.line, d.column, d.code)
-    )
-    if any(d.severity is Severity.ERROR for d in diagnostics):
-        return _outcome(source, Status.REFUSED, diagnostics)
-
+    """The edits of a program of several modules, each module compiled and checked on its own."""
+    index = plan.index
     code: str | bytes = source
-    changed: list[LocalModule] = []
+    changed: list[LocalModule] = []  # in the order the modules were given
     broken: list[Diagnostic] = []
     for tree, converted in apply_program(plan).items():
         file = index.paths[tree]
@@ -119,21 +121,29 @@ def _convert_program(
         broken += invariants.check(converted.code, file)
         if tree is index.module:
             code = new
-        else:
-            changed.append(replace(by_path[file], code=new))
-            wrap = f"{program.names.ddp}("
-            if tree in shared and converted.code.count(wrap) > tree.code.count(wrap):
-                message = (
-                    f"{file} is imported by other scripts of the project too, and now wraps a model in "
-                    "DistributedDataParallel: they need a process group (torchrun) to use it"
-                )
-                diagnostics.append(SHARED_NEEDS_GROUP.at(1, 1, message, file))
+            continue
+        changed.append(replace(by_path[file], code=new))
+        wrap = f"{plan.names.ddp}("
+        if tree in shared and converted.code.count(wrap) > tree.code.count(wrap):
+            message = (
+                f"{file} is imported by other scripts of the project too, and now wraps a model in "
+                "DistributedDataParallel: they need a process group (torchrun) to use it"
+            )
+            diagnostics.append(SHARED_NEEDS_GROUP.at(1, 1, message, file))
     if broken:
         return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
-    changes = tuple(sorted(plan.changes(), key=lambda c: (c.path != path, c.path, c.line)))
-    ordered = tuple(sorted(changed, key=lambda m: [local.path for local in modules].index(m.path)))
-    diagnostics.sort(key=lambda d: (d.path != path, d.path, d.line, d.column, d.code))
-    return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), changes, ordered)
+    return Conversion(
+        source, code, Status.CONVERTED, tuple(_in_order(diagnostics, path)), _changes(plan, path), tuple(changed)
+    )
+
+
+def _in_order(diagnostics: list[Diagnostic], path: str) -> list[Diagnostic]:
+    """The entry script's findings first, then each other module's, each in source order."""
+    return sorted(diagnostics, key=lambda d: (d.path != path, d.path, d.line, d.column, d.code))
+
+
+def _changes(plan: EditPlan, path: str) -> tuple[Change, ...]:
+    return tuple(sorted(plan.changes(), key=lambda c: (c.path != path, c.path, c.line)))
 
 
 def _outcome(source: str | bytes, status: Status, diagnostics: list[Diagnostic]) -> Conversion:
