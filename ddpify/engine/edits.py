@@ -143,21 +143,23 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
         if module not in edited:
             continue
         draft = _apply(plan, module)
-        used = [n for n in plan.setup_helpers if _mentions(draft.code, n) > _mentions(module.code, n)]
-        if used and module is index.module:
-            _place_setup_helpers(plan, used)
-            draft = _apply(plan, module)
-        elif used:
-            _place_helpers(plan, module, [plan.setup_helpers[n] for n in used])
-            draft = _apply(plan, module)
+        before, after = module.code, draft.code
+        used = [n for n in plan.setup_helpers if _mentions(after, n) > _mentions(before, n)]
+        # the helpers' own code counts too: it calls dist, DistributedSampler, ...
+        after += "".join(module.code_for_node(plan.setup_helpers[n]) for n in used)
         bound = index.bound[module]
         needed = [
             item
             for item in _candidate_imports(plan)
-            if _local_name(item) not in bound and _mentions(draft.code, item) > _mentions(module.code, item)
+            if _local_name(item) not in bound and _mentions(after, item) > _mentions(before, item)
         ]
+        if used and module is index.module:
+            _place_setup_helpers(plan, used)
+        elif used:
+            _place_helpers(plan, module, [plan.setup_helpers[n] for n in used])
         if needed:
             _place_imports(plan, module, needed)
+        if used or needed:
             draft = _apply(plan, module)
         result[module] = draft
     return result
