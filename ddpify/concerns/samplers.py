@@ -309,16 +309,9 @@ def _why_not_seedable(index: Index, call: cst.Call) -> str:
     return ""
 
 
-def _has_length(index: Index, cls: cst.ClassDef, depth: int = 0) -> bool:
-    if (cls, "__len__") in index.functions:
-        return True
-    for base in cls.bases:
-        if index.qualified_names(base.value) & (TORCH_SAMPLERS | TORCH_BATCH_SAMPLERS):
-            return True
-        parent = index.local_class(base.value)
-        if parent is not None and depth < 5 and _has_length(index, parent, depth + 1):
-            return True
-    return False
+def _has_length(index: Index, cls: cst.ClassDef) -> bool:
+    """Whether the sampler class defines ``__len__``, itself, through a base of the program, or as a torch sampler."""
+    return index.method(cls, "__len__") is not None or index.derives_from(cls, TORCH_SAMPLERS | TORCH_BATCH_SAMPLERS)
 
 
 def share(plan: EditPlan, own: OwnSampler, wrapper: str) -> None:

@@ -312,6 +312,31 @@ class Index:
                     frontier.append(other)
         return found
 
+    def derives_from(self, cls: cst.ClassDef, qualified: frozenset[str]) -> bool:
+        """Whether ``cls``, or a class of the program it derives from, names one of ``qualified`` as a base
+        (``torch.utils.data.DataLoader`` for a ``BaseDataLoader(DataLoader)`` and its subclasses)."""
+        seen: set[cst.ClassDef] = set()
+        frontier = [cls]
+        while frontier:
+            current = frontier.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            if any(self.qualified_names(base.value) & qualified for base in current.bases):
+                return True
+            frontier += self.bases(current)
+        return False
+
+    def constructed_classes(self, ref: Ref) -> Iterator[cst.ClassDef]:
+        """The program's own classes whose instances the value at ``ref`` may be: ``Solver`` for
+        ``solver`` after ``solver = Solver(...)``, followed through every place the value passes."""
+        for place in self.lineage(ref):
+            for assignment in self.assignments_to(place):
+                value = assignment.value
+                cls = self.local_class(value.func) if isinstance(value, cst.Call) else None
+                if cls is not None:
+                    yield cls
+
     def attribute_class(self, method: cst.FunctionDef) -> cst.ClassDef:
         """The class whose ``self.x`` fields ``method`` reads: the topmost class of the program in its
         hierarchy, so that a base class and its subclasses share their fields."""

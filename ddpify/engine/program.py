@@ -91,15 +91,8 @@ def _callees(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
     ref = index.root_ref(func.value, scope)
     if ref is None:
         return []
-    found: list[cst.FunctionDef] = []
-    for place in index.lineage(ref):
-        for assignment in index.assignments_to(place):
-            value = assignment.value
-            cls = index.local_class(value.func) if isinstance(value, cst.Call) else None
-            method = index.method(cls, func.attr.value, dispatch=True) if cls is not None else None
-            if method is not None:
-                found.append(method)
-    return found
+    methods = (index.method(cls, func.attr.value, dispatch=True) for cls in index.constructed_classes(ref))
+    return [method for method in methods if method is not None]
 
 
 def _is_backward(call: cst.Call) -> bool:

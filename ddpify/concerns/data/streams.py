@@ -24,7 +24,7 @@ def _iterable_dataset(index: Index, expr: cst.BaseExpression, scope: Scope, dept
     """The script's own IterableDataset class that ``expr`` is an instance of, if it is one."""
     if isinstance(expr, cst.Call):
         cls = index.local_class(expr.func)
-        return cls if cls is not None and _subclasses_iterable_dataset(index, cls) else None
+        return cls if cls is not None and index.derives_from(cls, torch_api.ITERABLE_DATASET) else None
     ref = index.ref_of(expr, scope)
     if ref is None or depth > 3:
         return None
@@ -44,16 +44,6 @@ def find_stream(index: Index, call: cst.Call) -> Stream | None:
         isinstance(n, (cst.Name, cst.Attribute)) and dotted(n).endswith("get_worker_info") for n in index.walk(cls)
     )
     return Stream(dataset_arg.value, cls, by_worker=not splits)
-
-
-def _subclasses_iterable_dataset(index: Index, cls: cst.ClassDef, depth: int = 0) -> bool:
-    for base in cls.bases:
-        if index.qualified_names(base.value) & torch_api.ITERABLE_DATASET:
-            return True
-        parent = index.local_class(base.value)
-        if parent is not None and depth < 5 and _subclasses_iterable_dataset(index, parent, depth + 1):
-            return True
-    return False
 
 
 _SHARD = '''

@@ -165,19 +165,8 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder):
         if not isinstance(loop, cst.For):
             return None
         ref = index.carried_ref(loop.iter, index.scope_of(loop))
-        for place in index.lineage(ref) if ref is not None else ():
-            for assignment in index.assignments_to(place):
-                value = assignment.value
-                cls = index.local_class(value.func) if isinstance(value, cst.Call) else None
-                if cls is not None and self._derives_from_loader(cls, 0):
-                    return cls
-        return None
-
-    def _derives_from_loader(self, cls: cst.ClassDef, depth: int) -> bool:
-        index = self.index
-        if any(index.qualified_names(base.value) & torch_api.DATALOADER for base in cls.bases):
-            return True
-        return depth < 5 and any(self._derives_from_loader(b, depth + 1) for b in index.bases(cls))
+        classes = index.constructed_classes(ref) if ref is not None else iter(())
+        return next((cls for cls in classes if index.derives_from(cls, torch_api.DATALOADER)), None)
 
     def shard(self) -> FullBatch | Reseed | Streams | None:
         index = self.index
