@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from ddpify.cli.exits import Failure
 from ddpify.cli.files import read_input
+from ddpify.modules import absolute_import
 from ddpify.result import LocalModule
 
 if TYPE_CHECKING:
@@ -222,21 +223,12 @@ def _imported_modules(source: bytes, package: str) -> list[str]:
             for alias in node.names:
                 names += _with_packages(alias.name)
         elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node, package)
+            base = absolute_import(node.level, node.module or "", package)
             if base is None:
                 continue
             names += _with_packages(base)
             names += [f"{base}.{alias.name}" for alias in node.names if alias.name != "*"]
     return list(dict.fromkeys(names))
-
-
-def _absolute(node: ast.ImportFrom, package: str) -> str | None:
-    if not node.level:
-        return node.module
-    parts = package.split(".") if package else []
-    if node.level - 1 >= len(parts) + (1 if node.module else 0) or not parts:
-        return None
-    return ".".join([*parts[: len(parts) - node.level + 1], *([node.module] if node.module else [])]) or None
 
 
 def _with_packages(name: str) -> list[str]:

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from ddpify.modules import absolute_import
+
 
 def dotted(expr: cst.CSTNode) -> str:
     """``torch.utils.data`` for that attribute chain; empty for anything that is not a plain dotted name
@@ -67,15 +69,7 @@ def imported_names(node: cst.Import | cst.ImportFrom, package: str = "") -> Iter
 def relative_base(node: cst.ImportFrom, package: str) -> str | None:
     """The full name of the module ``node`` imports from: ``from ..data import x`` in package
     ``pkg.sub`` -> ``pkg.data``. None for a relative import that leaves ``package``."""
-    module = dotted(node.module) if node.module is not None else ""
-    if not node.relative:
-        return module or None
-    parts = package.split(".") if package else []
-    up = len(node.relative) - 1
-    if not parts or up >= len(parts) + (1 if module else 0):
-        return None
-    base = ".".join(parts[: len(parts) - up] + ([module] if module else []))
-    return base or None
+    return absolute_import(len(node.relative), dotted(node.module) if node.module is not None else "", package)
 
 
 def assigned(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
