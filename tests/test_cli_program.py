@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from conftest import RunDdpify
 
 PROJECTS = Path(__file__).parent / "fixtures" / "projects"
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -22,34 +24,21 @@ def project(tmp_path: Path) -> Path:
     return folder
 
 
-def ddpify(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPOSITORY), "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "ddpify", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-    )
-
-
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_one_output_file_cannot_hold_a_program_whose_other_modules_change(project: Path) -> None:
+def test_one_output_file_cannot_hold_a_program_whose_other_modules_change(project: Path, run_ddpify: RunDdpify) -> None:
     before = snapshot(project)
-    done = ddpify(project, "train.py", "-o", "train_ddp.py")
+    done = run_ddpify(project, "train.py", "-o", "train_ddp.py")
     assert done.returncode == 2
     assert "data_loader.py, solver.py" in done.stderr and "--in-place" in done.stderr and "-o DIR/" in done.stderr
     assert snapshot(project) == before
 
 
-def test_diff_shows_every_changed_file_and_writes_nothing(project: Path) -> None:
+def test_diff_shows_every_changed_file_and_writes_nothing(project: Path, run_ddpify: RunDdpify) -> None:
     before = snapshot(project)
-    done = ddpify(project, "train.py", "--diff")
+    done = run_ddpify(project, "train.py", "--diff")
     assert done.returncode == 0, done.stderr
     headers = [line for line in done.stdout.splitlines() if line.startswith("--- ")]
     assert headers == ["--- train.py", "--- data_loader.py", "--- solver.py"]
@@ -57,8 +46,8 @@ def test_diff_shows_every_changed_file_and_writes_nothing(project: Path) -> None
     assert snapshot(project) == before
 
 
-def test_in_place_rewrites_the_changed_modules_and_check_then_passes(project: Path) -> None:
-    done = ddpify(project, "train.py", "--in-place")
+def test_in_place_rewrites_the_changed_modules_and_check_then_passes(project: Path, run_ddpify: RunDdpify) -> None:
+    done = run_ddpify(project, "train.py", "--in-place")
     assert done.returncode == 0, done.stderr
     expected = PROJECTS / "solver" / "expected"
     for name in ("train.py", "solver.py", "data_loader.py"):
@@ -66,24 +55,24 @@ def test_in_place_rewrites_the_changed_modules_and_check_then_passes(project: Pa
     assert (project / "models.py").read_bytes() == (PROJECTS / "solver" / "input" / "models.py").read_bytes()
 
 
-def test_check_covers_every_file_of_the_program(project: Path, tmp_path: Path) -> None:
-    assert ddpify(project, "train.py", "-o", "../out/").returncode == 0
-    current = ddpify(project, "train.py", "-o", "../out/", "--check")
+def test_check_covers_every_file_of_the_program(project: Path, tmp_path: Path, run_ddpify: RunDdpify) -> None:
+    assert run_ddpify(project, "train.py", "-o", "../out/").returncode == 0
+    current = run_ddpify(project, "train.py", "-o", "../out/", "--check")
     assert current.returncode == 0, current.stderr
     (tmp_path / "out" / "solver.py").write_text("stale\n")
-    stale = ddpify(project, "train.py", "-o", "../out/", "--check")
+    stale = run_ddpify(project, "train.py", "-o", "../out/", "--check")
     assert stale.returncode == 1
     assert "would rewrite ../out/solver.py" in stale.stderr
 
 
-def test_an_output_folder_receives_the_whole_program(project: Path, tmp_path: Path) -> None:
-    done = ddpify(project, "train.py", "-o", "../out/")
+def test_an_output_folder_receives_the_whole_program(project: Path, tmp_path: Path, run_ddpify: RunDdpify) -> None:
+    done = run_ddpify(project, "train.py", "-o", "../out/")
     assert done.returncode == 0, done.stderr
     assert sorted(snapshot(tmp_path / "out")) == ["data_loader.py", "models.py", "solver.py", "train.py"]
     assert "copied models.py" in done.stderr
 
 
-def test_a_script_written_away_from_its_modules_says_how_to_run_it(tmp_path: Path) -> None:
+def test_a_script_written_away_from_its_modules_says_how_to_run_it(tmp_path: Path, run_ddpify: RunDdpify) -> None:
     project = tmp_path / "project"
     project.mkdir()
     (project / "pyproject.toml").write_text("")
@@ -91,17 +80,17 @@ def test_a_script_written_away_from_its_modules_says_how_to_run_it(tmp_path: Pat
     shutil.copy(REPOSITORY / "tests" / "trial" / "s21_external_model.py", project / "train.py")
     shutil.copy(REPOSITORY / "tests" / "trial" / "models.py", project / "models.py")
     (tmp_path / "build").mkdir()
-    done = ddpify(project, "train.py", "-o", "../build/train_ddp.py")
+    done = run_ddpify(project, "train.py", "-o", "../build/train_ddp.py")
     assert done.returncode == 0, done.stderr
     assert "train_ddp.py imports models.py from .: run it with PYTHONPATH=." in done.stderr
     assert "-o DIR/" in done.stderr
 
 
-def test_a_folder_converts_each_program_once_with_its_modules(tmp_path: Path) -> None:
+def test_a_folder_converts_each_program_once_with_its_modules(tmp_path: Path, run_ddpify: RunDdpify) -> None:
     project = tmp_path / "project"
     shutil.copytree(PROJECTS / "shared_with_eval" / "input", project)
     (project / "pyproject.toml").write_text("")
-    done = ddpify(project, ".", "-o", "../out/")
+    done = run_ddpify(project, ".", "-o", "../out/")
     assert done.returncode == 0, done.stderr
     assert "common.py: converted with ./train.py, whose program imports it" in done.stderr
     assert "error" not in done.stderr
@@ -110,28 +99,28 @@ def test_a_folder_converts_each_program_once_with_its_modules(tmp_path: Path) ->
     assert (out / "common.py").read_bytes() == (expected / "common.py").read_bytes()
     assert (out / "train.py").read_bytes() == (expected / "train.py").read_bytes()
     assert (out / "evaluate.py").read_bytes() == (project / "evaluate.py").read_bytes()
-    assert ddpify(project, ".", "-o", "../out/", "--check").returncode == 0
+    assert run_ddpify(project, ".", "-o", "../out/", "--check").returncode == 0
 
 
-def test_two_programs_that_change_one_module_alike_write_it_once(tmp_path: Path) -> None:
+def test_two_programs_that_change_one_module_alike_write_it_once(tmp_path: Path, run_ddpify: RunDdpify) -> None:
     project = tmp_path / "project"
     shutil.copytree(PROJECTS / "solver" / "input", project)
     (project / "pyproject.toml").write_text("")
     # A second entry with the same program; another script imports data_loader.py too.
     (project / "train_b.py").write_text((project / "train.py").read_text())
     (project / "other.py").write_text("import data_loader\n")
-    done = ddpify(project, "train.py", "train_b.py", "--in-place")
+    done = run_ddpify(project, "train.py", "train_b.py", "--in-place")
     assert done.returncode == 0, done.stderr  # the same changes: written once
     assert "data_loader.py in place" in done.stderr
 
 
 def test_a_module_target_that_is_not_a_regular_file_stops_everything_before_a_write(
-    project: Path, tmp_path: Path
+    project: Path, tmp_path: Path, run_ddpify: RunDdpify
 ) -> None:
     out = tmp_path / "out"
     out.mkdir()
     os.mkfifo(out / "solver.py")
-    done = ddpify(project, "train.py", "-o", "../out/")
+    done = run_ddpify(project, "train.py", "-o", "../out/")
     assert done.returncode == 2
     assert "solver.py: not a regular file (a FIFO)" in done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["solver.py"]  # nothing written, the FIFO never opened

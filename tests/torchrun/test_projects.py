@@ -15,28 +15,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from conftest import RunDdpify
 
 from ddpify.verify import verify
 
 pytest.importorskip("torch")
 
 PROJECTS = Path(__file__).parent.parent / "fixtures" / "projects"
-REPOSITORY = Path(__file__).resolve().parents[2]
-
-
-def ddpify(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}  # the ddpify under test, wherever it is installed
-    return subprocess.run(
-        [sys.executable, "-m", "ddpify", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
 
 
 def python(cwd: Path, script: str) -> subprocess.CompletedProcess[str]:
@@ -64,12 +54,12 @@ def trains_in_sync(script: Path) -> None:
         pytest.param("loader_dict", "--in-place", marks=pytest.mark.exhaustive),
     ],
 )
-def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path) -> None:
+def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path, run_ddpify: RunDdpify) -> None:
     project = tmp_path / "project"
     shutil.copytree(PROJECTS / case / "input", project)
     (project / "pyproject.toml").write_text("")  # the project's root
     args = ["train.py", "--in-place"] if how == "--in-place" else ["train.py", "-o", "../out/"]
-    done = ddpify(project, *args)
+    done = run_ddpify(project, *args)
     assert done.returncode == 0, done.stderr
     folder = project if how == "--in-place" else tmp_path / "out"
     expected = PROJECTS / case / "expected"
@@ -81,11 +71,11 @@ def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path)
 
 
 @pytest.mark.torchrun
-def test_a_script_sharing_a_module_keeps_working_without_a_process_group(tmp_path: Path) -> None:
+def test_a_script_sharing_a_module_keeps_working_without_a_process_group(tmp_path: Path, run_ddpify: RunDdpify) -> None:
     project = tmp_path / "project"
     shutil.copytree(PROJECTS / "shared_with_eval" / "input", project)
     (project / "pyproject.toml").write_text("")
-    done = ddpify(project, "train.py", "--in-place")
+    done = run_ddpify(project, "train.py", "--in-place")
     assert done.returncode == 0, done.stderr
     assert "common.py in place" in done.stderr
     assert (project / "evaluate.py").read_bytes() == (
