@@ -39,6 +39,7 @@ class ProgramFiles:
     entry: Path
     base: Path  # the folder the program's paths are relative to (the entry's, or the project root)
     modules: tuple[LocalModule, ...]
+    source: bytes = b""  # the entry script's text, as read to find its modules
     # Several inputs: where each input file's output goes, and the code already written there by one
     # program, shared by the programs of one run.
     placed: dict[Path, str] = field(default_factory=dict)
@@ -147,7 +148,7 @@ def local_modules(entry: str, source: bytes, *, max_size: int, root: Path | None
     inside = all(folder in file.parents for file in found)
     shared = _imported_elsewhere(set(found), imports, {entry_path}, search, root)
     modules = tuple(replace(module, shared=True) if file in shared else module for file, module in found.items())
-    return ProgramFiles(entry_path, folder if inside else root, modules)
+    return ProgramFiles(entry_path, folder if inside else root, modules, source)
 
 
 def _imported_elsewhere(

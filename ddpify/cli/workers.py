@@ -182,7 +182,7 @@ def conversions(
     for job in jobs:
         if job.src in modules:
             try:
-                source = read_input(job.src, max_size=request.max_size)
+                source = _source(job, request, programs)
             except Failure as failure:
                 yield failure
                 continue
@@ -193,12 +193,12 @@ def _conversions(request: Request, jobs: list[Job], programs: dict[str, ProgramF
     workers = min(request.jobs or cpu_count(), len(jobs))
     if workers <= 1:
         for job in jobs:
-            yield _read_and_convert(job, request, _modules(programs, job))
+            yield _read_and_convert(job, request, programs)
         return
     sources: list[bytes | Failure] = []
     for job in jobs:
         try:
-            sources.append(read_input(job.src, max_size=request.max_size))
+            sources.append(_source(job, request, programs))
         except Failure as failure:
             sources.append(failure)
     tasks = [
@@ -250,12 +250,19 @@ def _convert_task(task: tuple[bytes, str, Options, tuple[LocalModule, ...]]) -> 
     return backend.convert(source, path=path, options=options, modules=modules)
 
 
-def _read_and_convert(job: Job, request: Request, modules: tuple[LocalModule, ...]) -> Result:
+def _source(job: Job, request: Request, programs: dict[str, ProgramFiles]) -> bytes:
+    """The input's text: as read to find its program (so the two agree), or read now."""
+    program = programs.get(job.src)
+    return program.source if program is not None else read_input(job.src, max_size=request.max_size)
+
+
+def _read_and_convert(job: Job, request: Request, programs: dict[str, ProgramFiles]) -> Result:
     try:
-        source = read_input(job.src, max_size=request.max_size)
+        source = _source(job, request, programs)
     except Failure as failure:
         return failure
     try:
+        modules = _modules(programs, job)
         return source, backend.convert(source, path=job.name, options=request.options, modules=modules)
     except Exception as exc:
         return exc
