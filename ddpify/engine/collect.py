@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from ddpify.engine.index import Flow, Index, Ref, Scope, keyed
+from ddpify.engine.index import Flow, Index, Ref, Scope, constant_key, keyed
 from ddpify.engine.syntax import assigned, imported_names, parameter_names, relative_base
 
 
@@ -273,10 +273,9 @@ def _collect_imported_values(index: Index, imported: list[tuple[cst.ImportFrom, 
 def _string_entries(index: Index, value: cst.Dict, scope: Scope) -> Iterator[tuple[str, Ref]]:
     """The entries of a dict display under constant string keys, with the places their values come from."""
     for element in value.elements:
-        if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
-            key = element.key.evaluated_value
+        if isinstance(element, cst.DictElement) and (key := constant_key(element.key)) is not None:
             src = index.carried_ref(element.value, scope)
-            if isinstance(key, str) and key.isidentifier() and src is not None:
+            if src is not None:
                 yield key, src
 
 

@@ -581,10 +581,15 @@ def string_key(subscript: cst.Subscript) -> str | None:
     if len(subscript.slice) != 1:
         return None
     index = subscript.slice[0].slice
-    if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
-        value = index.value.evaluated_value
-        return value if isinstance(value, str) and value.isidentifier() else None
-    return None
+    return constant_key(index.value) if isinstance(index, cst.Index) else None
+
+
+def constant_key(expr: cst.BaseExpression | None) -> str | None:
+    """The text of a dict key written as a plain string that could be a name (``"train"``)."""
+    if not isinstance(expr, cst.SimpleString):
+        return None
+    value = expr.evaluated_value
+    return value if isinstance(value, str) and value.isidentifier() else None
 
 
 def keyed(holder: Ref, key: str) -> Ref:
