@@ -59,7 +59,7 @@ def finish(
         if not writes:
             reporter.say(f"{name}: nothing to do")
             return Outcome.UNCHANGED
-        stale = [target for module, target in others if _stale(target, _module_code(module), reporter)]
+        stale = [t for m, t in others if t is not None and _stale(t, _module_code(m), reporter)]
         outcome = check(job, reporter, code)
         return Outcome.STALE if stale else outcome
     if not unchanged:
@@ -118,7 +118,7 @@ def _module_targets(
     elif job.make_folders and request.output is not None:
         new = {module.path: module for module in changed}
         placed = [(new.get(m.path, m), program.target(m.path, request.output)) for m in program.modules]
-    elif changed and not request.diff:
+    elif changed and (request.check or not request.diff):  # written or compared: each needs a place
         names = ", ".join(module.path for module in changed)
         raise Failure(
             f"{job.name}: the conversion also changes {names}, which one output file cannot hold; "
@@ -146,8 +146,9 @@ def _modules_summary(request: Request, others: list[tuple[LocalModule, str | Non
     )
 
 
-def _stale(target: str | None, code: bytes, reporter: Reporter) -> bool:
-    if target is not None and read_existing(target, limit=len(code) + 1) == code:
+def _stale(target: str, code: bytes, reporter: Reporter) -> bool:
+    """Whether the file at ``target`` is missing or holds anything but ``code`` (then it is reported)."""
+    if read_existing(target, limit=len(code) + 1) == code:
         return False
     reporter.error(f"would rewrite {target}")
     return True
@@ -167,8 +168,7 @@ def check(job: Job, reporter: Reporter, code: bytes) -> Outcome:
     """``--check``: whether the output holds exactly ``code``."""
     target = job.target
     assert target is not None  # validate(): --check needs an output
-    if read_existing(target, limit=len(code) + 1) != code:
-        reporter.error(f"would rewrite {target}")
+    if _stale(target, code, reporter):
         return Outcome.STALE
     reporter.say(f"{target} is up to date")
     return Outcome.CURRENT
