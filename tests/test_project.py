@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -40,3 +42,22 @@ def test_constraints_pin_what_the_readme_installs() -> None:
     pins = (ROOT / "constraints.txt").read_text(encoding="utf-8")
     assert re.search(r"^torch==\d", pins, flags=re.MULTILINE)
     assert all("-c constraints.txt" in command for command in _readme_commands())
+
+
+def test_readme_is_a_front_page_that_links_to_the_rest() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) < 200
+    assert readme.index("## Try it") < readme.index("```"), "the two setup commands come first"
+    for page in ("changes", "diagnostics", "usage", "files", "verify", "ci", "cluster"):
+        assert f"(docs/{page}.md)" in readme, page
+
+
+PAGES = ["README.md", "CONTRIBUTING.md", *sorted(f"docs/{doc.name}" for doc in (ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_relative_links_reach_a_file(page: str) -> None:
+    path = ROOT / page
+    text = path.read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+        assert (path.parent / target).exists(), f"{page} links to {target}, which does not exist"
