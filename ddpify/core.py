@@ -26,6 +26,7 @@ import libcst as cst
 from ddpify import concerns, invariants
 from ddpify.concerns.process_group import SHARED_NEEDS_GROUP, distributed_use
 from ddpify.diagnostics import ALREADY_DISTRIBUTED, INTERNAL_ERROR, NOTHING_TO_DO, Change, Diagnostic, Severity
+from ddpify.engine import reach
 from ddpify.engine.collect import Source
 from ddpify.engine.edits import EditPlan, apply, apply_program
 from ddpify.engine.program import Program, read_program
@@ -54,15 +55,22 @@ def _convert(source: str | bytes, path: str, options: Options, modules: Sequence
         return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
     if isinstance(module, Diagnostic):
         return _outcome(source, Status.INVALID, [module])
+    tree = reach.parse(source)
+    runs = None
+    if tree is not None:
+        others_ = [reach.ModuleSource(local.name, local.package, reach.parse(local.source)) for local in modules]
+        runs = reach.reach(reach.ModuleSource("__main__", "", tree), others_)
     others: list[Source] = []
     for local in modules:
+        if runs is not None and not runs.runs(local.name):
+            continue  # imported only by code that never runs: Python never loads it
         # Every module counts, torch or not: a package's __init__ re-exports, a config module names.
         parsed = parse_checked(local.source, local.path, torch_only=False)
         if isinstance(parsed, Diagnostic):
             return _outcome(source, Status.INVALID, [parsed])
         if parsed is not None:
             others.append(Source(parsed, local.path, local.name, local.package))
-    program = read_program(module, path, others)
+    program = read_program(module, path, others, runs)
     by_path = {local.path: local for local in modules}
     index = program.index
     shared = {m for m in index.modules if m is not index.module and by_path[index.paths[m]].shared}

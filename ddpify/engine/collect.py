@@ -16,6 +16,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify.engine.index import Flow, Index, Ref, Scope, constant_key, keyed
+from ddpify.engine.reach import Reach, Skipped
 from ddpify.engine.syntax import assigned, imported_names, parameter_names, relative_base
 
 
@@ -29,9 +30,25 @@ class Source:
     package: str = ""  # the package its relative imports start from
 
 
-def build_index(module: cst.Module, others: Sequence[Source] = (), path: str = "<string>") -> Index:
-    """The index of a script (``module``) and of the modules of the program it imports (``others``)."""
+def build_index(
+    module: cst.Module, others: Sequence[Source] = (), path: str = "<string>", reach: Reach | None = None
+) -> Index:
+    """The index of a script (``module``) and of the modules of the program it imports (``others``).
+
+    With ``reach``, only what runs is indexed: modules that never run are left out, and the
+    definitions (and imported modules' main blocks) that never run are kept as single nodes,
+    their insides unread, so that no finder sees them and no edit can land in them.
+    """
+    try:
+        return _build(module, others, path, reach)
+    except _Misaligned:  # the two parsers disagree about a statement: index everything
+        return _build(module, others, path, None)
+
+
+def _build(module: cst.Module, others: Sequence[Source], path: str, reach: Reach | None) -> Index:
     sources = [Source(module, path), *others]
+    if reach is not None:
+        sources = [s for s in sources if s.module is module or reach.runs(s.name)]
     index = Index(module=module)
     for source in sources:
         index.modules.append(source.module)
@@ -40,16 +57,29 @@ def build_index(module: cst.Module, others: Sequence[Source] = (), path: str = "
         index.imports[source.module] = defaultdict(set)
     imported: list[tuple[cst.ImportFrom, str]] = []
     for source in sources:
-        source.module.visit(_Collector(index, source, imported))
+        skipped = reach.skipped.get(source.name, ()) if reach is not None else ()
+        source.module.visit(_Collector(index, source, imported, skipped))
+    if reach is not None:
+        index.identifiers |= reach.identifiers
     _collect_flows(index)
     _collect_imported_values(index, imported)
     return index
 
 
+class _Misaligned(Exception):
+    """CPython's tree and libcst's number a module's compound statements differently."""
+
+
 class _Collector(cst.CSTVisitor):
     """Fills an :class:`Index`: the tree's links, definitions, bound names, imports, calls, loops, statements."""
 
-    def __init__(self, index: Index, source: Source, imported: list[tuple[cst.ImportFrom, str]]) -> None:
+    def __init__(
+        self,
+        index: Index,
+        source: Source,
+        imported: list[tuple[cst.ImportFrom, str]],
+        skipped: Sequence[Skipped] = (),
+    ) -> None:
         super().__init__()
         self.index = index
         self.source = source
@@ -60,6 +90,9 @@ class _Collector(cst.CSTVisitor):
         self.path: list[cst.CSTNode] = []
         self.counter = len(index.order)  # source order runs on from one module to the next
         self.functions: list[Scope] = [source.module]
+        self.skips = {s.first: s for s in skipped}
+        self.compound = 0  # compound statements seen, numbered as :mod:`ddpify.engine.reach` numbers them
+        self.unread: set[cst.CSTNode] = set()
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self.path:
@@ -69,12 +102,24 @@ class _Collector(cst.CSTVisitor):
         self.path.append(node)
         self.index.order[node] = self.counter
         self.index.function_of[node] = self.functions[-1]
+        self.counter += 1
+        if isinstance(node, cst.BaseCompoundStatement):
+            skip = self.skips.get(self.compound)
+            self.compound += 1
+            if skip is not None:
+                _check_aligned(node, skip)
+                self.compound = skip.last + 1
+                self.unread.add(node)
+                return False
         if isinstance(node, cst.FunctionDef):
             self.functions.append(node)
-        self.counter += 1
         return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
+        if original_node in self.unread:
+            self.index.last[original_node] = self.counter - 1
+            self.path.pop()
+            return
         super().on_leave(original_node)
         self.index.last[original_node] = self.counter - 1
         if isinstance(original_node, cst.FunctionDef):
@@ -184,6 +229,12 @@ class _Collector(cst.CSTVisitor):
             )
         ):
             self.index.main_guard = node
+
+
+def _check_aligned(node: cst.BaseCompoundStatement, skip: Skipped) -> None:
+    kinds = {"def": cst.FunctionDef, "class": cst.ClassDef, "if": cst.If}
+    if not isinstance(node, kinds[skip.kind]) or getattr(getattr(node, "name", None), "value", "") != skip.name:
+        raise _Misaligned
 
 
 def _collect_flows(index: Index) -> None:

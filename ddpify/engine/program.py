@@ -10,6 +10,7 @@ import libcst as cst
 from ddpify.diagnostics import Code, Diagnostic
 from ddpify.engine.collect import Source, build_index
 from ddpify.engine.index import Index
+from ddpify.engine.reach import Reach
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,9 @@ class Program:
         return next((call for call in self.index.calls if _is_backward(call)), None)
 
 
-def read_program(module: cst.Module, path: str, others: Sequence[Source] = ()) -> Program:
-    index = build_index(module, others, path)
+def read_program(module: cst.Module, path: str, others: Sequence[Source] = (), runs: Reach | None = None) -> Program:
+    """The program of the entry script ``module``; with ``runs``, only the code of it that runs."""
+    index = build_index(module, others, path, runs)
     return Program(index, path, _names(index))
 
 

@@ -1,0 +1,479 @@
+"""What runs: the code of a program that its entry script can execute, read with CPython's ``ast``.
+
+``python train.py`` runs the entry script's module-level code, its main block
+included; the module-level code of every module it imports (and of their
+packages), but never an imported module's own ``if __name__ == "__main__":``
+block; and the functions and classes that code refers to, transitively. What
+nothing refers to never runs: a ``test()`` at the bottom of a model file, a
+helper that only another script's main block calls, a module imported only
+from such code. The analysis, every finding, every rewrite and the "already
+distributed" test see only what runs (:func:`build_index` skips the rest), so
+no edit lands in code the program does not run, and code that never runs
+cannot refuse a program.
+
+A function or class runs when running code *mentions* it, not only when it
+calls it: passed as a callback (``model.apply(init_weights)``), kept in a
+dict, returned, decorated (a registry), it may run. A class that runs keeps
+all of its methods. Where the names cannot be followed (``getattr(module,
+name)``, ``globals()``, ``eval``), every definition of that module runs; an
+import whose module is computed (``importlib.import_module(name)``) makes
+every module of the program run. This errs on the side of running: code
+kept that does not run costs an edit, code dropped that runs would go
+unconverted.
+
+Definitions are named by their place among the compound statements of their
+module in source order (``def``, ``class``, ``if``, ``for``...), which CPython's
+tree and libcst's tree number alike, so that the libcst index can skip them.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ddpify.modules import absolute_import
+
+_COMPOUND = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.If,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.With,
+    ast.AsyncWith,
+    ast.Try,
+    ast.Match,
+    *((ast.TryStar,) if hasattr(ast, "TryStar") else ()),
+)
+_DEFINITION = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# Calls through which a module's own names are reached by a computed string.
+_DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec"})
+_DYNAMIC_IMPORTS = frozenset({"__import__", "importlib.import_module", "import_module"})
+
+
+@dataclass(frozen=True)
+class ModuleSource:
+    """One module of a program for :func:`reach`: its dotted name, the package its relative
+    imports start from, and its tree (None where CPython cannot parse it)."""
+
+    name: str
+    package: str
+    tree: ast.Module | None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A definition (or an imported module's main block) that never runs: the compound statement
+    numbered ``first`` in its module, whose subtree holds the statements up to ``last``."""
+
+    first: int
+    last: int
+    kind: str  # "def", "class" or "if": checked against libcst's node at the same place
+    name: str
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Which modules of a program run, and, in each one that does, what never runs."""
+
+    modules: frozenset[str]
+    skipped: dict[str, tuple[Skipped, ...]]
+    identifiers: frozenset[str]  # every name written anywhere in the program, run or not
+    dynamic: tuple[tuple[str, int, str], ...] = ()  # (module, line, construct) that made more code run
+
+    def runs(self, module: str) -> bool:
+        return module in self.modules
+
+
+@dataclass(eq=False)
+class _Unit:
+    """Code that runs as a whole once it runs: a module's top-level code, or one definition."""
+
+    module: _Module
+    node: ast.AST
+    refs: list[ast.AST] = field(default_factory=list)  # the nodes whose names it reads
+
+
+@dataclass(eq=False)
+class _Module:
+    source: ModuleSource
+    entry: bool
+    top: _Unit | None = None
+    definitions: dict[str, list[_Unit]] = field(default_factory=dict)
+    imports: dict[str, set[str]] = field(default_factory=dict)
+    stars: list[str] = field(default_factory=list)
+    main_block: ast.If | None = None
+
+
+def reach(entry: ModuleSource, others: Sequence[ModuleSource]) -> Reach:
+    """What of the program of ``entry`` and ``others`` runs when ``entry`` is run as a script."""
+    modules = {m.name: _Module(m, entry=m is entry) for m in (entry, *others)}
+    for module in modules.values():
+        _read(module)
+    walker = _Walker(modules)
+    walker.run(modules[entry.name])
+    skipped: dict[str, tuple[Skipped, ...]] = {}
+    identifiers: set[str] = set()
+    for name, module in modules.items():
+        tree = module.source.tree
+        if tree is None:
+            continue
+        identifiers |= _identifiers(tree)
+        if name in walker.live_modules:
+            skipped[name] = tuple(_skipped(module, walker.live_units))
+    return Reach(frozenset(walker.live_modules), skipped, frozenset(identifiers), tuple(walker.dynamic))
+
+
+def _read(module: _Module) -> None:
+    """The module's definitions, imports and top-level code."""
+    tree = module.source.tree
+    if tree is None:
+        return
+    top = _Unit(module, tree)
+    module.top = top
+    for stmt in tree.body:
+        if not module.entry and _is_main_block(stmt):
+            module.main_block = stmt  # type: ignore[assignment]
+            continue
+        _read_statement(module, stmt, top)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for local, full in _imported(node, module.source.package):
+                module.imports.setdefault(local, set()).add(full)
+            if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+                base = absolute_import(node.level, node.module or "", module.source.package)
+                if base is not None:
+                    module.stars.append(base)
+
+
+def _read_statement(module: _Module, stmt: ast.stmt, top: _Unit) -> None:
+    """A statement of module-level code: a definition becomes a unit of its own (what its header
+    evaluates stays with the code around it); control flow is followed into its blocks."""
+    if isinstance(stmt, _DEFINITION):
+        unit = _Unit(module, stmt, [stmt])
+        module.definitions.setdefault(stmt.name, []).append(unit)
+        top.refs += _header(stmt)
+        return
+    if isinstance(stmt, _COMPOUND):
+        for name, value in ast.iter_fields(stmt):
+            if isinstance(value, list) and value and all(isinstance(s, ast.stmt) for s in value):
+                for inner in value:
+                    _read_statement(module, inner, top)
+            elif name == "handlers":
+                for handler in value:
+                    top.refs += [n for n in (handler.type,) if n is not None]
+                    for inner in handler.body:
+                        _read_statement(module, inner, top)
+            elif name == "cases":
+                for case in value:
+                    top.refs += [case.pattern, *([case.guard] if case.guard else [])]
+                    for inner in case.body:
+                        _read_statement(module, inner, top)
+            elif isinstance(value, ast.AST):
+                top.refs.append(value)
+            elif isinstance(value, list):  # with-items
+                top.refs += [v for v in value if isinstance(v, ast.AST)]
+        return
+    top.refs.append(stmt)
+
+
+def _header(definition: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> list[ast.AST]:
+    """What the ``def`` or ``class`` statement itself evaluates when it runs: decorators, bases, defaults."""
+    parts: list[ast.AST] = list(definition.decorator_list)
+    if isinstance(definition, ast.ClassDef):
+        return parts + list(definition.bases) + list(definition.keywords)
+    args = definition.args
+    return parts + [d for d in (*args.defaults, *args.kw_defaults) if d is not None]
+
+
+class _Walker:
+    """The units that run, found from the entry script's top-level code."""
+
+    def __init__(self, modules: dict[str, _Module]) -> None:
+        self.modules = modules
+        self.live_modules: set[str] = set()
+        self.live_units: set[_Unit] = set()
+        self.todo: list[_Unit] = []
+        self.dynamic: list[tuple[str, int, str]] = []
+
+    def run(self, entry: _Module) -> None:
+        self._run_module(entry.source.name)
+        for units in entry.definitions.values():  # (none run unless mentioned; decorated ones do)
+            for unit in units:
+                self._decorated(unit)
+        while self.todo:
+            unit = self.todo.pop()
+            for root in unit.refs:
+                self._scan(unit.module, root)
+
+    def _run_module(self, name: str) -> None:
+        """Importing ``name`` runs it and its packages."""
+        parts = name.split(".")
+        for end in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:end])
+            module = self.modules.get(prefix)
+            if module is None or prefix in self.live_modules:
+                continue
+            self.live_modules.add(prefix)
+            if module.top is not None:
+                self._run(module.top)
+            for units in module.definitions.values():
+                for unit in units:
+                    self._decorated(unit)
+
+    def _decorated(self, unit: _Unit) -> None:
+        """A decorated definition may be registered somewhere when its module runs: it may run."""
+        node = unit.node
+        if isinstance(node, _DEFINITION) and node.decorator_list:
+            self._run(unit)
+
+    def _run(self, unit: _Unit) -> None:
+        if unit not in self.live_units:
+            self.live_units.add(unit)
+            self.todo.append(unit)
+
+    def _scan(self, module: _Module, root: ast.AST) -> None:
+        for node in ast.walk(root):
+            if isinstance(node, ast.Name):
+                for target in self._lookup(module, node.id, set()):
+                    self._mark(target)
+            elif isinstance(node, ast.Attribute):
+                self._attribute(module, node)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                self._import(module, node)
+            elif isinstance(node, ast.Call):
+                self._dynamic(module, node)
+
+    def _mark(self, target: _Unit | str) -> None:
+        if isinstance(target, str):
+            self._run_module(target)
+        else:
+            self._run(target)
+
+    def _attribute(self, module: _Module, node: ast.Attribute) -> None:
+        """``utils.f`` or ``pkg.sub.Model``: the definition at the end of a chain of modules."""
+        chain: list[str] = []
+        current: ast.AST = node
+        while isinstance(current, ast.Attribute):
+            chain.append(current.attr)
+            current = current.value
+        if not isinstance(current, ast.Name):
+            return
+        targets = [t for t in self._lookup(module, current.id, set()) if isinstance(t, str)]
+        for attr in reversed(chain):
+            found: list[_Unit | str] = []
+            for owner in targets:
+                found += self._member(owner, attr, set())
+            for target in found:
+                self._mark(target)
+            targets = [t for t in found if isinstance(t, str)]
+            if not targets:
+                return
+
+    def _import(self, module: _Module, node: ast.Import | ast.ImportFrom) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                self._run_module(alias.name)
+            return
+        base = absolute_import(node.level, node.module or "", module.source.package)
+        if base is None:
+            return
+        self._run_module(base)
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            for target in self._member(base, alias.name, set()):
+                self._mark(target)
+
+    def _dynamic(self, module: _Module, call: ast.Call) -> None:
+        """Names reached through a computed string: everything they could name runs."""
+        func = _dotted(call.func)
+        name = module.source.name
+        line = getattr(call, "lineno", 1)
+        if func in _DYNAMIC_NAMES:
+            self.dynamic.append((name, line, f"{func}()"))
+            self._run_all(module)
+        elif func == "getattr" and len(call.args) >= 2 and not isinstance(call.args[1], ast.Constant):
+            owners = [t for t in self._lookup_expr(module, call.args[0]) if isinstance(t, str)]
+            for owner in owners:
+                self.dynamic.append((name, line, "getattr()"))
+                self._run_all(self.modules[owner])
+        elif func in _DYNAMIC_IMPORTS and call.args:
+            first = call.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str) and func != "__import__":
+                package = _keyword_constant(call, "package") or module.source.package
+                level = len(first.value) - len(first.value.lstrip("."))
+                target = absolute_import(level, first.value.lstrip("."), package)
+                if target is not None:
+                    self._run_module(target)
+                return
+            self.dynamic.append((name, line, f"{func}()"))
+            for other in self.modules:
+                self._run_module(other)
+
+    def _run_all(self, module: _Module) -> None:
+        self._run_module(module.source.name)
+        for units in module.definitions.values():
+            for unit in units:
+                self._run(unit)
+
+    def _lookup_expr(self, module: _Module, expr: ast.AST) -> list[_Unit | str]:
+        if isinstance(expr, ast.Name):
+            return self._lookup(module, expr.id, set())
+        if isinstance(expr, ast.Attribute):
+            owners = [t for t in self._lookup_expr(module, expr.value) if isinstance(t, str)]
+            return [t for owner in owners for t in self._member(owner, expr.attr, set())]
+        return []
+
+    def _lookup(self, module: _Module, name: str, seen: set[tuple[str, str]]) -> list[_Unit | str]:
+        """What ``name`` may refer to in ``module``: its own definitions, and what it imports under
+        that name from modules of the program (definitions, or modules)."""
+        key = (module.source.name, name)
+        if key in seen:
+            return []
+        seen.add(key)
+        found: list[_Unit | str] = list(module.definitions.get(name, ()))
+        for full in module.imports.get(name, ()):
+            if full in self.modules:
+                found.append(full)
+                continue
+            owner, _, member = full.rpartition(".")
+            if owner in self.modules:
+                found += self._member(owner, member, seen)
+        for star in module.stars:
+            if star in self.modules:
+                found += self._lookup(self.modules[star], name, seen)
+        return found
+
+    def _member(self, owner: str, name: str, seen: set[tuple[str, str]]) -> list[_Unit | str]:
+        """``owner.name``: a submodule of the package ``owner``, or a name defined or imported there."""
+        if owner not in self.modules:
+            return []
+        found: list[_Unit | str] = []
+        submodule = f"{owner}.{name}"
+        if submodule in self.modules:
+            found.append(submodule)
+        return found + self._lookup(self.modules[owner], name, seen)
+
+
+def _skipped(module: _Module, live: set[_Unit]) -> Iterator[Skipped]:
+    """The definitions of a running module that never run, and its main block (unless it is the entry)."""
+    tree = module.source.tree
+    assert tree is not None
+    dead = {id(u.node) for units in module.definitions.values() for u in units if u not in live}
+    if module.main_block is not None:
+        dead.add(id(module.main_block))
+    if not dead:
+        return
+    counter = 0
+
+    def visit(stmts: Sequence[ast.stmt]) -> Iterator[Skipped]:
+        nonlocal counter
+        for stmt in stmts:
+            if not isinstance(stmt, _COMPOUND):
+                continue
+            first = counter
+            counter += 1
+            if id(stmt) in dead:
+                counter += sum(1 for _ in _compounds_below(stmt))
+                kind = "if" if isinstance(stmt, ast.If) else "class" if isinstance(stmt, ast.ClassDef) else "def"
+                yield Skipped(first, counter - 1, kind, getattr(stmt, "name", ""))
+            else:
+                for block in _blocks(stmt):
+                    yield from visit(block)
+
+    yield from visit(tree.body)
+
+
+def _blocks(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
+    """The statement lists of a compound statement, in source order."""
+    for name, value in ast.iter_fields(stmt):
+        if name == "handlers":
+            for handler in value:
+                yield handler.body
+        elif name == "cases":
+            for case in value:
+                yield case.body
+        elif isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+            yield value
+
+
+def _compounds_below(stmt: ast.stmt) -> Iterator[ast.stmt]:
+    for block in _blocks(stmt):
+        for inner in block:
+            if isinstance(inner, _COMPOUND):
+                yield inner
+                yield from _compounds_below(inner)
+
+
+def _is_main_block(stmt: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either way round)."""
+    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare) or len(stmt.test.ops) != 1:
+        return False
+    if not isinstance(stmt.test.ops[0], ast.Eq):
+        return False
+    sides = [stmt.test.left, stmt.test.comparators[0]]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    constants = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(constants) == 1
+
+
+def _imported(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[tuple[str, str]]:
+    """``(local name, full name)`` for each name an import binds; ``import a.b`` binds ``a``
+    (and makes ``a.b`` reachable as an attribute of it)."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.asname is not None:
+                yield alias.asname, alias.name
+            else:
+                yield alias.name.split(".")[0], alias.name.split(".")[0]
+        return
+    base = absolute_import(node.level, node.module or "", package)
+    if base is None:
+        return
+    for alias in node.names:
+        if alias.name != "*":
+            yield alias.asname or alias.name, f"{base}.{alias.name}"
+
+
+def _dotted(expr: ast.AST) -> str:
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        inner = _dotted(expr.value)
+        return f"{inner}.{expr.attr}" if inner else ""
+    return ""
+
+
+def _keyword_constant(call: ast.Call, name: str) -> str | None:
+    for keyword in call.keywords:
+        if keyword.arg == name and isinstance(keyword.value, ast.Constant) and isinstance(keyword.value.value, str):
+            return keyword.value.value
+    return None
+
+
+def _identifiers(tree: ast.Module) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, (*_DEFINITION,)):
+            found.add(node.name)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+        elif isinstance(node, ast.alias):
+            found.add((node.asname or node.name).split(".")[0])
+    return found
+
+
+def parse(source: str | bytes) -> ast.Module | None:
+    """CPython's tree of ``source``, or None where it cannot be parsed."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
