@@ -664,7 +664,9 @@ def test_spawn_reaches_the_converter_and_the_report(converter, workdir, capsys):
 def test_spawn_is_in_the_help(capsys):
     assert cli.main(["--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "--spawn Let `python OUT` start one process per GPU itself (for machines without torchrun)" in out
+    assert (
+        "--spawn / --no-spawn Let `python OUT` start one process per GPU itself (for machines without torchrun)" in out
+    )
     for option in ("--jobs", "--suffix", "--sbatch", "--nodes", "--gpus-per-node"):
         assert option in out
 

@@ -20,6 +20,7 @@ from ddpify.cli.request import (
     DEFAULT_NPROC,
     DEFAULT_SUFFIX,
     DEFAULT_TIMEOUT_S,
+    STDIN_NAME,
     ReportFormat,
     Request,
 )
@@ -110,40 +111,48 @@ Check = Annotated[
     bool, typer.Option("--check", help="Write nothing; exit 1 if an output is missing or not what would be generated.")
 ]
 KeepGlobalBatch = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        "--keep-global-batch",
+        "--keep-global-batch/--no-keep-global-batch",
+        show_default=False,
         help="Divide each training DataLoader's batch_size by the world size to keep the global batch.",
     ),
 ]
 FindUnusedParameters = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        "--find-unused-parameters",
+        "--find-unused-parameters/--no-find-unused-parameters",
+        show_default=False,
         help="Wrap every model with find_unused_parameters=True (costs a graph traversal per step; for forwards "
         "that skip parameters in ways ddpify cannot see).",
     ),
 ]
 SyncBatchNorm = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        "--sync-bn",
+        "--sync-bn/--no-sync-bn",
+        show_default=False,
         help="Convert BatchNorm layers to SyncBatchNorm before the wrap (statistics over the global batch, "
         "at the cost of a collective in every BatchNorm forward).",
     ),
 ]
 ShardEval = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        "--shard-eval",
+        "--shard-eval/--no-shard-eval",
+        show_default=False,
         help="Give evaluation DataLoaders a DistributedSampler(shuffle=False) and add up the sums and counts "
         "their loops accumulate over all processes (faster evaluation; a set that does not divide by the world "
         "size has up to world size - 1 samples counted twice; loops whose metrics are not sums are refused).",
     ),
 ]
 Spawn = Annotated[
-    bool,
-    typer.Option("--spawn", help="Let `python OUT` start one process per GPU itself (for machines without torchrun)."),
+    bool | None,
+    typer.Option(
+        "--spawn/--no-spawn",
+        show_default=False,
+        help="Let `python OUT` start one process per GPU itself (for machines without torchrun).",
+    ),
 ]
 Jobs = Annotated[
     int | None,
@@ -252,6 +261,16 @@ MaxSize = Annotated[
         help="Refuse inputs larger than BYTES (training scripts are small).",
     ),
 ]
+ConfigFile = Annotated[
+    str | None,
+    typer.Option(
+        "--config",
+        metavar="FILE",
+        show_default=False,
+        help="Read [tool.ddpify] from FILE (default: the nearest pyproject.toml above the inputs that has one).",
+    ),
+]
+NoConfig = Annotated[bool, typer.Option("--no-config", help="Read no [tool.ddpify]: the command line alone.")]
 Version = Annotated[
     bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
 ]
@@ -273,11 +292,11 @@ def ddpify_command(
     suffix: Suffix = None,
     diff: Diff = False,
     check: Check = False,
-    keep_global_batch: KeepGlobalBatch = False,
-    find_unused_parameters: FindUnusedParameters = False,
-    sync_bn: SyncBatchNorm = False,
-    shard_eval: ShardEval = False,
-    spawn: Spawn = False,
+    keep_global_batch: KeepGlobalBatch = None,
+    find_unused_parameters: FindUnusedParameters = None,
+    sync_bn: SyncBatchNorm = None,
+    shard_eval: ShardEval = None,
+    spawn: Spawn = None,
     jobs: Jobs = None,
     no_color: NoColor = False,
     quiet: Quiet = False,
@@ -290,6 +309,8 @@ def ddpify_command(
     max_steps: MaxSteps = None,
     report_format: Format = None,
     max_size: MaxSize = DEFAULT_MAX_SIZE,
+    config_file: ConfigFile = None,
+    no_config: NoConfig = False,
     version: Version = False,
 ) -> int:
     """Convert single-GPU PyTorch training scripts into torchrun / DistributedDataParallel scripts.
@@ -302,42 +323,63 @@ def ddpify_command(
 
     To check any script (converted or written by hand) without converting it:
     ddpify verify SCRIPT [-- SCRIPT_ARGS] (see ddpify verify --help).
+
+    Defaults for these options can be kept in pyproject.toml, [tool.ddpify]
+    (see --config); the command line wins.
     """
-    request = Request(
-        sources=tuple(src),
-        output=None if output == "-" else output,
-        stdout=output == "-",
-        max_size=max_size,
-        in_place=in_place,
-        diff=diff,
-        check=check,
-        keep_global_batch=keep_global_batch,
-        find_unused_parameters=find_unused_parameters,
-        sync_batchnorm=sync_bn,
-        shard_eval=shard_eval,
-        color=not no_color,
-        quiet=quiet,
-        spawn=spawn,
-        suffix=suffix,
-        jobs=jobs,
-        sbatch=sbatch,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        verify=verify_run,
-        nproc=nproc,
-        timeout=timeout,
-        max_steps=max_steps,
-        report_format=report_format,
-        script_args=ctx.meta.get(SCRIPT_ARGS, ()),
-    )
-    return execute(request)
+
+    def request() -> Request:
+        from ddpify.cli.config import load
+
+        settings = load(src, config=config_file, no_config=no_config)
+        # Where the outputs go, as the command line says; the file's choice only when it says nothing.
+        placed = output is not None or in_place or suffix is not None or src == ["-"]
+        verify = verify_run  # the file's --verify settings serve a verification the command line asked for
+        return Request(
+            sources=tuple(src),
+            output=None if output == "-" else output if placed else settings.output,
+            stdout=output == "-",
+            max_size=max_size,
+            in_place=in_place,
+            diff=diff,
+            check=check,
+            keep_global_batch=_chosen(keep_global_batch, settings.keep_global_batch),
+            find_unused_parameters=_chosen(find_unused_parameters, settings.find_unused_parameters),
+            sync_batchnorm=_chosen(sync_bn, settings.sync_bn),
+            shard_eval=_chosen(shard_eval, settings.shard_eval),
+            color=not no_color,
+            quiet=quiet,
+            spawn=_chosen(spawn, settings.spawn),
+            suffix=suffix if placed else settings.suffix,
+            jobs=jobs if jobs is not None else settings.jobs,
+            sbatch=sbatch,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            verify=verify,
+            nproc=nproc if nproc is not None or not verify else settings.nproc,
+            timeout=timeout if timeout is not None or not verify else settings.timeout,
+            max_steps=max_steps if max_steps is not None or not verify else settings.max_steps,
+            report_format=report_format,
+            script_args=ctx.meta.get(SCRIPT_ARGS, ()),
+            config=settings.path,
+            exclude=settings.exclude,
+            extend_exclude=settings.extend_exclude,
+            exclude_root=settings.exclude_root,
+        )
+
+    return execute(request, name=", ".join(STDIN_NAME if path == "-" else path for path in src))
 
 
-def execute(request: Request) -> int:
-    """Carry out ``request``; every failure becomes a message on stderr and an exit code."""
+def _chosen(flag: bool | None, configured: bool | None) -> bool:
+    """A switch as the command line sets it, else as the configuration does, else off."""
+    return flag if flag is not None else bool(configured)
+
+
+def execute(request: Callable[[], Request], *, name: str) -> int:
+    """Carry out the request ``request()`` builds; every failure becomes a message on stderr and an exit code."""
     from ddpify.cli.run import run
 
-    return guarded(lambda: run(request), name=request.name)
+    return guarded(lambda: run(request()), name=name)
 
 
 def guarded(action: Callable[[], ExitCode], *, name: str) -> int:
@@ -396,6 +438,8 @@ def verify_command(
     timeout: VerifyTimeout = None,
     max_steps: VerifyMaxSteps = None,
     report_format: VerifyFormat = None,
+    config_file: ConfigFile = None,
+    no_config: NoConfig = False,
 ) -> int:
     """Run SCRIPT under torchrun in the current folder and check that it trains in data-parallel.
 
@@ -408,15 +452,21 @@ def verify_command(
     from ddpify.cli.run import check_verifiable, verify_script
 
     def action() -> ExitCode:
+        from ddpify.cli.config import load
+
         check_verifiable(script)
+        settings = load([script], config=config_file, no_config=no_config)
+        reporter = Reporter(quiet=False)
+        if settings.path is not None:
+            reporter.say(f"config: [tool.ddpify] of {settings.path}")
         return verify_script(
             script,
-            nproc=nproc,
-            timeout=timeout,
-            max_steps=max_steps,
+            nproc=nproc if nproc is not None else settings.nproc,
+            timeout=timeout if timeout is not None else settings.timeout,
+            max_steps=max_steps if max_steps is not None else settings.max_steps,
             report_format=report_format,
             script_args=ctx.meta.get(SCRIPT_ARGS, ()),
-            reporter=Reporter(quiet=False),
+            reporter=reporter,
         )
 
     return guarded(action, name=script)

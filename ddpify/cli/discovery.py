@@ -1,9 +1,9 @@
 """Finding the scripts that several inputs name, and where each one's output goes.
 
 A folder is searched recursively for ``*.py`` files, skipping the folders in
-:data:`EXCLUDED_FOLDERS`, what ``.gitignore`` excludes (asked of ``git
-check-ignore`` when the folder is in a git work tree) and earlier outputs
-(``*_ddp.py``).  Each output goes next to its input with ``--suffix`` added to
+:data:`EXCLUDED_FOLDERS` (or what the ``exclude`` globs of ``[tool.ddpify]``
+name), what ``.gitignore`` excludes (asked of ``git check-ignore`` when the
+folder is in a git work tree) and earlier outputs (``*_ddp.py``).  Each output goes next to its input with ``--suffix`` added to
 its name, into the folder ``-o`` names under its path relative to the common
 base of the inputs, or over the input with ``--in-place``.
 """
@@ -11,6 +11,7 @@ base of the inputs, or over the input with ``--in-place``.
 from __future__ import annotations
 
 import errno
+import fnmatch
 import os
 import stat
 import subprocess
@@ -21,7 +22,7 @@ from ddpify.cli.files import describe_kind
 from ddpify.cli.request import DEFAULT_SUFFIX, Job, Request, is_output, refuse_notebook, same_file, with_suffix
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ddpify.cli.report import Reporter
 
@@ -51,11 +52,33 @@ EXCLUDED_FOLDERS = frozenset(
 )
 
 
+def excluder(request: Request) -> Callable[[str], bool]:
+    """Whether a folder search skips a path: its name, or its path relative to the configuration's
+    folder, matches a glob of ``exclude`` (default :data:`EXCLUDED_FOLDERS`) or ``extend-exclude``."""
+    patterns = [*(sorted(EXCLUDED_FOLDERS) if request.exclude is None else request.exclude), *request.extend_exclude]
+    patterns = [pattern.rstrip("/") for pattern in patterns]
+    root = request.exclude_root
+
+    def excluded(path: str) -> bool:
+        names = [os.path.basename(path)]
+        if root is not None:
+            relative = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+            if not relative.startswith(".."):
+                names.append(relative.replace(os.sep, "/"))
+        return any(fnmatch.fnmatchcase(name, pattern) for name in names for pattern in patterns)
+
+    return excluded
+
+
+def _default_excluded(path: str) -> bool:
+    return os.path.basename(path) in EXCLUDED_FOLDERS
+
+
 def plan(request: Request, reporter: Reporter) -> list[Job]:
     """The files the inputs name, in order, and where each one's output goes."""
     suffix = request.suffix or DEFAULT_SUFFIX
     folder = request.output
-    paths = find_scripts(request.sources, suffix=suffix, skip=folder, reporter=reporter)
+    paths = find_scripts(request.sources, suffix=suffix, skip=folder, reporter=reporter, exclude=excluder(request))
     if folder is None:
         if request.in_place:
             return [Job(path, path, in_place=True, write_unchanged=False) for path in paths]
@@ -79,18 +102,25 @@ def plan(request: Request, reporter: Reporter) -> list[Job]:
     return jobs
 
 
-def find_scripts(sources: Sequence[str], *, suffix: str, skip: str | None, reporter: Reporter) -> list[str]:
+def find_scripts(
+    sources: Sequence[str],
+    *,
+    suffix: str,
+    skip: str | None,
+    reporter: Reporter,
+    exclude: Callable[[str], bool] = _default_excluded,
+) -> list[str]:
     """The scripts that ``sources`` name, each once, in order; raises ``Failure`` for a missing or empty input.
 
     A file is taken as given unless its name marks it as an output (``*_ddp.py``);
     a folder gives its ``*.py`` files (see :func:`scripts_in`); ``skip`` is a
-    folder not to search (the output folder).
+    folder not to search (the output folder); ``exclude`` says which folders and files a search skips.
     """
     found: list[str] = []
     seen: set[str] = set()
     for src in sources:
         if os.path.isdir(src):
-            paths = scripts_in(src, suffix=suffix, skip=skip, reporter=reporter)
+            paths = scripts_in(src, suffix=suffix, skip=skip, reporter=reporter, exclude=exclude)
             if not paths:
                 raise Failure(f"{src}: no Python files")
         elif os.path.exists(src):
@@ -111,7 +141,14 @@ def find_scripts(sources: Sequence[str], *, suffix: str, skip: str | None, repor
     return found
 
 
-def scripts_in(folder: str, *, suffix: str, skip: str | None = None, reporter: Reporter | None = None) -> list[str]:
+def scripts_in(
+    folder: str,
+    *,
+    suffix: str,
+    skip: str | None = None,
+    reporter: Reporter | None = None,
+    exclude: Callable[[str], bool] = _default_excluded,
+) -> list[str]:
     """The ``*.py`` files under ``folder``, sorted, without excluded folders, ignored files and outputs.
 
     Only regular files are scripts: a FIFO, device or socket named ``*.py`` is
@@ -123,10 +160,12 @@ def scripts_in(folder: str, *, suffix: str, skip: str | None = None, reporter: R
         folders[:] = sorted(
             name
             for name in folders
-            if name not in EXCLUDED_FOLDERS and os.path.realpath(os.path.join(root, name)) != skipped
+            if not exclude(os.path.join(root, name)) and os.path.realpath(os.path.join(root, name)) != skipped
         )
         candidates.extend(
-            os.path.join(root, name) for name in sorted(names) if name.endswith(".py") and not is_output(name, suffix)
+            os.path.join(root, name)
+            for name in sorted(names)
+            if name.endswith(".py") and not is_output(name, suffix) and not exclude(os.path.join(root, name))
         )
     ignored = git_ignored(folder, [os.path.relpath(path, folder) for path in candidates])
     return [

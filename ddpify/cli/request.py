@@ -67,6 +67,12 @@ class Request:
     script_args: tuple[str, ...] = ()
     stdout: bool = False  # -o -
     max_size: int = DEFAULT_MAX_SIZE
+    config: str | None = None  # the pyproject.toml whose [tool.ddpify] was read
+    # Globs of what a folder search skips: None means the default folders; each is
+    # matched against a file's or folder's name and its path relative to exclude_root.
+    exclude: tuple[str, ...] | None = None
+    extend_exclude: tuple[str, ...] = ()
+    exclude_root: str | None = None
 
     @property
     def name(self) -> str:
@@ -153,11 +159,16 @@ def refuse_notebook(path: str) -> None:
         )
 
 
+def valid_suffix(suffix: str) -> bool:
+    """Whether ``suffix`` is a part of a file name that can mark an output (``_ddp``)."""
+    return bool(_SUFFIX.fullmatch(suffix)) and not suffix.lower().endswith(".py") and suffix not in (".", "..")
+
+
 def _validate_suffix(request: Request) -> None:
     suffix = request.suffix
     if suffix is None:
         return
-    if not _SUFFIX.fullmatch(suffix) or suffix.lower().endswith(".py") or suffix in (".", ".."):
+    if not valid_suffix(suffix):
         raise Failure(f"--suffix {suffix!r}: give a part of a file name, such as {DEFAULT_SUFFIX}")
     if request.output is not None or request.in_place or request.stdout:
         raise Failure("--suffix names outputs next to their inputs; it cannot be combined with -o OUT or --in-place")

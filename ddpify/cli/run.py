@@ -48,6 +48,8 @@ def run(request: Request) -> ExitCode:
     several = request.several
     validate(request, several=several)
     reporter = Reporter(quiet=request.quiet)
+    if request.config is not None:
+        reporter.say(f"config: [tool.ddpify] of {request.config}")
     if several:
         return run_many(request, plan(request, reporter), reporter)
     return _run_one(request, single_job(request), reporter)
