@@ -8,7 +8,8 @@ in :mod:`ddpify.cli.exits` and README.md.
 ====================  =====================================================
 ``command``           the typer command and its options
 ``request``           the parsed request and its validation
-``run``               one run: a single script, ``--sbatch``, ``--verify``
+``config``            ``[tool.ddpify]`` in pyproject.toml: found, read, checked
+``run``               one run: a single script, ``--sbatch``, ``--k8s``, ``--verify``
 ``results``           one conversion reported, written, compared or shown
 ``discovery``         the scripts in folders, excludes, ``.gitignore``
 ``workers``           several files in worker processes
