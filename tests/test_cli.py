@@ -416,7 +416,7 @@ def test_invalid_input(converter, script, workdir, capsys):
         (["train.py", "train_ddp.py"], "error: train_ddp.py: No such file or directory"),
         (
             ["train.py", "-o", "train_ddp.py", "--", "--epochs", "1"],
-            "error: unexpected argument '--epochs'; arguments for the script go after -- and need --verify or --sbatch",
+            "error: unexpected argument '--epochs'; arguments for the script go after -- and need --verify, --sbatch or --k8s",
         ),
     ],
 )

@@ -1,4 +1,4 @@
-"""The command line with several inputs, ``--spawn``, the launch commands and ``--sbatch``.
+"""The command line with several inputs, ``--spawn``, the launch commands, ``--sbatch`` and ``--k8s``.
 
 Where only the plumbing is tested (which files are found, where outputs go,
 what is printed and the exit code), the converter is replaced through its seam
@@ -764,11 +764,33 @@ def test_sbatch_is_not_written_for_a_refused_script(converter, workdir, capsys):
             ["train.py", "-o", "train_ddp.py", "--sbatch", "train.py"],
             "--sbatch train.py names a training script; give the batch script a name of its own",
         ),
-        (["train.py", "-o", "train_ddp.py", "--nodes", "2"], "--nodes needs --sbatch"),
-        (["train.py", "-o", "train_ddp.py", "--gpus-per-node", "2"], "--gpus-per-node needs --sbatch"),
+        (["train.py", "-o", "train_ddp.py", "--nodes", "2"], "--nodes needs --sbatch or --k8s"),
+        (["train.py", "-o", "train_ddp.py", "--gpus-per-node", "2"], "--gpus-per-node needs --sbatch or --k8s"),
         (
             ["train.py", "-o", "train_ddp.py", "--", "--epochs", "1"],
-            "unexpected argument '--epochs'; arguments for the script go after -- and need --verify or --sbatch",
+            "unexpected argument '--epochs'; arguments for the script go after -- and need --verify, --sbatch or --k8s",
+        ),
+        (["train.py", "--k8s", "job.yaml"], "--k8s needs -o OUT: the script it starts"),
+        (["proj", "-o", "out", "--k8s", "job.yaml"], "--k8s starts one script; give a single SRC"),
+        (
+            ["train.py", "-o", "train_ddp.py", "--diff", "--k8s", "job.yaml"],
+            "--k8s writes a file; it cannot be combined with --check or --diff",
+        ),
+        (
+            ["train.py", "-o", "train_ddp.py", "--k8s", "train_ddp.py"],
+            "--k8s train_ddp.py names a training script; give the manifest a name of its own",
+        ),
+        (
+            ["train.py", "-o", "train_ddp.py", "--k8s", "job", "--sbatch", "job"],
+            "--sbatch and --k8s both name job; give each file a name of its own",
+        ),
+        (
+            ["train.py", "-o", "train_ddp.py", "--k8s", "nowhere/job.yaml"],
+            "cannot write nowhere/job.yaml: No such file or directory",
+        ),
+        (
+            ["train.py", "-o", "train_ddp.py", "--k8s", "out"],
+            "out: Is a directory; out/ (ending with a slash) writes into it",
         ),
     ],
 )
@@ -782,6 +804,44 @@ def test_sbatch_bad_usage(converter, workdir, capsys, argv, message):
     assert capsys.readouterr() == ("", f"error: {message}\n")
     assert converter.calls == []
     assert tree(workdir) == before
+
+
+def test_k8s_writes_a_pytorchjob_manifest_that_runs_the_output_with_its_arguments(converter, workdir, capsys):
+    yaml = pytest.importorskip("yaml")
+    (workdir / "train.py").write_bytes(CONVERTS)
+    script_args = ["--epochs", "3", "--name", "run 1", "yes"]
+
+    argv = ["train.py", "-o", "train_ddp.py", "--k8s", "job.yaml", "--nodes", "2", "--gpus-per-node", "4"]
+    assert cli.main([*argv, "--", *script_args]) == 0
+
+    err = err_lines(capsys)
+    assert err[1] == (
+        "wrote job.yaml (2 nodes x 4 GPUs), a Kubeflow PyTorchJob: fill in IMAGE and NAMESPACE, "
+        "then: kubectl apply -f job.yaml"
+    )
+    job = yaml.safe_load((workdir / "job.yaml").read_text())
+    assert (job["apiVersion"], job["kind"], job["spec"]["nprocPerNode"]) == ("kubeflow.org/v1", "PyTorchJob", "4")
+    for role, count in (("Master", 1), ("Worker", 1)):
+        replica = job["spec"]["pytorchReplicaSpecs"][role]
+        (container,) = replica["template"]["spec"]["containers"]
+        assert replica["replicas"] == count
+        assert container["command"] == ["torchrun", "train_ddp.py", *script_args]
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": 4}
+    assert not os.access(workdir / "job.yaml", os.X_OK)
+    assert sorted(tree(workdir)) == ["job.yaml", "train.py", "train_ddp.py"]
+
+
+def test_k8s_and_sbatch_together_and_neither_for_a_refused_script(converter, workdir, capsys):
+    (workdir / "train.py").write_bytes(CONVERTS)
+    (workdir / "refused.py").write_bytes(REFUSED)
+    both = ["--k8s", "job.yaml", "--sbatch", "job.sh", "-q"]
+
+    assert cli.main(["refused.py", "-o", "refused_ddp.py", *both]) == 3
+    assert sorted(tree(workdir)) == ["refused.py", "train.py"]
+    assert cli.main(["train.py", "-o", "train_ddp.py", *both]) == 0
+    assert sorted(tree(workdir)) == ["job.sh", "job.yaml", "refused.py", "train.py", "train_ddp.py"]
+    assert "--nproc_per_node 8" in (workdir / "job.sh").read_text()
+    assert 'nprocPerNode: "8"' in (workdir / "job.yaml").read_text()
 
 
 def test_an_option_value_of_double_dash_is_not_the_separator(converter, workdir, capsys):

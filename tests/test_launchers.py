@@ -11,9 +11,11 @@ verification probe (``ddpify.verify.probe``); the probe's records are judged by
   two "nodes" that meet through a c10d rendezvous;
 * ``srun`` without torchrun: two plain processes numbered by SLURM variables only;
 * the emitted sbatch script under ``bash``, with stand-ins for ``srun`` and
-  ``scontrol`` (``tests/launch_stubs``) that run each node's task on this machine.
+  ``scontrol`` (``tests/launch_stubs``) that run each node's task on this machine;
+* the container command of the emitted PyTorchJob manifest, run as two "pods" with
+  the environment the Kubeflow training operator gives them.
 
-Each launch costs about ten seconds of torch start-up, so there are three, and
+Each launch costs about ten seconds of torch start-up, so there are four, and
 each asserts everything it shows. Every process gets a session of its own and
 a deadline; whatever is left at the deadline, or after a failure, is killed.
 """
@@ -34,9 +36,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ddpify import Status, convert
-from ddpify.launchers import RDZV_PORT, sbatch_script, torchrun_commands
+from ddpify.launchers import (
+    IMAGE,
+    NAMESPACE,
+    PYTORCHJOB_PORT,
+    RDZV_PORT,
+    pytorchjob_manifest,
+    sbatch_script,
+    torchrun_commands,
+)
 from ddpify.verify import CHECK_NAMES, VerifyReport
 from ddpify.verify.checks import evaluate
 from ddpify.verify.launcher import RunOutcome, probe_environment, read_records
@@ -181,6 +194,294 @@ def test_sbatch_script_is_valid_bash() -> None:
     text = sbatch_script("my dir/train.py", ["--tag", "a b", "$(rm -rf /)", "'"], nodes=2, gpus_per_node=4)
     result = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
+
+
+# -- the PyTorchJob manifest -----------------------------------------------------
+
+# What the Kubeflow training operator (kubeflow.org/v1) requires of a PyTorchJob, as
+# its documentation and definitions state: the CRD (manifests/base/crds/
+# kubeflow.org_pytorchjobs.yaml) requires spec.pytorchReplicaSpecs and, in each
+# replica's pod template, spec.containers, each container with a name; its
+# validating webhook (pkg/webhooks/pytorch/pytorchjob_webhook.go) wants a
+# DNS-1035 name, replica types Master and Worker only, exactly one Master, at least
+# one Worker when given, and in each replica a container named "pytorch" with an
+# image. nprocPerNode is a string ("auto", "cpu", "gpu" or a number); the master's
+# store port is the container port named "pytorchjob-port".
+_STRING = {"type": "string"}
+_CONTAINER = {
+    "type": "object",
+    "required": ["name", "image"],
+    "properties": {
+        "name": _STRING,
+        "image": {"type": "string", "pattern": r".+"},
+        "command": {"type": "array", "items": _STRING},
+        "args": {"type": "array", "items": _STRING},
+        "ports": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["containerPort"],
+                "properties": {"name": _STRING, "containerPort": {"type": "integer", "minimum": 1, "maximum": 65535}},
+            },
+        },
+        "resources": {
+            "type": "object",
+            "properties": {"limits": {"type": "object", "additionalProperties": {"type": ["integer", "string"]}}},
+        },
+    },
+}
+
+
+def _replica(minimum: int, maximum: int | None = None) -> dict[str, object]:
+    replicas: dict[str, object] = {"type": "integer", "minimum": minimum}
+    if maximum is not None:
+        replicas["maximum"] = maximum
+    return {
+        "type": "object",
+        "required": ["replicas", "template"],
+        "properties": {
+            "replicas": replicas,
+            "restartPolicy": {"enum": ["Always", "OnFailure", "Never", "ExitCode"]},
+            "template": {
+                "type": "object",
+                "required": ["spec"],
+                "properties": {
+                    "spec": {
+                        "type": "object",
+                        "required": ["containers"],
+                        "properties": {
+                            "containers": {
+                                "type": "array",
+                                "items": _CONTAINER,
+                                "contains": {"type": "object", "properties": {"name": {"const": "pytorch"}}},
+                            }
+                        },
+                    }
+                },
+            },
+        },
+    }
+
+
+PYTORCHJOB_SCHEMA: dict[str, object] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "kubeflow.org/v1"},
+        "kind": {"const": "PyTorchJob"},
+        "metadata": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "pattern": r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"},
+                "namespace": _STRING,
+            },
+        },
+        "spec": {
+            "type": "object",
+            "required": ["pytorchReplicaSpecs"],
+            "properties": {
+                "nprocPerNode": {"type": "string", "pattern": r"auto|cpu|gpu|[1-9][0-9]*"},
+                "pytorchReplicaSpecs": {
+                    "type": "object",
+                    "required": ["Master"],
+                    "properties": {"Master": _replica(1, 1), "Worker": _replica(1)},
+                    "additionalProperties": False,
+                },
+            },
+        },
+    },
+}
+
+_TYPES = {"object": dict, "array": list, "string": str, "integer": int, "boolean": bool}
+
+
+def schema_errors(value: object, schema: dict[str, object], where: str = "") -> list[str]:
+    """Where ``value`` breaks ``schema``: the subset of JSON Schema that PYTORCHJOB_SCHEMA uses."""
+    errors: list[str] = []
+    kinds = schema.get("type")
+    if kinds is not None:
+        names = kinds if isinstance(kinds, list) else [kinds]
+        if not any(isinstance(value, _TYPES[n]) and not (n == "integer" and isinstance(value, bool)) for n in names):
+            return [f"{where or '/'}: {value!r} is not of type {kinds}"]
+    if "const" in schema and value != schema["const"]:
+        errors.append(f"{where}: {value!r} is not {schema['const']!r}")
+    if "enum" in schema and value not in schema["enum"]:  # type: ignore[operator]
+        errors.append(f"{where}: {value!r} is not one of {schema['enum']}")
+    if "pattern" in schema and not re.fullmatch(str(schema["pattern"]), str(value)):
+        errors.append(f"{where}: {value!r} does not match {schema['pattern']}")
+    if "minimum" in schema and value < schema["minimum"]:  # type: ignore[operator]
+        errors.append(f"{where}: {value!r} is below {schema['minimum']}")
+    if "maximum" in schema and value > schema["maximum"]:  # type: ignore[operator]
+        errors.append(f"{where}: {value!r} is above {schema['maximum']}")
+    if isinstance(value, dict):
+        properties: dict[str, dict[str, object]] = schema.get("properties", {})  # type: ignore[assignment]
+        errors += [f"{where}/{key}: missing" for key in schema.get("required", []) if key not in value]  # type: ignore[attr-defined]
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            if key in properties:
+                errors += schema_errors(item, properties[key], f"{where}/{key}")
+            elif extra is False:
+                errors.append(f"{where}/{key}: not allowed")
+            elif isinstance(extra, dict):
+                errors += schema_errors(item, extra, f"{where}/{key}")
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            errors += schema_errors(item, schema.get("items", {}), f"{where}/{index}")  # type: ignore[arg-type]
+        contains = schema.get("contains")
+        if contains is not None and all(schema_errors(item, contains) for item in value):  # type: ignore[arg-type]
+            errors.append(f"{where}: no item matches {contains}")
+    return errors
+
+
+def replicas_of(job: dict[str, object]) -> dict[str, dict[str, object]]:
+    return job["spec"]["pytorchReplicaSpecs"]  # type: ignore[index,no-any-return]
+
+
+def container_of(replica: dict[str, object]) -> dict[str, object]:
+    (container,) = replica["template"]["spec"]["containers"]  # type: ignore[index]
+    return container  # type: ignore[no-any-return]
+
+
+def test_pytorchjob_manifest_is_a_pytorchjob_of_one_master_and_the_other_nodes_as_workers() -> None:
+    text = pytorchjob_manifest("jobs/train_ddp.py", ["--epochs", "10"], nodes=4, gpus_per_node=8)
+    job = yaml.safe_load(text)
+
+    assert schema_errors(job, PYTORCHJOB_SCHEMA) == []
+    assert job["metadata"] == {"name": "train-ddp", "namespace": NAMESPACE}
+    assert job["spec"]["nprocPerNode"] == "8"
+    replicas = replicas_of(job)
+    assert {role: spec["replicas"] for role, spec in replicas.items()} == {"Master": 1, "Worker": 3}
+    for spec in replicas.values():
+        assert spec["restartPolicy"] == "OnFailure"
+        container = container_of(spec)
+        assert container["image"] == IMAGE
+        # torchrun takes every option from the PET_* variables the operator sets.
+        assert container["command"] == ["torchrun", "jobs/train_ddp.py", "--epochs", "10"]
+        assert "args" not in container
+        assert container["ports"] == [{"name": "pytorchjob-port", "containerPort": PYTORCHJOB_PORT}]
+        assert container["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+
+
+def test_pytorchjob_manifest_of_one_node_has_a_master_alone() -> None:
+    job = yaml.safe_load(pytorchjob_manifest("train_ddp.py", nodes=1, gpus_per_node=2))
+
+    assert schema_errors(job, PYTORCHJOB_SCHEMA) == []
+    assert list(replicas_of(job)) == ["Master"]
+    assert container_of(replicas_of(job)["Master"])["command"] == ["torchrun", "train_ddp.py"]
+
+
+def test_the_schema_finds_what_the_operator_would_refuse() -> None:
+    job = yaml.safe_load(pytorchjob_manifest("train_ddp.py", nodes=2, gpus_per_node=2))
+    replicas = replicas_of(job)
+    replicas["Master"]["replicas"] = 2
+    container_of(replicas["Worker"])["name"] = "trainer"
+    del container_of(replicas["Worker"])["image"]
+    replicas["Chief"] = replicas["Worker"]
+    job["spec"]["nprocPerNode"] = 2
+    del job["apiVersion"]
+
+    assert sorted(schema_errors(job, PYTORCHJOB_SCHEMA)) == [
+        "/apiVersion: missing",
+        "/spec/nprocPerNode: 2 is not of type string",
+        "/spec/pytorchReplicaSpecs/Chief: not allowed",
+        "/spec/pytorchReplicaSpecs/Master/replicas: 2 is above 1",
+        "/spec/pytorchReplicaSpecs/Worker/template/spec/containers/0/image: missing",
+        "/spec/pytorchReplicaSpecs/Worker/template/spec/containers: no item matches "
+        "{'type': 'object', 'properties': {'name': {'const': 'pytorch'}}}",
+    ]
+
+
+def test_pytorchjob_manifest_marks_its_placeholders_and_fills_what_it_is_given() -> None:
+    text = pytorchjob_manifest("train_ddp.py", nodes=2, gpus_per_node=8)
+    marked = [line.strip() for line in text.splitlines() if "# placeholder" in line]
+    assert marked == [
+        'namespace: "NAMESPACE"  # placeholder',
+        'image: "IMAGE"  # placeholder: an image with torch and the script',
+        'image: "IMAGE"  # placeholder: an image with torch and the script',
+    ]
+    assert "fill in IMAGE and NAMESPACE (marked below), then: kubectl apply -f FILE" in text
+
+    filled = pytorchjob_manifest(
+        "train_ddp.py", nodes=1, gpus_per_node=8, name="bert-pretrain", image="registry.local/bert:1", namespace="ml"
+    )
+    job = yaml.safe_load(filled)
+    assert "placeholder" not in filled and "fill in" not in filled
+    assert job["metadata"] == {"name": "bert-pretrain", "namespace": "ml"}
+    assert container_of(replicas_of(job)["Master"])["image"] == "registry.local/bert:1"
+
+
+@pytest.mark.parametrize(
+    ("script", "name"),
+    [
+        ("train_ddp.py", "train-ddp"),
+        ("runs/2024 BERT_v2.py", "bert-v2"),
+        ("__.py", "ddp"),
+        (f"{'x' * 80}.py", "x" * 63),
+    ],
+)
+def test_pytorchjob_is_named_after_the_script_as_a_dns_label(script: str, name: str) -> None:
+    job = yaml.safe_load(pytorchjob_manifest(script, nodes=1, gpus_per_node=1))
+
+    assert job["metadata"]["name"] == name
+    assert schema_errors(job, PYTORCHJOB_SCHEMA) == []
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"nodes": 0}, "nodes must be at least 1, got 0"),
+        ({"gpus_per_node": 0}, "gpus_per_node must be at least 1, got 0"),
+        ({"name": "Train_DDP"}, "name must be a DNS label"),
+    ],
+)
+def test_pytorchjob_manifest_refuses_what_cannot_describe_a_job(keywords: dict[str, object], message: str) -> None:
+    arguments: dict[str, object] = {"nodes": 1, "gpus_per_node": 1, **keywords}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pytorchjob_manifest("train_ddp.py", **arguments)  # type: ignore[arg-type]
+
+
+TRICKY_ARGUMENTS = [
+    "--name",
+    "run 1",
+    "10",
+    "3.0",
+    "yes",
+    "off",
+    "null",
+    "~",
+    "- x",
+    "#no",
+    "a: b",
+    'say "hi"',
+    "C:\\dir",
+]
+
+
+def test_pytorchjob_command_keeps_every_argument_a_string_as_given() -> None:
+    text = pytorchjob_manifest(
+        "my jobs/train_ddp.py", [*TRICKY_ARGUMENTS, "tab\there", "line\nbreak", "é😀"], nodes=2, gpus_per_node=1
+    )
+
+    for spec in replicas_of(yaml.safe_load(text)).values():
+        assert container_of(spec)["command"] == [
+            "torchrun",
+            "my jobs/train_ddp.py",
+            *TRICKY_ARGUMENTS,
+            "tab\there",
+            "line\nbreak",
+            "é😀",
+        ]
+
+
+@given(script=st.text(min_size=1), arguments=st.lists(st.text(), max_size=4))
+def test_pytorchjob_command_survives_any_text(script: str, arguments: list[str]) -> None:
+    text = pytorchjob_manifest(script, arguments, nodes=2, gpus_per_node=1, name="job")
+    job = yaml.safe_load(text.encode("utf-8", "surrogatepass"))
+
+    assert [container_of(spec)["command"] for spec in replicas_of(job).values()] == [
+        ["torchrun", script, *arguments]
+    ] * 2
 
 
 # -- launches -------------------------------------------------------------------
@@ -430,6 +731,46 @@ def test_sbatch_script_runs_srun_torchrun_across_two_nodes(tmp_path: Path) -> No
     result = launch([command], [env], cwd=tmp_path, script=script)
     report = judge(script, command, result, read_records(str(tmp_path), NPROC))
 
+    assert_trains_data_parallel(report)
+    assert (report.ranks[0].saves, report.ranks[1].saves) == ((checkpoint,), ())
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == [checkpoint]
+
+
+@pytest.mark.torchrun
+def test_pytorchjob_pods_train_with_the_environment_the_operator_gives_them(tmp_path: Path) -> None:
+    """The manifest's container command, run as a master and a worker "pod" on this machine, each with
+    the variables the training operator (v1.9, pkg/controller.v1/pytorch/envvar.go and master.go) sets:
+    the pod's own RANK and WORLD_SIZE, which torchrun replaces for its workers, and the PET_* variables
+    torchrun takes its options from. They form one world of 2 ranks; one checkpoint."""
+    script = generated_script(tmp_path)
+    checkpoint = "final model.pt"
+    job = yaml.safe_load(pytorchjob_manifest(str(PROBED), [str(script), "--out", checkpoint], nodes=2, gpus_per_node=1))
+    replicas = replicas_of(job)
+    port = str(free_port())
+    pods = [container_of(replicas["Master"])] + [container_of(replicas["Worker"])] * replicas["Worker"]["replicas"]
+    nproc = job["spec"]["nprocPerNode"]
+    commands = [[str(TORCHRUN), *pod["command"][1:]] for pod in pods]  # type: ignore[index]
+    envs = [
+        clean_environment(
+            tmp_path,
+            PYTHONUNBUFFERED="1",
+            MASTER_ADDR="127.0.0.1",  # the operator's value is the master's service, <job>-master-0
+            PET_MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            PET_MASTER_PORT=port,
+            WORLD_SIZE=str(len(pods) * int(nproc)),
+            RANK=str(index),
+            PET_NODE_RANK=str(index),
+            PET_NPROC_PER_NODE=nproc,
+            PET_NNODES=str(len(pods)),
+        )
+        for index in range(len(pods))
+    ]
+
+    result = launch(commands, envs, cwd=tmp_path, script=script)
+    report = judge(script, commands[0], result, read_records(str(tmp_path), NPROC))
+
+    assert [pod["command"][0] for pod in pods] == ["torchrun", "torchrun"]  # type: ignore[index]
     assert_trains_data_parallel(report)
     assert (report.ranks[0].saves, report.ranks[1].saves) == ((checkpoint,), ())
     assert sorted(p.name for p in tmp_path.glob("*.pt")) == [checkpoint]

@@ -74,7 +74,7 @@ Sources = Annotated[
         help=(
             "The training scripts to convert: files, and folders searched for *.py "
             "('-' reads one script from stdin). Arguments after '--' go to the script "
-            "(--verify, --sbatch)."
+            "(--verify, --sbatch, --k8s)."
         ),
     ),
 ]
@@ -176,10 +176,24 @@ Sbatch = Annotated[
         help="Also write FILE, a SLURM batch script that runs OUT with srun torchrun (needs -o OUT).",
     ),
 ]
+K8s = Annotated[
+    str | None,
+    typer.Option(
+        "--k8s",
+        metavar="FILE",
+        show_default=False,
+        help="Also write FILE, a Kubeflow PyTorchJob manifest that runs OUT with torchrun in each pod "
+        "(needs -o OUT; fill in its IMAGE and NAMESPACE).",
+    ),
+]
 Nodes = Annotated[
     int | None,
     typer.Option(
-        "--nodes", metavar="N", min=1, show_default=False, help=f"--sbatch: nodes to run on (default {DEFAULT_NODES})."
+        "--nodes",
+        metavar="N",
+        min=1,
+        show_default=False,
+        help=f"--sbatch, --k8s: nodes to run on (default {DEFAULT_NODES}).",
     ),
 ]
 GpusPerNode = Annotated[
@@ -189,7 +203,7 @@ GpusPerNode = Annotated[
         metavar="G",
         min=1,
         show_default=False,
-        help=f"--sbatch: GPUs of each node, one process each (default {DEFAULT_GPUS_PER_NODE}).",
+        help=f"--sbatch, --k8s: GPUs of each node, one process each (default {DEFAULT_GPUS_PER_NODE}).",
     ),
 ]
 Verify = Annotated[
@@ -301,6 +315,7 @@ def ddpify_command(
     no_color: NoColor = False,
     quiet: Quiet = False,
     sbatch: Sbatch = None,
+    k8s: K8s = None,
     nodes: Nodes = None,
     gpus_per_node: GpusPerNode = None,
     verify_run: Verify = False,
@@ -353,6 +368,7 @@ def ddpify_command(
             suffix=suffix if placed else settings.suffix,
             jobs=jobs if jobs is not None else settings.jobs,
             sbatch=sbatch,
+            k8s=k8s,
             nodes=nodes,
             gpus_per_node=gpus_per_node,
             verify=verify,

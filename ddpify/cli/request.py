@@ -56,6 +56,7 @@ class Request:
     suffix: str | None = None  # None: not given
     jobs: int | None = None  # None: one per CPU
     sbatch: str | None = None
+    k8s: str | None = None
     nodes: int | None = None
     gpus_per_node: int | None = None
     verify: bool = False
@@ -83,6 +84,11 @@ class Request:
     def several(self) -> bool:
         """Whether the inputs are several files (several SRC, or a folder) rather than one script."""
         return len(self.sources) > 1 or os.path.isdir(self.sources[0])
+
+    @property
+    def launch_files(self) -> list[tuple[str, str]]:
+        """The files that start the output, with the options that asked for them: --sbatch, --k8s."""
+        return [(option, path) for option, path in (("--sbatch", self.sbatch), ("--k8s", self.k8s)) if path is not None]
 
     @property
     def options(self) -> Options:
@@ -121,7 +127,7 @@ def validate(request: Request, *, several: bool) -> None:
     _validate_suffix(request)
     _validate_script_args(request)
     _validate_verify(request, several=several)
-    _validate_sbatch(request, several=several)
+    _validate_launch_files(request, several=several)
     if several:
         if request.in_place and request.output is not None:
             raise Failure("--in-place rewrites each SRC; it cannot be combined with -o OUT")
@@ -177,10 +183,10 @@ def _validate_suffix(request: Request) -> None:
 
 
 def _validate_script_args(request: Request) -> None:
-    if request.script_args and not (request.verify or request.sbatch is not None):
+    if request.script_args and not (request.verify or request.launch_files):
         raise Failure(
             f"unexpected argument {request.script_args[0]!r}; arguments for the script go after -- "
-            "and need --verify or --sbatch"
+            "and need --verify, --sbatch or --k8s"
         )
 
 
@@ -210,21 +216,30 @@ def require_torch(what: str) -> None:
         raise Failure(f"{what} needs torch in {sys.executable}: pip install 'ddpify[run]'")
 
 
-def _validate_sbatch(request: Request, *, several: bool) -> None:
-    if request.sbatch is None:
+def _validate_launch_files(request: Request, *, several: bool) -> None:
+    """--sbatch and --k8s: each writes a file that starts the one output script."""
+    if not request.launch_files:
         for option, value in (("--nodes", request.nodes), ("--gpus-per-node", request.gpus_per_node)):
             if value is not None:
-                raise Failure(f"{option} needs --sbatch")
+                raise Failure(f"{option} needs --sbatch or --k8s")
         return
-    if several:
-        raise Failure("--sbatch starts one script; give a single SRC")
-    if request.output is None:
-        raise Failure("--sbatch needs -o OUT: the script it starts")
-    if request.check or request.diff:
-        raise Failure("--sbatch writes a file; it cannot be combined with --check or --diff")
-    scripts = [request.output, *(src for src in request.sources if src != "-")]
-    if any(same_file(request.sbatch, script) for script in scripts):
-        raise Failure(f"--sbatch {request.sbatch} names a training script; give the batch script a name of its own")
+    scripts = [*(src for src in request.sources if src != "-"), *([request.output] if request.output else [])]
+    for option, path in request.launch_files:
+        if several:
+            raise Failure(f"{option} starts one script; give a single SRC")
+        if request.output is None:
+            raise Failure(f"{option} needs -o OUT: the script it starts")
+        if request.check or request.diff:
+            raise Failure(f"{option} writes a file; it cannot be combined with --check or --diff")
+        if any(same_file(path, script) for script in scripts):
+            raise Failure(
+                f"{option} {path} names a training script; give the {_LAUNCH_FILES[option]} a name of its own"
+            )
+    if request.sbatch is not None and request.k8s is not None and same_file(request.sbatch, request.k8s):
+        raise Failure(f"--sbatch and --k8s both name {request.k8s}; give each file a name of its own")
+
+
+_LAUNCH_FILES = {"--sbatch": "batch script", "--k8s": "manifest"}
 
 
 def single_job(request: Request) -> Job:

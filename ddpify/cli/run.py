@@ -1,8 +1,9 @@
 """One run of the command: validate, then convert a single script or hand several to the workers.
 
-For a single script this also writes the ``--sbatch`` batch script and runs
-``--verify`` once the output is written (or, with ``--check``, once it is known
-to be current).  The verification runs in the current folder, as ``torchrun
+For a single script this also writes the ``--sbatch`` batch script and the
+``--k8s`` manifest (made before anything is written, written once the output
+is) and runs ``--verify`` once the output is written (or, with ``--check``,
+once it is known to be current).  The verification runs in the current folder, as ``torchrun
 train_ddp.py`` typed in the same shell would.
 """
 
@@ -12,7 +13,7 @@ import errno
 import json
 import os
 import shlex
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,7 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
         # `-o DIR/`: the program keeps its layout under DIR.
         job = replace(job, target=os.path.join(request.output, program.relative(job.src)))
     modules = program.modules if program is not None else ()
+    launch_files = [_launch_file(request, option, path, job.target) for option, path in request.launch_files]
     conversion = backend.convert(source, path=job.name, options=request.options, modules=modules)
     with finishing():
         outcome = finish(request, job, source, conversion, reporter, program)
@@ -70,9 +72,8 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
         _say_where_modules_are(program, job.target, reporter)
     if outcome.code is not ExitCode.OK:
         return outcome.code
-    if request.sbatch is not None:
-        assert job.target is not None  # validate(): --sbatch needs -o
-        _write_sbatch(request, job.target, reporter)
+    for launch_file in launch_files:
+        launch_file.write(reporter)
     if request.verify:
         assert job.target is not None  # validate(): --verify needs -o
         return verify_script(
@@ -112,8 +113,8 @@ def _check_targets(request: Request, job: Job) -> None:
         raise Failure(f"{job.target} is the input file; pass --in-place to rewrite it")
     if job.target is not None and (request.check or not request.diff):
         check_target(job.target, hint="give a file or -o -", make_folders=job.make_folders)
-    if request.sbatch is not None:
-        check_target(request.sbatch, hint="give a file")
+    for _, path in request.launch_files:
+        check_target(path, hint="give a file")
 
 
 def check_verifiable(script: str) -> None:
@@ -175,20 +176,40 @@ def _say_launch_commands(request: Request, target: str, reporter: Reporter) -> N
         reporter.say(f"or without torchrun: python {shlex.quote(target)}")
 
 
-def _write_sbatch(request: Request, target: str, reporter: Reporter) -> None:
-    path = request.sbatch
-    assert path is not None
+@dataclass(frozen=True)
+class LaunchFile:
+    """A file that starts the output on a cluster (--sbatch, --k8s), made and ready to be written."""
+
+    path: str
+    text: str
+    mode: int | None  # None: an existing file's permission bits, or the umask's
+    message: str
+
+    def write(self, reporter: Reporter) -> None:
+        try:
+            write_atomically(self.path, self.text.encode(), mode=self.mode)
+        except OSError as exc:
+            raise Failure(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+        reporter.say(self.message)
+
+
+def _launch_file(request: Request, option: str, path: str, target: str | None) -> LaunchFile:
+    """The ``--sbatch`` batch script or the ``--k8s`` manifest that runs ``target``; ``Failure`` if it cannot be made."""
+    assert target is not None  # validate(): --sbatch and --k8s need -o
     nodes = request.nodes or DEFAULT_NODES
     gpus = request.gpus_per_node or DEFAULT_GPUS_PER_NODE
+    size = f"{plural(nodes, 'node')} x {plural(gpus, 'GPU')}"
     try:
-        text = launchers.sbatch_script(target, request.script_args, nodes=nodes, gpus_per_node=gpus)
+        if option == "--sbatch":
+            text = launchers.sbatch_script(target, request.script_args, nodes=nodes, gpus_per_node=gpus)
+            return LaunchFile(
+                path, text, 0o755, f"wrote {path} ({size}); submit it from this folder: sbatch {shlex.quote(path)}"
+            )
+        text = launchers.pytorchjob_manifest(target, request.script_args, nodes=nodes, gpus_per_node=gpus)
     except ValueError as exc:
         raise Failure(f"cannot write {path}: {exc}") from exc
-    try:
-        write_atomically(path, text.encode(), mode=0o755)
-    except OSError as exc:
-        raise Failure(f"cannot write {path}: {exc.strerror or exc}") from exc
-    reporter.say(
-        f"wrote {path} ({plural(nodes, 'node')} x {plural(gpus, 'GPU')}); "
-        f"submit it from this folder: sbatch {shlex.quote(path)}"
+    message = (
+        f"wrote {path} ({size}), a Kubeflow PyTorchJob: fill in {launchers.IMAGE} and {launchers.NAMESPACE}, "
+        f"then: kubectl apply -f {shlex.quote(path)}"
     )
+    return LaunchFile(path, text, None, message)
