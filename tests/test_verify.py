@@ -17,8 +17,9 @@ import pytest
 import torch
 from torch import nn
 
-from ddpify.verify import CHECK_NAMES, VerifyReport, probe, verify
-from ddpify.verify.checks import evaluate, stderr_exception
+from ddpify.verify import CHECK_NAMES, VerifyReport, ownership, verify
+from ddpify.verify.checks import evaluate
+from ddpify.verify.failures import stderr_exception
 from ddpify.verify.launcher import RunOutcome
 
 CASES = Path(__file__).parent / "verify_cases"
@@ -379,7 +380,9 @@ def test_ownership_names_the_largest_module_outside_every_wrapper() -> None:
     wrapper = _Wrapper(net.backbone)
     roots = {"net": net}
 
-    found = probe.ownership(list(net.parameters()), [probe.WrapperRecord(wrapper)], roots, probe.parameter_names(roots))
+    found = ownership.ownership(
+        list(net.parameters()), [ownership.WrapperRecord(wrapper)], roots, ownership.parameter_names(roots)
+    )
 
     assert found == {
         "parameters": 6,
@@ -394,7 +397,7 @@ def test_ownership_names_the_largest_module_outside_every_wrapper() -> None:
 def test_ownership_without_variables_names_the_owner_through_the_garbage_collector() -> None:
     net = _Net()
 
-    found = probe.ownership(list(net.backbone.parameters()), [], {}, {})
+    found = ownership.ownership(list(net.backbone.parameters()), [], {}, {})
 
     assert found["unwrapped_names"] == ["Linear.weight", "Linear.bias"]
     assert found["unwrapped_modules"] == []
@@ -404,11 +407,11 @@ def test_ownership_of_a_parameter_frozen_when_wrapped_and_unfrozen_after() -> No
     net = _Net()
     net.head.requires_grad_(False)
     ddp = _Wrapper(net)  # held: only live wrappers count
-    wrapper = probe.WrapperRecord(ddp)
+    wrapper = ownership.WrapperRecord(ddp)
     net.head.requires_grad_(True)
     params = list(net.parameters())
 
-    found = probe.ownership(params, [wrapper], {"net": net}, probe.parameter_names({"net": net}))
+    found = ownership.ownership(params, [wrapper], {"net": net}, ownership.parameter_names({"net": net}))
 
     assert (found["unwrapped"], found["unwrapped_modules"]) == (0, [])
     assert found["unregistered"] == 4

@@ -14,24 +14,44 @@ record per rank and judges the run (``ddpify.verify.checks``)::
     assert report.ok
 
 Layout: ``launcher`` starts processes and enforces the timeout, ``probe``
-runs inside each rank, ``protocol`` is what the two agree on, ``checks``
-turns records into ``Check`` results and ``report`` holds what is returned.
-Only ``probe`` imports torch; ``verify()`` needs torch installed in the
-interpreter it runs in, which is the one the ranks use.
+runs inside each rank (with ``fingerprints``, digests of batches and
+parameters, and ``ownership``, which parameters DDP averages), ``protocol``
+is what the two sides agree on, ``checks`` turns records into ``Check``
+results (with ``failures``, how each rank ended) and ``report`` holds what
+is returned. Only the probe's modules import torch; ``verify()`` needs torch
+installed in the interpreter it runs in, which is the one the ranks use.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ddpify.verify.checks import CHECK_NAMES, evaluate
-from ddpify.verify.launcher import run_under_torchrun
-from ddpify.verify.report import Check, RankReport, VerifyReport
+if TYPE_CHECKING:
+    from ddpify.verify.checks import CHECK_NAMES
+    from ddpify.verify.report import Check, RankReport, VerifyReport
 
 __all__ = ["CHECK_NAMES", "Check", "RankReport", "VerifyReport", "verify"]
+
+# Imported when first asked for: every rank imports this package on its way to
+# the probe, which needs none of the parent's side (checks, launcher, report).
+_EXPORTS = {
+    "CHECK_NAMES": "ddpify.verify.checks",
+    "Check": "ddpify.verify.report",
+    "RankReport": "ddpify.verify.report",
+    "VerifyReport": "ddpify.verify.report",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 def verify(
@@ -70,6 +90,9 @@ def verify(
         raise FileNotFoundError(f"no such script: {script}")
     if importlib.util.find_spec("torch") is None:
         raise ModuleNotFoundError(f"verifying needs torch in {sys.executable}: pip install 'ddpify[run]'", name="torch")
+    from ddpify.verify.checks import evaluate
+    from ddpify.verify.launcher import run_under_torchrun
+
     outcome = run_under_torchrun(
         script,
         nproc=nproc,

@@ -13,7 +13,7 @@ Checks, in order, each with its own failure messages:
     reacts to a peer gone (a ``DistError``, or "Connection closed by peer"
     and the like raised inside torch), the earliest first. The exception
     comes from the rank's record, else from its ``[rankR]:`` traceback in
-    torchrun's output.
+    torchrun's output (``failures`` reads how each rank ended).
 ``process-group``
     every rank joined a default process group of size N. Fails with: "rank R
     never initialized a process group ..." or "rank R is in a process group
@@ -72,19 +72,21 @@ left no record: what was not observed is not proven.
 from __future__ import annotations
 
 import hashlib
-import io
 import itertools
-import linecache
 import math
-import os
-import re
-import signal
-import tokenize
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from ddpify.verify import protocol
+from ddpify.verify.failures import (
+    RankFailure,
+    exit_of,
+    finished,
+    hang_location,
+    hang_parts,
+    rank_failures,
+    stderr_exception,
+)
 from ddpify.verify.launcher import RunOutcome
 from ddpify.verify.report import Check, RankReport, VerifyReport
 
@@ -136,14 +138,6 @@ def evaluate(run: RunOutcome) -> VerifyReport:
 # -- helpers -----------------------------------------------------------------
 
 
-def _exit(record: dict[str, Any]) -> dict[str, Any]:
-    return record.get("exit") or {}
-
-
-def _finished(record: dict[str, Any] | None) -> bool:
-    return record is not None and record.get("phase") == protocol.Phase.EXITED
-
-
 def _ranks(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
@@ -186,45 +180,15 @@ def _status(run: RunOutcome, rank: int) -> str:
     record = run.records.get(rank)
     if record is None:
         return "missing"
-    if not _finished(record):
+    if not finished(record):
         return "stuck" if run.timed_out else "killed"
-    exit_ = _exit(record)
+    exit_ = exit_of(record)
     kind = exit_.get("kind")
     if kind == protocol.ExitKind.EXCEPTION:
         return "error"
     if kind == protocol.ExitKind.EXIT:
         return f"exit {exit_.get('code')}"
     return str(kind)
-
-
-_FRAME = re.compile(r'File "(?P<file>.+)", line (?P<line>\d+) in ')
-
-
-def hang_location(stack: str, script: str) -> str | None:
-    """``script.py:L `code``` of the innermost frame of ``script`` in a faulthandler dump.
-
-    The main thread (the one that runs the script through runpy) is preferred
-    over threads the script started.
-    """
-    threads = re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack)
-    threads.sort(key=lambda thread: "runpy" not in thread)
-    for thread in threads:
-        for match in _FRAME.finditer(thread):
-            if os.path.abspath(match["file"]) == os.path.abspath(script):
-                line = int(match["line"])
-                code = _without_comment(linecache.getline(script, line)).strip()
-                where = f"{os.path.basename(script)}:{line}"
-                return f"{where} `{code}`" if code else where
-    return None
-
-
-def _without_comment(line: str) -> str:
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(line).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return line  # a line that does not stand alone, e.g. inside a bracket
-    comments = [token for token in tokens if token.type == tokenize.COMMENT]
-    return line[: comments[0].start[1]] if comments else line
 
 
 def _rank_report(run: RunOutcome, rank: int) -> RankReport:
@@ -234,10 +198,10 @@ def _rank_report(run: RunOutcome, rank: int) -> RankReport:
     training = _training_loaders(record) or record.get("loaders", [])
     recorded = training[0].get("recorded", []) if training else []
     script = record.get("script", run.script)
-    where = _exit(record).get("where")
-    if run.timed_out and not _finished(record) and rank in run.stacks:
+    where = exit_of(record).get("where")
+    if run.timed_out and not finished(record) and rank in run.stacks:
         where = hang_location(run.stacks[rank], script)
-    elif not _finished(record):
+    elif not finished(record):
         error = stderr_exception(run.output, rank, script)
         where = error["where"] if error else None
     process_group = record.get("process_group", {})
@@ -254,172 +218,6 @@ def _rank_report(run: RunOutcome, rank: int) -> RankReport:
     )
 
 
-# -- where a failure began -------------------------------------------------------
-
-# What torch's collectives raise on a rank whose peer went away (exited, crashed,
-# was killed): the reaction to a failure elsewhere, not its origin. Only
-# counted for exceptions raised inside torch: a script's own network code may
-# say "Connection reset by peer" too.
-_PEER_GONE = re.compile(
-    r"connection (?:closed|reset|refused)(?: by peer)?|broken pipe|remote worker|socket timeout|timed out"
-    r"|communicator was aborted|process group (?:was )?(?:aborted|shut ?down)",
-    re.IGNORECASE,
-)
-_DIST_ERROR = "DistError"  # torch.distributed.DistError and its subclasses (backend, network, store)
-_TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+)')
-_TORCHRUN_EXIT = re.compile(r"rank\s*:\s*(?P<rank>\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)")
-_CLIP = 200
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """How one rank failed. ``kind`` orders candidates for the origin: a failure of
-    the rank's own (0) before a collective that failed because a peer went away
-    (1), before a rank stopped from outside for no reason it recorded (2)."""
-
-    rank: int
-    what: str  # "raised ValueError: ... at train.py:12 `code`"
-    consequence: str  # how the rank is mentioned when it is not the origin
-    kind: int
-    time: float | None = None
-
-    OWN: ClassVar[int] = 0
-    REACTION: ClassVar[int] = 1
-    STOPPED: ClassVar[int] = 2
-
-    @property
-    def reaction(self) -> bool:
-        return self.kind != self.OWN
-
-    @property
-    def known(self) -> bool:
-        return self.kind != self.STOPPED
-
-    def order(self) -> tuple[int, bool, float, int]:
-        return (self.kind, self.time is None, self.time or 0.0, self.rank)
-
-
-def _clip(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _CLIP else text[: _CLIP - 3] + "..."
-
-
-def _with_code(where: str | None, script: str) -> str:
-    """`` at script.py:L `code``` for a ``script.py:L`` location, or nothing."""
-    if not where:
-        return ""
-    line = where.rpartition(":")[2]
-    code = _without_comment(linecache.getline(script, int(line))).strip() if line.isdigit() else ""
-    return f" at {where} `{code}`" if code else f" at {where}"
-
-
-def _peer_gone(names: list[str], message: str, in_torch: bool) -> str | None:
-    """What shows that an exception is a collective's reaction to a lost peer, or None."""
-    if not in_torch:
-        return None
-    found = _PEER_GONE.search(message)
-    if found:
-        return found.group(0)
-    if any(name.rpartition(".")[2].lstrip("_") == _DIST_ERROR for name in names):
-        return names[0].rpartition(".")[2].lstrip("_")
-    return None
-
-
-def _raised(rank: int, error: str, where: str | None, script: str, sign: str | None, when: float | None) -> _Failure:
-    what = f"raised {_clip(error)}{_with_code(where, script)}"
-    if sign is not None:
-        return _Failure(rank, what, f"failed in turn: {sign}", _Failure.REACTION, when)
-    return _Failure(rank, what, f"also {what}", _Failure.OWN, when)
-
-
-def _failures(run: RunOutcome) -> list[_Failure]:
-    """Every rank that did not end cleanly, as far as its record and torchrun's output tell."""
-    exit_codes = {int(m["rank"]): int(m["code"]) for m in _TORCHRUN_EXIT.finditer(run.output)}
-    found = []
-    for rank, record in sorted(run.records.items()):
-        script = record.get("script", run.script)
-        exit_ = _exit(record)
-        kind = exit_.get("kind")
-        if kind == protocol.ExitKind.EXCEPTION:
-            names = [exit_.get("type") or "", *exit_.get("bases", [])]
-            sign = _peer_gone(names, exit_.get("message") or exit_.get("error") or "", bool(exit_.get("in_torch")))
-            found.append(_raised(rank, exit_.get("error") or "", exit_.get("where"), script, sign, exit_.get("time")))
-        elif kind == protocol.ExitKind.EXIT:
-            what = f"called sys.exit({exit_.get('code')})"
-            found.append(_Failure(rank, what, f"also {what}", _Failure.OWN, exit_.get("time")))
-        elif not _finished(record) and not (run.timed_out and rank in _running(run)):
-            found.append(_unrecorded(run, rank, script, exit_codes.get(rank)))
-    return found
-
-
-def _unrecorded(run: RunOutcome, rank: int, script: str, code: int | None) -> _Failure:
-    """A rank that ended without the probe seeing the script end: its traceback in the output, or its exit code."""
-    error = stderr_exception(run.output, rank, script)
-    if error is not None:
-        sign = _peer_gone([error["type"]], error["message"], error["in_torch"])
-        return _raised(rank, error["error"], error["where"], script, sign, None)
-    if code is not None and code < 0 and -code != signal.SIGTERM:
-        what = f"was killed by {_signal_name(-code)} before the script ended"
-        return _Failure(rank, what, what, _Failure.OWN)
-    if code is not None and code > 0:
-        what = f"exited with code {code} before the script ended (a crash, or os._exit)"
-        return _Failure(rank, what, what, _Failure.OWN)
-    return _Failure(rank, "ended before the script did", "was stopped by torchrun", _Failure.STOPPED)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def stderr_exception(output: str, rank: int, script: str) -> dict[str, Any] | None:
-    """The last uncaught exception of ``rank`` in torchrun's output, from the ``[rankR]:`` lines torch prints.
-
-    Returns ``error`` ("Type: message"), ``type``, ``message``, ``where``
-    (``script.py:L``, the last frame in ``script``) and ``in_torch`` (the
-    innermost frame is in torch), or None.
-    """
-    prefix = f"[rank{rank}]: "
-    lines = [line[len(prefix) :] for line in output.splitlines() if line.startswith(prefix)]
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    if not starts:
-        return None
-    block = lines[starts[-1] + 1 :]
-    frames = [m for m in map(_TRACEBACK_FRAME.match, block) if m]
-    error = next((line for line in reversed(block) if line and not line[0].isspace()), None)
-    if error is None:
-        return None
-    ours = [m for m in frames if os.path.abspath(m["file"]) == os.path.abspath(script)]
-    type_name, _, message = error.partition(": ")
-    return {
-        "error": error,
-        "type": type_name,
-        "message": message,
-        "where": f"{os.path.basename(script)}:{ours[-1]['line']}" if ours else None,
-        "in_torch": bool(frames) and f"{os.sep}torch{os.sep}" in frames[-1]["file"],
-    }
-
-
-def _running(run: RunOutcome) -> list[int]:
-    """Ranks that had started and not finished (at the timeout, for a run stopped then)."""
-    return [rank for rank, record in sorted(run.records.items()) if not _finished(record)]
-
-
-def _hang_parts(run: RunOutcome, verb: str) -> list[str]:
-    parts = []
-    for rank in range(run.nproc):
-        record = run.records.get(rank)
-        if record is None:
-            parts.append(f"rank {rank} never started the script")
-        elif not _finished(record):
-            stack = run.stacks.get(rank)
-            where = hang_location(stack, record.get("script", run.script)) if stack else None
-            parts.append(f"rank {rank} {verb}" + (f" at {where}" if where else ""))
-    return parts or ["every rank had finished but torchrun did not exit"]
-
-
 # -- the checks ----------------------------------------------------------------
 
 
@@ -427,13 +225,13 @@ def _launched(run: RunOutcome) -> Check:
     def fail(message: str) -> Check:
         return Check(LAUNCHED, False, message)
 
-    failures = sorted(_failures(run), key=_Failure.order)
+    failures = sorted(rank_failures(run), key=RankFailure.order)
     if run.timed_out:
         # A rank that failed on its own before the timeout is named after the waiting ones.
         before = [f"rank {f.rank} {f.what}" for f in failures if not f.reaction]
         earlier = f"; before that, {before[0]}" if before else ""
         return fail(
-            f"stopped after {run.timeout:g} s: {'; '.join(_hang_parts(run, 'was waiting'))}{earlier}; "
+            f"stopped after {run.timeout:g} s: {'; '.join(hang_parts(run, 'was waiting'))}{earlier}; "
             f"torchrun and its ranks were then killed"
         )
     origin = next((f for f in failures if f.known), None)
@@ -459,7 +257,7 @@ def _launched(run: RunOutcome) -> Check:
         )
     if run.returncode != 0:
         return fail(f"torchrun exited with code {run.returncode}: {_last_line(run.output)}")
-    kinds = {_exit(record).get("kind") for record in run.records.values()}
+    kinds = {exit_of(record).get("kind") for record in run.records.values()}
     if kinds == {protocol.ExitKind.MAX_STEPS}:
         return Check(LAUNCHED, True, f"every rank stopped cleanly after max_steps={run.max_steps}; torchrun exited 0")
     return Check(LAUNCHED, True, "every rank ran the script to its end; torchrun exited 0")
@@ -709,7 +507,7 @@ def _steps(run: RunOutcome) -> Check:
             f"ranks took different numbers of optimizer steps ({listed}): their gradient all-reduces no longer pair up",
         )
     count = steps[0]
-    stopped = all(_exit(record).get("kind") == protocol.ExitKind.MAX_STEPS for record in run.records.values())
+    stopped = all(exit_of(record).get("kind") == protocol.ExitKind.MAX_STEPS for record in run.records.values())
     return Check(STEPS, True, f"{count} optimizer steps on every rank" + (" (the max_steps stop)" if stopped else ""))
 
 
@@ -757,7 +555,7 @@ def _single_writer(run: RunOutcome) -> Check:
 
 def _clean_exit(run: RunOutcome) -> Check:
     if run.timed_out:
-        parts = _hang_parts(run, "was still running")
+        parts = hang_parts(run, "was still running")
         return Check(CLEAN_EXIT, False, f"hang: after {run.timeout:g} s, " + "; ".join(parts))
     not_destroyed = [
         rank
@@ -765,7 +563,7 @@ def _clean_exit(run: RunOutcome) -> Check:
         if record.get("process_group", {}).get("initialized") and not record["process_group"].get("destroyed")
     ]
     if not_destroyed:
-        killed = [rank for rank in not_destroyed if not _finished(run.records[rank])]
+        killed = [rank for rank in not_destroyed if not finished(run.records[rank])]
         note = f" ({_ranks(killed)} killed before the script ended)" if killed else ""
         return Check(CLEAN_EXIT, False, f"{_ranks(not_destroyed)} exited without destroy_process_group(){note}")
     if not any(record.get("process_group", {}).get("initialized") for record in run.records.values()):

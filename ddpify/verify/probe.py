@@ -5,7 +5,9 @@ installs a few hooks, runs the script unchanged with
 ``runpy.run_path(script, run_name="__main__")`` (``sys.argv`` and
 ``sys.path[0]`` as ``python SCRIPT ARGS...`` would set them) and writes what it
 saw to ``$DDPIFY_PROBE_DIR/rank-<RANK>.json`` (see ``protocol``). Nothing is
-ever written into the script.
+ever written into the script. ``fingerprints`` (digests of batches and
+parameters) and ``ownership`` (which parameters DDP averages) serve it; like
+this module they import torch, and nothing of ddpify but ``protocol``.
 
 What is hooked, and how:
 
@@ -16,34 +18,28 @@ What is hooked, and how:
   ``SystemExit``) right after any optimizer's K-th step: the script unwinds
   through its own ``finally`` blocks (which destroy the process group) and
   the rank exits 0.
-* parameters: per optimizer, in ``param_groups`` order, a sha256 of the exact
-  bytes (dtype and shape included) and three float64 statistics (sum, sum of
-  squares, a sum weighted by a fixed sequence) so that the parent can tell
-  "identical", "equal up to rounding" and "diverged" apart.
+* parameters: per optimizer, when the run stops, the digest of
+  ``fingerprints.parameter_checksum`` (a sha256 of the exact bytes and three
+  float64 statistics).
 * data: ``DataLoader.__init__`` (numbering every loader in creation order and
   noting where in the script it was created), ``DataLoader.__iter__``
   (counting epochs) and ``_BaseDataLoaderIter.__next__`` (there is no public
   hook for drawn batches). Every loader is recorded; the first
-  ``RECORDED_BATCHES`` batches are hashed sample by sample (rows of the
-  batch's tensors). A loader "feeds training" when it was the last one drawn
-  from before an optimizer step; the parent judges sharding on those only,
-  so evaluation loaders (typically the same on every rank) do not count.
+  ``RECORDED_BATCHES`` batches are hashed sample by sample
+  (``fingerprints.hash_batch``). A loader "feeds training" when it was the
+  last one drawn from before an optimizer step; the parent judges sharding
+  on those only, so evaluation loaders (typically the same on every rank) do
+  not count.
 * files: ``torch.save`` (and ``torch.serialization.save``) note the target of
   every call: the path as given and as an absolute path. ``open`` (the
   builtin, which is also ``io.open`` and what ``pathlib`` calls) notes every
   file inside the working folder opened with a mode that writes (``w``,
   ``a``, ``x`` or ``+``), once per path; the probe's own files are left out.
-* wrapping: ``DistributedDataParallel.__init__`` keeps a weak reference to
-  every DDP instance and notes which parameters it registered for gradient
-  reduction (those that required grad and were not ignored when it was
-  built). At the first step of each optimizer, every parameter the
-  optimizer holds is looked up by identity among the live DDP instances'
-  ``module.parameters()``; parameters outside all of them are named by the
-  script's variables on the stack (``decoder.fc.weight``) and grouped by the
-  largest module that holds only such parameters. When the run stops, the
-  parameters that require grad now but were not registered (frozen when DDP
-  was built, unfrozen later) are recorded too. Other wrappers (FSDP,
-  DataParallel) are not recognised.
+* wrapping: ``DistributedDataParallel.__init__`` keeps a weak record of
+  every DDP instance and the parameters it registered for gradient
+  reduction; at the first step of each optimizer, and again when the run
+  stops, ``ownership`` finds (and names) the parameters that no live DDP
+  instance averages.
 * process group: ``init_process_group`` and ``destroy_process_group`` (on
   ``torch.distributed`` and ``torch.distributed.distributed_c10d``) are
   wrapped; ``is_initialized()`` is also sampled at every step and at exit,
@@ -68,11 +64,8 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
-import ctypes
 import faulthandler
 import functools
-import gc
-import hashlib
 import io
 import json
 import os
@@ -81,30 +74,31 @@ import sys
 import threading
 import time
 import traceback
-import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from types import FrameType, TracebackType
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ddpify.verify import protocol
+from ddpify.verify.fingerprints import hash_batch, parameter_checksum
+from ddpify.verify.ownership import (
+    TORCH_DIR,
+    WrapperRecord,
+    owners,
+    ownership,
+    parameter_names,
+    script_roots,
+    unregistered,
+)
 
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _LOADER_ATTR = "_ddpify_probe_loader"
 _ITERATOR_ATTR = "_ddpify_probe_iteration"
 _FLUSH_INTERVAL_S = 0.25
-# An irrational step makes sin() a sequence without a period over any model size.
-_WEIGHT_STEP = 0.7548776662466927
-# Parameter names kept per finding, and owners looked up through the garbage
-# collector (a scan of the whole heap each) when no variable names them.
-_NAMED_PARAMETERS = 8
-_OWNER_LOOKUPS = 3
 
 
 class MaxStepsReached(SystemExit):
@@ -113,60 +107,6 @@ class MaxStepsReached(SystemExit):
     def __init__(self, steps: int) -> None:
         super().__init__(0)
         self.steps = steps
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    # ctypes instead of numpy (an optional dependency of torch) or
-    # bytes(storage) (one Python call per byte).
-    flat = tensor.detach().resolve_conj().resolve_neg().cpu().contiguous()
-    size = flat.numel() * flat.element_size()
-    return ctypes.string_at(flat.data_ptr(), size) if size else b""
-
-
-def _tensor_rows(tensor: torch.Tensor, rows: int) -> list[bytes]:
-    data = _tensor_bytes(tensor)
-    width = len(data) // rows
-    return [data[i * width : (i + 1) * width] for i in range(rows)]
-
-
-def _flatten(obj: Any, out: list[Any]) -> None:
-    if isinstance(obj, torch.Tensor):
-        out.append(obj)
-    elif isinstance(obj, Mapping):
-        for key in sorted(obj, key=str):
-            _flatten(obj[key], out)
-    elif isinstance(obj, (list, tuple)):
-        for item in obj:
-            _flatten(item, out)
-    elif obj is None or isinstance(obj, (str, bytes, int, float, bool)):
-        out.append(obj)
-    else:
-        # repr() of an arbitrary object may hold its address, which differs by rank.
-        out.append(type(obj).__qualname__)
-
-
-def _short_hash(*parts: bytes) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(len(part).to_bytes(8, "little"))
-        digest.update(part)
-    return digest.hexdigest()[:16]
-
-
-def hash_batch(batch: Any) -> tuple[str, list[str] | None]:
-    """The batch's hash and, when its tensors share a first dimension, one hash per sample."""
-    leaves: list[Any] = []
-    _flatten(batch, leaves)
-    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor) and leaf.dim() > 0]
-    samples = None
-    if tensors and all(t.shape[0] == tensors[0].shape[0] for t in tensors):
-        columns = [_tensor_rows(t, t.shape[0]) for t in tensors]
-        samples = [_short_hash(*row) for row in zip(*columns)]
-    if samples is not None:
-        whole = _short_hash(*(s.encode() for s in samples))
-    else:
-        whole = _short_hash(*(_tensor_bytes(x) if isinstance(x, torch.Tensor) else repr(x).encode() for x in leaves))
-    return whole, samples
 
 
 def _replace(owner: Any, name: str, replacement: Any) -> None:
@@ -183,154 +123,6 @@ def _safe_len(obj: Any) -> int | None:
         return len(obj)
     except Exception:  # no __len__, or an IterableDataset that refuses
         return None
-
-
-class WrapperRecord:
-    """One ``DistributedDataParallel`` instance, held weakly, and what it registered for reduction."""
-
-    def __init__(self, ddp: Any) -> None:
-        self.ref = weakref.ref(ddp)
-        ignored = getattr(ddp, "parameters_to_ignore", None) or set()
-        named = list(ddp.module.named_parameters())
-        # Weak references keyed by id: a tensor's == is elementwise, so tensors
-        # cannot be members of a set that compares them.
-        self.at_init = {id(p): weakref.ref(p) for _, p in named}
-        self.registered = {id(p): weakref.ref(p) for name, p in named if p.requires_grad and name not in ignored}
-
-    def parameters(self, *, live: bool = True) -> list[torch.Tensor]:
-        """The wrapped module's parameters now; once the DDP instance is gone, none
-        (``live``) or those it had when it was built."""
-        ddp = self.ref()
-        if ddp is not None:
-            return list(ddp.module.parameters())
-        if live:
-            return []
-        return [p for p in (ref() for ref in self.at_init.values()) if p is not None]
-
-    def is_registered(self, param: torch.Tensor) -> bool:
-        ref = self.registered.get(id(param))
-        return ref is not None and ref() is param
-
-
-def parameter_names(roots: Mapping[str, nn.Module]) -> dict[int, str]:
-    """id(parameter) -> its name under the first root that holds it (``decoder.fc.weight``)."""
-    names: dict[int, str] = {}
-    for root, module in roots.items():
-        for name, param in module.named_parameters(prefix=root):
-            names.setdefault(id(param), name)
-    return names
-
-
-def _unwrapped_modules(unwrapped: set[int], roots: Mapping[str, nn.Module]) -> list[dict[str, Any]]:
-    """The largest modules, reachable from ``roots``, whose parameters are all in ``unwrapped``."""
-    found: list[dict[str, Any]] = []
-    seen: set[int] = set()
-
-    def visit(name: str, module: nn.Module) -> None:
-        if id(module) in seen:
-            return
-        seen.add(id(module))
-        params = [id(p) for p in module.parameters()]
-        if params and all(p in unwrapped for p in params):
-            found.append({"name": name, "type": type(module).__qualname__, "parameters": len(params)})
-            return
-        if any(p in unwrapped for p in params):
-            for child, submodule in module.named_children():
-                visit(f"{name}.{child}", submodule)
-
-    for root, module in roots.items():
-        visit(root, module)
-    return found
-
-
-def _owner(param: torch.Tensor) -> str | None:
-    """``Type.attribute`` of a module that holds ``param``, found through the garbage collector.
-
-    A module holds its parameters in its ``_parameters`` dict, which its
-    instance ``__dict__`` holds (or the module itself, where attributes live
-    inline in the object).
-    """
-    for container in gc.get_referrers(param):
-        if not isinstance(container, dict) or not any(value is param for value in container.values()):
-            continue
-        for holder in gc.get_referrers(container):
-            if isinstance(holder, nn.Module):
-                candidates = [holder]
-            elif isinstance(holder, dict) and holder.get("_parameters") is container:
-                candidates = gc.get_referrers(holder)
-            else:
-                continue
-            for module in candidates:
-                if isinstance(module, nn.Module) and module._parameters is container:
-                    attribute = next(key for key, value in container.items() if value is param)
-                    return f"{type(module).__qualname__}.{attribute}"
-    return None
-
-
-def owners(wrappers: Iterable[WrapperRecord], *, live: bool = True) -> dict[int, WrapperRecord]:
-    """id(parameter) -> the DDP instance whose module holds it (see ``WrapperRecord.parameters``)."""
-    found: dict[int, WrapperRecord] = {}
-    for wrapper in wrappers:
-        for param in wrapper.parameters(live=live):
-            found.setdefault(id(param), wrapper)
-    return found
-
-
-def ownership(
-    params: Sequence[torch.Tensor],
-    wrappers: Iterable[WrapperRecord],
-    roots: Mapping[str, nn.Module],
-    names: dict[int, str],
-) -> dict[str, Any]:
-    """Which of an optimizer's ``params`` belong to no live DDP instance, and which their DDP did not register.
-
-    ``roots`` are the modules the script's variables hold and ``names`` the
-    parameter names under them (``parameter_names``); both serve only to name
-    what is found. Owners found through the garbage collector are added to
-    ``names``.
-    """
-    by_owner = owners(wrappers)
-    unwrapped = [p for p in params if id(p) not in by_owner]
-    for param in [p for p in unwrapped if id(p) not in names][:_OWNER_LOOKUPS]:
-        owner = _owner(param)
-        if owner is not None:
-            names[id(param)] = owner
-    return {
-        "parameters": len(params),
-        "unwrapped": len(unwrapped),
-        "unwrapped_names": [_name(p, names) for p in unwrapped[:_NAMED_PARAMETERS]],
-        "unwrapped_modules": _unwrapped_modules({id(p) for p in unwrapped}, roots) if unwrapped else [],
-        **unregistered(params, by_owner, names),
-    }
-
-
-def unregistered(
-    params: Sequence[torch.Tensor], by_owner: Mapping[int, WrapperRecord], names: Mapping[int, str]
-) -> dict[str, Any]:
-    """How many of the wrapped ``params`` require grad but were not registered for reduction by their DDP, and
-    the first names."""
-    found = [
-        param
-        for param in params
-        if (wrapper := by_owner.get(id(param))) is not None and param.requires_grad and not wrapper.is_registered(param)
-    ]
-    return {"unregistered": len(found), "unregistered_names": [_name(p, names) for p in found[:_NAMED_PARAMETERS]]}
-
-
-def _name(param: torch.Tensor, names: Mapping[int, str]) -> str:
-    return names.get(id(param), f"<parameter of shape {tuple(param.shape)}>")
-
-
-def script_roots(frame: FrameType | None) -> dict[str, nn.Module]:
-    """The modules held by variables of the frames from ``frame`` outwards, innermost first (torch's own skipped)."""
-    roots: dict[str, nn.Module] = {}
-    while frame is not None:
-        if not os.path.abspath(frame.f_code.co_filename).startswith(_TORCH_DIR + os.sep):
-            for name, value in frame.f_locals.items():
-                if isinstance(value, nn.Module):
-                    roots.setdefault(name, value)
-        frame = frame.f_back
-    return roots
 
 
 class _LoaderRecord:
@@ -393,31 +185,11 @@ class _OptimizerRecord:
 
     def checksum(self, wrappers: Iterable[WrapperRecord]) -> dict[str, Any]:
         params = self.parameters()
-        digest = hashlib.sha256()
-        total = squares = weighted = 0.0
-        numel = 0
-        with torch.no_grad():
-            for param in params:
-                tensor = param.detach()
-                digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-                digest.update(_tensor_bytes(tensor))
-                if tensor.is_complex():
-                    tensor = torch.view_as_real(tensor)
-                values = tensor.to(device="cpu", dtype=torch.float64).reshape(-1)
-                count = values.numel()
-                weights = torch.sin(torch.arange(numel, numel + count, dtype=torch.float64) * _WEIGHT_STEP)
-                total += values.sum().item()
-                squares += (values * values).sum().item()
-                weighted += (values * weights).sum().item()
-                numel += count
         return {
             **self.summary(),
             # Requiring grad now but not registered when DDP was built: never reduced.
             "at_end": unregistered(params, owners(wrappers, live=False), self.names),
-            "tensors": len(params),
-            "numel": numel,
-            "sha256": digest.hexdigest(),
-            "stats": [total, squares, weighted],
+            **parameter_checksum(params),
         }
 
 
@@ -695,7 +467,7 @@ class Recorder:
             "type": _qualified_name(type(exc)),
             "bases": [_qualified_name(base) for base in type(exc).__mro__[1:] if base is not object],
             "message": str(exc),
-            "in_torch": innermost.startswith(_TORCH_DIR + os.sep),
+            "in_torch": innermost.startswith(TORCH_DIR + os.sep),
         }
 
     @property
