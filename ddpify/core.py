@@ -24,7 +24,7 @@ from dataclasses import replace
 import libcst as cst
 
 from ddpify import concerns, invariants
-from ddpify.concerns.process_group import SHARED_NEEDS_GROUP, distributed_use
+from ddpify.concerns.process_group import distributed_use
 from ddpify.diagnostics import ALREADY_DISTRIBUTED, INTERNAL_ERROR, NOTHING_TO_DO, Change, Diagnostic, Severity
 from ddpify.engine import reach
 from ddpify.engine.collect import Source
@@ -73,7 +73,8 @@ def _convert(source: str | bytes, path: str, options: Options, modules: Sequence
     program = read_program(module, path, others, runs)
     by_path = {local.path: local for local in modules}
     index = program.index
-    shared = {m for m in index.modules if m is not index.module and by_path[index.paths[m]].shared}
+    # Any module but the entry may be imported by other scripts, which have no process group.
+    shared = {m for m in index.modules if m is not index.module}
     planned = _plan(source, path, options, program, shared)
     if isinstance(planned, Conversion):
         return planned
@@ -82,11 +83,12 @@ def _convert(source: str | bytes, path: str, options: Options, modules: Sequence
         converted = apply(plan)
         code = converted.bytes if isinstance(source, bytes) else converted.code
         compile_quietly(code, path)  # output that does not compile is a bug: an internal error, nothing written
-        broken = invariants.check(converted.code, path)  # a safety net that does not trust the analysis above
+        # a safety net that does not trust the analysis above
+        broken = invariants.check(converted.code, path, original=plan.index.module.code)
         if broken:
             return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
         return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), _changes(plan, path))
-    return _apply_program(source, path, plan, diagnostics, by_path, shared)
+    return _apply_program(source, path, plan, diagnostics, by_path)
 
 
 def _plan(
@@ -114,7 +116,6 @@ def _apply_program(
     plan: EditPlan,
     diagnostics: list[Diagnostic],
     by_path: dict[str, LocalModule],
-    shared: set[cst.Module],
 ) -> Conversion:
     """The edits of a program of several modules, each module compiled and checked on its own."""
     index = plan.index
@@ -126,18 +127,11 @@ def _apply_program(
         original = source if tree is index.module else by_path[file].source
         new = converted.bytes if isinstance(original, bytes) else converted.code
         compile_quietly(new, file)
-        broken += invariants.check(converted.code, file)
+        broken += invariants.check(converted.code, file, entry=tree is index.module, original=tree.code)
         if tree is index.module:
             code = new
             continue
         changed.append(replace(by_path[file], code=new))
-        wrap = f"{plan.names.ddp}("
-        if tree in shared and converted.code.count(wrap) > tree.code.count(wrap):
-            message = (
-                f"{file} is imported by other scripts of the project too, and now wraps a model in "
-                "DistributedDataParallel: they need a process group (torchrun) to use it"
-            )
-            diagnostics.append(SHARED_NEEDS_GROUP.at(1, 1, message, file))
     if broken:
         return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
     return Conversion(

@@ -132,6 +132,21 @@ INVARIANT_WRAPPED = Code(
     "the converted script would train a model without DistributedDataParallel: nothing is written",
     "report it with the input script",
 )
+INVARIANT_RUNS = Code(
+    "DDP905",
+    Severity.ERROR,
+    "ddpify",
+    "the converted script would put a distributed call where it never runs (after a return): nothing is written",
+    "report it with the input script",
+)
+INVARIANT_WITHOUT_GROUP = Code(
+    "DDP906",
+    Severity.ERROR,
+    "ddpify",
+    "a converted module other than the entry script would need a process group that other scripts importing "
+    "it do not have: nothing is written",
+    "report it with the input script",
+)
 
 INPUT_CODES = (
     INVALID_SYNTAX,
@@ -143,7 +158,15 @@ INPUT_CODES = (
     ALREADY_DISTRIBUTED,
     NOTHING_TO_DO,
 )
-INTERNAL_CODES = (INTERNAL_ERROR, INVARIANT_SETUP_FIRST, INVARIANT_DATA, INVARIANT_ONE_WRITER, INVARIANT_WRAPPED)
+INTERNAL_CODES = (
+    INTERNAL_ERROR,
+    INVARIANT_SETUP_FIRST,
+    INVARIANT_DATA,
+    INVARIANT_ONE_WRITER,
+    INVARIANT_WRAPPED,
+    INVARIANT_RUNS,
+    INVARIANT_WITHOUT_GROUP,
+)
 
 
 def registry() -> dict[str, Code]:

@@ -11,7 +11,12 @@ train wrongly under ``torchrun``:
 * DDP902 a ``DataLoader`` iterated by a training loop has no sampler, or its
   epoch loop does not call ``set_epoch`` on its ``DistributedSampler`` exactly once;
 * DDP903 ``torch.save(...)`` or ``open(..., "w")`` runs on every rank;
-* DDP904 an optimizer updates a model that its training loop runs unwrapped.
+* DDP904 an optimizer updates a model that its training loop runs unwrapped;
+* DDP905 a distributed call (the wrap, a sampler, ``set_epoch``, a rank test)
+  follows a ``return``, ``raise``, ``break`` or ``continue`` in its block, so it never runs;
+* DDP906 in a module other than the entry script (which other scripts may
+  import without a process group), a distributed call runs where no
+  ``dist.is_initialized()`` test guards it.
 
 Each check looks only at what it can decide from the syntax in one scope, and
 passes whenever it cannot decide: it exists to catch a clear violation, never
@@ -22,12 +27,15 @@ refused and nothing is written.
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Iterator
 
 from ddpify.diagnostics import (
     INVARIANT_DATA,
     INVARIANT_ONE_WRITER,
+    INVARIANT_RUNS,
     INVARIANT_SETUP_FIRST,
+    INVARIANT_WITHOUT_GROUP,
     INVARIANT_WRAPPED,
     Code,
     Diagnostic,
@@ -77,18 +85,28 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
 
 
-def check(code: str, path: str = "<string>") -> list[Diagnostic]:
-    """Every clear violation of an invariant in the converted script ``code``."""
+def check(code: str, path: str = "<string>", *, entry: bool = True, original: str = "") -> list[Diagnostic]:
+    """Every clear violation of an invariant in the converted script ``code`` (with ``entry`` false,
+    in a converted module of its program, which other scripts may import without a process group).
+
+    Distributed calls that ``original`` (the module before conversion) already made are the
+    program's own: where they stand is not ddpify's doing (they can only be in code that never
+    runs, or the program would have been left alone as already distributed).
+    """
     try:
         tree = ast.parse(code)
+        before = ast.parse(original)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []  # the output is compiled elsewhere; what does not parse is not decidable here
     script = _Script(tree)
+    script.own_calls = Counter(ast.unparse(n) for n in ast.walk(before) if isinstance(n, ast.Call))
     found = [
         *script.setup_first(),
         *script.training_data(),
         *script.one_writer(),
         *script.optimized_models_wrapped(),
+        *script.distributed_calls_run(),
+        *(() if entry else script.distributed_calls_guarded()),
     ]
     return [
         code.at(
@@ -154,6 +172,7 @@ class _Script:
                     if isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While)):
                         self.backward_loops.add(ancestor)
         self._setup: dict[str, bool] = {}
+        self.own_calls: Counter[str] = Counter()
 
     def _record(self, node: ast.stmt | ast.NamedExpr, scope: ast.AST) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -240,6 +259,56 @@ class _Script:
             and any(isinstance(n, ast.Attribute | ast.Name) and _tail(n) == "is_initialized" for n in ast.walk(a))
             for a in self.ancestors(node)
         )
+
+    # -- (e) distributed calls where they run ------------------------------
+    def _distributed(self, node: ast.AST) -> bool:
+        """A call ddpify added into torch.distributed, DDP or DistributedSampler, or ``loader.sampler.set_epoch(...)``."""
+        if isinstance(node, ast.Call) and self.own_calls[ast.unparse(node)] > 0:
+            return False
+        if self.calls_to(node, _DISTRIBUTED):
+            return True
+        return (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "set_epoch"
+            and isinstance(node.func.value, ast.Attribute)
+            and node.func.value.attr in ("sampler", "batch_sampler")
+        )
+
+    def distributed_calls_run(self) -> Iterator[_Violation]:
+        for node in ast.walk(self.tree):
+            for block in _statement_lists(node):
+                ended = False
+                for stmt in block:
+                    if ended:
+                        for inner in ast.walk(stmt):
+                            if self._distributed(inner):
+                                assert isinstance(inner, ast.Call)
+                                what = f"call `{ast.unparse(inner.func)}(...)` where it never runs"
+                                yield INVARIANT_RUNS, inner.lineno, what
+                                break
+                    ended = ended or isinstance(stmt, (ast.Return, ast.Raise, ast.Break, ast.Continue))
+
+    def distributed_calls_guarded(self) -> Iterator[_Violation]:
+        for call in self.calls:
+            if self._distributed(call) and not self._runs_with_group_only(call, set()):
+                what = (
+                    f"call `{ast.unparse(call.func)}(...)` in a module other scripts may import without a process group"
+                )
+                yield INVARIANT_WITHOUT_GROUP, call.lineno, what
+
+    def _runs_with_group_only(self, node: ast.AST, seen: set[str]) -> bool:
+        """Whether ``node`` runs only where a process group exists: under an ``is_initialized()``
+        test, or in a function or class that the module uses only there."""
+        if self._guarded_by_is_initialized(node):
+            return True
+        owner = next((a for a in self.ancestors(node) if isinstance(a, (*_DEFINITIONS,))), None)
+        while owner is not None and self.parent.get(owner) is not self.tree:
+            owner = next((a for a in self.ancestors(owner) if isinstance(a, (*_DEFINITIONS,))), None)
+        if owner is None or owner.name in seen:
+            return owner is not None
+        uses = [n for n in self.by_tail.get(owner.name, ()) if isinstance(n, ast.Name)]
+        return bool(uses) and all(self._runs_with_group_only(use, seen | {owner.name}) for use in uses)
 
     # -- (b) training data sharded, set_epoch once -----------------------
     def training_data(self) -> Iterator[_Violation]:
@@ -492,6 +561,15 @@ class _Script:
 
 
 _BRANCHES = (ast.If, ast.IfExp, ast.Try, ast.Match, ast.BoolOp, ast.For, ast.AsyncFor, ast.While)
+
+
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _statement_lists(node: ast.AST) -> Iterator[list[ast.stmt]]:
+    for _, value in ast.iter_fields(node):
+        if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+            yield value
 
 
 def _tail(node: ast.Name | ast.Attribute) -> str:

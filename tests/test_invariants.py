@@ -234,6 +234,107 @@ def test_an_optimized_model_wrapped_before_training_is_fine() -> None:
     )
 
 
+def test_a_wrap_after_a_return_is_caught() -> None:
+    assert codes("""
+        def build():
+            model = torch.nn.Linear(2, 2)
+            if torch.cuda.is_available():
+                model = model.cuda()
+            return model
+            model = DDP(model)
+        """) == [("DDP905", 6)]
+
+
+def test_code_after_a_return_that_ddpify_did_not_add_is_not_its_doing() -> None:
+    body = """
+        def build():
+            return None
+            dist.barrier()
+        """
+    assert codes(body) == [("DDP905", 3)]
+    assert check(HEADER + textwrap.dedent(body), original=HEADER + textwrap.dedent(body)) == []
+
+
+MODULE = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+
+def module_codes(body: str) -> list[tuple[str, int]]:
+    """The codes found in a converted module other than the entry script (``MODULE + body``)."""
+    found = []
+    for diagnostic in check(MODULE + textwrap.dedent(body).lstrip("\n"), entry=False):
+        line = int(diagnostic.message.split("(output line ")[1].split(")")[0])
+        found.append((diagnostic.code, line - MODULE.count("\n")))
+    return found
+
+
+def test_a_module_other_scripts_import_may_not_need_a_process_group() -> None:
+    assert module_codes("""
+        def save(state, path):
+            if dist.get_rank() == 0:
+                torch.save(state, path)
+
+        def fit(model, loader, epochs):
+            model = DDP(model)
+            for epoch in range(epochs):
+                loader.sampler.set_epoch(epoch)
+        """) == [("DDP906", 2), ("DDP906", 6), ("DDP906", 8)]
+
+
+def test_a_module_that_tests_for_the_process_group_is_fine() -> None:
+    assert (
+        module_codes("""
+        def per_process_batch(batch_size):
+            return batch_size // dist.get_world_size()
+
+        def save(state, path, batch_size):
+            if not dist.is_initialized() or dist.get_rank() == 0:
+                torch.save(state, path)
+            if dist.is_initialized():
+                batch_size = per_process_batch(batch_size)
+            pbar = range(3) if dist.is_initialized() and dist.get_rank() != 0 else None
+
+        def fit(model, loader, epochs):
+            if dist.is_initialized():
+                model = DDP(model)
+            for epoch in range(epochs):
+                if dist.is_initialized():
+                    loader.sampler.set_epoch(epoch)
+        """)
+        == []
+    )
+
+
+def test_a_helper_called_where_there_may_be_no_group_is_caught() -> None:
+    assert module_codes("""
+        def per_process_batch(batch_size):
+            return batch_size // dist.get_world_size()
+
+        def loader(batch_size):
+            return per_process_batch(batch_size)
+        """) == [("DDP906", 2)]
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((ROOT / "tests" / "fixtures" / "projects").glob("*/expected/**/*.py"), key=str),
+    ids=lambda p: str(p.relative_to(ROOT / "tests" / "fixtures" / "projects")),
+)
+def test_every_converted_module_keeps_the_invariants(path: Path) -> None:
+    case = path.parents[len(path.relative_to(path.parents[0]).parts) - 1]
+    while case.parent.name != "projects":
+        case = case.parent
+    named = case / "entry.txt"
+    entry = named.read_text().strip() if named.exists() else "train.py"
+    relative = path.relative_to(case / "expected").as_posix()
+    original = (case / "input" / relative).read_text()
+    assert check(path.read_text(), str(path), entry=relative == entry, original=original) == []
+
+
 def test_a_broken_invariant_is_a_refusal_with_nothing_written(monkeypatch: pytest.MonkeyPatch) -> None:
     source = (ROOT / "tests" / "fixtures" / "accumulation" / "grad_accumulation" / "input.py").read_text()
     broken = [(INVARIANT_ONE_WRITER, 7, "x")]

@@ -131,8 +131,9 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     dist, os = plan.names.dist, plan.names.os
     local_rank = f'int({os}.environ.get("LOCAL_RANK", 0))'
     for download in facts.downloads:
-        before = [_wait(f"{dist}.get_rank() != 0", dist), _wait(f"{local_rank} != 0", dist)]
-        after = [_wait(f"{dist}.get_rank() == 0", dist), _wait(f"{local_rank} == 0", dist)]
+        first = download.first
+        before = [_wait(plan.with_group(first, t), dist) for t in (f"{dist}.get_rank() != 0", f"{local_rank} != 0")]
+        after = [_wait(plan.with_group(first, t), dist) for t in (f"{dist}.get_rank() == 0", f"{local_rank} == 0")]
         comment = cst.EmptyLine(comment=cst.Comment(COMMENT))
         if not plan.before.get(download.first):  # the turns open under the statement's blank lines and comments
             leading = [*download.first.leading_lines, comment]

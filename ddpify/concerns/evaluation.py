@@ -630,7 +630,7 @@ def _sum_after(plan: EditPlan, loop: Loop, helper: str) -> None:
     plan.insert_after(loop.loop, cst.parse_statement(f"{names} = {helper}({names})\n"))
     listed = ", ".join(f"`{name}`" for name in loop.sums)
     plan.change(loop.loop, f"add up {listed} over all processes after the evaluation loop")
-    world = cst.parse_expression(f"{plan.names.dist}.get_world_size()")
+    world = cst.parse_expression(plan.world_size(loop.loop))
     for count in loop.batch_counts:
         parent = plan.index.parent(count)
         bracket = isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Attribute, cst.Subscript))

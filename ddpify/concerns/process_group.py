@@ -68,13 +68,6 @@ LATE_IMPORTS = Code(
     "imports after module-level code that may need the process group, which must be set up before that code",
     "move the imports above the module-level code (definitions may stay between them)",
 )
-SHARED_NEEDS_GROUP = Code(
-    "DDP105",
-    Severity.WARNING,
-    "process_group",
-    "a module that other scripts of the project import too now wraps a model in DistributedDataParallel",
-    "run those scripts under torchrun as well (or convert them), or move the wrap into the training script",
-)
 # Calls that may run before the process group exists: they neither train nor ask for a rank or a device.
 _HARMLESS_CALLS = ("argparse.", "warnings.", "sys.path.", "os.path.", "matplotlib.use", "random.seed")
 _HARMLESS_SEEDS = frozenset({"torch.manual_seed", "numpy.random.seed"})
@@ -86,7 +79,7 @@ BUILT_AT_IMPORT = Code(
     "process group exists",
     "build it in a function that the training script calls",
 )
-CODES = (LATE_IMPORTS, SHARED_NEEDS_GROUP, BUILT_AT_IMPORT)
+CODES = (LATE_IMPORTS, BUILT_AT_IMPORT)
 
 
 @dataclass(frozen=True)

@@ -435,7 +435,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for call in facts.progress_bars:
         disable = cst.Arg(
             keyword=cst.Name("disable"),
-            value=cst.parse_expression(f"{dist}.get_rank() != 0"),
+            value=cst.parse_expression(plan.with_group(call, f"{dist}.get_rank() != 0")),
             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
         )
         plan.replace(call, _append_argument(disable))

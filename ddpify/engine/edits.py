@@ -54,6 +54,8 @@ class EditPlan:
     imports: list[Import] = field(default_factory=list)
     # functions and classes the generated code calls, emitted after the setup function
     setup_helpers: dict[str, cst.FunctionDef | cst.ClassDef] = field(default_factory=dict)
+    # the same helpers as modules other scripts may import need them: working without a process group
+    helpers_without_group: dict[str, cst.FunctionDef | cst.ClassDef] = field(default_factory=dict)
     setup_definition: cst.FunctionDef | None = None
     findings: list[tuple[cst.CSTNode, Code, str]] = field(default_factory=list)
     changed: list[tuple[cst.CSTNode, str]] = field(default_factory=list)
@@ -71,6 +73,40 @@ class EditPlan:
         if module in self.shared:
             return cst.parse_expression(f"not {dist}.is_initialized() or {dist}.get_rank() == 0")
         return cst.parse_expression(f"{dist}.get_rank() == 0")
+
+    def without_group(self, anchor: cst.CSTNode) -> bool:
+        """Whether code inserted at ``anchor`` must also run where no process group exists: it is in a
+        module other scripts may import."""
+        return self.index.module_of(anchor) in self.shared
+
+    def rank(self, anchor: cst.CSTNode) -> str:
+        """This process's global rank, as code inserted at ``anchor`` reads it (0 without a group)."""
+        dist = self.names.dist
+        if self.without_group(anchor):
+            return f"({dist}.get_rank() if {dist}.is_initialized() else 0)"
+        return f"{dist}.get_rank()"
+
+    def world_size(self, anchor: cst.CSTNode) -> str:
+        """The number of processes, as code inserted at ``anchor`` reads it (1 without a group)."""
+        dist = self.names.dist
+        if self.without_group(anchor):
+            return f"({dist}.get_world_size() if {dist}.is_initialized() else 1)"
+        return f"{dist}.get_world_size()"
+
+    def with_group(self, anchor: cst.CSTNode, test: str) -> str:
+        """``test``, for a condition inserted at ``anchor`` that runs a collective: in a module other
+        scripts may import, only where a process group exists."""
+        if self.without_group(anchor):
+            return f"{self.names.dist}.is_initialized() and {test}"
+        return test
+
+    def where_distributed(self, anchor: cst.CSTNode, stmt: Statement) -> Statement:
+        """``stmt``, to be inserted next to ``anchor``; in a shared module, run only where a process
+        group exists (``if dist.is_initialized():``), so that other scripts can still call that code."""
+        if not self.without_group(anchor):
+            return stmt
+        test = cst.parse_expression(f"{self.names.dist}.is_initialized()")
+        return cst.If(test=test, body=cst.IndentedBlock(body=[stmt]))
 
     def replace(self, node: cst.CSTNode, rewrite: Callable[[cst.CSTNode], cst.CSTNode]) -> None:
         self.replacements[node].append(rewrite)
@@ -95,8 +131,18 @@ class EditPlan:
     def has_setup_helper(self, name: str) -> bool:
         return name in self.setup_helpers
 
-    def add_setup_helper(self, name: str, definition: cst.FunctionDef | cst.ClassDef) -> None:
-        self.setup_helpers[name] = definition.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    def add_setup_helper(
+        self,
+        name: str,
+        definition: cst.FunctionDef | cst.ClassDef,
+        without_group: cst.FunctionDef | cst.ClassDef | None = None,
+    ) -> None:
+        """Define ``name`` where generated code calls it; ``without_group`` is its form for a module that
+        other scripts may import (one that also works without a process group)."""
+        blank = [cst.EmptyLine(), cst.EmptyLine()]
+        self.setup_helpers[name] = definition.with_changes(leading_lines=blank)
+        if without_group is not None:
+            self.helpers_without_group[name] = without_group.with_changes(leading_lines=blank)
 
     def need_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
         item = Import(module, obj, asname)
@@ -156,7 +202,7 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
         if used and module is index.module:
             _place_setup_helpers(plan, used)
         elif used:
-            _place_helpers(plan, module, [plan.setup_helpers[n] for n in used])
+            _place_helpers(plan, module, [plan.helpers_without_group.get(n, plan.setup_helpers[n]) for n in used])
         if needed:
             _place_imports(plan, module, needed)
         if used or needed:

@@ -110,7 +110,7 @@ def _names(index: Index) -> Names:
     os_name = "os" if _free_for_module(index, "os") else "os_"
     atexit_name = "atexit" if _free_for_module(index, "atexit") else "atexit_"
     return Names(
-        dist=fresh("dist", "torch_dist"),
+        dist="dist" if _free_for_module(index, "dist", "torch.distributed") else "torch_dist",
         ddp=fresh("DDP", "DistributedDataParallel"),
         sampler=fresh("DistributedSampler", "DistributedSampler_"),
         setup=fresh("setup_distributed", "setup_ddp_process_group"),
@@ -119,27 +119,30 @@ def _names(index: Index) -> Names:
     )
 
 
-def _free_for_module(index: Index, name: str) -> bool:
-    """Whether generated code can call the standard module ``name`` by its name: no module of the
-    program uses the name for anything else (a module that imports it as itself is fine)."""
+def _free_for_module(index: Index, name: str, full: str | None = None) -> bool:
+    """Whether generated code can call the module ``full`` (by default the standard module ``name``)
+    as ``name``: no module of the program uses the name for anything else (a module that imports it
+    under that name is fine)."""
     if name not in index.identifiers:
         return True
     for module in index.modules or [index.module]:
-        if _imports_module(module, name):
+        if _imports_module(module, name, full or name):
             continue
         if any(name in names and index.module_of(scope) is module for scope, names in index.bound.items()):
             return False
-        if module is index.module:  # the entry script mentions it without importing it
-            return False
+        if module is index.module and any(index.module_of(n) is module for n in index.names.get(name, ())):
+            return False  # the entry script mentions it without importing it
     return True
 
 
-def _imports_module(module: cst.Module, name: str) -> bool:
-    """Whether ``module`` has a plain top-level ``import <name>``."""
+def _imports_module(module: cst.Module, name: str, full: str) -> bool:
+    """Whether ``module`` has a top-level ``import <full>`` binding ``name`` (``import os``,
+    ``import torch.distributed as dist``)."""
     for stmt in module.body:
         for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.Import) and any(
-                alias.evaluated_name == name and alias.asname is None for alias in small.names
+                alias.evaluated_name == full and (alias.evaluated_alias or alias.evaluated_name) == name
+                for alias in small.names
             ):
                 return True
     return False

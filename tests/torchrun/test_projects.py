@@ -50,6 +50,8 @@ def trains_in_sync(script: Path) -> None:
     [
         ("solver", "-o"),
         ("trainer_hierarchy", "--in-place"),
+        ("builder_returns_the_model", "-o"),
+        pytest.param("code_that_never_runs", "--in-place", marks=pytest.mark.exhaustive),
         pytest.param("helpers", "-o", marks=pytest.mark.exhaustive),
         pytest.param("loader_dict", "--in-place", marks=pytest.mark.exhaustive),
     ],
@@ -86,3 +88,44 @@ def test_a_script_sharing_a_module_keeps_working_without_a_process_group(tmp_pat
     evaluated = python(project, "evaluate.py")
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert evaluated.stdout.startswith("accuracy ")
+
+
+def _converting_projects() -> list[str]:
+    return sorted(
+        case.name
+        for case in PROJECTS.iterdir()
+        if (case / "diagnostics.txt").exists()
+        and (case / "diagnostics.txt").read_text().startswith("status: converted")
+    )
+
+
+DEFAULT_RUN = {"code_that_never_runs", "shared_trainer", "trainer_hierarchy"}
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize(
+    "case",
+    [c if c in DEFAULT_RUN else pytest.param(c, marks=pytest.mark.exhaustive) for c in _converting_projects()],
+)
+def test_the_projects_other_scripts_still_run_without_a_process_group(case: str, tmp_path: Path) -> None:
+    """After the conversion, every other script of the project runs under plain ``python`` as before:
+    the scripts with a main block, and the original training script itself, which calls the
+    converted modules the way any other script of the project would, without a process group."""
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / case / "input", project)
+    named = PROJECTS / case / "entry.txt"
+    entry = named.read_text().strip() if named.exists() else "train.py"
+    original = project / f"{Path(entry).stem}_single.py"
+    shutil.copy(project / entry, original)
+    expected = PROJECTS / case / "expected"
+    for file in expected.rglob("*.py"):
+        shutil.copy(file, project / file.relative_to(expected))
+    others = sorted(
+        str(p.relative_to(project))
+        for p in project.rglob("*.py")
+        if p.name not in (entry, original.name) and 'if __name__ == "__main__"' in p.read_text()
+    )
+    scripts = [original.name, *others]
+    for script in scripts:
+        done = python(project, script)
+        assert done.returncode == 0, f"{script}:\n{done.stderr[-2000:]}"

@@ -24,7 +24,7 @@ from ddpify.result import Options
 PER_PROCESS_BATCH = '''
 def {helper}(batch_size):
     """The share of the single-process batch that each process loads, so the global batch stays the same."""
-    world_size = {dist}.get_world_size()
+    world_size = {world_size}
     if batch_size % world_size:
         raise ValueError(f"batch size {{batch_size}} cannot be split evenly over {{world_size}} processes")
     return batch_size // world_size
@@ -150,8 +150,10 @@ def _add_sampler_where_distributed(
     _hoist(plan, index.statement_of(loader.call), f"{name} = {code} if {plan.names.dist}.is_initialized() else None")
     if shuffle is not None and not is_false(shuffle.value):
         own = index.module.code_for_node(shuffle.value)
-        test = f"{name} is None" if is_true(shuffle.value) else f"({own}) and {name} is None"
-        if isinstance(shuffle.value, (cst.Name, cst.Attribute)):
+        test = f"({own}) and {name} is None"
+        if is_true(shuffle.value):
+            test = f"{name} is None"
+        elif isinstance(shuffle.value, (cst.Name, cst.Attribute)):
             test = f"{own} and {name} is None"
         plan.replace(shuffle.value, lambda n: cst.parse_expression(test))
     spread = loader.spread
@@ -204,9 +206,13 @@ def _split_batch(plan: EditPlan, loader: Loader, helper: str) -> None:
         )
         return
     if not plan.has_setup_helper(helper):
-        definition = cst.parse_module(PER_PROCESS_BATCH.format(helper=helper, dist=plan.names.dist)).body[0]
-        assert isinstance(definition, cst.FunctionDef)
-        plan.add_setup_helper(helper, definition)
+        dist = plan.names.dist
+        forms = [
+            cst.parse_module(PER_PROCESS_BATCH.format(helper=helper, world_size=world_size)).body[0]
+            for world_size in (f"{dist}.get_world_size()", f"{dist}.get_world_size() if {dist}.is_initialized() else 1")
+        ]
+        assert all(isinstance(form, cst.FunctionDef) for form in forms)
+        plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
     plan.replace(batch.value, lambda n: cst.Call(func=cst.Name(helper), args=[cst.Arg(cast(cst.BaseExpression, n))]))
     plan.change(batch, "per-process batch = batch size / world size (the global batch stays as before)")
 
@@ -214,7 +220,8 @@ def _split_batch(plan: EditPlan, loader: Loader, helper: str) -> None:
 def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str], attribute: str) -> None:
     for restart in loader.restarts:
         sampler = f"{restart.loader}.{attribute}"
-        plan.insert_before(restart.stmt, cst.parse_statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n"))
+        again = cst.parse_statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n")
+        plan.insert_before(restart.stmt, plan.where_distributed(restart.stmt, again))
         plan.change(restart.stmt, f"a new pass over the data: `{sampler}.set_epoch(...)` reshuffles it")
     for epoch_loop in loader.epoch_loops:
         loop = epoch_loop.loop
@@ -232,7 +239,9 @@ def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str], attribute: str) 
             epoch = fresh("epoch", plan.index.identifiers | taken)
             taken.add(epoch)
             plan.replace(target, _renamed(epoch))
-        stmt = cst.parse_statement(f"{epoch_loop.loader}.{attribute}.set_epoch({epoch})\n")
+        stmt = plan.where_distributed(
+            loop, cst.parse_statement(f"{epoch_loop.loader}.{attribute}.set_epoch({epoch})\n")
+        )
         if epoch_loop.after is not None:  # the loader is built anew each epoch
             plan.insert_after(epoch_loop.after, stmt)
         else:

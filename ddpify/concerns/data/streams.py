@@ -54,7 +54,7 @@ class {name}(torch.utils.data.IterableDataset):
     def __init__(self, dataset, by_worker=True):
         self.dataset = dataset
         self.by_worker = by_worker  # False: the dataset splits its stream between workers itself
-        self.rank, self.world_size = {dist}.get_rank(), {dist}.get_world_size()
+        self.rank, self.world_size = {rank}, {world_size}
 
     def __iter__(self):
         worker = torch.utils.data.get_worker_info() if self.by_worker else None
@@ -72,8 +72,18 @@ def define_shard(plan: EditPlan, taken: set[str]) -> str:
     """Define the stream-sharding class once, after the setup function; its name."""
     name = fresh("RankShard", plan.index.identifiers | taken)
     taken.add(name)
-    definition = cst.parse_module(_SHARD.format(name=name, dist=plan.names.dist)).body[0]
-    plan.add_setup_helper(name, cast(cst.ClassDef, definition))
+    dist = plan.names.dist
+    plain, without_group = (
+        cst.parse_module(_SHARD.format(name=name, rank=rank, world_size=world_size)).body[0]
+        for rank, world_size in (
+            (f"{dist}.get_rank()", f"{dist}.get_world_size()"),
+            (
+                f"({dist}.get_rank() if {dist}.is_initialized() else 0)",
+                f"{dist}.get_world_size() if {dist}.is_initialized() else 1",
+            ),
+        )
+    )
+    plan.add_setup_helper(name, cast(cst.ClassDef, plain), cast(cst.ClassDef, without_group))
     if "torch" not in plan.index.bound[plan.index.module]:
         plan.need_import("torch")
     return name

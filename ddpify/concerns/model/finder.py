@@ -130,6 +130,12 @@ class _Finder:
                         moves.append((stmt, target, move))
                     elif index.carried_ref(small.value, scope) is None:
                         creations.append((stmt, target))
+                elif isinstance(small.value, cst.Call) and isinstance(small.targets[0].target, (cst.Tuple, cst.List)):
+                    # ``model, criterion = build(...)``: the model arrives with other values
+                    for element in small.targets[0].target.elements:
+                        part = index.ref_of(element.value, scope)
+                        if part in lineage:
+                            creations.append((stmt, part))
             elif isinstance(small, cst.Expr) and (move := _device_move(small.value)) is not None:
                 target = index.carried_ref(small.value, scope)
                 if target in lineage:
@@ -152,6 +158,11 @@ class _Finder:
         if moves:
             stmt, target, cuda = max(moves, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
             placed = True
+            received = max(creations, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]), default=None)
+            if received is not None and depth.get(received[1], 0) > depth.get(target, 0):
+                # ``model = build_model()`` after the builder moved it: the wrap goes where the model
+                # arrives, not into the builder (whose last word is ``return model``).
+                (stmt, target), cuda = received, False
         elif creations:
             stmt, target = max(creations, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
             cuda, placed = False, False
@@ -333,14 +344,19 @@ class _Finder:
 
     def _depths(self, lineage: set[Ref]) -> dict[Ref, int]:
         """How far each place is from where the value started (following flows)."""
-        roots = [r for r in lineage if not any(f.src in lineage for f in self.index.flows_into(r))]
+        # (``model = model.cuda()`` flows into itself: that does not make it any deeper)
+        roots = [r for r in lineage if not any(f.src in lineage and f.src != r for f in self.index.flows_into(r))]
         depth = dict.fromkeys(roots, 0)
         frontier = list(roots)
         while frontier:
             nxt = []
             for ref in frontier:
                 for flow in self.index.flows_from(ref):
-                    if flow.dst in lineage and depth.get(flow.dst, -1) < depth[ref] + 1 <= len(lineage):
+                    if (
+                        flow.dst in lineage
+                        and flow.dst != ref
+                        and depth.get(flow.dst, -1) < depth[ref] + 1 <= len(lineage)
+                    ):
                         depth[flow.dst] = depth[ref] + 1
                         nxt.append(flow.dst)
             frontier = nxt
@@ -394,6 +410,8 @@ class _Finder:
         siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
         last = anchor
         for stmt in siblings[siblings.index(anchor) + 1 :]:
+            if _leaves_block(stmt):
+                break  # ``return model``: nothing after it runs
             if self.index.trains(stmt):
                 break  # training starts here (of this model or another): the wrap must come first
             reads = self.index.mentions(stmt, target)
@@ -403,6 +421,12 @@ class _Finder:
                 break
             last = stmt
         return last
+
+
+def _leaves_block(stmt: cst.BaseStatement) -> bool:
+    """``return``, ``raise``, ``break`` or ``continue``: the statements after it in its block never run."""
+    small = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ()
+    return any(isinstance(s, (cst.Return, cst.Raise, cst.Break, cst.Continue)) for s in small)
 
 
 def _is_backward(call: cst.Call) -> bool:

@@ -68,10 +68,12 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 wrap = cst.parse_statement(f"{each} = [{ddp}({item}{device_ids}) for {item} in {each}]\n")
                 convert = f"{each} = [torch.nn.SyncBatchNorm.convert_sync_batchnorm({item}) for {item} in {each}]\n"
             if options.sync_batchnorm:
-                plan.insert_after(model.insert_after, cst.parse_statement(convert))
+                plan.insert_after(
+                    model.insert_after, plan.where_distributed(model.insert_after, cst.parse_statement(convert))
+                )
                 plan.need_import("torch")
                 plan.change(model.insert_after, f"BatchNorm layers of `{model.expression}` -> SyncBatchNorm")
-            plan.insert_after(model.insert_after, wrap)
+            plan.insert_after(model.insert_after, plan.where_distributed(model.insert_after, wrap))
             wrapped = f"every model in `{model.expression}`" if model.item is not None else f"`{model.expression}`"
             plan.change(model.insert_after, f"wrap {wrapped} in DistributedDataParallel")
         if model.small_batch_norm is not None and not options.sync_batchnorm:
@@ -91,11 +93,11 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 f"{model.expression} = {ddp}({model.expression}.module{device_ids})"
                 "  # DDP averages only the parameters that required grad when it was built\n"
             )
-            plan.insert_after(unfrozen, rewrap)
+            plan.insert_after(unfrozen, plan.where_distributed(unfrozen, rewrap))
             plan.change(unfrozen, f"wrap `{model.expression}` again: parameters became trainable after the wrap")
         for read in model.unwrap:
             module = plan.index.module_of(read)
-            if module in plan.shared and module is not plan.index.module_of(model.insert_after):
+            if module in plan.shared:
                 # Other scripts pass this code a plain model: take ``.module`` only from the wrapper.
                 plan.replace(read, _module_if_wrapped(ddp))
                 plan.change(

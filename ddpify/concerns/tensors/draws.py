@@ -108,6 +108,8 @@ class _DrawFinder(_StepReader):
                         "drawn differently on each rank, it would make them take different paths",
                     )
         rank = f"{self.dist}.get_rank()"
+        if index.module_of(step) is not index.module:  # other scripts may import it without a process group
+            rank = f"({rank} if {self.dist}.is_initialized() else 0)"
         seeds: list[str] = []
         if "torch" in libraries:
             torch_name = self._imported_as("torch")

@@ -249,11 +249,10 @@ def _indexed(index: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
 
 def rewrite_full_batch(full: FullBatch, plan: EditPlan) -> None:
     """Define the shard after the tensors are made, and read it where the step reads them."""
-    dist = plan.names.dist
     shard = fresh("shard", plan.index.identifiers)
-    world = f"{dist}.get_world_size()"
+    world = plan.world_size(full.after)
     line = cst.parse_statement(
-        f"{shard} = slice({dist}.get_rank(), len({full.length}) - len({full.length}) % {world}, {world})\n"
+        f"{shard} = slice({plan.rank(full.after)}, len({full.length}) - len({full.length}) % {world}, {world})\n"
     )
     if full.batched:
         comment = "# This rank's equal share of the samples, batched as before: as many steps on every rank."

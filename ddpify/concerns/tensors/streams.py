@@ -116,10 +116,9 @@ def _replaced_by(code: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
 
 def rewrite_streams(streams: Streams, plan: EditPlan) -> None:
     """Batchify for all ranks at once, then keep this rank's own streams."""
-    dist = plan.names.dist
     size = plan.index.module.code_for_node(streams.size)
-    rank = f"{dist}.get_rank()"
-    plan.replace(streams.size, _replaced_by(f"{size} * {dist}.get_world_size()"))
+    rank = plan.rank(streams.stmt)
+    plan.replace(streams.size, _replaced_by(f"{size} * {plan.world_size(streams.stmt)}"))
     own = f"{streams.name}.narrow({streams.dim}, {rank} * {size}, {size})"
     if streams.dim == 1:  # columns of a contiguous tensor are not contiguous
         own += ".contiguous()"
