@@ -12,6 +12,34 @@ import pytest
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
+# README's test command (`pytest`, which leaves out `exhaustive`) keeps these
+# torchrun runs, one of each kind, so that it ends in about five minutes on two
+# cores. Every other torchrun test counts as `exhaustive`: the full matrix,
+# `pytest -m exhaustive`, which CI runs as well. A new torchrun test joins the
+# matrix unless it is listed here.
+QUICK_TORCHRUN = (
+    # a bundled example converted and verified: sync, sharding, one checkpoint without `module.`
+    "tests/test_torchrun.py::test_converted_example_trains_data_parallel[mnist_cnn]",
+    # the verification itself: a correct script passes, an unconverted one fails
+    "tests/test_verify.py::test_correct_ddp_script_passes_every_check",
+    "tests/test_verify.py::test_unconverted_script_stays_in_sync_by_accident_but_is_not_sharded",
+    # `ddpify --verify` end to end
+    "tests/test_cli_verify.py::test_verify_converts_an_example_and_proves_it_trains_data_parallel",
+    # a realistic script (a Trainer class), and a program of several modules
+    "tests/test_trial.py::test_converted_script_trains_in_data_parallel[s15_trainer_class]",
+    "tests/torchrun/test_projects.py::test_a_converted_program_trains_in_sync[solver--o]",
+    # two nodes meeting through a c10d rendezvous
+    "tests/test_launchers.py::test_multi_node_torchrun_command_joins_two_nodes_through_c10d",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("torchrun") is not None and item.nodeid not in QUICK_TORCHRUN:
+            item.add_marker(pytest.mark.exhaustive)
+
+
 RunDdpify = Callable[..., subprocess.CompletedProcess[str]]
 
 

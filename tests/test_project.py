@@ -25,13 +25,31 @@ def test_readme_has_exactly_two_setup_commands() -> None:
     assert tests.endswith("-m pytest")
 
 
-def test_ci_runs_the_readme_test_command_after_lint_and_types() -> None:
+def _full_matrix_command() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Tests\n", 1)[1].split("\n## ", 1)[0]
+    (command,) = re.findall(r"```bash\n(.+?)\n```", section, flags=re.DOTALL)
+    return str(command)
+
+
+def test_ci_runs_the_readme_test_command_then_the_full_matrix_after_lint_and_types() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     test_command = _readme_commands()[1]
-    assert ci[-1] == test_command
-    steps = "\n".join(ci)
+    assert ci[-2:] == [test_command, _full_matrix_command()]
+    assert _full_matrix_command() == ".venv/bin/python -m pytest -m exhaustive"
+    steps = "\n".join(ci[:-2])
     for tool in (".venv/bin/ruff check", ".venv/bin/ruff format --check", ".venv/bin/mypy"):
         assert tool in steps
+
+
+def test_the_quick_torchrun_runs_name_tests_that_exist() -> None:
+    from tests.conftest import QUICK_TORCHRUN
+
+    assert 0 < len(QUICK_TORCHRUN) <= 10, "README's test command keeps a few torchrun runs, not the matrix"
+    for node in QUICK_TORCHRUN:
+        path, _, test = node.partition("::")
+        name = test.partition("[")[0]
+        assert f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), node
 
 
 def test_constraints_pin_what_the_readme_installs() -> None:

@@ -6,9 +6,10 @@ refuses it. The fast
 test converts every script and checks that outcome, and that the output keeps
 the invariants of :mod:`ddpify.invariants`. The ``torchrun`` test runs each
 converted script to the end on two ranks (Gloo on CPU) under
-``ddpify.verify``: ranks in sync, data sharded, one writer, clean exit. By
-default it runs the scripts of ``ALWAYS_RUN``, one for each kind of change
-(about 10 s each); ``pytest -m exhaustive`` runs the others too.
+``ddpify.verify``: ranks in sync, data sharded, one writer, clean exit
+(about 10 s each). README's test command runs one of them (see
+``QUICK_TORCHRUN`` in ``conftest.py``); ``pytest -m exhaustive`` runs the
+others.
 """
 
 from __future__ import annotations
@@ -68,31 +69,12 @@ ARGS: dict[str, list[str]] = {
 KNOWN_WRONG: dict[str, str] = {}
 
 
-# The scripts run under torchrun by default: a split and collate function, a checkpoint read back,
-# a frozen backbone, a branch that skips parameters, iteration-based training, a Trainer class,
-# log files, tqdm.
-ALWAYS_RUN = frozenset(
-    {
-        "s06_split_collate",
-        "s08_ckpt_resume",
-        "s09_finetune_frozen",
-        "s10_unused_branch",
-        "s13_iter_based",
-        "s15_trainer_class",
-        "s18_logging_csv",
-        "s19_tqdm",
-    }
-)
-
-
 def scripts(*, converted_only: bool = False) -> list[object]:
     params = []
     for name, outcome in OUTCOMES.items():
         if converted_only and outcome[0] != CONVERTED:
             continue
         marks = [pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[name])] if name in KNOWN_WRONG else []
-        if converted_only and name not in ALWAYS_RUN:
-            marks.append(pytest.mark.exhaustive)
         params.append(pytest.param(name, marks=marks))
     return params
 
