@@ -25,8 +25,9 @@ from ddpify.result import Conversion, Options, Status
 from ddpify.verify import CHECK_NAMES, Check, RankReport, VerifyReport
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = b"import torch\n\nmodel = Net()\ntrain(model)\n"
-CONVERTED = b"import torch\n\nmodel = DDP(Net())\ntrain(model)\n"
+# A training step (a backward pass), so that a folder search takes the file for a training script.
+SOURCE = b"import torch\n\nmodel = Net()\nmodel(x).sum().backward()\n"
+CONVERTED = b"import torch\n\nmodel = DDP(Net())\nmodel(x).sum().backward()\n"
 
 
 @pytest.fixture(autouse=True)

@@ -126,12 +126,8 @@ def load(sources: Sequence[str], *, config: str | None, no_config: bool) -> Sett
         if table is None:
             raise Failure(f"{config}: no [{TABLE}] table")
         return _settings(config, table)
-    path = find(start_folder(sources))
-    if path is None:
-        return Settings()
-    table = _table(path, _parse(path))
-    assert table is not None  # find() returns a file that has one
-    return _settings(path, table)
+    found = find(start_folder(sources))
+    return Settings() if found is None else _settings(*found)
 
 
 def start_folder(sources: Sequence[str]) -> str:
@@ -142,13 +138,14 @@ def start_folder(sources: Sequence[str]) -> str:
     return os.path.commonpath(folders) if folders else os.getcwd()
 
 
-def find(start: str) -> str | None:
-    """The nearest ``pyproject.toml`` at or above ``start`` that has a ``[tool.ddpify]`` table."""
+def find(start: str) -> tuple[str, dict[str, Any]] | None:
+    """The nearest ``pyproject.toml`` at or above ``start`` that has a ``[tool.ddpify]`` table, and the table."""
     folder = os.path.abspath(start)
     while True:
         candidate = _shown_path(os.path.join(folder, PYPROJECT))
-        if os.path.isfile(candidate) and _table(candidate, _parse(candidate)) is not None:
-            return candidate
+        table = _table(candidate, _parse(candidate)) if os.path.isfile(candidate) else None
+        if table is not None:
+            return candidate, table
         parent = os.path.dirname(folder)
         if parent == folder:
             return None
