@@ -99,14 +99,8 @@ def _converting_projects() -> list[str]:
     )
 
 
-DEFAULT_RUN = {"code_that_never_runs", "shared_trainer", "trainer_hierarchy"}
-
-
 @pytest.mark.torchrun
-@pytest.mark.parametrize(
-    "case",
-    [c if c in DEFAULT_RUN else pytest.param(c, marks=pytest.mark.exhaustive) for c in _converting_projects()],
-)
+@pytest.mark.parametrize("case", _converting_projects())
 def test_the_projects_other_scripts_still_run_without_a_process_group(case: str, tmp_path: Path) -> None:
     """After the conversion, every other script of the project runs under plain ``python`` as before:
     the scripts with a main block, and the original training script itself, which calls the

@@ -267,6 +267,25 @@ class _Finder:
         expression = self.index.spelled(target, index.scope_of(stmt))
         placed = data_parallel_if or stmt
         outer = self._climb_conditionals(placed)
+        later = [c for c in moves if index.after(c[0], outer)]
+        if later:
+            # ``model = nn.DataParallel(model)`` then ``model.cuda()``: DDP needs the module on its device
+            # first, so the DataParallel line goes and the wrap follows the last move.
+            move, _, cuda = max(later, key=lambda c: index.order[c[0]])
+            anchor = self._climb_conditionals(move)
+            insert_after = self._after_setup(anchor, target)
+            unwrap = tuple(self.reads.wrapper_reads(target, insert_after))
+            return Model(
+                target,
+                expression,
+                insert_after,
+                cuda and anchor is move,
+                True,
+                unwrap,
+                optimizer,
+                data_parallel_if=data_parallel_if,
+                data_parallel_removed=stmt,
+            )
         if outer is placed:
             unwrap = tuple(self.reads.wrapper_reads(target, stmt))
             call = cast(cst.Call, statement_value(stmt))
@@ -417,7 +436,11 @@ class _Finder:
             reads = self.index.mentions(stmt, target)
             if not reads:
                 continue
-            if any(self.reads.runs_model(read) or self.reads.stored_in(read) is not None for read in reads):
+            if any(
+                (self.reads.runs_model(read) and not self.reads.only_prepares(read))
+                or self.reads.stored_in(read) is not None
+                for read in reads
+            ):
                 break
             last = stmt
         return last

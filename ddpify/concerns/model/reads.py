@@ -20,6 +20,7 @@ from ddpify.concerns.model.codes import STORED_BEFORE_WRAP, WRAPPER_IN_CONTAINER
 from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.engine.index import Ref, Scope
 from ddpify.engine.program import Program
+from ddpify.engine.syntax import parameter_names
 
 DEEPCOPY = frozenset({"copy.deepcopy"})
 
@@ -137,6 +138,36 @@ class WrapperReads:
             call = self.index.parent(parent)
             return isinstance(call, cst.Call) and self.index.resolve_callee(call, self.index.scope_of(call)) is not None
         return False
+
+    def only_prepares(self, read: cst.BaseExpression, depth: int = 0) -> bool:
+        """``initialize_weights(model)``: the model handed to a function of the program that only sets
+        it up (changes its weights in place, loads or freezes them): the function neither runs the model
+        nor trains, keeps no reference to it, and hands it on only to functions like itself."""
+        index = self.index
+        parent = index.parent(read)
+        call = index.parent(parent) if isinstance(parent, cst.Arg) else None
+        if not isinstance(call, cst.Call) or not isinstance(parent, cst.Arg) or depth > 3:
+            return False
+        callee = index.resolve_callee(call, index.scope_of(call))
+        if callee is None or callee[0].name.value == "__init__" or index.trains(callee[0].body):
+            return False
+        function, skipped = callee
+        if parent.keyword is not None:
+            name: str | None = parent.keyword.value
+        else:
+            at = call.args.index(parent)
+            if any(a.star or a.keyword is not None for a in call.args[:at]):
+                return False
+            names = parameter_names(function)[skipped:]
+            name = names[at] if at < len(names) else None
+        if name is None or name not in parameter_names(function):
+            return False
+        for inner in index.mentions(function, Ref(function, name)):
+            if self.stored_in(inner) is not None:
+                return False
+            if self.runs_model(inner) and not self.only_prepares(inner, depth + 1):
+                return False
+        return True
 
     def wrapper_reads(self, target: Ref, wrap: cst.BaseStatement) -> Iterator[cst.BaseExpression]:
         """Reads of the model after it is wrapped that the wrapper does not answer for the module."""

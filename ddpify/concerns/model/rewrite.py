@@ -57,9 +57,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         else:
             if model.data_parallel_removed is not None:
                 wrapped_by_ddp.add(cast(cst.Call, statement_value(model.data_parallel_removed)))
-                plan.remove(model.data_parallel_removed)
-                if model.data_parallel_if is not None:
-                    plan.inline(model.data_parallel_if)
+                guard = model.data_parallel_if
+                if guard is not None and len(guard.body.body) == 1:
+                    plan.remove(guard)  # ``if device_count() > 1: model = nn.DataParallel(model)``
+                else:
+                    plan.remove(model.data_parallel_removed)
+                    if guard is not None:
+                        plan.inline(guard)
                 plan.change(model.data_parallel_removed, "remove nn.DataParallel: each process drives one GPU")
             wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{device_ids})\n")
             convert = f"{model.expression} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model.expression})\n"

@@ -1,0 +1,36 @@
+"""Golden cases of run-time failure classes, trained for real: each ``expected.py`` under torchrun.
+
+Each case below is a shape of real training code that a conversion once got wrong
+without a word (ranks drawing their own weights after the wrap, a wrap that never
+runs, ...). Its golden output must train in sync on two ranks, each on its own
+shard, with one writer and a clean exit. The cases set no seed where the failure
+would hide behind one: ranks that are not synchronised then end apart.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ddpify.verify import verify
+
+pytest.importorskip("torch")
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+CASES = [
+    "model/init_function_after_move",
+]
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize("case", CASES)
+def test_the_golden_output_trains_in_sync(case: str, tmp_path: Path) -> None:
+    script = tmp_path / "train_ddp.py"
+    shutil.copy(FIXTURES / case / "expected.py", script)
+    report = verify(script, nproc=2, workdir=tmp_path, timeout=240)
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    rank0, rank1 = report.ranks
+    assert rank0.steps == rank1.steps > 0
