@@ -22,6 +22,9 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 CASES = [
     "model/init_function_after_move",
+    "model/frozen_unless_finetuned",
+    "model/gan_auxiliary_head_unused",
+    "model/output_indexed_in_step",
 ]
 
 

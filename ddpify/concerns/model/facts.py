@@ -28,6 +28,8 @@ class Model:
     unused: str | None = None  # why some parameters may get no gradient in a step: find_unused_parameters
     small_batch_norm: cst.Call | None = None  # a DataLoader with a small batch, where the model has BatchNorm
     item: str | None = None  # a list of models: each is wrapped as ``[DDP(<item>) for <item> in <expression>]``
+    # frozen whole unless a condition unfroze it: wrapped only where it has trainable parameters
+    maybe_frozen: bool = False
 
 
 @dataclass(frozen=True)

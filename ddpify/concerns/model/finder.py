@@ -105,7 +105,8 @@ class _Finder:
                         model,
                         unwrap=unwrap,
                         lineage=frozenset(self.index.lineage(model.ref)),
-                        unused=self.forward.skipped_submodule(classes) or self.forward.output_used_sometimes(model),
+                        unused=self.forward.skipped_submodule(classes)
+                        or self.forward.output_used_sometimes(model, classes),
                         small_batch_norm=self.forward.small_batch_norm(model, classes),
                     )
 
@@ -184,7 +185,12 @@ class _Finder:
         rewraps = self.freezing.unfrozen_after(target, insert_after)
         self.reads.refuse_stored_before(target, anchor, insert_after)
         unwrap = tuple(dict.fromkeys(unwrap + self.reads.stored_after(target, insert_after)))
-        if self.freezing.frozen_when_wrapped(target, insert_after):
+        frozen = self.freezing.frozen_when_wrapped(target, insert_after)
+        if frozen is None:  # frozen unless a run-time condition unfroze it: wrap it at run time
+            return Model(
+                target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps, maybe_frozen=True
+            )
+        if frozen:
             if not rewraps:
                 return None  # nothing to synchronise, and DDP refuses a module without trainable parameters
             self.program.report(

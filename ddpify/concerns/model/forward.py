@@ -221,16 +221,73 @@ class ForwardChecks:
             node = cast(cst.CSTNode, parent)
         return None
 
-    def output_used_sometimes(self, model: Model) -> str | None:
+    def _head_slots(self, classes: set[cst.ClassDef]) -> set[int] | None:
+        """The places of the outputs ``forward`` returns from a submodule of their own (``return
+        self.adv(h), self.aux(h)``): leaving one unused leaves that submodule without a gradient.
+        None where the model's forward is not the program's (every output may be one)."""
+        index = self.index
+        slots: set[int] = set()
+        forwards = [f for cls in classes if (f := index.functions.get((cls, "forward"))) is not None]
+        if not forwards:
+            return None
+        for forward in forwards:
+            self_name = index.self_name(forward)
+            heads: dict[str, int] = {}  # ``aux = self.aux(h)``: names bound once from a submodule
+            for node in index.walk(forward.body):
+                if (
+                    isinstance(node, cst.Assign)
+                    and len(node.targets) == 1
+                    and isinstance(node.targets[0].target, cst.Name)
+                ):
+                    name = node.targets[0].target.value
+                    heads[name] = heads.get(name, 0) + (2 if not self._submodule_call(node.value, self_name) else 1)
+            for node in index.walk(forward.body):
+                if not (isinstance(node, cst.Return) and isinstance(node.value, cst.Tuple)):
+                    continue
+                for slot, element in enumerate(node.value.elements):
+                    value = element.value
+                    named = isinstance(value, cst.Name) and heads.get(value.value) == 1
+                    if named or self._submodule_call(value, self_name):
+                        slots.add(slot)
+        return slots
+
+    @staticmethod
+    def _submodule_call(expr: cst.BaseExpression, self_name: str | None) -> bool:
+        """``self.aux(h)``."""
+        return (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and isinstance(expr.func.value, cst.Name)
+            and expr.func.value.value == self_name
+        )
+
+    def output_used_sometimes(self, model: Model, classes: set[cst.ClassDef]) -> str | None:
         """``out, aux = model(x)`` in the training loop with ``aux`` read only under an ``if``.
 
         On the other steps the parameters that only ``aux`` depends on get no gradient.
         """
         index = self.index
         scope = index.scope_of(model.insert_after)
+        heads = self._head_slots(classes)
+
+        def head(slot: int) -> bool:
+            return heads is None or slot in heads
+
         for read in index.mentions(scope, model.ref):
             call = index.parent(read)
             assign = index.parent(call)
+            if (
+                isinstance(call, cst.Call)
+                and call.func is read
+                and isinstance(assign, cst.Subscript)
+                and m.matches(assign, m.Subscript(slice=[m.SubscriptElement(m.Index(m.Integer()))]))
+                and any(index.trains(loop.body) for loop in index.enclosing_loops(call))
+                and (
+                    heads is None
+                    or heads - {int(cast(cst.Integer, cast(cst.Index, assign.slice[0].slice).value).value)}
+                )
+            ):  # ``discriminator(x)[0]``: one output of several
+                return f"`{model.expression}(...)[...]` leaves the other outputs unused in a training step"
             if not (
                 isinstance(call, cst.Call)
                 and call.func is read
@@ -242,10 +299,12 @@ class ForwardChecks:
             loops = list(index.enclosing_loops(call))
             if not loops or not index.trains(loops[0].body):
                 continue
-            for element in assign.targets[0].target.elements:
+            for slot, element in enumerate(assign.targets[0].target.elements):
                 output = element.value
-                if not isinstance(output, cst.Name) or output.value == "_":
+                if not isinstance(output, cst.Name):
                     continue
+                if output.value == "_" and head(slot):
+                    return f"`{model.expression}(...)` has outputs that a training step leaves unused"
                 ref = index.ref_of(output, scope)
                 if ref is None:
                     continue
@@ -254,6 +313,8 @@ class ForwardChecks:
                     for r in index.mentions(loops[0].body, ref)
                     if index.starts_after(r, assign) and not index.inside(r, assign)
                 ]
+                if not uses and not index.mentions(scope, ref)[1:] and head(slot):
+                    return f"`{output.value}` from `{model.expression}(...)` is never used in the training step"
                 tests = [self._only_when(use, loops[0]) for use in uses]
                 if uses and all(test is not None for test in tests):
                     condition = index.module.code_for_node(cast(cst.BaseExpression, tests[0]))

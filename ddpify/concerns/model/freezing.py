@@ -24,11 +24,14 @@ class Freezing:
         self.index = program.index
         self.reads = reads
 
-    def frozen_when_wrapped(self, target: Ref, wrap: cst.BaseStatement) -> bool:
+    def frozen_when_wrapped(self, target: Ref, wrap: cst.BaseStatement) -> bool | None:
         """The whole model is frozen before the wrap: ``model.requires_grad_(False)`` or
-        ``for p in model.parameters(): p.requires_grad = False`` (not a part: ``model.backbone``)."""
+        ``for p in model.parameters(): p.requires_grad = False`` (not a part: ``model.backbone``).
+
+        None where it depends on a condition: frozen, then unfrozen only ``if args.finetune:``.
+        """
         index = self.index
-        frozen = False
+        states: list[tuple[bool, bool]] = []  # (frozen, only under a condition the wrap does not share)
         for read in index.mentions(index.scope_of(wrap), target):
             if index.after(read, wrap) and index.statement_of(read) is not wrap:
                 continue
@@ -39,15 +42,16 @@ class Freezing:
             if not isinstance(call, cst.Call):
                 continue
             name = attribute.attr.value
+            conditional = self._conditional(read, wrap)
             if name == "requires_grad_":
-                frozen = m.matches(call, m.Call(args=[m.Arg(m.Name("False"))]))
+                states.append((m.matches(call, m.Call(args=[m.Arg(m.Name("False"))])), conditional))
             elif name == "parameters":
                 loop = index.parent(call)
                 if isinstance(loop, cst.For) and loop.iter is call and isinstance(loop.target, cst.Name):
                     variable = loop.target.value
                     for node in index.walk(loop.body):
                         if _makes_trainable(node, frozenset({variable})):
-                            frozen = False
+                            states.append((False, conditional))
                         elif m.matches(
                             node,
                             m.Assign(
@@ -59,8 +63,22 @@ class Freezing:
                                 args=[m.Arg(m.Name("False"))],
                             ),
                         ):
-                            frozen = True
+                            states.append((True, conditional))
+        frozen: bool | None = False
+        for state, conditional in states:
+            frozen = None if conditional and frozen is not state else state
         return frozen
+
+    def _conditional(self, read: cst.BaseExpression, wrap: cst.BaseStatement) -> bool:
+        """Whether ``read`` runs only under an ``if`` (or in a loop) that does not also hold the wrap."""
+        for ancestor in self.index.ancestors(read):
+            if ancestor is self.index.scope_of(wrap) or self.index.inside(wrap, ancestor):
+                return False
+            if isinstance(ancestor, (cst.If, cst.While)) or (
+                isinstance(ancestor, cst.For) and not self.index.inside(read, ancestor.iter)
+            ):
+                return True
+        return False
 
     def unfrozen_after(self, target: Ref, wrap: cst.BaseStatement) -> tuple[cst.BaseStatement, ...]:
         """Where parameters of the model become trainable after the wrap.

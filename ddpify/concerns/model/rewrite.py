@@ -77,9 +77,20 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 )
                 plan.need_import("torch")
                 plan.change(model.insert_after, f"BatchNorm layers of `{model.expression}` -> SyncBatchNorm")
-            plan.insert_after(model.insert_after, plan.where_distributed(model.insert_after, wrap))
             wrapped = f"every model in `{model.expression}`" if model.item is not None else f"`{model.expression}`"
-            plan.change(model.insert_after, f"wrap {wrapped} in DistributedDataParallel")
+            if model.maybe_frozen:
+                # DDP refuses a module without a trainable parameter
+                test = f"any(p.requires_grad for p in {model.expression}.parameters())"
+                wrap = cst.If(
+                    test=cst.parse_expression(plan.with_group(model.insert_after, test)), body=cst.IndentedBlock([wrap])
+                )
+                plan.change(
+                    model.insert_after, f"wrap {wrapped} in DistributedDataParallel when it has trainable parameters"
+                )
+            else:
+                wrap = plan.where_distributed(model.insert_after, wrap)
+                plan.change(model.insert_after, f"wrap {wrapped} in DistributedDataParallel")
+            plan.insert_after(model.insert_after, wrap)
         if model.small_batch_norm is not None and not options.sync_batchnorm:
             plan.report(
                 model.small_batch_norm,
@@ -101,8 +112,9 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             plan.change(unfrozen, f"wrap `{model.expression}` again: parameters became trainable after the wrap")
         for read in model.unwrap:
             module = plan.index.module_of(read)
-            if module in plan.shared:
-                # Other scripts pass this code a plain model: take ``.module`` only from the wrapper.
+            if module in plan.shared or model.maybe_frozen:
+                # Other scripts pass this code a plain model (or it stays plain while frozen): take
+                # ``.module`` only from the wrapper.
                 plan.replace(read, _module_if_wrapped(ddp))
                 plan.change(
                     read,
