@@ -526,3 +526,55 @@ def test_indices_drawn_after_a_seed_are_the_same_on_every_rank(read) -> None:
     )
     (loader,) = data.find(program).loaders
     assert loader.own_sampler is not None and codes(program) == []
+
+
+SWITCHED = """
+import torch
+from torch.utils.data import DataLoader
+
+def run(model, loader, {params}):
+    {prelude}
+    for x, y in loader:
+        loss = model(x).sum()
+        if {test}:
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+def main():
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    test_loader = DataLoader(test_set, batch_size=256)
+    for epoch in range(10):
+        run(model, train_loader, {train_args})
+        run(model, test_loader, {test_args})
+"""
+
+
+@pytest.mark.parametrize(
+    ("params", "prelude", "test", "train_args", "test_args"),
+    [
+        ("opt=None", "pass", "opt is not None", "opt", ""),
+        ("opt=None", "training = opt is not None", "training", "opt=opt", "opt=None"),
+        ("opt, train=True", "pass", "train", "opt", "opt, train=False"),
+        ("opt, mode", "pass", 'mode == "train"', 'opt, "train"', 'opt, "val"'),
+        ("opt, is_eval=False", "pass", "not is_eval", "opt", "opt, is_eval=True"),
+    ],
+)
+def test_a_loader_handed_to_a_function_that_trains_only_when_asked_is_evaluated(
+    read, params: str, prelude: str, test: str, train_args: str, test_args: str
+) -> None:
+    program = read(
+        SWITCHED.format(params=params, prelude=prelude, test=test, train_args=train_args, test_args=test_args)
+    )
+    train_loader, test_loader = data.find(program).loaders
+    assert train_loader.training and not test_loader.training
+
+
+def test_a_switch_the_call_does_not_decide_keeps_both_loaders_training(read) -> None:
+    program = read(
+        SWITCHED.format(
+            params="opt, train", prelude="pass", test="train", train_args="opt, True", test_args="opt, flag"
+        )
+    )
+    train_loader, test_loader = data.find(program).loaders
+    assert train_loader.training and test_loader.training

@@ -25,6 +25,7 @@ CASES = [
     "model/frozen_unless_finetuned",
     "model/gan_auxiliary_head_unused",
     "model/output_indexed_in_step",
+    "data/one_function_trains_and_evaluates",
 ]
 
 

@@ -22,6 +22,7 @@ from ddpify.concerns.data.facts import EpochLoop, Facts, Loader, Restart
 from ddpify.concerns.data.reads import Reads
 from ddpify.concerns.data.seeds import Seeds
 from ddpify.concerns.data.streams import find_stream
+from ddpify.concerns.data.switches import backward_switched_off
 from ddpify.concerns.samplers import DictEntry, dict_entry, entry_iterations, keys_drawn
 from ddpify.engine.edits import statement
 from ddpify.engine.index import Flow, Ref, Scope
@@ -75,7 +76,9 @@ class LoaderFinder:
                 sites = [
                     site
                     for site in self.reads.iterations(refs)
-                    if self.reads.site_trains(site[0]) and self.reads.batches_train(site[0])
+                    if self.reads.site_trains(site[0])
+                    and self.reads.batches_train(site[0])
+                    and not self._only_evaluated_by(site[1], refs)
                 ]
             else:
                 sites, entry = self._entry_sites(call, entry, refs, starts)
@@ -241,6 +244,31 @@ class LoaderFinder:
                 if found is not None:
                     return found
         return None
+
+    def _only_evaluated_by(self, ref: Ref, refs: set[Ref]) -> bool:
+        """Whether every call that hands this loader to the function iterating it (``ref``, a parameter)
+        turns its backward pass off: ``run_epoch(net, test_loader, criterion)`` where ``run_epoch``
+        steps only ``if optimizer is not None``. The same loop then trains on one loader and only
+        evaluates another, which must stay whole on every rank."""
+        index = self.index
+        function = ref.scope
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        calls = []
+        for flow in index.flows_into(ref):
+            if flow.src not in refs:
+                continue
+            found = [
+                c
+                for c in index.walk(flow.stmt)
+                if isinstance(c, cst.Call)
+                and (callee := index.resolve_callee(c, index.scope_of(c)))
+                and callee[0] is function
+            ]
+            if len(found) != 1:
+                return False
+            calls.append(found[0])
+        return bool(calls) and all(backward_switched_off(index, function, call) for call in calls)
 
     def _holding_loader(self, origin: Ref) -> set[Ref]:
         """The places that hold the DataLoader itself, not an iterator or progress bar over it."""
