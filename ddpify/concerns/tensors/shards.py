@@ -17,6 +17,7 @@ from ddpify.concerns.tensors.lineage import Refused, _binds, _code, _is_read, _L
 from ddpify.concerns.tensors.samples import RANDOM_CHOICES, _SampleFinder
 from ddpify.engine.edits import EditPlan, fresh, statement
 from ddpify.engine.index import Ref, Scope
+from ddpify.engine.syntax import assigned
 
 # Optimizers that decide their steps from the loss their closure returns.
 LOSS_DRIVEN = frozenset({"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"})
@@ -102,7 +103,47 @@ class _ShardFinder(_SampleFinder):
             ]
         else:
             reads = [read for ref in made for read in tensors[ref]]
+            reads += self._beside_shard_results(runs, reads, set(tensors))
         return FullBatch(tuple(reads), after, first.path, tuple(ref.path for ref in made), batched, closure)
+
+    def _beside_shard_results(self, loop: cst.CSTNode, reads: list[cst.Name], tensors: set[Ref]) -> list[cst.Name]:
+        """Reads of the whole tensors next to a result computed from the shard in the same statement
+        (``plt.plot(x.numpy(), prediction.numpy())`` after ``prediction = net(x[shard])``): they
+        take the shard too, so that the two have as many rows. Reads elsewhere stay whole."""
+        index = self.index
+        sharded = set(reads)
+        results: set[Ref] = set()
+        assignments = [n for n in index.walk(loop) if isinstance(n, cst.Assign)]
+        grown = True
+        while grown:
+            grown = False
+            for assignment in assignments:
+                if not any(
+                    isinstance(n, cst.Name) and (n in sharded or index.ref_of(n, index.scope_of(n)) in results)
+                    for n in index.walk(assignment.value)
+                ):
+                    continue
+                for target in assignment.targets:
+                    for name in assigned(target.target):
+                        if isinstance(name, cst.StarredElement):
+                            name = name.value
+                        ref = index.ref_of(name, index.scope_of(name))
+                        if ref is not None and ref not in results and ref not in tensors:
+                            results.add(ref)
+                            grown = True
+        found: list[cst.Name] = []
+        for stmt in index.statements:
+            if not index.inside(stmt, loop):
+                continue
+            names = [n for n in index.walk(stmt) if isinstance(n, cst.Name) and _is_read(index, n)]
+            if not any(index.ref_of(n, index.scope_of(n)) in results for n in names):
+                continue
+            found += [
+                n
+                for n in names
+                if n not in sharded and index.ref_of(n, index.scope_of(n)) in tensors and n not in found
+            ]
+        return found
 
     def _closure(self, backward: cst.Call, scope: Scope) -> tuple[Closure, cst.For | cst.While]:
         """The optimizer closure that runs ``backward`` (``optimizer.step(closure)`` in a loop), and that loop."""
