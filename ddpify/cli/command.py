@@ -400,7 +400,7 @@ def execute(request: Callable[[], Request], *, name: str) -> int:
 
 def guarded(action: Callable[[], ExitCode], *, name: str) -> int:
     """``action()``'s exit code; a failure, an interruption or a bug becomes a message on stderr and its code."""
-    from ddpify.cli.workers import stop_on_signals
+    from ddpify.cli.signals import stop_on_signals
 
     try:
         with stop_on_signals():

@@ -37,7 +37,8 @@ from ddpify.cli.request import (
     validate,
 )
 from ddpify.cli.results import finish
-from ddpify.cli.workers import finishing, run_many
+from ddpify.cli.signals import finishing
+from ddpify.cli.workers import run_many
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -4,10 +4,9 @@
 results cross between processes; every file is read and written by the main
 process, each one reported exactly as a single file would be.
 
-Signals: while ddpify runs, SIGINT (Ctrl-C) and SIGTERM raise
-:class:`~ddpify.cli.exits.Interrupted` in the main process, and any later one
-is ignored while it stops.  A file being written and reported is finished
-first (milliseconds), unless a second signal comes.  The workers ignore SIGINT (a terminal sends it to
+Signals (:mod:`ddpify.cli.signals`): SIGINT (Ctrl-C) and SIGTERM stop the
+run. A file being written and reported is finished first (milliseconds),
+unless a second signal comes.  The workers ignore SIGINT (a terminal sends it to
 the whole process group; the main process decides) and are terminated at
 once; a write in progress is abandoned with its temporary file removed, so no
 half-written file is left.  The run ends with ``interrupted: N of M files
@@ -22,9 +21,8 @@ import multiprocessing.pool
 import os
 import signal
 import sys
-import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ddpify import Conversion, Severity, Status
 from ddpify.cli import backend
@@ -33,10 +31,10 @@ from ddpify.cli.files import read_input
 from ddpify.cli.program import Linked, ProgramFiles, link
 from ddpify.cli.report import Progress, describe, internal_error_message, isatty, plural, summary_line
 from ddpify.cli.results import finish
+from ddpify.cli.signals import STOP_SIGNALS, finishing
 
 if TYPE_CHECKING:
     from collections.abc import Container, Generator, Iterator
-    from types import FrameType
 
     from ddpify import Options
     from ddpify.cli.report import Reporter
@@ -44,67 +42,6 @@ if TYPE_CHECKING:
     from ddpify.result import LocalModule
 
 Result = tuple[bytes, "Conversion"] | Exception
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM raise ``Interrupted`` inside the block; the former handlers come back after it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    former = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _interrupt)
-    try:
-        yield
-    except Interrupted:
-        # The signals stay ignored: a second Ctrl-C must not interrupt the
-        # clean-up or the last message on the way out.
-        raise
-    except BaseException:
-        _restore(former)
-        raise
-    else:
-        _restore(former)
-
-
-def _restore(handlers: dict[signal.Signals, Any]) -> None:
-    for signum, handler in handlers.items():
-        signal.signal(signum, handler)
-
-
-class _Deferral:
-    """Whether a file is being finished, and the signal that arrived meanwhile."""
-
-    active = False
-    pending: int | None = None
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    if _Deferral.active and _Deferral.pending is None:
-        _Deferral.pending = signum  # stop once the file is finished; a second signal stops at once
-        return
-    _stop(signum)
-
-
-def _stop(signum: int) -> None:
-    for other in STOP_SIGNALS:
-        signal.signal(other, signal.SIG_IGN)
-    raise Interrupted(signum)
-
-
-@contextlib.contextmanager
-def finishing() -> Iterator[None]:
-    """A signal inside the block takes effect at its end: a file is written and reported whole, then the run stops."""
-    _Deferral.active, _Deferral.pending = True, None
-    try:
-        yield
-    finally:
-        _Deferral.active = False
-        pending, _Deferral.pending = _Deferral.pending, None
-        if pending is not None:
-            _stop(pending)
 
 
 def run_many(request: Request, jobs: list[Job], reporter: Reporter) -> ExitCode:
