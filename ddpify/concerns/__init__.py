@@ -21,9 +21,10 @@ insert at the same place, and it follows the order of the generated script:
 6. ``tensors``       -- training data kept in tensors, not a DataLoader: each rank's equal shard;
 7. ``model``         -- the DistributedDataParallel wrap and ``.module`` reads;
 8. ``accumulation``  -- gradient sync only on the updating micro-step, before the forward pass;
-9. ``checkpoints``   -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
-10. ``side_effects`` -- ``print`` and other output on global rank 0 only;
-11. ``loop_control`` -- rank-local exits from the training loop (reported only).
+9. ``run_names``    -- a file or folder named by the clock or at random gets rank 0's name everywhere;
+10. ``checkpoints``  -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
+11. ``side_effects`` -- ``print`` and other output on global rank 0 only;
+12. ``loop_control`` -- rank-local exits from the training loop (reported only).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ddpify.concerns import (
     loop_control,
     model,
     process_group,
+    run_names,
     side_effects,
     tensors,
 )
@@ -57,6 +59,7 @@ CONCERNS: tuple[ModuleType, ...] = (
     tensors,
     model,
     accumulation,
+    run_names,
     checkpoints,
     side_effects,
     loop_control,
@@ -66,6 +69,7 @@ CONCERNS: tuple[ModuleType, ...] = (
 NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     process_group: (model, data),
     downloads: (process_group,),
+    run_names: (process_group,),
     evaluation: (data,),
     tensors: (data, model, process_group),
     accumulation: (model,),

@@ -43,3 +43,16 @@ def test_the_golden_output_trains_in_sync(case: str, tmp_path: Path) -> None:
     assert failed == expected, f"{report.format_table()}\n{report.output[-3000:]}"
     rank0, rank1 = report.ranks
     assert rank0.steps == rank1.steps > 0
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize(
+    ("case", "folder"),
+    [("run_names/clock_named_run_folder", "runs"), ("run_names/random_id_in_trainer", "checkpoints")],
+)
+def test_a_run_named_by_the_clock_or_at_random_gets_one_folder(case: str, folder: str, tmp_path: Path) -> None:
+    script = tmp_path / "train_ddp.py"
+    shutil.copy(FIXTURES / case / "expected.py", script)
+    report = verify(script, nproc=2, workdir=tmp_path, timeout=240)
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    assert len(list((tmp_path / folder).iterdir())) == 1  # rank 0's name, on both ranks
