@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from ddpify.cli import main
 
 if TYPE_CHECKING:
     from conftest import RunDdpify
@@ -124,3 +132,145 @@ def test_a_module_target_that_is_not_a_regular_file_stops_everything_before_a_wr
     assert done.returncode == 2
     assert "solver.py: not a regular file (a FIFO)" in done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["solver.py"]  # nothing written, the FIFO never opened
+
+
+# ----------------------------------------------------------------------------
+# A program is written whole or not at all (--in-place, -o DIR/). Each case compares the
+# files' sha256 before and after.
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (hidden temporary files included) with its sha256."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+def fail_on(monkeypatch: pytest.MonkeyPatch, name: str, *, call: str = "replace") -> None:
+    """Make ``os.<call>`` fail with ENOSPC when it writes to a file called ``name``."""
+    original = getattr(os, call)
+
+    def failing(src: object, dst: object, *args: object, **kwargs: object) -> object:
+        if os.path.basename(os.fspath(dst)) == name:  # type: ignore[arg-type]
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(dst))  # type: ignore[arg-type]
+        return original(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, call, failing)
+
+
+@pytest.mark.parametrize("failing", ["train.py", "solver.py"], ids=["entry-last", "module"])
+def test_in_place_writes_the_whole_program_or_nothing(
+    failing: str, project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(project)
+    before = hashes(project)
+    fail_on(monkeypatch, failing)
+
+    code = main(["train.py", "--in-place"])
+
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"error: cannot write {failing}: No space left on device; nothing written" in err.splitlines()
+    assert hashes(project) == before  # data_loader.py and solver.py are back as they were
+
+
+def test_an_output_folder_is_written_whole_or_not_at_all(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(project)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "solver.py").write_text("an older output\n")
+    before, sources = hashes(out), hashes(project)
+    fail_on(monkeypatch, "train.py")
+
+    code = main(["train.py", "-o", "../out/"])
+
+    assert code == 2, capsys.readouterr().err
+    assert hashes(out) == before
+    assert hashes(project) == sources
+
+
+def test_a_new_output_folder_is_removed_again_when_the_program_cannot_be_written(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(project)
+    fail_on(monkeypatch, "models.py")
+
+    assert main(["train.py", "-o", "../out/new/"]) == 2
+
+    assert "models.py: No space left on device; nothing written" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("step", ["fsync", "replace"], ids=["while-writing", "while-moving-into-place"])
+@pytest.mark.parametrize("signums", [[signal.SIGINT], [signal.SIGINT, signal.SIGTERM]], ids=["one", "two"])
+def test_stop_signals_during_the_writes_leave_the_program_as_it_was(
+    step: str,
+    signums: list[int],
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(project)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = hashes(project)
+    original = getattr(os, step)
+    calls = []
+
+    def signalled(*args: object) -> object:
+        calls.append(args)
+        if len(calls) == 2:  # the second file of three: one is done already
+            for signum in signums:
+                os.kill(os.getpid(), signum)
+        return original(*args)
+
+    monkeypatch.setattr(os, step, signalled)
+    try:
+        code = main(["train.py", "--in-place"])
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+    assert code == 128 + signums[0]
+    assert capsys.readouterr().err.splitlines()[-1] == "interrupted: nothing written"
+    assert len(calls) >= 2
+    assert hashes(project) == before
+
+
+def test_two_stop_signals_during_the_writes_of_a_large_program_leave_it_whole_or_untouched(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text("")
+    count = 190
+    imports = "".join(f"import m{i:03d}\n" for i in range(count))
+    (project / "train.py").write_bytes(imports.encode() + (REPOSITORY / "examples" / "regression.py").read_bytes())
+    for i in range(count):
+        (project / f"m{i:03d}.py").write_text(f"VALUE = {i}\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY), "NO_COLOR": "1"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "ddpify", "train.py", "-o", "../out/"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while not out.exists() and child.poll() is None:
+        assert time.monotonic() < deadline, "no output folder within two minutes"
+        time.sleep(0.001)
+    child.send_signal(signal.SIGINT)
+    time.sleep(0.005)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=60)
+
+    written = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    every = sorted(["train.py", *(f"m{i:03d}.py" for i in range(count))])
+    assert written in ([], every), (written[:5], err.decode())
+    if not written:
+        assert child.returncode == 130, err.decode()
+        assert err.decode().splitlines()[-1] == "interrupted: nothing written"
+    assert "Traceback" not in err.decode()

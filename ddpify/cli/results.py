@@ -1,4 +1,8 @@
-"""What becomes of one conversion: reported, then written, compared (``--check``) or shown (``--diff``)."""
+"""What becomes of one conversion: reported, then written, compared (``--check``) or shown (``--diff``).
+
+A program's files are written in one transaction (:mod:`ddpify.cli.transaction`):
+all of them or none.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ from typing import TYPE_CHECKING
 from ddpify import Status
 from ddpify.cli.diff import print_diff
 from ddpify.cli.exits import ExitCode, Failure, Outcome
-from ddpify.cli.files import check_target, hard_links, read_existing, write_if_changed, write_stdout
+from ddpify.cli.files import check_target, hard_links, read_existing, write_stdout
 from ddpify.cli.report import counts, internal_error_message
 from ddpify.cli.request import STDOUT_NAME
+from ddpify.cli.transaction import Write, write_all
 
 if TYPE_CHECKING:
     from ddpify import Conversion
@@ -65,13 +70,7 @@ def finish(
     if not unchanged:
         reporter.changes(conversion, name)
 
-    for module, target in others:
-        if not request.diff and target is not None:
-            module_code = _module_code(module)
-            in_place = target == module.path
-            current = _bytes(module.source) if in_place else None
-            write_if_changed(target, module_code, current=current, make_folders=True, keep_links=in_place)
-    summary = _deliver(request, job, source, code, writes=writes, reporter=reporter)
+    summary = _deliver(request, job, source, code, others, writes=writes, reporter=reporter)
     if others and not unchanged:
         summary += _modules_summary(request, others)
     if unchanged:
@@ -81,22 +80,45 @@ def finish(
     return Outcome.WOULD_CONVERT if request.diff else Outcome.CONVERTED
 
 
-def _deliver(request: Request, job: Job, source: bytes, code: bytes, *, writes: bool, reporter: Reporter) -> str:
-    """Write the code where it goes (unless ``--diff``); what was done, for the summary."""
+def _deliver(
+    request: Request,
+    job: Job,
+    source: bytes,
+    code: bytes,
+    others: list[tuple[LocalModule, str | None]],
+    *,
+    writes: bool,
+    reporter: Reporter,
+) -> str:
+    """Write the code of the entry and of the program's modules where they go, all or none (unless
+    ``--diff``); what was done, for the summary."""
     name, target = job.name, job.target
     if request.diff:
         return f"would convert {name}" + (f" -> {target}" if target else "")
-    if not writes:
-        return ""
     if target is None:
-        write_stdout(code)
-        return f"converted {name} -> {STDOUT_NAME}"
-    links = hard_links(target) if job.in_place and source != code else 1
-    write_if_changed(
-        target, code, current=source if job.in_place else None, make_folders=job.make_folders, keep_links=job.in_place
-    )
+        if writes:
+            write_stdout(code)
+        return f"converted {name} -> {STDOUT_NAME}" if writes else ""
+    files = [
+        Write(
+            t,
+            _module_code(m),
+            current=_bytes(m.source) if t == m.path else None,
+            in_place=t == m.path,
+            make_folders=True,
+        )
+        for m, t in others
+        if t is not None
+    ]
+    if writes:
+        current = source if job.in_place else None
+        files.append(Write(target, code, current=current, in_place=job.in_place, make_folders=job.make_folders))
+    links = hard_links(target) if writes and job.in_place and source != code else 1
+    write_all(files)
     if links > 1:
         reporter.say(f"{name}: written through its {links} hard links")
+    if not writes:
+        return ""
     return f"converted {name} in place" if job.in_place else f"converted {name} -> {target}"
 
 

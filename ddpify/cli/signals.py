@@ -3,7 +3,10 @@
 While ddpify runs, both raise :class:`~ddpify.cli.exits.Interrupted` in the
 main process (:func:`stop_on_signals`), and any later one is ignored while it
 stops. Inside :func:`finishing` (a file being written and reported) the first
-signal waits until the block ends, unless a second one comes.
+signal waits until the block ends, unless a second one comes. Inside
+:func:`blocked` (the writes of one program) signals are not delivered at all:
+the writer asks :func:`pending` between its steps and undoes what it did
+before it stops, so that a program is written whole or not at all.
 """
 
 from __future__ import annotations
@@ -81,3 +84,32 @@ def finishing() -> Iterator[None]:
         pending, _Deferral.pending = _Deferral.pending, None
         if pending is not None:
             stop(pending)
+
+
+@contextlib.contextmanager
+def blocked() -> Iterator[None]:
+    """Stop signals are held back inside the block (they stay pending; see :func:`pending`)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    former = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, former)
+
+
+def pending() -> int | None:
+    """A stop signal held back by :func:`blocked`, taken off the queue; None if none came."""
+    if not hasattr(signal, "sigpending"):
+        return None
+    waiting = signal.sigpending() & set(STOP_SIGNALS)
+    if not waiting:
+        return None
+    taken: int | None = None
+    for signum in sorted(waiting):
+        with contextlib.suppress(OSError):
+            info = signal.sigtimedwait([signum], 0)
+            if info is not None and taken is None:
+                taken = info.si_signo
+    return taken if taken is not None else int(min(waiting))
