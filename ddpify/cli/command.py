@@ -344,12 +344,13 @@ def ddpify_command(
     """
 
     def request() -> Request:
-        from ddpify.cli.config import load
+        from ddpify.cli.config import Settings, load
 
         settings = load(src, config=config_file, no_config=no_config)
         # Where the outputs go, as the command line says; the file's choice only when it says nothing.
         placed = output is not None or in_place or suffix is not None or src == ["-"]
-        verify = verify_run  # the file's --verify settings serve a verification the command line asked for
+        # The file's verify settings serve only a verification the command line asks for.
+        verifying = settings if verify_run else Settings()
         return Request(
             sources=tuple(src),
             output=None if output == "-" else output if placed else settings.output,
@@ -371,10 +372,10 @@ def ddpify_command(
             k8s=k8s,
             nodes=nodes,
             gpus_per_node=gpus_per_node,
-            verify=verify,
-            nproc=nproc if nproc is not None or not verify else settings.nproc,
-            timeout=timeout if timeout is not None or not verify else settings.timeout,
-            max_steps=max_steps if max_steps is not None or not verify else settings.max_steps,
+            verify=verify_run,
+            nproc=nproc if nproc is not None else verifying.nproc,
+            timeout=timeout if timeout is not None else verifying.timeout,
+            max_steps=max_steps if max_steps is not None else verifying.max_steps,
             report_format=report_format,
             script_args=ctx.meta.get(SCRIPT_ARGS, ()),
             config=settings.path,
