@@ -214,7 +214,13 @@ def saved(index: Index, value: cst.BaseExpression) -> bool:
 
 
 def _rank_zero_unit(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
-    """The statement that will hold the rank-0 test: the save, or an ``if`` whose test takes the rank test."""
+    """The statement that will hold the rank-0 test: the save, an ``if`` whose test takes the rank test,
+    or the ``with open(path, "wb") as f:`` around ``torch.save(model, f)`` (the file is written on rank 0)."""
+    index = plan.index
+    while isinstance(with_ := index.parent(index.parent(stmt)), cst.With) and any(
+        _opens_for_writing(index, item.item) for item in with_.items
+    ):
+        stmt = with_
     block = plan.index.parent(stmt)
     owner = plan.index.parent(block)
     if (
@@ -228,12 +234,21 @@ def _rank_zero_unit(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatemen
     return stmt
 
 
+def _opens_for_writing(index: Index, expr: cst.BaseExpression) -> bool:
+    if not (isinstance(expr, cst.Call) and index.is_call_to(expr, _OPEN)):
+        return False
+    mode = argument(expr, "mode", 1)
+    value = mode.value.evaluated_value if mode is not None and isinstance(mode.value, cst.SimpleString) else None
+    return isinstance(value, str) and any(c in value for c in "wax")
+
+
 def _loads_state_dict(node: cst.CSTNode | None) -> bool:
     """``<something>.load_state_dict(...)``."""
     return isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(attr=m.Name("load_state_dict")))
 
 
 _DICT = frozenset({"builtins.dict"})
+_OPEN = frozenset({"builtins.open"})
 _FILE_MOVES = frozenset(
     {
         *(f"shutil.{name}" for name in ("copyfile", "copy", "copy2", "copytree", "move", "rmtree")),

@@ -421,7 +421,23 @@ class _Finder:
             )
 
         first = next((i for i, s in enumerate(runs) if touches(s)), len(runs) - 1)
-        return not any(index.trains(s) for s in runs[first:])
+        if any(index.trains(s) for s in runs[first:]):
+            return False
+        # ``with open(path) as f: model = torch.load(f)`` after the training loop: an earlier statement
+        # of an enclosing block trained this model already
+        for outer in index.ancestors(stmt):
+            if isinstance(outer, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if not isinstance(outer, cst.BaseStatement):
+                continue
+            block = index.parent(outer)
+            siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+            earlier = siblings[: siblings.index(outer)] if outer in siblings else []
+            if any(
+                not isinstance(s, (cst.FunctionDef, cst.ClassDef)) and index.trains(s) and touches(s) for s in earlier
+            ):
+                return False
+        return True
 
     def _after_setup(self, anchor: cst.BaseStatement, target: Ref) -> cst.BaseStatement:
         """The last statement after ``anchor`` that still prepares the model.

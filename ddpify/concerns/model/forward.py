@@ -305,7 +305,7 @@ class ForwardChecks:
                     continue
                 if output.value == "_" and head(slot):
                     return f"`{model.expression}(...)` has outputs that a training step leaves unused"
-                ref = index.ref_of(output, scope)
+                ref = index.ref_of(output, index.scope_of(assign))
                 if ref is None:
                     continue
                 uses = [
@@ -313,7 +313,7 @@ class ForwardChecks:
                     for r in index.mentions(loops[0].body, ref)
                     if index.starts_after(r, assign) and not index.inside(r, assign)
                 ]
-                if not uses and not index.mentions(scope, ref)[1:] and head(slot):
+                if not uses and not index.mentions(index.scope_of(assign), ref)[1:] and head(slot):
                     return f"`{output.value}` from `{model.expression}(...)` is never used in the training step"
                 tests = [self._only_when(use, loops[0]) for use in uses]
                 if uses and all(test is not None for test in tests):
