@@ -100,6 +100,21 @@ ALREADY_DISTRIBUTED = Code(
 NOTHING_TO_DO = Code(
     "DDP011", Severity.INFO, "input", "no training step (`.backward()`) found: left unchanged", "nothing to do"
 )
+UNFOLLOWED_IMPORT = Code(
+    "DDP012",
+    Severity.WARNING,
+    "input",
+    "the program loads code in a way ddpify cannot follow (a computed module name, a path, a changed "
+    "sys.path, a relative import in the entry script): that code is not converted with it",
+    "import the module by name (`import utils`), or check what the code it loads does on every rank",
+)
+UNFOLLOWED_IN_FOLDER = Code(
+    "DDP013",
+    Severity.ERROR,
+    "input",
+    "-o DIR/ would hold a copy of the program without the code it loads in a way ddpify cannot follow",
+    "import the module by name, or convert the program where it is with --in-place",
+)
 INTERNAL_ERROR = Code(
     "DDP900", Severity.ERROR, "ddpify", "a bug in ddpify: nothing is written", "report it with the input script"
 )
@@ -157,6 +172,8 @@ INPUT_CODES = (
     UNSUPPORTED,
     ALREADY_DISTRIBUTED,
     NOTHING_TO_DO,
+    UNFOLLOWED_IMPORT,
+    UNFOLLOWED_IN_FOLDER,
 )
 INTERNAL_CODES = (
     INTERNAL_ERROR,
@@ -167,6 +184,11 @@ INTERNAL_CODES = (
     INVARIANT_RUNS,
     INVARIANT_WITHOUT_GROUP,
 )
+
+
+def nothing_to_do(path: str) -> Diagnostic:
+    """The finding of a program without a training step (``DDP011``)."""
+    return NOTHING_TO_DO.at(1, 1, "no training step (`.backward()`) found: nothing to do", path)
 
 
 def registry() -> dict[str, Code]:

@@ -753,3 +753,80 @@ def test_size_limit_applies_to_each_of_several_files(cli, workdir: Path) -> None
     )
     assert run.err[-1] == "2 files: 1 converted, 1 failed"
     assert sorted(p.name for p in (workdir / "src").iterdir()) == ["large.py", "small.py", "small_ddp.py"]
+
+
+# ----------------------------------------------------------------------------
+# A program's project is read to find other scripts that import its modules: files there that are
+# no scripts at all (a symlink loop, a FIFO, a device, a link to nowhere) are never waited on,
+# never read without limit, and never stop the run.
+
+ODD_FILES = ["symlink-loop", "fifo", "dev-zero", "dangling-symlink"]
+
+
+def make_odd(path: Path, kind: str) -> None:
+    if kind == "symlink-loop":
+        path.symlink_to(path.name)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.symlink_to("missing.py")
+
+
+@pytest.fixture
+def program_with_a_module(workdir: Path) -> Path:
+    """``train.py`` (the base script) importing ``helpers.py``, in a project with a ``tools`` folder."""
+    (workdir / "pyproject.toml").write_text("")
+    (workdir / "helpers.py").write_text("SEED = 0\n")
+    (workdir / "train.py").write_bytes(b"import helpers\n" + TRAIN)
+    (workdir / "tools").mkdir()
+    return workdir
+
+
+@pytest.mark.parametrize("kind", ODD_FILES)
+def test_odd_files_in_the_project_are_not_read_for_a_program(kind: str, program_with_a_module: Path) -> None:
+    make_odd(program_with_a_module / "tools" / "odd.py", kind)
+
+    done = ddpify_process("train.py", "-o", "train_ddp.py", cwd=program_with_a_module, timeout=60)
+
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"DDP" not in done.stderr.replace(b"DDP(", b"")
+    assert b"dist.init_process_group" in (program_with_a_module / "train_ddp.py").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("kind", "line", "code"),
+    [
+        ("symlink-loop", "error: ./tools/odd.py: Too many levels of symbolic links", 2),
+        ("fifo", "./tools/odd.py: skipped, not a regular file (a FIFO)", 0),
+        ("dev-zero", "./tools/odd.py: skipped, not a regular file (a character device)", 0),
+        ("dangling-symlink", "error: ./tools/odd.py: No such file or directory", 2),
+    ],
+    ids=ODD_FILES,
+)
+def test_odd_files_in_a_searched_folder_are_reported_and_the_rest_converted(
+    kind: str, line: str, code: int, program_with_a_module: Path
+) -> None:
+    make_odd(program_with_a_module / "tools" / "odd.py", kind)
+
+    done = ddpify_process(".", "-j", "1", cwd=program_with_a_module, timeout=60)
+
+    lines = done.stderr.decode().splitlines()
+    assert done.returncode == code, lines
+    assert line in lines
+    total = "3 files: 1 converted, 1 unchanged, 1 failed" if code else "2 files: 1 converted, 1 unchanged"
+    assert lines[-1] == total
+    assert (program_with_a_module / "train_ddp.py").exists()
+
+
+def test_a_package_whose_init_is_a_fifo_is_not_read(program_with_a_module: Path) -> None:
+    (program_with_a_module / "helpers.py").unlink()
+    (program_with_a_module / "helpers").mkdir()
+    os.mkfifo(program_with_a_module / "helpers" / "__init__.py")
+
+    done = ddpify_process("train.py", "-o", "train_ddp.py", cwd=program_with_a_module, timeout=60)
+
+    # Not a module Python could import either: the package has no __init__ file to read.
+    assert done.returncode == 0, done.stderr.decode()
+    assert not (program_with_a_module / "helpers" / "__init__.py").is_file()

@@ -135,8 +135,9 @@ def test_a_module_target_that_is_not_a_regular_file_stops_everything_before_a_wr
 
 
 # ----------------------------------------------------------------------------
-# A program is written whole or not at all (--in-place, -o DIR/). Each case compares the
-# files' sha256 before and after.
+# A program is written whole or not at all (--in-place, -o DIR/), never over its own sources,
+# never through a symlink out of the output folder. Each case compares the files' sha256
+# before and after.
 
 
 def hashes(folder: Path) -> dict[str, str]:
@@ -274,3 +275,222 @@ def test_two_stop_signals_during_the_writes_of_a_large_program_leave_it_whole_or
         assert child.returncode == 130, err.decode()
         assert err.decode().splitlines()[-1] == "interrupted: nothing written"
     assert "Traceback" not in err.decode()
+
+
+def test_an_output_folder_inside_the_program_never_replaces_its_sources(tmp_path: Path, run_ddpify: RunDdpify) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "solver" / "input", project)
+    (project / "pyproject.toml").write_text("")
+    # A package of the program holds a module named like a top-level one: -o lib/ would put the
+    # converted top-level solver.py over lib/solver.py.
+    (project / "lib").mkdir()
+    (project / "lib" / "__init__.py").write_text("")
+    (project / "lib" / "solver.py").write_text("LIB = True\n")
+    (project / "train.py").write_text(
+        (project / "train.py")
+        .read_text()
+        .replace("import argparse", "import argparse\nfrom lib import solver as lib_solver")
+    )
+    before = hashes(project)
+
+    done = run_ddpify(project, "train.py", "-o", "lib/")
+
+    assert done.returncode == 2, done.stderr
+    assert (
+        "error: lib/solver.py is lib/solver.py, a file of the program itself; choose an -o folder outside the program"
+        in done.stderr
+    )
+    assert hashes(project) == before
+
+
+def test_a_program_written_to_its_own_folder_is_refused(project: Path, run_ddpify: RunDdpify) -> None:
+    before = hashes(project)
+
+    done = run_ddpify(project, "train.py", "-o", "./")
+
+    assert done.returncode == 2
+    assert "is the input file" in done.stderr or "a file of the program itself" in done.stderr
+    assert hashes(project) == before
+
+
+# ----------------------------------------------------------------------------
+# Modules found as importlib finds them; imports ddpify cannot follow are named.
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+def diff_headers(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("--- ")]
+
+
+def test_a_package_comes_before_a_module_of_the_same_name(project: Path, run_ddpify: RunDdpify) -> None:
+    (project / "data_loader").mkdir()
+    (project / "data_loader.py").rename(project / "data_loader" / "__init__.py")
+    (project / "data_loader.py").write_text("def get_loader(batch_size):\n    raise SystemExit('never imported')\n")
+
+    done = run_ddpify(project, "train.py", "--diff")
+
+    assert done.returncode == 0, done.stderr
+    assert diff_headers(done.stdout) == ["--- train.py", "--- data_loader/__init__.py", "--- solver.py"]
+
+
+@pytest.mark.parametrize("name", ["os", "sys", "abc"])
+def test_a_local_file_named_like_a_module_python_has_loaded_already_is_not_read(
+    name: str, project: Path, run_ddpify: RunDdpify
+) -> None:
+    (project / f"{name}.py").write_text("this is not python (\n")
+    edit(project / "train.py", "import argparse\n", f"import argparse\nimport {name}\n")
+
+    done = run_ddpify(project, "train.py", "--diff")
+
+    assert done.returncode == 0, done.stderr
+    assert "DDP002" not in done.stderr
+    assert f"--- {name}.py" not in diff_headers(done.stdout)
+
+
+def test_a_module_imported_by_a_constant_name_is_part_of_the_program(
+    project: Path, tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    (project / "plugins.py").write_text("VALUE = 1\n")
+    edit(
+        project / "train.py",
+        "import argparse\n",
+        'import argparse\nimport importlib\n\nplugins = importlib.import_module("plugins")\n',
+    )
+
+    done = run_ddpify(project, "train.py", "-o", "../out/")
+
+    assert done.returncode == 0, done.stderr
+    assert "DDP012" not in done.stderr
+    assert (tmp_path / "out" / "plugins.py").read_bytes() == (project / "plugins.py").read_bytes()
+
+
+UNFOLLOWED = [
+    (
+        "importlib.import_module(sys.argv[1])",
+        "`importlib.import_module()`: it loads a module whose name is known only when it runs, which ddpify "
+        "cannot follow",
+    ),
+    (
+        "__import__(sys.argv[1])",
+        "`__import__()`: it loads a module whose name is known only when it runs, which ddpify cannot follow",
+    ),
+    (
+        'sys.path.insert(0, "../shared")',
+        "`sys.path.insert()`: modules found through the changed search path are not followed",
+    ),
+    (
+        'runpy.run_path("setup_env.py")',
+        "`runpy.run_path()`: it runs code from a file path, which ddpify does not follow",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), UNFOLLOWED, ids=["import_module", "__import__", "sys.path", "run_path"])
+def test_an_import_ddpify_cannot_follow_is_a_warning_in_place_and_refused_for_an_output_folder(
+    line: str, message: str, project: Path, tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    edit(
+        project / "train.py",
+        "import argparse\n",
+        f"import argparse\nimport importlib\nimport runpy\nimport sys\n\n{line}\n",
+    )
+    where = "train.py:7:1: "
+
+    in_place = run_ddpify(project, "train.py", "--in-place")
+
+    assert in_place.returncode == 0, in_place.stderr
+    assert f"{where}DDP012 {message}" in in_place.stderr.splitlines()
+
+    (tmp_path / "fresh").mkdir()
+    fresh = tmp_path / "fresh" / "project"
+    shutil.copytree(PROJECTS / "solver" / "input", fresh)
+    (fresh / "pyproject.toml").write_text("")
+    edit(
+        fresh / "train.py",
+        "import argparse\n",
+        f"import argparse\nimport importlib\nimport runpy\nimport sys\n\n{line}\n",
+    )
+    before = hashes(tmp_path / "fresh")
+
+    folder = run_ddpify(fresh, "train.py", "-o", "../out/")
+
+    assert folder.returncode == 3, folder.stderr
+    assert f"{where}DDP013 {message}; -o ../out/ would hold a program without that code" in folder.stderr.splitlines()
+    assert "train.py: not converted (1 error" in folder.stderr
+    assert hashes(tmp_path / "fresh") == before
+    assert not (tmp_path / "fresh" / "out").exists()
+
+
+def test_adding_the_scripts_own_folder_to_the_search_path_is_no_warning(project: Path, run_ddpify: RunDdpify) -> None:
+    edit(
+        project / "train.py",
+        "import argparse\n",
+        "import argparse\nimport os\nimport sys\n\nsys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n",
+    )
+
+    done = run_ddpify(project, "train.py", "--in-place")
+
+    assert done.returncode == 0, done.stderr
+    assert "DDP012" not in done.stderr
+
+
+def test_a_relative_import_in_the_entry_script_is_named(project: Path, run_ddpify: RunDdpify) -> None:
+    (project / "__init__.py").write_text("")
+    (project / "config.py").write_text("EPOCHS = 3\n")
+    edit(project / "train.py", "import argparse\n", "import argparse\n\nfrom . import config\n")
+
+    done = run_ddpify(project, "train.py", "--in-place")
+
+    assert done.returncode == 0, done.stderr
+    assert (
+        "train.py:4:1: DDP012 a relative import (.): an entry script runs only as `python -m` with it, "
+        "and ddpify does not follow it (config is not converted)" in done.stderr.splitlines()
+    )
+
+
+def test_an_already_distributed_program_goes_to_an_output_folder_whole(
+    project: Path, tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    assert run_ddpify(project, "train.py", "--in-place").returncode == 0
+    converted = hashes(project)
+
+    done = run_ddpify(project, "train.py", "-o", "../out/")
+
+    assert done.returncode == 0, done.stderr
+    assert "train.py: nothing to do" in done.stderr
+    assert hashes(tmp_path / "out") == {name: converted[name] for name in converted if name != "pyproject.toml"}
+
+
+# ----------------------------------------------------------------------------
+# Messages
+
+
+def test_a_module_of_a_program_in_a_folder_is_reported_with_its_program(project: Path, run_ddpify: RunDdpify) -> None:
+    done = run_ddpify(project, ".", "--in-place", "-j", "1")
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert "./solver.py: converted with ./train.py, whose program imports it" in lines
+    assert "./data_loader.py: converted with ./train.py, whose program imports it" in lines
+    assert not any(line.endswith("solver.py: nothing to do") for line in lines)
+
+
+def test_an_output_folder_that_is_a_dangling_symlink_is_refused(
+    project: Path, tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    (tmp_path / "out").symlink_to("missing")
+    before = hashes(project)
+
+    done = run_ddpify(project, "train.py", "-o", "../out/")
+
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        "error: ../out/: a symbolic link to a missing folder (missing); create that folder or choose another -o folder"
+    )
+    assert not (tmp_path / "missing").exists()
+    assert hashes(project) == before

@@ -12,6 +12,7 @@ which must not have imported torch afterwards either.
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,113 @@ def test_convert_imports_neither_torch_nor_the_script(script: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["converted", "False False"]
     assert markers(script.parent) == []
+
+
+# ----------------------------------------------------------------------------
+# Writing a program into a folder (-o DIR/): every output is a regular file inside DIR, at the
+# place its import name gives it; a symlink never carries a write onto a source or out of DIR.
+
+PROGRAM_ENTRY = """\
+import torch
+import torch.nn as nn
+
+from utils import make_loader
+
+loader = make_loader()
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+PROGRAM_UTILS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_loader():
+    return DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+"""
+
+
+def sha256s(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+@pytest.fixture
+def linked_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``project/train.py`` whose module ``utils.py`` is a symlink to ``shared/utils.py`` outside it."""
+    project, shared = tmp_path / "project", tmp_path / "shared"
+    project.mkdir()
+    shared.mkdir()
+    (tmp_path / "pyproject.toml").write_text("")
+    (project / "train.py").write_text(PROGRAM_ENTRY)
+    (shared / "utils.py").write_text(PROGRAM_UTILS)
+    (project / "utils.py").symlink_to("../shared/utils.py")
+    monkeypatch.chdir(project)
+    return project
+
+
+def test_a_symlinked_module_is_written_at_its_import_name_inside_the_output_folder(
+    linked_program: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmp = linked_program.parent
+    before = sha256s(tmp / "shared")
+
+    code = main(["train.py", "-o", "../out/"])
+
+    assert code == 0, capsys.readouterr().err
+    out = tmp / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["train.py", "utils.py"]
+    assert not (out / "utils.py").is_symlink()
+    assert b"DistributedSampler" in (out / "utils.py").read_bytes()
+    assert sha256s(tmp / "shared") == before  # the linked source is untouched
+    assert sorted(p.name for p in tmp.iterdir()) == ["out", "project", "pyproject.toml", "shared"]
+
+
+def test_an_output_that_is_a_symlink_to_a_source_is_refused(
+    linked_program: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmp = linked_program.parent
+    out = tmp / "out"
+    out.mkdir()
+    (out / "utils.py").symlink_to("../shared/utils.py")
+    before = sha256s(tmp)
+
+    code = main(["train.py", "-o", "../out/"])
+
+    assert code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: ../out/utils.py is ../shared/utils.py, a file of the program itself; "
+        "choose an -o folder outside the program"
+    )
+    assert sha256s(tmp) == before
+
+
+def test_an_output_that_leads_out_of_the_output_folder_is_refused(
+    linked_program: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmp = linked_program.parent
+    (tmp / "elsewhere").mkdir()
+    out = tmp / "out"
+    out.mkdir()
+    (out / "utils.py").symlink_to("../elsewhere/utils.py")
+    before = sha256s(tmp)
+
+    code = main(["train.py", "-o", "../out/"])
+
+    assert code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: ../out/utils.py leads outside ../out/ (to ../elsewhere/utils.py); "
+        "remove the link or choose another -o folder"
+    )
+    assert sha256s(tmp) == before
+    assert not (tmp / "elsewhere" / "utils.py").exists()

@@ -62,8 +62,9 @@ def too_large(name: str, max_size: int, size: int | None = None) -> Failure:
     return Failure(f"{name}: {amount}; raise it with --max-size BYTES")
 
 
-def read_input(src: str, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
-    """The bytes of a script (``-``: stdin), at most ``max_size`` of them."""
+def read_input(src: str, *, max_size: int = DEFAULT_MAX_SIZE, regular_only: bool = False) -> bytes:
+    """The bytes of a script (``-``: stdin), at most ``max_size`` of them; with ``regular_only``,
+    anything but a regular file is refused without waiting on it (a FIFO that became a module)."""
     if src == "-":
         if STDIN in _closed or sys.stdin is None:
             raise Failure("<stdin>: stdin is closed")
@@ -72,8 +73,12 @@ def read_input(src: str, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
             raise too_large("<stdin>", max_size)
         return data
     try:
-        with open(src, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
+        flags = os.O_RDONLY | (os.O_NONBLOCK if regular_only else 0)
+        with os.fdopen(os.open(src, flags), "rb") as file:
+            info = os.fstat(file.fileno())
+            if regular_only and not stat.S_ISREG(info.st_mode):
+                raise Failure(f"{src}: not a regular file ({describe_kind(info.st_mode)})")
+            size = info.st_size
             if size > max_size:
                 raise too_large(src, max_size, size)
             data = file.read(max_size + 1)
@@ -106,6 +111,7 @@ def check_target(path: str, *, hint: str, make_folders: bool = False) -> None:
         folder = os.path.dirname(path) or "."
         if not make_folders and not os.path.isdir(folder):
             raise Failure(f"cannot write {path}: {os.strerror(errno.ENOENT)}") from None
+        _check_folders(folder)
         return
     except OSError as exc:
         raise Failure(f"cannot write {path}: {exc.strerror or exc}") from exc
@@ -113,6 +119,19 @@ def check_target(path: str, *, hint: str, make_folders: bool = False) -> None:
         raise Failure(f"{path}: Is a directory; {path.rstrip('/')}/ (ending with a slash) writes into it")
     if not stat.S_ISREG(info.st_mode):
         raise Failure(f"{path}: not a regular file ({describe_kind(info.st_mode)}); {hint}")
+
+
+def _check_folders(folder: str) -> None:
+    """Raise ``Failure`` when a folder on the way to an output is a symlink that leads nowhere:
+    making it would create whatever the link names, somewhere else."""
+    current = folder
+    while current and current not in (".", os.sep):
+        if os.path.islink(current) and not os.path.exists(current):
+            raise Failure(
+                f"{current}/: a symbolic link to a missing folder ({os.readlink(current)}); create that folder "
+                "or choose another -o folder"
+            )
+        current = os.path.dirname(current)
 
 
 def read_existing(path: str, *, limit: int) -> bytes | None:

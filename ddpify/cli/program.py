@@ -5,31 +5,74 @@ the project's root folder (the nearest folder above the entry that holds
 ``.git``, ``pyproject.toml``, ``setup.py`` or ``setup.cfg``): the two places
 ``python train.py`` and ``python -m`` find a project's own code. Installed
 packages are never read. Imports anywhere in a module count (in functions and
-``try`` blocks too); a name that resolves to no file is someone else's.
+``try`` blocks too), and so does ``importlib.import_module("name")`` with a
+constant name; a name that resolves to no file is someone else's. How names
+resolve, and how files are read, is :mod:`ddpify.cli.project`.
+
+Imports ddpify cannot follow are kept as :class:`Unfollowed`: a module loaded
+by a computed name, code loaded from a path, a change of ``sys.path``, a
+relative import in the entry script (which only ``python -m`` runs).
 
 Only the text of the files is read: nothing is imported or run.
 """
 
 from __future__ import annotations
 
-import ast
+import hashlib
 import os
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpify.cli.exits import Failure
 from ddpify.cli.files import read_input
-from ddpify.modules import absolute_import
+from ddpify.cli.project import Project, project_root
+from ddpify.cli.screening import Facts
 from ddpify.result import LocalModule
 
 if TYPE_CHECKING:
     from ddpify.cli.request import Job
 
-ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 MAX_MODULES = 200  # a training program is a handful of files; more is a library, not read whole
+MAX_SKETCHED = 2000  # modules the first pass follows before it stops deciding
+
+
+@dataclass(frozen=True)
+class Unfollowed:
+    """An import ddpify cannot follow, where it is: ``path:line:col`` and what it is."""
+
+    path: str
+    line: int
+    column: int
+    construct: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Written:
+    """The outputs of one run's programs, by real path: a digest of what each program wrote there."""
+
+    by_target: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+
+    def claim(self, target: str, code: bytes, entry: str) -> None:
+        """Note that ``entry``'s conversion writes ``code`` to ``target``; a module that two
+        programs of one run would write differently is refused."""
+        key = os.path.realpath(target)
+        digest = hashlib.blake2b(code, digest_size=16).digest()
+        earlier = self.by_target.get(key)
+        if earlier is not None and earlier[0] != digest:
+            raise Failure(
+                f"{entry}: {target} is converted differently as part of {earlier[1]}; convert the two "
+                "entry scripts one at a time"
+            )
+        self.by_target[key] = (digest, entry)
+
+    def by(self, target: str) -> str | None:
+        """The entry whose program wrote (or would write) ``target``, if one did."""
+        earlier = self.by_target.get(os.path.realpath(target))
+        return earlier[1] if earlier is not None else None
 
 
 @dataclass(frozen=True)
@@ -40,10 +83,11 @@ class ProgramFiles:
     base: Path  # the folder the program's paths are relative to (the entry's, or the project root)
     modules: tuple[LocalModule, ...]
     source: bytes = b""  # the entry script's text, as read to find its modules
-    # Several inputs: where each input file's output goes, and the code already written there by one
-    # program, shared by the programs of one run.
-    placed: dict[Path, str] = field(default_factory=dict)
-    written: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    unfollowed: tuple[Unfollowed, ...] = ()
+    # Several inputs: where each input file's output goes (by real path), and what the run's
+    # programs wrote, shared by the programs of one run.
+    placed: dict[str, str] = field(default_factory=dict)
+    written: Written = field(default_factory=Written)
 
     def relative(self, path: str) -> str:
         """``path`` (as in a :class:`LocalModule`) relative to ``base``."""
@@ -52,154 +96,251 @@ class ProgramFiles:
     def target(self, path: str, folder: str) -> str:
         """Where the module at ``path`` goes in the output folder: where the run puts that input,
         or under ``folder`` at its place in the program."""
-        return self.placed.get(Path(path).resolve()) or os.path.join(folder, self.relative(path))
+        return self.placed.get(os.path.realpath(path)) or os.path.join(folder, self.relative(path))
 
-    def claim(self, target: str, code: bytes, entry: str) -> None:
-        """Note that ``entry``'s conversion writes ``code`` to ``target``; a module that two
-        programs of one run would write differently is refused."""
-        earlier = self.written.get(target)
-        if earlier is not None and earlier[0] != code:
-            raise Failure(
-                f"{entry}: {target} is converted differently as part of {earlier[1]}; convert the two "
-                "entry scripts one at a time"
-            )
-        self.written[target] = (code, entry)
+    @property
+    def sources(self) -> set[str]:
+        """The real paths of the program's own files: no output may go there."""
+        return {str(self.entry), *(os.path.realpath(module.path) for module in self.modules)}
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """A program as the first pass sees it: its files, and whether it may train."""
+
+    entry: Path
+    files: dict[str, str]  # the real path of each of its modules -> the name it is imported as
+    unknown: bool  # a file the first pass cannot read or parse, or too many to follow
+    project: Project | None = None
+
+    def may_train(self) -> bool:
+        """Whether the full analysis may find a training step; see :mod:`ddpify.cli.screening`."""
+        if self.unknown or self.project is None:
+            return True
+        return self.project.first_pass.may_train(str(self.entry), self.files)
 
 
 @dataclass(frozen=True)
 class Linked:
-    """Several inputs, as programs: the entry scripts to convert, and each one's program."""
+    """Several inputs, as programs: the entry scripts to convert, and what the first pass found."""
 
     entries: list[Job]
-    programs: dict[str, ProgramFiles]
+    sketches: dict[str, Sketch]
     modules: dict[str, str]  # each input that is a module of another input's program -> that entry
-    written: dict[str, tuple[bytes, str]]  # what the programs wrote, by target (shared with each program)
+    placed: dict[str, str]
+    written: Written
+    projects: dict[Path, Project]
 
     def claimed_by(self, job: Job) -> str | None:
         """The entry whose program wrote (or would write) this input's output, if one did."""
-        earlier = self.written.get(job.target) if job.target is not None else None
-        return earlier[1] if earlier is not None else None
+        return self.written.by(job.target) if job.target is not None else None
+
+    def program(self, job: Job, source: bytes, *, max_size: int) -> ProgramFiles:
+        """The whole program of ``job`` (its modules read), to convert; raises ``Failure``."""
+        found = local_modules(job.src, source, max_size=max_size, projects=self.projects)
+        return replace(found, placed=self.placed, written=self.written)
 
 
 def link(jobs: Sequence[Job], *, max_size: int) -> Linked:
-    """Which inputs are entry scripts and which are modules of their programs.
+    """Which inputs are entry scripts and which are modules of their programs, and which programs may train.
 
     An input that another input's program imports is converted as part of that
-    program, not on its own; its output goes where the run puts it.
+    program, not on its own; its output goes where the run puts it. Nothing but
+    the first pass reads the files here: each once, however many programs share it.
     """
-    programs: dict[str, ProgramFiles] = {}
-    placed: dict[Path, str] = {}
-    written: dict[str, tuple[bytes, str]] = {}
+    projects: dict[Path, Project] = {}
+    sketches: dict[str, Sketch] = {}
+    placed = {os.path.realpath(job.src): job.target for job in jobs if job.target is not None}
     for job in jobs:
-        if job.target is not None:
-            placed[Path(job.src).resolve()] = job.target
-    for job in jobs:
-        try:
-            source = read_input(job.src, max_size=max_size)
-            found = local_modules(job.src, source, max_size=max_size)
-        except Failure:
-            continue  # reported when the job is converted
-        programs[job.src] = replace(found, placed=placed, written=written)
-    owner: dict[Path, str] = {}
-    for src, program in programs.items():
-        for module in program.modules:
-            owner.setdefault(Path(module.path).resolve(), src)
-    modules = {job.src: owner[p] for job in jobs if (p := Path(job.src).resolve()) in owner and owner[p] != job.src}
+        sketches[job.src] = sketch(job.src, max_size=max_size, projects=projects)
+    owner: dict[str, str] = {}
+    for src, found in sketches.items():
+        for file in found.files:
+            owner.setdefault(file, src)
+    modules = {
+        job.src: owner[real] for job in jobs if (real := os.path.realpath(job.src)) in owner and owner[real] != job.src
+    }
     entries = [job for job in jobs if job.src not in modules]
-    return Linked(entries, programs, modules, written)
+    return Linked(entries, sketches, modules, placed, Written(), projects)
 
 
-def project_root(folder: Path) -> Path:
-    """The nearest folder at or above ``folder`` that marks a project's root; ``folder`` if none does."""
-    for candidate in (folder, *folder.parents):
-        if any((candidate / marker).exists() for marker in ROOT_MARKERS):
-            return candidate
-    return folder
+def sketch(entry: str, *, max_size: int, projects: dict[Path, Project], root: Path | None = None) -> Sketch:
+    """The first pass over the program of ``entry``: its modules' files, and whether it may train."""
+    entry_path = Path(os.path.realpath(entry))
+    try:
+        source = read_input(entry, max_size=max_size)
+    except Failure:  # reported when the job is converted
+        return Sketch(entry_path, {}, unknown=True)
+    project = _project(entry_path, projects, max_size, root)
+    facts = project.facts(str(entry_path), source)
+    if facts is None:  # CPython cannot parse it: the conversion says why
+        return Sketch(entry_path, {}, unknown=True)
+    walk = _Walk(entry_path, facts, project)
+    walk.run(limit=MAX_SKETCHED)
+    unknown = walk.truncated or any(module.facts is None for module in walk.found.values())
+    return Sketch(entry_path, {real: found.name for real, found in walk.found.items()}, unknown, project)
 
 
-def local_modules(entry: str, source: bytes, *, max_size: int, root: Path | None = None) -> ProgramFiles:
+def local_modules(
+    entry: str,
+    source: bytes,
+    *,
+    max_size: int,
+    root: Path | None = None,
+    projects: dict[Path, Project] | None = None,
+) -> ProgramFiles:
     """The program of the script ``entry`` (whose text is ``source``): every local module
     reachable through its imports, in the order found."""
-    entry_path = Path(entry).resolve()
+    entry_path = Path(os.path.realpath(entry))
+    projects = {} if projects is None else projects
+    project = _project(entry_path, projects, max_size, root)
+    facts = project.facts(str(entry_path), source)
+    walk = _Walk(entry_path, facts, project, read=lambda file: _read(file, entry, max_size))
+    walk.run(
+        limit=MAX_MODULES,
+        failure=f"{entry}: imports more than {MAX_MODULES} local modules; convert its training code alone",
+    )
+    found = {real: found.module for real, found in walk.found.items() if found.module is not None}
     folder = entry_path.parent
-    root = root.resolve() if root is not None else project_root(folder)
-    search = [folder] if root == folder else [folder, root]
-    found: dict[Path, LocalModule] = {}
-    imports: dict[Path, set[Path]] = {}  # each module -> the modules of the program it imports
-    queue: deque[tuple[Path, str]] = deque([(entry_path, "")])
-    while queue:
-        path, package = queue.popleft()
-        text = source if path == entry_path else found[path].source
-        assert isinstance(text, bytes)
-        for name in _imported_modules(text, package):
-            file = _resolve(name, search)
-            if file is None or file == entry_path:
-                continue
-            imports.setdefault(path, set()).add(file)
-            if file in found:
-                continue
-            if len(found) >= MAX_MODULES:
-                raise Failure(
-                    f"{entry}: imports more than {MAX_MODULES} local modules; convert its training code alone"
-                )
-            module = LocalModule(_shown(file), name, _read(file, entry, max_size))
-            found[file] = module
-            queue.append((file, module.package))
-    inside = all(folder in file.parents for file in found)
-    shared = _imported_elsewhere(set(found), imports, {entry_path}, search, root)
-    modules = tuple(replace(module, shared=True) if file in shared else module for file, module in found.items())
-    return ProgramFiles(entry_path, folder if inside else root, modules, source)
+    inside = all(folder in Path(module.path).absolute().parents for module in found.values())
+    shared = _imported_elsewhere(set(found), walk, {str(entry_path)}, project)
+    modules = tuple(replace(module, shared=True) if real in shared else module for real, module in found.items())
+    return ProgramFiles(entry_path, folder if inside else project.root, modules, source, tuple(walk.unfollowed()))
 
 
-def _imported_elsewhere(
-    modules: set[Path], imports: dict[Path, set[Path]], program: set[Path], search: list[Path], root: Path
-) -> set[Path]:
+def _project(entry: Path, projects: dict[Path, Project], max_size: int, root: Path | None = None) -> Project:
+    root = Path(os.path.realpath(root)) if root is not None else project_root(entry.parent)
+    project = projects.get(root)
+    if project is None:
+        project = projects[root] = Project(root, limit=max_size)
+    return project
+
+
+class _Walk:
+    """The modules of a program, breadth first from its entry script through each file's imports."""
+
+    def __init__(
+        self, entry: Path, facts: Facts | None, project: Project, read: Callable[[Path], bytes] | None = None
+    ) -> None:
+        self.entry = entry
+        self.facts = facts
+        self.project = project
+        self.read = read
+        folder = entry.parent
+        self.search = (folder,) if project.root == folder else (folder, project.root)
+        self.resolver = project.resolver(self.search)
+        self.found: dict[str, _Found] = {}  # by real path
+        self.imports: dict[str, set[str]] = {}  # each file -> the modules of the program it imports
+        self.truncated = False
+
+    def run(self, *, limit: int, failure: str | None = None) -> None:
+        if self.facts is None:
+            return
+        queue: deque[tuple[str, str, Facts]] = deque([(str(self.entry), "", self.facts)])
+        while queue:
+            real, package, facts = queue.popleft()
+            for name, found in self.project.imports(self.search, real, package, facts):
+                file, target = found.file, found.real
+                assert file is not None
+                if target == str(self.entry):
+                    continue
+                self.imports.setdefault(real, set()).add(target)
+                if target in self.found:
+                    continue
+                if len(self.found) >= limit:
+                    if failure is not None:
+                        raise Failure(failure)
+                    self.truncated = True
+                    return
+                if self.read is not None:
+                    source = self.read(file)
+                    module: LocalModule | None = LocalModule(_shown(file), name, source)
+                    module_facts = self.project.facts(target, source)
+                else:
+                    module = None
+                    module_facts = self.project.facts(target)
+                self.found[target] = _Found(file, name, module_facts, module)
+                if module_facts is not None:
+                    package = name if file.name == "__init__.py" else name.rpartition(".")[0]
+                    queue.append((target, package, module_facts))
+
+    def unfollowed(self) -> list[Unfollowed]:
+        """The imports of the program's files that ddpify cannot follow."""
+        files: list[tuple[Path, Facts]] = []
+        if self.facts is not None:
+            files.append((self.entry, self.facts))
+        files += [(module.file, module.facts) for module in self.found.values() if module.facts is not None]
+        found: list[Unfollowed] = []
+        for index, (file, facts) in enumerate(files):
+            shown = _shown(file)
+            if index == 0:
+                for record in facts.relative_imports():
+                    names = record.module or ", ".join(record.names)
+                    found.append(
+                        Unfollowed(
+                            shown,
+                            record.line,
+                            record.column,
+                            f"a relative import ({'.' * record.level}{record.module})",
+                            f"an entry script runs only as `python -m` with it, and ddpify does not follow it "
+                            f"({names} is not converted)",
+                        )
+                    )
+            own_folder = file.parent == self.entry.parent
+            for load in facts.loads:
+                if load.kind == "call" and load.module is not None:
+                    continue  # followed like an import statement
+                if load.kind == "search" and load.own_folder and own_folder:
+                    continue  # the entry's own folder: searched first anyway
+                found.append(Unfollowed(shown, load.line, load.column, f"`{load.construct}`", _REASONS[load.kind]))
+        return found
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A module of the program: the path it is imported from, its facts, and (when reading) its text."""
+
+    file: Path
+    name: str
+    facts: Facts | None
+    module: LocalModule | None
+
+
+_REASONS = {
+    "call": "it loads a module whose name is known only when it runs, which ddpify cannot follow",
+    "path": "it runs code from a file path, which ddpify does not follow",
+    "search": "modules found through the changed search path are not followed",
+}
+
+
+def _imported_elsewhere(modules: set[str], walk: _Walk, program: set[str], project: Project) -> set[str]:
     """The ``modules`` that a script of the project outside the program imports too (an evaluation
     script next to the training script), directly or through other modules of the program (a
     package's ``__init__``): their new code must also run without a process group."""
     if not modules:
         return set()
-    shared: set[Path] = set()
-    for file in _project_files(root):
-        if file in program or file in modules:
+    shared: set[str] = set()
+    for file, facts in project.scripts():
+        real = os.path.realpath(file)
+        if real in program or real in modules:
             continue
-        try:
-            source = file.read_bytes() if file.stat().st_size <= 1 << 20 else b""
-        except OSError:
-            continue
-        if b"import" not in source:
-            continue
-        for name in _imported_modules(source, ""):
-            resolved = _resolve(name, [file.parent, *search])
-            if resolved in modules:
-                shared.add(resolved)
+        resolver = project.resolver((file.parent, *walk.search))
+        for name in facts.imported_modules(""):
+            resolved = resolver.file(name)
+            if resolved is not None and resolved.real in modules:
+                shared.add(resolved.real)
     todo = list(shared)
     while todo:  # what a shared module imports runs there too
-        for other in imports.get(todo.pop(), ()):
+        for other in walk.imports.get(todo.pop(), ()):
             if other in modules and other not in shared:
                 shared.add(other)
                 todo.append(other)
     return shared
 
 
-def _project_files(root: Path) -> list[Path]:
-    """The project's Python files, outside hidden folders, virtual environments and build output."""
-    found: list[Path] = []
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = [d for d in subfolders if not d.startswith(".") and d not in _NOT_SOURCES]
-        found += [Path(folder, f).resolve() for f in files if f.endswith(".py")]
-        if len(found) > MAX_SCANNED:
-            break
-    return found
-
-
-_NOT_SOURCES = frozenset({"venv", "env", "site-packages", "node_modules", "build", "dist", "__pycache__"})
-MAX_SCANNED = 2000
-
-
 def _read(path: Path, entry: str, max_size: int) -> bytes:
     try:
-        return read_input(str(path), max_size=max_size)
+        return read_input(str(path), max_size=max_size, regular_only=True)
     except Failure as failure:
         raise Failure(
             f"{entry} imports {_shown(path)}, which cannot be read: {failure.message}", failure.code
@@ -210,38 +351,3 @@ def _shown(path: Path) -> str:
     """How a module's path is shown and written: relative to the current folder when it is below it."""
     relative = os.path.relpath(path)
     return str(path) if relative.startswith("..") else relative
-
-
-def _imported_modules(source: bytes, package: str) -> list[str]:
-    """Every module name an import in ``source`` may load, packages first: ``a``, ``a.b`` for ``import a.b``."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []  # the conversion reports what is wrong with it
-    names: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                names += _with_packages(alias.name)
-        elif isinstance(node, ast.ImportFrom):
-            base = absolute_import(node.level, node.module or "", package)
-            if base is None:
-                continue
-            names += _with_packages(base)
-            names += [f"{base}.{alias.name}" for alias in node.names if alias.name != "*"]
-    return list(dict.fromkeys(names))
-
-
-def _with_packages(name: str) -> list[str]:
-    parts = name.split(".")
-    return [".".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def _resolve(name: str, search: list[Path]) -> Path | None:
-    """The file ``name`` loads from the first folder of ``search`` that has it (a module or a package)."""
-    relative = Path(*name.split("."))
-    for folder in search:
-        for file in (folder / relative.with_suffix(".py"), folder / relative / "__init__.py"):
-            if file.is_file():
-                return file.resolve()
-    return None

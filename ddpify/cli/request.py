@@ -110,6 +110,7 @@ class Job:
     in_place: bool = False
     write_unchanged: bool = True  # also write a script that needs no change, as it is
     make_folders: bool = False  # create the target's folder (inside the -o folder)
+    whole_program: bool = False  # -o DIR/ with one script: the program goes there whole, converted or not
 
     @property
     def name(self) -> str:

@@ -1,11 +1,15 @@
 """What becomes of one conversion: reported, then written, compared (``--check``) or shown (``--diff``).
 
 A program's files are written in one transaction (:mod:`ddpify.cli.transaction`):
-all of them or none.
+all of them or none. With ``-o DIR/`` every output is a regular file inside DIR at
+the place its import name gives it: one that would land on a file of the program
+itself, or lead out of DIR through a symlink, is refused before anything is written.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ddpify import Status
@@ -15,6 +19,7 @@ from ddpify.cli.files import check_target, hard_links, read_existing, write_stdo
 from ddpify.cli.report import counts, internal_error_message
 from ddpify.cli.request import STDOUT_NAME
 from ddpify.cli.transaction import Write, write_all
+from ddpify.diagnostics import UNFOLLOWED_IMPORT, UNFOLLOWED_IN_FOLDER, Diagnostic
 
 if TYPE_CHECKING:
     from ddpify import Conversion
@@ -41,6 +46,7 @@ def finish(
     if conversion.status is Status.INVALID:
         reporter.diagnostics(conversion, fallback=f"error: {name}: not valid Python")
         return Outcome.INVALID
+    conversion = _with_unfollowed(request, job, conversion, program)
     if conversion.status is Status.REFUSED:
         reporter.diagnostics(conversion, fallback=f"error: {name}: conversion refused")
         reporter.say(f"{name}: not converted ({counts(conversion, changes=False)}); nothing written")
@@ -122,17 +128,54 @@ def _deliver(
     return f"converted {name} in place" if job.in_place else f"converted {name} -> {target}"
 
 
+def _with_unfollowed(request: Request, job: Job, conversion: Conversion, program: ProgramFiles | None) -> Conversion:
+    """The conversion with the imports ddpify cannot follow in its program: warnings (DDP012), or,
+    when ``-o DIR/`` would write a program that cannot load that code, a refusal (DDP013)."""
+    if program is None or not program.unfollowed:
+        return conversion
+    in_folder = job.make_folders and request.output is not None
+    copied = conversion.status is Status.UNCHANGED and job.whole_program
+    if conversion.status is Status.UNCHANGED and not copied:
+        return conversion  # nothing written anywhere the program would run from
+    if in_folder and not request.diff and (conversion.status is Status.CONVERTED or copied):
+        found = [
+            UNFOLLOWED_IN_FOLDER.at(
+                u.line,
+                u.column,
+                f"{u.construct}: {u.reason}; -o {request.output} would hold a program without that code",
+                u.path,
+            )
+            for u in program.unfollowed
+        ]
+        diagnostics = _in_order([*conversion.diagnostics, *found], job.name)
+        return replace(conversion, code=conversion.source, status=Status.REFUSED, diagnostics=diagnostics, modules=())
+    warnings = [
+        UNFOLLOWED_IMPORT.at(u.line, u.column, f"{u.construct}: {u.reason}", u.path) for u in program.unfollowed
+    ]
+    return replace(conversion, diagnostics=_in_order([*conversion.diagnostics, *warnings], job.name))
+
+
+def _in_order(diagnostics: list[Diagnostic], path: str) -> tuple[Diagnostic, ...]:
+    """The entry script's findings first, then each other module's, each in source order."""
+    return tuple(sorted(diagnostics, key=lambda d: (d.path != path, d.path, d.line, d.column, d.code)))
+
+
 def _module_targets(
     request: Request, job: Job, conversion: Conversion, program: ProgramFiles | None
 ) -> list[tuple[LocalModule, str | None]]:
-    """Where each module of the program goes: changed ones, and with ``-o DIR/`` the unchanged ones too.
+    """Where each module of the program goes: changed ones, and with ``-o DIR/`` the unchanged ones
+    too (with one script, also when the entry needs no change: the program is copied whole).
 
     Raises ``Failure`` (exit 2) when modules changed but cannot be written where
-    the entry's output can import them, or when another entry's conversion
+    the entry's output can import them, when an output would land on a file of the
+    program or lead out of the output folder, or when another entry's conversion
     already wrote a module differently.
     """
     changed = list(conversion.modules)
-    if program is None or conversion.status is not Status.CONVERTED:
+    if program is None:
+        return []
+    copied = conversion.status is Status.UNCHANGED and job.whole_program
+    if conversion.status is not Status.CONVERTED and not copied:
         return []
     placed: list[tuple[LocalModule, str | None]]
     if job.in_place:
@@ -148,19 +191,39 @@ def _module_targets(
         )
     else:
         return [(module, None) for module in changed]
+    if job.make_folders and request.output is not None and not request.diff:
+        _check_inside(request.output, program, [job.target, *(t for _, t in placed)])
     for module, target in placed:
         if target is not None:
-            program.claim(target, _module_code(module), job.name)
+            program.written.claim(target, _module_code(module), job.name)
             if not request.diff:  # every output can be written before any is
                 check_target(target, hint="remove it or choose another -o folder", make_folders=True)
     return placed
+
+
+def _check_inside(folder: str, program: ProgramFiles, targets: list[str | None]) -> None:
+    """Raise ``Failure`` unless every target stays inside ``folder`` and off the program's own files."""
+    inside = os.path.realpath(folder)
+    sources = program.sources
+    for target in targets:
+        if target is None:
+            continue
+        real = os.path.realpath(target)
+        if real in sources:
+            shown = os.path.relpath(real)
+            raise Failure(f"{target} is {shown}, a file of the program itself; choose an -o folder outside the program")
+        if os.path.commonpath([inside, real]) != inside:
+            raise Failure(
+                f"{target} leads outside {folder} (to {os.path.relpath(real)}); remove the link or choose "
+                "another -o folder"
+            )
 
 
 def _modules_summary(request: Request, others: list[tuple[LocalModule, str | None]]) -> str:
     """``; converted solver.py in place`` for the summary line."""
     changed = [(m, t) for m, t in others if m.changed]
     if request.diff:
-        return f"; would convert {', '.join(m.path for m, _ in changed)}"
+        return f"; would convert {', '.join(m.path for m, _ in changed)}" if changed else ""
     where = [f"{m.path} in place" if t == m.path else f"{m.path} -> {t}" for m, t in changed]
     copied = [m.path for m, _ in others if not m.changed]
     return (f"; converted {', '.join(where)}" if where else "") + (

@@ -62,8 +62,10 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
     source = read_input(job.src, max_size=request.max_size)
     program = local_modules(job.src, source, max_size=request.max_size) if job.src != "-" else None
     if program is not None and job.make_folders and request.output is not None:
-        # `-o DIR/`: the program keeps its layout under DIR.
-        job = replace(job, target=os.path.join(request.output, program.relative(job.src)))
+        # `-o DIR/`: the program keeps its layout under DIR, and goes there whole.
+        job = replace(
+            job, target=os.path.join(request.output, program.relative(str(program.entry))), whole_program=True
+        )
     modules = program.modules if program is not None else ()
     launch_files = [_launch_file(request, option, path, job.target) for option, path in request.launch_files]
     conversion = backend.convert(source, path=job.name, options=request.options, modules=modules)

@@ -4,13 +4,18 @@
 results cross between processes; every file is read and written by the main
 process, each one reported exactly as a single file would be.
 
-Signals (:mod:`ddpify.cli.signals`): SIGINT (Ctrl-C) and SIGTERM stop the
-run. A file being written and reported is finished first (milliseconds),
-unless a second signal comes.  The workers ignore SIGINT (a terminal sends it to
-the whole process group; the main process decides) and are terminated at
-once; a write in progress is abandoned with its temporary file removed, so no
-half-written file is left.  The run ends with ``interrupted: N of M files
-written`` and exit code 128 + the signal's number.
+Before anything is converted, every input is read once with ``ast``
+(:mod:`ddpify.cli.screening`): which inputs are modules of another input's
+program. Programs are read whole and converted a few at a time (at most two per
+worker waiting), so that memory follows the largest program rather than the
+repository.
+
+Signals (:mod:`ddpify.cli.signals`): SIGINT (Ctrl-C) and SIGTERM stop the run.
+A file being written and reported is finished first (milliseconds), unless a
+second signal comes; a program's files are written all or none. The workers
+ignore SIGINT (a terminal sends it to the whole process group; the main process
+decides) and are terminated at once. The run ends with ``interrupted: N of M
+files written`` and exit code 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import multiprocessing.pool
 import os
 import signal
 import sys
-from collections import Counter
+from collections import Counter, deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ddpify import Conversion, Severity, Status
@@ -34,37 +40,46 @@ from ddpify.cli.results import finish
 from ddpify.cli.signals import STOP_SIGNALS, finishing
 
 if TYPE_CHECKING:
-    from collections.abc import Container, Generator, Iterator
+    from collections.abc import Generator
 
     from ddpify import Options
     from ddpify.cli.report import Reporter
     from ddpify.cli.request import Job, Request
     from ddpify.result import LocalModule
 
-Result = tuple[bytes, "Conversion"] | Exception
+
+@dataclass(frozen=True)
+class Converted:
+    """One input's text, its conversion, and the program it was converted with (if any)."""
+
+    source: bytes
+    conversion: Conversion
+    program: ProgramFiles | None = None
+
+
+Result = Converted | Exception
 
 
 def run_many(request: Request, jobs: list[Job], reporter: Reporter) -> ExitCode:
     linked = link(jobs, max_size=request.max_size)
     # The modules of other inputs' programs come last: by then those programs have placed them.
     jobs = [*linked.entries, *(job for job in jobs if job.src in linked.modules)]
-    programs = linked.programs
     progress = Progress(len(jobs), enabled=not request.quiet and isatty(sys.stderr))
     outcomes: Counter[Outcome] = Counter()
     warnings = 0
     progress.show(0)
     # closing(): an interruption stops the workers at once, not when the generator is collected.
-    with contextlib.closing(conversions(request, jobs, programs, linked.modules)) as results:
+    with contextlib.closing(conversions(request, jobs, linked)) as results:
         try:
             for done, (job, result) in enumerate(zip(jobs, results, strict=True), start=1):
                 with finishing():
                     progress.clear()
                     if not isinstance(result, Exception):
-                        warnings += sum(1 for d in result[1].diagnostics if d.severity is Severity.WARNING)
+                        warnings += sum(1 for d in result.conversion.diagnostics if d.severity is Severity.WARNING)
                     if job.src in linked.modules:
                         outcome = _finish_module(request, job, result, reporter, linked)
                     else:
-                        outcome = _finish_one_of_many(request, job, result, reporter, programs.get(job.src))
+                        outcome = _finish_one_of_many(request, job, result, reporter)
                     outcomes[outcome] += 1
                     progress.show(done)
         except Interrupted as stop:
@@ -85,20 +100,16 @@ def _finish_module(request: Request, job: Job, result: Result, reporter: Reporte
         reporter.say(f"{job.name}: converted with {entry}, whose program imports it")
         return Outcome.CURRENT if request.check else Outcome.WOULD_CONVERT if request.diff else Outcome.CONVERTED
     if not isinstance(result, Exception):
-        source = result[0]
-        result = (source, Conversion(source, source, Status.UNCHANGED))
-    return _finish_one_of_many(request, job, result, reporter, None)
+        result = Converted(result.source, Conversion(result.source, result.source, Status.UNCHANGED))
+    return _finish_one_of_many(request, job, result, reporter)
 
 
-def _finish_one_of_many(
-    request: Request, job: Job, result: Result, reporter: Reporter, program: ProgramFiles | None
-) -> Outcome:
+def _finish_one_of_many(request: Request, job: Job, result: Result, reporter: Reporter) -> Outcome:
     """``finish`` for one of several files: a failure is reported and counted, not raised."""
     try:
         if isinstance(result, Exception):
             raise result
-        source, conversion = result
-        return finish(request, job, source, conversion, reporter, program)
+        return finish(request, job, result.source, result.conversion, reporter, result.program)
     except Failure as failure:
         reporter.error(f"error: {failure.message}")
         return Outcome.INTERNAL_ERROR if failure.code is ExitCode.INTERNAL_ERROR else Outcome.FAILED
@@ -109,49 +120,85 @@ def _finish_one_of_many(
         return Outcome.INTERNAL_ERROR
 
 
-def conversions(
-    request: Request, jobs: list[Job], programs: dict[str, ProgramFiles], modules: Container[str] = ()
-) -> Generator[Result, None, None]:
-    """Each job's source and conversion (with the modules of its program), in the order of ``jobs``,
-    or what went wrong reading or converting it; a job in ``modules`` is read, not converted."""
-    converting = [job for job in jobs if job.src not in modules]
-    yield from _conversions(request, converting, programs)
-    for job in jobs:
-        if job.src in modules:
-            try:
-                source = _source(job, request, programs)
-            except Failure as failure:
-                yield failure
-                continue
-            yield source, Conversion(source, source, Status.UNCHANGED)
+@dataclass(frozen=True)
+class _Task:
+    """An input read and its program found, to be converted."""
+
+    source: bytes
+    program: ProgramFiles | None
 
 
-def _conversions(request: Request, jobs: list[Job], programs: dict[str, ProgramFiles]) -> Generator[Result, None, None]:
+def conversions(request: Request, jobs: list[Job], linked: Linked) -> Generator[Result, None, None]:
+    """Each job's result, in the order of ``jobs``: its text and conversion (with the modules of its
+    program), or what went wrong reading or converting it. A job that is a module of another
+    input's program is read, not converted; one whose program cannot train is not converted either."""
     workers = min(request.jobs or cpu_count(), len(jobs))
     if workers <= 1:
         for job in jobs:
-            yield _read_and_convert(job, request, programs)
+            prepared = _prepare(job, request, linked)
+            yield prepared if not isinstance(prepared, _Task) else _convert_here(job, request, prepared)
         return
-    sources: list[bytes | Failure] = []
-    for job in jobs:
-        try:
-            sources.append(_source(job, request, programs))
-        except Failure as failure:
-            sources.append(failure)
-    tasks = [
-        (source, job.name, request.options, _modules(programs, job))
-        for job, source in zip(jobs, sources, strict=True)
-        if not isinstance(source, Failure)
-    ]
     pool = _start_pool(workers)
+    waiting: deque[tuple[Job, Result | _Task, multiprocessing.pool.AsyncResult[Conversion] | None]] = deque()
+    ahead = 2 * workers
     try:
-        converted = pool.imap(_convert_task, tasks, chunksize=1)
-        for source in sources:
-            yield source if isinstance(source, Failure) else _next_result(source, converted)
+        for job in jobs:
+            prepared = _prepare(job, request, linked)
+            submitted = None
+            if isinstance(prepared, _Task):
+                modules = prepared.program.modules if prepared.program is not None else ()
+                task = (prepared.source, job.name, request.options, modules)
+                submitted = pool.apply_async(_convert_task, (task,))
+            waiting.append((job, prepared, submitted))
+            # What is ready goes out in order; at most `ahead` conversions (and a few more inputs read) wait.
+            while waiting and (
+                waiting[0][2] is None
+                or len(waiting) > 4 * ahead
+                or sum(1 for *_, pending in waiting if pending is not None) > ahead
+            ):
+                yield _collect(*waiting.popleft())
+        while waiting:
+            yield _collect(*waiting.popleft())
         pool.close()
     finally:
         pool.terminate()  # at once: nothing is left to wait for, or the run was interrupted
         pool.join()
+
+
+def _prepare(job: Job, request: Request, linked: Linked) -> Result | _Task:
+    """What a job needs: its text, and its program."""
+    try:
+        source = read_input(job.src, max_size=request.max_size)
+    except Failure as failure:
+        return failure
+    if job.src in linked.modules:
+        return Converted(source, Conversion(source, source, Status.UNCHANGED))
+    try:
+        return _Task(source, linked.program(job, source, max_size=request.max_size))
+    except Failure as failure:
+        return failure
+
+
+def _collect(
+    job: Job, prepared: Result | _Task, submitted: multiprocessing.pool.AsyncResult[Conversion] | None
+) -> Result:
+    if submitted is None:
+        assert not isinstance(prepared, _Task)
+        return prepared
+    assert isinstance(prepared, _Task)
+    try:
+        return Converted(prepared.source, submitted.get(), prepared.program)
+    except Exception as exc:  # raised by convert() in the worker, or the worker died
+        return exc
+
+
+def _convert_here(job: Job, request: Request, task: _Task) -> Result:
+    try:
+        modules = task.program.modules if task.program is not None else ()
+        conversion = backend.convert(task.source, path=job.name, options=request.options, modules=modules)
+    except Exception as exc:
+        return exc
+    return Converted(task.source, conversion, task.program)
 
 
 def _start_pool(workers: int) -> multiprocessing.pool.Pool:
@@ -170,39 +217,9 @@ def _start_worker() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
-def _next_result(source: bytes, converted: Iterator[Conversion]) -> Result:
-    try:
-        return source, next(converted)
-    except Exception as exc:  # raised by convert() in the worker, or the worker died
-        return exc
-
-
-def _modules(programs: dict[str, ProgramFiles], job: Job) -> tuple[LocalModule, ...]:
-    program = programs.get(job.src)
-    return program.modules if program is not None else ()
-
-
 def _convert_task(task: tuple[bytes, str, Options, tuple[LocalModule, ...]]) -> Conversion:
     source, path, options, modules = task
     return backend.convert(source, path=path, options=options, modules=modules)
-
-
-def _source(job: Job, request: Request, programs: dict[str, ProgramFiles]) -> bytes:
-    """The input's text: as read to find its program (so the two agree), or read now."""
-    program = programs.get(job.src)
-    return program.source if program is not None else read_input(job.src, max_size=request.max_size)
-
-
-def _read_and_convert(job: Job, request: Request, programs: dict[str, ProgramFiles]) -> Result:
-    try:
-        source = _source(job, request, programs)
-    except Failure as failure:
-        return failure
-    try:
-        modules = _modules(programs, job)
-        return source, backend.convert(source, path=job.name, options=request.options, modules=modules)
-    except Exception as exc:
-        return exc
 
 
 def cpu_count() -> int:
