@@ -39,10 +39,10 @@ Imports placed after helper definitions (``import torch``, ``def helper(): ...``
 setup below the last import, where the first statement that can need the group
 runs: only definitions, constants and argument parsing may come before it.
 
-Limits: imports after module-level code that may need the process group
-(training, a data set, any call other than argument parsing, seeding or
-warnings filters) are refused (DDP104): the setup must run before that code,
-and the imports it adds must come before the setup.
+Imports after module-level code that may need the process group (training, a
+data set, any call other than argument parsing, seeding or warnings filters: a
+script written in notebook cells) put the setup right before that code; the
+imports ddpify adds go above it, the script's later imports need no group.
 """
 
 from __future__ import annotations
@@ -61,13 +61,6 @@ from ddpify.engine.index import Index
 from ddpify.engine.program import Program
 from ddpify.result import Options
 
-LATE_IMPORTS = Code(
-    "DDP104",
-    Severity.ERROR,
-    "process_group",
-    "imports after module-level code that may need the process group, which must be set up before that code",
-    "move the imports above the module-level code (definitions may stay between them)",
-)
 # Calls that may run before the process group exists: they neither train nor ask for a rank or a device.
 _HARMLESS_CALLS = ("argparse.", "warnings.", "sys.path.", "os.path.", "matplotlib.use", "random.seed")
 _HARMLESS_SEEDS = frozenset({"torch.manual_seed", "numpy.random.seed"})
@@ -79,7 +72,7 @@ BUILT_AT_IMPORT = Code(
     "process group exists",
     "build it in a function that the training script calls",
 )
-CODES = (LATE_IMPORTS, BUILT_AT_IMPORT)
+CODES = (BUILT_AT_IMPORT,)
 
 
 @dataclass(frozen=True)
@@ -137,7 +130,7 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
         if not any(index.is_call_to(call, opens) for call in _calls_in(index, before)):
             after: list[cst.CSTNode] = [guard] if anchor is guard else [s for s in guard.body.body if s not in early]
             return Facts(False, anchor, before, before & _called_from(index, after))
-    anchor = _module_level_anchor(index)[0]
+    anchor = _module_level_anchor(index)
     early = _runs(module.body[: module.body.index(anchor)])
     before = frozenset(early) | _called_from(index, early) | at_import
     return Facts(True, anchor, before, before & _called_from(index, _runs(module.body[module.body.index(anchor) :])))
@@ -286,17 +279,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     setup = setup.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
     anchor = _first_statement_after_imports(module)
     if facts.setup_at_module_level or index.main_guard is None:
-        anchor, needs_group = _module_level_anchor(index)
-        if needs_group is not None:
-            late = next(s for s in module.body[module.body.index(needs_group) :] if _is_import(s))
-            plan.report(
-                late,
-                LATE_IMPORTS,
-                f"this import comes after module-level code that may need the process group (line "
-                f"{index.position(needs_group)[0]}: `{_first_line(index, needs_group)}`), which must be set up "
-                "before that code runs and after every import: move the imports above that line",
-            )
-            return
+        anchor = _module_level_anchor(index)
+        plan.imports_before = anchor  # the setup (and what it calls) must find them imported
     plan.insert_before(anchor, setup)
     _two_blank_lines_before(plan, anchor)
     plan.setup_definition = setup
@@ -323,24 +307,18 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     plan.change(anchor, f"add `{names.setup}()`: device from LOCAL_RANK, NCCL on CUDA / Gloo on CPU")
 
 
-def _module_level_anchor(index: Index) -> tuple[cst.BaseStatement, cst.BaseStatement | None]:
-    """Where module-level code joins the process group, and the statement that needs it too early, if any.
-
-    Right after the imports; when more imports follow helper definitions, after the last of them
-    (the imports ddpify adds go among the script's own, so the setup must follow every import).
-    That is possible only when nothing before it may need the group: definitions, constants,
-    argument parsing, seeding. Otherwise the first statement that may is returned too.
-    """
+def _module_level_anchor(index: Index) -> cst.BaseStatement:
+    """Where module-level code joins the process group: right after the imports; when more imports
+    follow definitions, constants, argument parsing or seeding, after the last of them; when they
+    follow code that may need the group (a script written in cells, importing as it goes), right
+    before that code: the imports after it need no group (ddpify's own go above the setup)."""
     body: list[cst.BaseStatement] = list(index.module.body)
     first = _first_statement_after_imports(index.module)
-    start = body.index(first)
-    late = [position for position in range(start + 1, len(body)) if _is_import(body[position])]
-    if not late:
-        return first, None
-    needs_group = next((s for s in body[start : late[-1]] if not _runs_without_group(index, s)), None)
-    if needs_group is None and late[-1] + 1 < len(body):
-        return body[late[-1] + 1], None
-    return first, needs_group or body[late[-1]]
+    last = max((position for position, stmt in enumerate(body) if _is_import(stmt)), default=-1)
+    needs_group = next((s for s in body[:last] if not _runs_without_group(index, s)), None)
+    if needs_group is not None:
+        return needs_group
+    return body[last + 1] if body.index(first) <= last < len(body) - 1 else first
 
 
 def _first_line(index: Index, stmt: cst.BaseStatement) -> str:

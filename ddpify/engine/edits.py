@@ -63,6 +63,8 @@ class EditPlan:
     shared: set[cst.Module] = field(default_factory=set)
     rank_zero: cst.BaseExpression = field(init=False)  # the test that is true on global rank 0 only
     helpers_placed: bool = False
+    # New imports of the entry script go above this statement (where the process group is set up)
+    imports_before: cst.BaseStatement | None = None
 
     def __post_init__(self) -> None:
         self.rank_zero = self.rank_zero_test(self.index.module)
@@ -290,7 +292,10 @@ def _place_imports(plan: EditPlan, module: cst.Module, new: Sequence[Import]) ->
     ``import os`` below third-party imports, and costs a second pass with metadata.)
     """
     # ``from __future__`` imports must stay first: they are never a neighbour to sort against.
-    imports = [stmt for stmt in module.body if _import_module(stmt) not in (None, "__future__")]
+    body: list[cst.BaseStatement] = list(module.body)
+    if module is plan.index.module and plan.imports_before in body:
+        body = body[: body.index(plan.imports_before)]
+    imports = [stmt for stmt in body if _import_module(stmt) not in (None, "__future__")]
     # The program's own modules are the last group: torch imports never go among them.
     local = {name.split(".")[0] for name in plan.index.module_names if name != "__main__"}
     own = [s for s in imports if (_import_module(s) or "").split(".")[0] in local]

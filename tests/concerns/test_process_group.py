@@ -165,11 +165,8 @@ def test_imports_after_helpers_move_the_module_level_setup_below_the_last_import
     assert code(program, found.setup_before) == "parser = argparse.ArgumentParser()"
 
 
-def test_imports_after_code_that_may_need_the_group_keep_the_setup_first_and_are_refused(read) -> None:
+def test_imports_after_code_that_may_need_the_group_set_it_up_before_that_code(read) -> None:
     program = read(LATE_IMPORTS.replace("    return 1\n", "    return 1\n\ndevice = torch.device('cuda')\n"))
     found = facts(program)
-    assert code(program, found.setup_before).startswith("def helper")
-    # only the rewrite knows where the imports go; it reports the late import, naming the line that needs the group
-    anchor, needs_group = process_group._module_level_anchor(program.index)
-    assert anchor is found.setup_before
-    assert needs_group is not None and code(program, needs_group) == "device = torch.device('cuda')"
+    assert code(program, found.setup_before) == "device = torch.device('cuda')"
+    assert process_group._module_level_anchor(program.index) is found.setup_before

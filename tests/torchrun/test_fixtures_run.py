@@ -29,6 +29,7 @@ CASES = [
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",
     "checkpoints/whole_model_saved_into_open_file",
+    "process_group/imports_between_cells",
 ]
 
 
