@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from ddpify import cli
-from ddpify.cli import backend, workers
+from ddpify.cli import backend, program, workers
 from ddpify.cli.exits import Outcome
 from ddpify.cli.report import summary_line
 from ddpify.diagnostics import Diagnostic, Severity
@@ -126,6 +126,8 @@ def converter(monkeypatch) -> FakeConverter:
     monkeypatch.setattr(backend, "convert", fake)
     # The fake lives in this process: convert one file after another, as -j 1 does.
     monkeypatch.setattr(workers, "cpu_count", lambda: 1)
+    # Its sources train only by their marker: the first pass must not turn them away.
+    monkeypatch.setattr(program.Sketch, "may_train", lambda self: True)
     return fake
 
 

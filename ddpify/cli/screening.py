@@ -119,10 +119,9 @@ class Facts:
     top: Unit  # module-level code, main block left out
     main: Unit | None  # ``if __name__ == "__main__":`` blocks: they run only in the entry script
     definitions: Mapping[str, tuple[Unit, ...]]  # functions, methods and classes, by name
-    decorated: tuple[Unit, ...]  # definitions a decorator may register (and so run)
+    decorated: tuple[Unit, ...]  # module-level definitions a decorator may register (and so run)
     aliases: Mapping[str, frozenset[str]]  # ``import ... as alias`` -> the names it stands for
     loads: tuple[Load, ...]
-    backward: bool  # ``.backward`` anywhere in the file
 
     def imported_modules(self, package: str) -> list[str]:
         """Every module name an import may load, packages first: ``a``, ``a.b`` for ``import a.b``;
@@ -146,10 +145,9 @@ def screen(source: bytes | str) -> Facts | None:
     gc.disable()  # the tree is many small objects and no cycles: collections only cost time here
     try:
         try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return _Reader().read(ast.parse(source))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):  # the full analysis says why
             return None
-        return _Reader().read(tree)
     finally:
         if collecting:
             gc.enable()
@@ -167,7 +165,6 @@ class _Reader:
         self.calls: list[tuple[tuple[str, ...], ast.Call | ast.stmt]] = []
         self.getattrs: list[tuple[tuple[str, ...], Unit]] = []
         self.loading_aliases: set[str] = set()  # ``from importlib import import_module as load``
-        self.backward = False
 
     def read(self, tree: ast.Module) -> Facts:
         top, main = Unit(), Unit()
@@ -189,7 +186,6 @@ class _Reader:
             decorated=tuple(self.decorated),
             aliases={alias: frozenset(names) for alias, names in self.aliases.items()},
             loads=tuple(self.loads()),
-            backward=self.backward,
         )
 
     def statements(self, stmts: Sequence[ast.stmt], unit: Unit, *, in_class: Unit | None) -> None:
@@ -228,7 +224,7 @@ class _Reader:
             self.expression(part, around)
         unit = Unit()
         self.definitions.setdefault(stmt.name, []).append(unit)
-        if stmt.decorator_list:
+        if stmt.decorator_list and in_class is None:  # a method runs with its class
             self.decorated.append(unit)
         if in_class is not None:
             in_class.members.append(unit)
@@ -249,13 +245,13 @@ class _Reader:
                 name = node.id  # type: ignore[attr-defined]
                 mentions.add(name)
                 if name == "backward":
-                    unit.backward = self.backward = True
+                    unit.backward = True
                 continue
             if kind is ast.Attribute:
                 attr = node.attr  # type: ignore[attr-defined]
                 mentions.add(attr)
                 if attr == "backward":
-                    unit.backward = self.backward = True
+                    unit.backward = True
             elif kind is ast.Call:
                 self.call(node, unit)  # type: ignore[arg-type]
             elif kind is ast.Import or kind is ast.ImportFrom:

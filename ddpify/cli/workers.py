@@ -4,11 +4,12 @@
 results cross between processes; every file is read and written by the main
 process, each one reported exactly as a single file would be.
 
-Before anything is converted, every input is read once with ``ast``
-(:mod:`ddpify.cli.screening`): which inputs are modules of another input's
-program. Programs are read whole and converted a few at a time (at most two per
-worker waiting), so that memory follows the largest program rather than the
-repository.
+Before anything is converted, the first pass (:mod:`ddpify.cli.screening`)
+reads every input once with ``ast``: which inputs are modules of another
+input's program, and which programs may train. A program that cannot train is
+"nothing to do" at once; only the others are read whole and converted, a few
+at a time (at most two per worker waiting), so that memory follows the largest
+program rather than the repository.
 
 Signals (:mod:`ddpify.cli.signals`): SIGINT (Ctrl-C) and SIGTERM stop the run.
 A file being written and reported is finished first (milliseconds), unless a
@@ -38,6 +39,7 @@ from ddpify.cli.program import Linked, ProgramFiles, link
 from ddpify.cli.report import Progress, describe, internal_error_message, isatty, plural, summary_line
 from ddpify.cli.results import finish
 from ddpify.cli.signals import STOP_SIGNALS, finishing
+from ddpify.diagnostics import nothing_to_do
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -166,13 +168,16 @@ def conversions(request: Request, jobs: list[Job], linked: Linked) -> Generator[
 
 
 def _prepare(job: Job, request: Request, linked: Linked) -> Result | _Task:
-    """What a job needs: its text, and its program."""
+    """What a job needs: its text, and its program when it may train (the first pass decides)."""
     try:
         source = read_input(job.src, max_size=request.max_size)
     except Failure as failure:
         return failure
     if job.src in linked.modules:
         return Converted(source, Conversion(source, source, Status.UNCHANGED))
+    sketch = linked.sketches.get(job.src)
+    if sketch is not None and not sketch.may_train():
+        return Converted(source, Conversion(source, source, Status.UNCHANGED, (nothing_to_do(job.name),)))
     try:
         return _Task(source, linked.program(job, source, max_size=request.max_size))
     except Failure as failure:
