@@ -219,3 +219,12 @@ def test_statements_are_numbered_alike_by_both_parsers() -> None:
     index = build_index(cst.parse_module(source), reach=runs)
     defined = {key[1] for key in index.functions}
     assert defined == {"last"}
+
+
+def test_a_name_the_module_defines_hides_the_same_name_from_a_star_import() -> None:
+    runs = program(
+        "from models import *\ndef test(): pass\nnet = Net()\ntest()\n",
+        models__init="from .net import *\n",
+        models__net="class Net: pass\ndef test(): Net()\n",
+    )
+    assert skipped_names(runs, "models.net") == ["test"]

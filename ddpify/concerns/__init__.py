@@ -73,7 +73,8 @@ NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     evaluation: (data,),
     tensors: (data, model, process_group),
     accumulation: (model,),
-    side_effects: (model, process_group),
+    checkpoints: (downloads,),
+    side_effects: (model, process_group, downloads),
     loop_control: (model, data),
 }
 

@@ -46,6 +46,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify import torch_api
+from ddpify.concerns import downloads
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, with_comma
 from ddpify.engine.index import Index
@@ -71,10 +72,11 @@ class Facts:
     state_loads: tuple[cst.Call, ...]  # torch.load(...) of state dicts, without map_location
 
 
-def find(program: Program) -> Facts:
+def find(program: Program, fetches: downloads.Facts) -> Facts:
     finder = _Finder(program)
     saves = tuple(finder.saves())
-    moves = tuple(finder.file_moves()) if saves else ()
+    # a download's own files (fetched, unpacked, removed) are handled in turns, not on rank 0
+    moves = tuple(m for m in finder.file_moves() if not fetches.in_turns(program.index, m)) if saves else ()
     return Facts(saves, moves, tuple(finder.reloaded(saves)), tuple(finder.state_loads()))
 
 

@@ -21,7 +21,10 @@ process passes two barriers, so the turns hold on one node or many::
 Consecutive statements that download (a training and a test set) take their
 turn together. ``download=`` is recognised on any call (torchvision,
 torchaudio and torchtext data sets, or the script's own class), and any value
-but ``False`` counts: ``download=args.download`` downloads on request.
+but ``False`` counts: ``download=args.download`` downloads on request. So is
+a call into the program's own code that fetches files (``urllib``,
+``requests``, ``torch.hub.download_url_to_file``...): that code runs as it
+is, output and writes included, since the ranks run it in turns.
 
 Limits: a download where the rank cannot be asked yet (before the process
 group is set up), one inside a compound statement's header or in a statement
@@ -64,12 +67,37 @@ class Download:
 @dataclass(frozen=True)
 class Facts:
     downloads: tuple[Download, ...]
+    # the program's functions that fetch files from the network (and those that call them on the way):
+    # they run in turns, rank 0 first, so that their output and writes stay as they are
+    fetchers: frozenset[cst.FunctionDef] = frozenset()
+
+    def in_turns(self, index: Index, node: cst.CSTNode) -> bool:
+        """Whether ``node`` runs in a function that fetches files, which the ranks run in turns."""
+        return any(a in self.fetchers for a in index.ancestors(node))
+
+
+# Calls that fetch files from the network (a data set's own download code).
+FETCHES = frozenset(
+    {
+        "urllib.request.urlopen",
+        "urllib.request.urlretrieve",
+        "six.moves.urllib.request.urlopen",
+        "six.moves.urllib.request.urlretrieve",
+        "requests.get",
+        "wget.download",
+        "gdown.download",
+        "torch.hub.download_url_to_file",
+        "torchvision.datasets.utils.download_url",
+        "torchvision.datasets.utils.download_and_extract_archive",
+    }
+)
 
 
 def find(program: Program, setup: process_group.Facts) -> Facts:
     index = program.index
     statements: list[cst.SimpleStatementLine] = []
-    for call in _downloading(index):
+    fetchers = _fetchers(index)
+    for call in [*_downloading(index), *_calling(index, fetchers)]:
         stmt = index.statement_of(call)
         why = _why_not(index, setup, stmt)
         if why is not None:
@@ -81,7 +109,31 @@ def find(program: Program, setup: process_group.Facts) -> Facts:
             )
         elif isinstance(stmt, cst.SimpleStatementLine) and stmt not in statements:
             statements.append(stmt)
-    return Facts(tuple(_runs(index, statements)))
+    return Facts(tuple(_runs(index, statements)), fetchers)
+
+
+def _fetchers(index: Index) -> frozenset[cst.FunctionDef]:
+    """The program's functions that fetch files from the network, and the functions that call them."""
+    found: set[cst.FunctionDef] = set()
+    for call in index.calls:
+        if index.is_call_to(call, FETCHES) and isinstance(scope := index.scope_of(call), cst.FunctionDef):
+            found.add(scope)
+    frontier = list(found)
+    while frontier:
+        for caller in index.callers(frontier.pop()):
+            scope = index.scope_of(caller)
+            if isinstance(scope, cst.FunctionDef) and scope not in found and not index.trains(scope.body):
+                found.add(scope)
+                frontier.append(scope)
+    return frozenset(found)
+
+
+def _calling(index: Index, fetchers: frozenset[cst.FunctionDef]) -> Iterator[cst.Call]:
+    """Calls from outside those functions into them: where the ranks take their turns."""
+    for call in index.calls:
+        callee = index.resolve_callee(call, index.scope_of(call)) if fetchers else None
+        if callee is not None and callee[0] in fetchers and index.scope_of(call) not in fetchers:
+            yield call
 
 
 def _downloading(index: Index) -> Iterator[cst.Call]:
@@ -145,7 +197,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         plan.insert_after(download.last, *after)
         plan.change(
             download.first,
-            "download=: rank 0 builds the data set first, then the first process of each other node, then the "
+            "download: rank 0 builds the data set first, then the first process of each other node, then the "
             "rest (dist.barrier() between the turns)",
         )
 

@@ -55,7 +55,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify import torch_api
-from ddpify.concerns import model, process_group
+from ddpify.concerns import downloads, model, process_group
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, fresh, statement, with_comma
 from ddpify.engine.index import Ref
@@ -103,14 +103,17 @@ class Facts:
     log_files: tuple[cst.Arg, ...] = ()  # logging.FileHandler(path): the other ranks log to os.devnull
 
 
-def find(program: Program, models: model.Facts, group: process_group.Facts) -> Facts:
+def find(program: Program, models: model.Facts, group: process_group.Facts, fetches: downloads.Facts) -> Facts:
     """Output to put on rank 0. Output that runs before the process group exists (at import time, or
-    in a function called then) cannot ask for the rank: it stays on every rank, once per process."""
+    in a function called then) cannot ask for the rank: it stays on every rank, once per process.
+    Output in a function that fetches files stays as it is: the ranks run it in turns."""
     finder = _Finder(program)
     index = program.index
 
     def late(node: cst.CSTNode) -> bool:
         return not group.runs_before_setup(index, node)
+
+    finder.exempt = lambda node: fetches.in_turns(index, node)
 
     trackers = tuple(finder.trackers())
     for call in trackers:
@@ -123,7 +126,8 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
             )
     trackers = tuple(filter(late, trackers))
     hoisted: list[cst.Call] = []
-    found = list(finder.outputs(models.refs, trackers, hoisted))
+    found = [(stmt, kind) for stmt, kind in finder.outputs(models.refs, trackers, hoisted) if not finder.exempt(stmt)]
+    hoisted = [call for call in hoisted if not finder.exempt(call)]
     outputs = tuple((stmt, kind) for stmt, kind in found if late(stmt))
     # output in a helper that also runs before the process group exists: a test that needs no group
     early_work = {index.statement_of(call) for call in hoisted if not late(call)}
@@ -145,7 +149,10 @@ def find(program: Program, models: model.Facts, group: process_group.Facts) -> F
     makedirs = tuple(
         c
         for c in index.calls
-        if index.is_call_to(c, torch_api.MAKEDIRS) and argument(c, "exist_ok") is None and len(c.args) < 3
+        if index.is_call_to(c, torch_api.MAKEDIRS)
+        and argument(c, "exist_ok") is None
+        and len(c.args) < 3
+        and not finder.exempt(c)
     )
     return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs, devnull_opens, ungrouped, log_files)
 
@@ -182,6 +189,8 @@ class _Finder:
         self.program = program
         self.index = program.index
         self.files = self._open_files()
+        # code whose output and writes stay as they are (a download the ranks run in turns)
+        self.exempt: Callable[[cst.CSTNode], bool] = lambda node: False
 
     def devnull_opens(self, gated: set[cst.BaseStatement], late: Callable[[cst.CSTNode], bool]) -> Iterator[cst.Call]:
         """Files opened for writing outside the statements put on rank 0.
@@ -192,7 +201,7 @@ class _Finder:
         """
         index = self.index
         for call in index.calls:
-            if not ("builtins.open" in index.qualified_names(call.func) and _writes(call)):
+            if not ("builtins.open" in index.qualified_names(call.func) and _writes(call)) or self.exempt(call):
                 continue
             stmt = index.statement_of(call)
             if stmt in gated or any(a in gated for a in index.ancestors(stmt)):

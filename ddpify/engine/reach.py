@@ -343,6 +343,8 @@ class _Walker:
             owner, _, member = full.rpartition(".")
             if owner in self.modules:
                 found += self._member(owner, member, seen)
+        if found:
+            return found  # a name the module defines or imports itself hides what a star import brings
         for star in module.stars:
             if star in self.modules:
                 found += self._lookup(self.modules[star], name, seen)

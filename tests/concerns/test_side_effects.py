@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import code, codes
 
-from ddpify.concerns import data, model, process_group, side_effects
+from ddpify.concerns import data, downloads, model, process_group, side_effects
 
 SCRIPT = """
 import logging
@@ -35,7 +35,8 @@ def main():
 def facts_of(read, source):
     program = read(source)
     models = model.find(program)
-    return program, side_effects.find(program, models, process_group.find(program, models, data.find(program)))
+    group = process_group.find(program, models, data.find(program))
+    return program, side_effects.find(program, models, group, downloads.find(program, group))
 
 
 def test_output_statements_are_found_by_what_they_call(read) -> None:

@@ -123,3 +123,27 @@ def test_the_projects_other_scripts_still_run_without_a_process_group(case: str,
     for script in scripts:
         done = python(project, script)
         assert done.returncode == 0, f"{script}:\n{done.stderr[-2000:]}"
+
+
+@pytest.mark.torchrun
+def test_a_download_in_the_programs_own_code_runs_in_turns(tmp_path: Path, run_ddpify: RunDdpify) -> None:
+    """Two ranks fetching and unpacking one archive at once race (``os.makedirs`` without
+    ``exist_ok`` fails on the second); in turns, rank 0 fetches and the other finds it in place."""
+    import tarfile
+
+    import torch
+
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "download_in_a_helper" / "input", project)
+    (project / "pyproject.toml").write_text("")
+    done = run_ddpify(project, "train.py", "-o", "../out/")
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    assert (out / "train.py").read_bytes() == (PROJECTS / "download_in_a_helper" / "expected" / "train.py").read_bytes()
+    (tmp_path / "points").mkdir()
+    torch.save(torch.randn(192, 4), tmp_path / "points" / "x.pt")
+    with tarfile.open(out / "points.tar", "w") as tar:
+        tar.add(tmp_path / "points", arcname="points")
+    report = verify(out / "train.py", nproc=2, workdir=out, timeout=240, script_args=["--url", "file:points.tar"])
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    assert not (out / "data" / "points.tar").exists()
