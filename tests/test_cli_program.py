@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ddpify.cli import main
+from ddpify.cli.exits import Interrupted
 
 if TYPE_CHECKING:
     from conftest import RunDdpify
@@ -493,4 +494,34 @@ def test_an_output_folder_that_is_a_dangling_symlink_is_refused(
         "error: ../out/: a symbolic link to a missing folder (missing); create that folder or choose another -o folder"
     )
     assert not (tmp_path / "missing").exists()
+    assert hashes(project) == before
+
+
+def test_a_stop_that_reaches_the_writes_as_an_exception_leaves_the_program_as_it_was(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A second signal whose handler ran just before the writes held the signals back: it raises
+    # in the middle of them.
+    monkeypatch.chdir(project)
+    before = hashes(project)
+    original = os.replace
+    calls = []
+
+    def interrupted(*args: object) -> object:
+        calls.append(args)
+        if len(calls) == 2:
+            raise Interrupted(signal.SIGINT)
+        return original(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = main(["train.py", "--in-place"])
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+    assert code == 130
+
+    assert capsys.readouterr().err.splitlines()[-1] == "interrupted: nothing written"
     assert hashes(project) == before

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ddpify.cli import signals
-from ddpify.cli.exits import Failure
+from ddpify.cli.exits import Failure, Interrupted
 from ddpify.cli.files import check_target, hard_links, read_existing, write_through
 
 if TYPE_CHECKING:
@@ -262,6 +262,8 @@ def _raise(exc: BaseException, signum: int | None, problems: list[str], *, sever
     """Stop as the signal says, or raise the failure, saying what is left written: nothing, unless
     an old file could not be put back."""
     restored = "nothing written" if not problems else f"could not restore {', '.join(problems)}"
+    if isinstance(exc, Interrupted):  # a second signal, delivered just before the writes held them back
+        raise Interrupted(exc.signum, f"interrupted: {restored}") from None
     if signum is not None:
         signals.stop(signum, f"interrupted: {restored}")
     if isinstance(exc, Failure):
