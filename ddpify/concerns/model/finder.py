@@ -99,7 +99,8 @@ class _Finder:
                         continue
                     if self._refuse_second_backward(model):
                         continue
-                    unwrap = tuple(read for read in model.unwrap if read not in self._claimed)
+                    borrowed = self.forward.forwards_for_another_model(model, classes)
+                    unwrap = tuple(read for read in (*model.unwrap, *borrowed) if read not in self._claimed)
                     self._claimed.update(unwrap)
                     yield replace(
                         model,

@@ -128,6 +128,11 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             call = plan.index.parent(parent)
             if attribute:
                 summary = f"`{text}.{attribute}` -> `{text}.module.{attribute}`"
+            elif isinstance(parent, cst.Call) and parent.func is read:
+                summary = (
+                    f"`{text}(...)` -> `{text}.module(...)`: this step trains another model and leaves outputs of "
+                    f"`{text}` unused, which its DistributedDataParallel wrapper would wait for"
+                )
             elif isinstance(parent, cst.Arg) and not (
                 isinstance(call, cst.Call) and plan.index.is_call_to(call, DEEPCOPY | torch_api.SAVE)
             ):
