@@ -210,11 +210,17 @@ def test_a_submodule_run_only_on_some_calls_needs_find_unused_parameters(read) -
         assert found.unused is not None and "self.aux" in found.unused and "with_aux" in found.unused
 
 
-def test_a_condition_on_the_module_itself_is_the_same_on_every_step(read) -> None:
-    for test in ("self.training", "self.use_aux", "not self.training and self.use_aux"):
+def test_a_submodule_run_in_every_training_step_leaves_no_parameter_unused(read) -> None:
+    body = "                h = self.body(x)\n                if self.training:\n                    h = h + self.aux(h)\n                return h"
+    (found,) = model.find(read(_with_forward(body))).models
+    assert found.unused is None
+
+
+def test_a_submodule_behind_a_flag_of_the_module_may_never_get_a_gradient(read) -> None:
+    for test in ("self.use_aux", "not self.training and self.use_aux"):
         body = f"                h = self.body(x)\n                if {test}:\n                    h = h + self.aux(h)\n                return h"
         (found,) = model.find(read(_with_forward(body))).models
-        assert found.unused is None, test
+        assert found.unused == f"`self.aux` runs only when `{test}` holds", test
 
 
 def test_a_read_guarded_by_hasattr_is_not_sent_to_the_module(read) -> None:

@@ -146,8 +146,9 @@ class ForwardChecks:
 
         ``if with_aux: aux = self.aux_head(h)``, or ``if big: return self.expert_big(h)`` before
         ``return self.expert_small(h)``: DDP then waits for gradients that never come and fails at the
-        next step, unless built with ``find_unused_parameters=True``. A condition on the module's own
-        attributes only (``if self.training:``, ``if self.use_dropout:``) is the same on every step.
+        next step, unless built with ``find_unused_parameters=True``. So does a flag of the module's own
+        (``if self.do_bn: x = self.bn(x)``): where it is off, the submodule never gets a gradient.
+        ``if self.training:`` holds in every training step.
         Submodules built from the script's own classes are followed.
         """
         index = self.index
@@ -192,8 +193,13 @@ class ForwardChecks:
             names = [n for n in index.walk(test) if isinstance(n, cst.Name)]
             for name in names:
                 parent = index.parent(name)
-                if name.value == self_name and isinstance(parent, cst.Attribute) and parent.value is name:
-                    continue  # self.training, self.use_aux
+                if (
+                    name.value == self_name
+                    and isinstance(parent, cst.Attribute)
+                    and parent.value is name
+                    and parent.attr.value == "training"
+                ):
+                    continue  # self.training: true in every training step
                 if isinstance(parent, cst.Attribute) and parent.attr is name:
                     continue
                 if index.qualified_names(name):  # torch, builtins such as isinstance, True, None
