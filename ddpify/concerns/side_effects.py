@@ -411,9 +411,27 @@ class _Finder:
             if (
                 self.index.resolve_callee(node, scope) is not None
                 or self.index.carried_ref(node.func, scope) in model_refs
+                or self._item_of_models(node.func, model_refs)
             ):
                 return [node]
         return [call for child in self.index.children.get(node, ()) for call in self._work_calls(child, model_refs)]
+
+
+    def _item_of_models(self, func: cst.BaseExpression, model_refs: frozenset[Ref]) -> bool:
+        """``net`` in ``for net in nets:`` (or ``zip(nets, opts)``), where ``nets`` holds models."""
+        index = self.index
+        if not isinstance(func, cst.Name):
+            return False
+        for loop in index.enclosing_loops(func):
+            if isinstance(loop, cst.For) and any(
+                isinstance(n, cst.Name) and n.value == func.value for n in index.walk(loop.target)
+            ):
+                return any(
+                    index.carried_ref(n, index.scope_of(n)) in model_refs
+                    for n in index.walk(loop.iter)
+                    if isinstance(n, (cst.Name, cst.Attribute))
+                )
+        return False
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
