@@ -159,11 +159,16 @@ def test_a_config_file_without_the_table_is_refused(workdir, options, capsys):
 
 
 def test_every_conversion_switch_and_the_command_line_that_turns_it_back(workdir, options):
-    keys = ("keep-global-batch", "sync-bn", "find-unused-parameters", "shard-eval", "spawn")
+    keys = ("keep-global-batch", "sync-bn", "find-unused-parameters", "shard-eval", "strict", "spawn")
     write(workdir / "pyproject.toml", "[tool.ddpify]\n" + "".join(f"{key} = true\n" for key in keys))
     script(workdir / "train.py")
     everything = Options(
-        keep_global_batch=True, sync_batchnorm=True, find_unused_parameters=True, shard_eval=True, spawn=True
+        keep_global_batch=True,
+        sync_batchnorm=True,
+        find_unused_parameters=True,
+        shard_eval=True,
+        strict=True,
+        spawn=True,
     )
 
     assert cli.main(["train.py", "--diff"]) == 0
@@ -302,7 +307,7 @@ def test_the_verify_subcommand_reads_the_verify_settings(workdir, verified, caps
         (
             "[tool.ddpify]\nfrobnicate = 1\n",
             "pyproject.toml:2: [tool.ddpify] unknown key 'frobnicate'; known keys: keep-global-batch, sync-bn, "
-            "find-unused-parameters, shard-eval, spawn, output, suffix, exclude, extend-exclude, jobs, verify",
+            "find-unused-parameters, shard-eval, strict, spawn, output, suffix, exclude, extend-exclude, jobs, verify",
         ),
         (
             "[tool.ddpify]\nsync-bn = 'yes'\n",

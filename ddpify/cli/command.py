@@ -146,6 +146,15 @@ ShardEval = Annotated[
         "size has up to world size - 1 samples counted twice; loops whose metrics are not sums are refused).",
     ),
 ]
+Strict = Annotated[
+    bool | None,
+    typer.Option(
+        "--strict/--no-strict",
+        show_default=False,
+        help="Refuse (DDP201) a script whose training data ddpify cannot split between the ranks, instead of "
+        "converting it with the data whole on every rank (DDP211: correct, but no faster than one process).",
+    ),
+]
 Spawn = Annotated[
     bool | None,
     typer.Option(
@@ -310,6 +319,7 @@ def ddpify_command(
     find_unused_parameters: FindUnusedParameters = None,
     sync_bn: SyncBatchNorm = None,
     shard_eval: ShardEval = None,
+    strict: Strict = None,
     spawn: Spawn = None,
     jobs: Jobs = None,
     no_color: NoColor = False,
@@ -363,6 +373,7 @@ def ddpify_command(
             find_unused_parameters=_chosen(find_unused_parameters, settings.find_unused_parameters),
             sync_batchnorm=_chosen(sync_bn, settings.sync_bn),
             shard_eval=_chosen(shard_eval, settings.shard_eval),
+            strict=_chosen(strict, settings.strict),
             color=not no_color,
             quiet=quiet,
             spawn=_chosen(spawn, settings.spawn),

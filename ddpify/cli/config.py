@@ -53,6 +53,7 @@ class Settings:
     sync_bn: bool | None = None
     find_unused_parameters: bool | None = None
     shard_eval: bool | None = None
+    strict: bool | None = None
     spawn: bool | None = None
     output: str | None = None  # a folder, ending with a slash, resolved against the file's folder
     suffix: str | None = None
@@ -103,6 +104,7 @@ KEYS: dict[str, Key] = {
     "sync-bn": Key("sync_bn", _boolean, "true or false"),
     "find-unused-parameters": Key("find_unused_parameters", _boolean, "true or false"),
     "shard-eval": Key("shard_eval", _boolean, "true or false"),
+    "strict": Key("strict", _boolean, "true or false"),
     "spawn": Key("spawn", _boolean, "true or false"),
     "output": Key("output", _text, "a folder, as a string"),
     "suffix": Key("suffix", _suffix, 'a part of a file name, such as "_ddp"'),

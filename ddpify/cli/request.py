@@ -53,6 +53,7 @@ class Request:
     find_unused_parameters: bool = False
     sync_batchnorm: bool = False
     shard_eval: bool = False
+    strict: bool = False
     suffix: str | None = None  # None: not given
     jobs: int | None = None  # None: one per CPU
     sbatch: str | None = None
@@ -98,6 +99,7 @@ class Request:
             find_unused_parameters=self.find_unused_parameters,
             sync_batchnorm=self.sync_batchnorm,
             shard_eval=self.shard_eval,
+            strict=self.strict,
         )
 
 

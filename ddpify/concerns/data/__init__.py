@@ -70,6 +70,7 @@ from ddpify.concerns.data.codes import (
     OWN_SAMPLER,
     STAR_ARGS,
     UNFOLLOWED_LOADER,
+    UNSHARDED_DATA,
 )
 from ddpify.concerns.data.facts import (
     GLOBAL_SEEDS,
@@ -105,6 +106,7 @@ __all__ = [
     "SHAPE_METHODS",
     "STAR_ARGS",
     "UNFOLLOWED_LOADER",
+    "UNSHARDED_DATA",
     "EpochLoop",
     "Facts",
     "Loader",

@@ -1,4 +1,4 @@
-"""The diagnostic codes of the data concern (DDP201-DDP210), and ``CODES``, the tuple that registers them."""
+"""The diagnostic codes of the data concern (DDP201-DDP211), and ``CODES``, the tuple that registers them."""
 
 from __future__ import annotations
 
@@ -53,6 +53,15 @@ BATCH_NOT_ARGUMENT = Code(
     "--keep-global-batch, but the DataLoader's batch size is not one of its arguments",
     "pass batch_size= to the DataLoader",
 )
+UNSHARDED_DATA = Code(
+    "DDP211",
+    Severity.WARNING,
+    "data",
+    "the training data is not split between the ranks: every rank trains on the same batches, correctly but "
+    "no faster than one process",
+    "give each rank its own share of the data (a DataLoader, or x[dist.get_rank()::dist.get_world_size()]); "
+    "--strict refuses such a script instead",
+)
 CARRIED_STATE = Code(
     "DDP210",
     Severity.ERROR,
@@ -68,5 +77,6 @@ CODES = (
     STAR_ARGS,
     NO_DATASET,
     BATCH_NOT_ARGUMENT,
+    UNSHARDED_DATA,
     CARRIED_STATE,
 )

@@ -110,6 +110,7 @@ from ddpify.result import Options
 # DDP201 is the data concern's code: the batches come from no DataLoader it can follow. This concern
 # decides whether tensors can be sharded instead, and reports it when they cannot.
 NO_TRAINING_LOADER = data.NO_TRAINING_LOADER
+UNSHARDED_DATA = data.UNSHARDED_DATA
 CODES: tuple[Code, ...] = ()
 
 # Gradients with respect to the inputs (physics-informed losses): the data is a variable, not samples.
@@ -121,6 +122,8 @@ class Facts:
     full_batches: tuple[FullBatch, ...] = ()
     reseeds: tuple[Reseed, ...] = ()
     streams: tuple[Streams, ...] = ()
+    # training data that cannot be sharded, and why: left whole on every rank (refused with --strict)
+    unsharded: tuple[tuple[cst.CSTNode, str], ...] = ()
 
 
 def find(program: Program, loaders: data.Facts, models: model.Facts, setup: process_group.Facts) -> Facts:
@@ -133,22 +136,20 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
     try:
         found = _Finder(index, models, setup, program.names.dist).shard()
     except Refused as refused:
-        program.report(
-            refused.node,
-            NO_TRAINING_LOADER,
-            refused.reason
-            if refused.whole
-            else f"the training batches come from no DataLoader, and ddpify cannot shard them by rank: {refused.reason}",
-        )
-        return Facts()
+        if refused.whole or refused.hazard:
+            program.report(
+                refused.node,
+                NO_TRAINING_LOADER,
+                refused.reason
+                if refused.whole
+                else f"the training batches come from no DataLoader, and ddpify cannot shard them by rank: "
+                f"{refused.reason}",
+            )
+            return Facts()
+        return Facts(unsharded=((refused.node, f"the training batches come from no DataLoader: {refused.reason}"),))
     if found is None:
-        program.report(
-            training_loop or index.module,
-            NO_TRAINING_LOADER,
-            "the training loop does not draw its batches from a torch DataLoader that ddpify can follow; "
-            "every rank would train on the same samples",
-        )
-        return Facts()
+        reason = "the training loop does not draw its batches from a torch DataLoader that ddpify can follow"
+        return Facts(unsharded=((training_loop or index.module, reason),))
     if isinstance(found, Reseed):
         return Facts(reseeds=(found,))
     if isinstance(found, Streams):
@@ -203,7 +204,9 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder):
                 raise Refused(
                     call,
                     f"the loss differentiates with respect to the data (`{_code(index, call.func)}`), which "
-                    "ddpify does not shard",
+                    "DistributedDataParallel does not support (its gradients must reach the parameters' .grad "
+                    "through backward())",
+                    hazard=True,
                 )
         choices = [call for call in lineage.calls if index.qualified_names(call.func) & RANDOM_CHOICES]
         draws = [call for call in lineage.calls if call not in choices and self._draws(call)]
@@ -224,6 +227,17 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder):
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
+    for node, reason in facts.unsharded:
+        if options.strict:
+            plan.report(node, NO_TRAINING_LOADER, f"{reason}; every rank would train on the same samples")
+        else:
+            plan.report(
+                node,
+                UNSHARDED_DATA,
+                f"{reason}: converted with the data whole on every rank, so every rank trains on the same "
+                "batches (the same training as one process, no faster); shard it by rank yourself, or pass "
+                "--strict to refuse",
+            )
     for streams in facts.streams:
         rewrite_streams(streams, plan)
     for reseed in facts.reseeds:

@@ -106,6 +106,7 @@ class _DrawFinder(_StepReader):
                         test,
                         f"a random value decides the control flow of the training step (`{_code(index, test)}`): "
                         "drawn differently on each rank, it would make them take different paths",
+                        hazard=True,
                     )
         rank = f"{self.dist}.get_rank()"
         if index.module_of(step) is not index.module:  # other scripts may import it without a process group

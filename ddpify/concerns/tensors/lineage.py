@@ -19,11 +19,13 @@ from ddpify.engine.syntax import assigned
 class Refused(Exception):
     """The training data cannot be sharded safely: why, and where."""
 
-    def __init__(self, node: cst.CSTNode, reason: str, *, whole: bool = False) -> None:
+    def __init__(self, node: cst.CSTNode, reason: str, *, whole: bool = False, hazard: bool = False) -> None:
         super().__init__(reason)
         self.node = node
         self.reason = reason
         self.whole = whole  # the reason is the whole message, not why tensors cannot be sharded
+        # left whole on every rank, the data would still not train in sync (ranks taking different paths)
+        self.hazard = hazard
 
 
 @dataclass
