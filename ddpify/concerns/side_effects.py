@@ -416,7 +416,6 @@ class _Finder:
                 return [node]
         return [call for child in self.index.children.get(node, ()) for call in self._work_calls(child, model_refs)]
 
-
     def _item_of_models(self, func: cst.BaseExpression, model_refs: frozenset[Ref]) -> bool:
         """``net`` in ``for net in nets:`` (or ``zip(nets, opts)``), where ``nets`` holds models."""
         index = self.index
