@@ -29,6 +29,8 @@ CASES = [
     "model/unused_head_in_own_step",
     "model/submodule_behind_a_flag",
     "side_effects/print_runs_each_model_of_a_list",
+    "model/optimizer_chosen_by_name",
+    "model/optimizer_of_the_program",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",
     "checkpoints/whole_model_saved_into_open_file",

@@ -22,17 +22,53 @@ class TrainedModels:
         self._all_trained: set[Ref] | None = None
 
     def optimizers(self) -> Iterator[cst.Call]:
-        """``torch.optim.X(...)`` calls, however torch.optim was imported."""
+        """``torch.optim.X(...)`` calls, however torch.optim was imported; and anything else built over a
+        model's parameters that the script calls ``.step()`` on: ``getattr(optim, args.optim)(...)``, an
+        optimizer class of the program's own (a SAM-style wrapper)."""
         for call in self.index.calls:
-            for name in self.index.qualified_names(call.func):
-                parts = name.split(".")
-                if (
-                    name.startswith(torch_api.OPTIMIZER_MODULE + ".")
-                    and not set(parts[2:]) & torch_api.NOT_OPTIMIZERS
-                    and parts[-1][:1].isupper()
-                ):
-                    yield call
-                    break
+            if self._torch_optimizer(call) or self._stepped_over_parameters(call):
+                yield call
+
+    def _torch_optimizer(self, call: cst.Call) -> bool:
+        for name in self.index.qualified_names(call.func):
+            parts = name.split(".")
+            if (
+                name.startswith(torch_api.OPTIMIZER_MODULE + ".")
+                and not set(parts[2:]) & torch_api.NOT_OPTIMIZERS
+                and parts[-1][:1].isupper()
+            ):
+                return True
+        return False
+
+    def _stepped_over_parameters(self, call: cst.Call) -> bool:
+        """``opt = <anything>(model.parameters(), ...)`` and ``opt.step(...)`` (or ``opt.first_step()``...)
+        somewhere in the program."""
+        index = self.index
+        first = argument(call, "params", 0)
+        if first is None or not any(
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value in ("parameters", "named_parameters")
+            for n in index.walk(first.value)
+        ):
+            return False
+        if any(index.is_call_to(call, names) for names in (torch_api.SAVE,)) or self._torch_optimizer(call):
+            return False
+        assign = index.parent(call)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+            return False
+        target = index.ref_of(assign.targets[0].target, index.scope_of(assign))
+        if target is None:
+            return False
+        places = index.downstream(target)
+        return any(
+            isinstance(read_parent := index.parent(read), cst.Attribute)
+            and read_parent.attr.value.endswith("step")  # step(), SAM's first_step() / second_step()
+            and isinstance(index.parent(read_parent), cst.Call)
+            for place in places
+            for scope in index.scopes_reading(place)
+            for read in index.mentions(scope, place)
+        )
 
     def trained_refs(self, optimizer: cst.Call) -> tuple[list[Ref], cst.BaseExpression | None]:
         """The models whose parameters the optimizer holds, and the first piece of its ``params`` not traced to one.
