@@ -25,7 +25,7 @@ import libcst as cst
 
 from ddpify import concerns, invariants
 from ddpify.concerns.process_group import distributed_use
-from ddpify.diagnostics import ALREADY_DISTRIBUTED, INTERNAL_ERROR, NOTHING_TO_DO, Change, Diagnostic, Severity
+from ddpify.diagnostics import ALREADY_DISTRIBUTED, INTERNAL_ERROR, Change, Diagnostic, Severity, nothing_to_do
 from ddpify.engine import reach
 from ddpify.engine.collect import Source
 from ddpify.engine.edits import EditPlan, apply, apply_program
@@ -52,7 +52,7 @@ def convert(
 def _convert(source: str | bytes, path: str, options: Options, modules: Sequence[LocalModule]) -> Conversion:
     module = parse_checked(source, path, torch_only=not modules)
     if module is None:
-        return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
+        return _outcome(source, Status.UNCHANGED, [nothing_to_do(path)])
     if isinstance(module, Diagnostic):
         return _outcome(source, Status.INVALID, [module])
     tree = reach.parse(source)
@@ -97,10 +97,13 @@ def _plan(
     """Every concern's edits and findings; or the outcome, when the program is left alone or refused."""
     already = distributed_use(program.index)
     if already is not None:
-        message = f"already distributed (uses {already}): left unchanged"
-        return _outcome(source, Status.UNCHANGED, [ALREADY_DISTRIBUTED.at(1, 1, message, path)])
+        call, name = already
+        index = program.index
+        message = f"already distributed (uses {name}): left unchanged"
+        where = ALREADY_DISTRIBUTED.at(*index.position(call), message, index.path_of(call))
+        return _outcome(source, Status.UNCHANGED, [where])
     if not program.trains:
-        return _outcome(source, Status.UNCHANGED, [_nothing_to_do(path)])
+        return _outcome(source, Status.UNCHANGED, [nothing_to_do(path)])
     found = concerns.find(program)
     plan = EditPlan(program.index, path, program.names, shared=shared)
     concerns.rewrite(found, plan, options)
@@ -150,7 +153,3 @@ def _changes(plan: EditPlan, path: str) -> tuple[Change, ...]:
 
 def _outcome(source: str | bytes, status: Status, diagnostics: list[Diagnostic]) -> Conversion:
     return Conversion(source, source, status, tuple(diagnostics))
-
-
-def _nothing_to_do(path: str) -> Diagnostic:
-    return NOTHING_TO_DO.at(1, 1, "no training step (`.backward()`) found: nothing to do", path)

@@ -43,13 +43,13 @@ DATA_PARALLEL = frozenset(
 # its own workers, or hands training to a library that does): ddpify leaves it
 # alone. Imports alone do not count: scripts import Lightning for a seed helper.
 DISTRIBUTED_CALLS = (
-    "torch.distributed.",
+    "torch.distributed.init_process_group",
+    "torch.distributed.device_mesh.init_device_mesh",
+    "torch.distributed.fsdp.FullyShardedDataParallel",
     "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel",
     "torch.multiprocessing.spawn",
     "torch.multiprocessing.start_processes",
-    "torch.utils.data.distributed.DistributedSampler",
-    "torch.utils.data.DistributedSampler",
     "accelerate.Accelerator",
     "lightning.Trainer",
     "lightning.Fabric",

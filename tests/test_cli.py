@@ -393,7 +393,7 @@ def test_invalid_input(converter, script, workdir, capsys):
     [
         (
             ["train.py", "--frobnicate"],
-            "error: No such option: --frobnicate (Possible options: --format); see 'ddpify --help'",
+            "error: No such option: --frobnicate (Possible options: --format, --strict); see 'ddpify --help'",
         ),
         ([], "error: Missing argument 'SRC'; see 'ddpify --help'"),
         (["train.py", "-o"], "error: Option '-o' requires an argument; see 'ddpify --help'"),

@@ -48,19 +48,21 @@ for epoch in range(2):
 """
 
 # Batches sliced by hand: every rank would see the same samples (DDP201).
-HAND_BATCHED = b"""\
+# A random value decides each step's path: left whole on every rank, the ranks would still part ways.
+RANDOM_PATH = b"""\
 import torch
 
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-data = torch.randn(8, 2)
 
-for epoch in range(2):
-    for i in range(0, 8, 4):
-        loss = model(data[i : i + 4]).sum()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+for step in range(10):
+    x = torch.randn(4, 2)
+    if torch.rand(1).item() < 0.5:
+        x = x * 2
+    loss = model(x).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
 """
 
 NOT_PYTHON = b"def train(:\n"
@@ -619,16 +621,16 @@ def test_parallel_run_reports_an_unreadable_file_in_its_place(workdir, capsys):
 
 
 def test_real_refusal_and_invalid_input_beside_a_conversion(workdir, capsys):
-    make(workdir, {"a_train.py": TRAIN, "b_batched.py": HAND_BATCHED, "c_broken.py": NOT_PYTHON})
+    make(workdir, {"a_train.py": TRAIN, "b_random.py": RANDOM_PATH, "c_broken.py": NOT_PYTHON})
 
-    assert cli.main(["a_train.py", "b_batched.py", "-j", "1", "-q"]) == 3
+    assert cli.main(["a_train.py", "b_random.py", "-j", "1", "-q"]) == 3
     capsys.readouterr()
     assert cli.main(["a_train.py", "c_broken.py", "-j", "1"]) == 2
 
     err = err_lines(capsys)
     assert any(line.startswith("c_broken.py:1:") for line in err)
     assert err[-1] == "2 files: 1 converted, 1 invalid"
-    assert sorted(tree(workdir)) == ["a_train.py", "a_train_ddp.py", "b_batched.py", "c_broken.py"]
+    assert sorted(tree(workdir)) == ["a_train.py", "a_train_ddp.py", "b_random.py", "c_broken.py"]
 
 
 def test_report_ends_with_the_commands_that_launch_the_output(workdir, capsys):

@@ -215,12 +215,15 @@ def _called_from(index: Index, roots: Sequence[cst.CSTNode]) -> frozenset[cst.CS
     return frozenset(seen)
 
 
-def distributed_use(index: Index) -> str | None:
-    """The first distributed API the script calls (by qualified name), or None."""
+def distributed_use(index: Index) -> tuple[cst.Call, str] | None:
+    """The first call of the code that runs which sets up or launches distributed training (a process
+    group, a DDP or FSDP wrap, processes spawned, a training framework), with its qualified name; or
+    None. Calls that only ask (``dist.get_rank()`` under ``dist.is_initialized()``, a helper nobody
+    calls) do not make a program distributed: it still needs a process group."""
     for call in index.calls:
         for name in sorted(index.qualified_names(call.func)):
             if name.startswith(torch_api.DISTRIBUTED_CALLS):
-                return name
+                return call, name
     return None
 
 

@@ -53,7 +53,21 @@ def test_a_distributed_call_is_found_however_it_was_imported(read) -> None:
         d.init_process_group("nccl")
         """
     )
-    assert process_group.distributed_use(program.index) == "torch.distributed.init_process_group"
+    found = process_group.distributed_use(program.index)
+    assert found is not None and found[1] == "torch.distributed.init_process_group"
+
+
+def test_asking_for_the_rank_where_a_group_may_exist_is_not_distributed_use(read) -> None:
+    program = read(
+        """
+        import torch.distributed as dist
+        def is_main():
+            return not dist.is_initialized() or dist.get_rank() == 0
+        if is_main():
+            print("hello")
+        """
+    )
+    assert process_group.distributed_use(program.index) is None
 
 
 def test_an_import_alone_is_not_distributed_use(read) -> None:
