@@ -525,3 +525,27 @@ def test_a_stop_that_reaches_the_writes_as_an_exception_leaves_the_program_as_it
 
     assert capsys.readouterr().err.splitlines()[-1] == "interrupted: nothing written"
     assert hashes(project) == before
+
+
+def test_a_package_a_few_folders_up_is_part_of_a_program_without_a_root_marker(
+    tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    """A repository's scripts in ``projects/run/`` import its package ``lib`` (installed with ``pip
+    install -e .`` or put on PYTHONPATH); with no root marker copied along, the package is still
+    found a few folders up, and its training loop is converted rather than "nothing to do"."""
+    repository = tmp_path / "repository"
+    package = repository / "lib"
+    shutil.copytree(PROJECTS / "solver" / "input", package)
+    (package / "__init__.py").write_text("")
+    for module in ("solver.py", "train.py", "data_loader.py"):
+        text = (package / module).read_text()
+        text = text.replace("from models import", "from lib.models import")
+        text = text.replace("from data_loader import", "from lib.data_loader import")
+        (package / module).write_text(text.replace("from solver import", "from lib.solver import"))
+    script = repository / "projects" / "run" / "run.py"
+    script.parent.mkdir(parents=True)
+    shutil.move(package / "train.py", script)
+    done = run_ddpify(script.parent, "run.py", "--diff")
+    assert done.returncode == 0, done.stderr
+    assert "lib/solver.py" in done.stdout and "lib/data_loader.py" in done.stdout
+    assert "DDP011" not in done.stderr

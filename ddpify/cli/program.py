@@ -35,7 +35,7 @@ from ddpify.result import LocalModule
 if TYPE_CHECKING:
     from ddpify.cli.request import Job
 
-MAX_MODULES = 200  # a training program is a handful of files; more is a library, not read whole
+MAX_MODULES = 1000  # a training program with its library (a model zoo imported whole); more is not read
 MAX_SKETCHED = 2000  # modules the first pass follows before it stops deciding
 
 

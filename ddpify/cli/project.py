@@ -39,6 +39,7 @@ from ddpify.cli.screening import Facts, FirstPass, screen
 
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 MAX_SCANNED = 2000  # files of a project looked at for other importers
+MAX_ABOVE = 3  # folders above a project searched for a package its scripts import
 NOT_SOURCES = frozenset({"venv", "env", "site-packages", "node_modules", "build", "dist", "__pycache__"})
 
 # Modules the interpreter has loaded, or will load without the path, whatever files the script's
@@ -127,10 +128,17 @@ class Found:
 
 
 class Resolver:
-    """Module names to local files, as the path finder would find them on ``search``."""
+    """Module names to local files, as the path finder would find them on ``search``.
 
-    def __init__(self, search: tuple[Path, ...]) -> None:
+    A top-level name not found there is looked for, last, as a package (a folder with
+    ``__init__.py``) in one of ``above``: the folders above a script whose project has no root
+    marker, where a repository keeps the package its scripts import once it is installed
+    (``pip install -e .``) or put on ``PYTHONPATH``.
+    """
+
+    def __init__(self, search: tuple[Path, ...], above: tuple[Path, ...] = ()) -> None:
         self.search = search
+        self.above = above
         self.cache: dict[str, Found | None] = {}
 
     def file(self, name: str) -> Found | None:
@@ -143,12 +151,21 @@ class Resolver:
             return self.cache[name]
         parent, _, last = name.rpartition(".")
         if not parent:
-            found = None if name in NEVER_LOCAL else _find_in(last, self.search)
+            found = None if name in NEVER_LOCAL else _find_in(last, self.search) or self._package_above(last)
         else:
             outer = self.find(parent)
             found = _find_in(last, outer.locations) if outer is not None and outer.locations else None
         self.cache[name] = found
         return found
+
+    def _package_above(self, name: str) -> Found | None:
+        if name in sys.stdlib_module_names:
+            return None
+        for folder in self.above:
+            init = folder / name / "__init__.py"
+            if is_regular_file(init):
+                return Found(init, (folder / name,), os.path.realpath(init))
+        return None
 
 
 _EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
@@ -190,7 +207,10 @@ class Project:
     def resolver(self, search: tuple[Path, ...]) -> Resolver:
         found = self._resolvers.get(search)
         if found is None:
-            found = self._resolvers[search] = Resolver(search)
+            # Without a root marker the project's extent is unknown: its package may sit a few folders up.
+            marked = any(os.path.lexists(self.root / marker) for marker in ROOT_MARKERS)
+            above = () if marked else tuple(self.root.parents)[:MAX_ABOVE]
+            found = self._resolvers[search] = Resolver(search, above)
         return found
 
     def imports(self, search: tuple[Path, ...], key: str, package: str, facts: Facts) -> list[tuple[str, Found]]:
