@@ -174,7 +174,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             barrier = cst.parse_statement(
                 f"if {dist}.is_initialized():\n    {dist}.barrier()  # the others read what rank 0 just wrote\n"
             )
-        plan.insert_after(_rank_zero_unit(plan, stmt), barrier)
+        plan.insert_after(_outside_conditions(plan, _rank_zero_unit(plan, stmt)), barrier)
         plan.change(stmt, "dist.barrier() after the save: the file is read back later")
     for call in facts.state_loads:
         plan.replace(
@@ -234,6 +234,24 @@ def _rank_zero_unit(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatemen
     ):
         return owner
     return stmt
+
+
+def _outside_conditions(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
+    """The ``if`` (or ``if``/``else``) around ``stmt`` at the outermost level of its block: a barrier
+    there runs on every rank whichever way the test goes (``if val_loss < best:``, a test on this
+    rank's own values, would leave some ranks waiting at a barrier the others never reach)."""
+    index = plan.index
+    current = stmt
+    while True:
+        block = index.parent(current)
+        owner = index.parent(block) if block is not None else None
+        if isinstance(owner, cst.Else):
+            owner = index.parent(owner)
+        while isinstance(owner, cst.If) and isinstance(index.parent(owner), cst.If):  # elif
+            owner = index.parent(owner)
+        if not isinstance(owner, cst.If) or owner is index.main_guard:
+            return current
+        current = owner
 
 
 def _opens_for_writing(index: Index, expr: cst.BaseExpression) -> bool:

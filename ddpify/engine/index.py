@@ -86,7 +86,7 @@ class Index:
     order: dict[cst.CSTNode, int] = field(default_factory=dict)
     last: dict[cst.CSTNode, int] = field(default_factory=dict)
     function_of: dict[cst.CSTNode, Scope] = field(default_factory=dict)  # see scope_of()
-    _bound_anywhere: set[str] | None = None
+    _bound_by_module: dict[cst.Module, set[str]] = field(default_factory=dict)
     _positions: dict[cst.CSTNode, tuple[int, int]] = field(default_factory=dict)
     _wanted: set[cst.CSTNode] = field(default_factory=set)
     _flows_from: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
@@ -200,18 +200,25 @@ class Index:
         if not text:
             return set()
         root, _, rest = text.partition(".")
-        imports = self.imports[self.module_of(node)]
+        module = self.module_of(node)
+        imports = self.imports[module]
         if root in imports:
             return {f"{full}.{rest}" if rest else full for full in imports[root]}
-        if hasattr(builtins, root) and root not in self._all_bound():
+        if hasattr(builtins, root) and root not in self._bound_in(module):
             return {f"builtins.{text}"}
         return set()
 
-    def _all_bound(self) -> set[str]:
-        """Every name the script binds anywhere (computed once, on first use)."""
-        if self._bound_anywhere is None:
-            self._bound_anywhere = set().union(*self.bound.values())
-        return self._bound_anywhere
+    def _bound_in(self, module: cst.Module) -> set[str]:
+        """Every name ``module`` binds anywhere (computed once per module, on first use): another
+        module's ``from io import open`` does not hide the built-in ``open`` here."""
+        found = self._bound_by_module.get(module)
+        if found is None:
+            found = set()
+            for scope, names in self.bound.items():
+                if self.module_of(scope) is module:
+                    found |= names
+            self._bound_by_module[module] = found
+        return found
 
     def is_call_to(self, node: cst.CSTNode, names: frozenset[str]) -> bool:
         return isinstance(node, cst.Call) and bool(self.qualified_names(node.func) & names)
