@@ -549,3 +549,18 @@ def test_a_package_a_few_folders_up_is_part_of_a_program_without_a_root_marker(
     assert done.returncode == 0, done.stderr
     assert "lib/solver.py" in done.stdout and "lib/data_loader.py" in done.stdout
     assert "DDP011" not in done.stderr
+
+
+def test_a_folder_run_reports_a_program_that_needs_a_folder_without_failing(
+    project: Path, run_ddpify: RunDdpify
+) -> None:
+    before = snapshot(project)
+    done = run_ddpify(project, ".", "--check")
+    assert done.returncode == 0, done.stderr
+    assert "./train.py: needs --in-place or -o DIR/ (its conversion also changes data_loader.py, solver.py)" in (
+        done.stderr
+    )
+    assert done.stderr.splitlines()[-1].endswith("1 need --in-place or -o DIR/")
+    assert snapshot(project) == before
+    alone = run_ddpify(project, "train.py", "--suffix", "_ddp")
+    assert alone.returncode == 2 and "which one output file cannot hold" in alone.stderr

@@ -43,6 +43,8 @@ class Outcome(enum.Enum):
     UNCHANGED = ("unchanged", ExitCode.OK)
     CURRENT = ("up to date", ExitCode.OK)  # --check
     STALE = ("would be rewritten", ExitCode.STALE)  # --check
+    # one of several inputs whose program changes other modules too: no output file next to it can hold it
+    NEEDS_FOLDER = ("need --in-place or -o DIR/", ExitCode.OK)
     REFUSED = ("refused", ExitCode.REFUSED)
     INVALID = ("invalid", ExitCode.USAGE)  # not valid Python
     FAILED = ("failed", ExitCode.USAGE)  # unreadable input or unwritable output
@@ -60,6 +62,18 @@ class Failure(Exception):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+class NeedsFolder(Failure):
+    """The program of an entry changes other modules too, which an output file next to it cannot hold."""
+
+    def __init__(self, entry: str, modules: str) -> None:
+        super().__init__(
+            f"{entry}: the conversion also changes {modules}, which one output file cannot hold; "
+            "rewrite them with --in-place, or write the whole program into a folder with -o DIR/"
+        )
+        # as one of several inputs, where the others go on
+        self.status = f"{entry}: needs --in-place or -o DIR/ (its conversion also changes {modules})"
 
 
 class Interrupted(BaseException):

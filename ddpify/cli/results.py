@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ddpify import Status
 from ddpify.cli.diff import print_diff
-from ddpify.cli.exits import ExitCode, Failure, Outcome
+from ddpify.cli.exits import ExitCode, Failure, NeedsFolder, Outcome
 from ddpify.cli.files import check_target, hard_links, read_existing, write_stdout
 from ddpify.cli.report import counts, internal_error_message
 from ddpify.cli.request import STDOUT_NAME
@@ -185,10 +185,7 @@ def _module_targets(
         placed = [(new.get(m.path, m), program.target(m.path, request.output)) for m in program.modules]
     elif changed and (request.check or not request.diff):  # written or compared: each needs a place
         names = ", ".join(module.path for module in changed)
-        raise Failure(
-            f"{job.name}: the conversion also changes {names}, which one output file cannot hold; "
-            "rewrite them with --in-place, or write the whole program into a folder with -o DIR/"
-        )
+        raise NeedsFolder(job.name, names)
     else:
         return [(module, None) for module in changed]
     if job.make_folders and request.output is not None and not request.diff:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from ddpify import Conversion, Severity, Status
 from ddpify.cli import backend
-from ddpify.cli.exits import ExitCode, Failure, Interrupted, Outcome
+from ddpify.cli.exits import ExitCode, Failure, Interrupted, NeedsFolder, Outcome
 from ddpify.cli.files import read_input
 from ddpify.cli.program import Linked, ProgramFiles, link
 from ddpify.cli.report import Progress, describe, internal_error_message, isatty, plural, summary_line
@@ -112,6 +112,9 @@ def _finish_one_of_many(request: Request, job: Job, result: Result, reporter: Re
         if isinstance(result, Exception):
             raise result
         return finish(request, job, result.source, result.conversion, reporter, result.program)
+    except NeedsFolder as needs:  # not a failure of the run: this program is converted as a whole elsewhere
+        reporter.say(needs.status)
+        return Outcome.NEEDS_FOLDER
     except Failure as failure:
         reporter.error(f"error: {failure.message}")
         return Outcome.INTERNAL_ERROR if failure.code is ExitCode.INTERNAL_ERROR else Outcome.FAILED
