@@ -157,6 +157,9 @@ class ForwardChecks:
             self_name = index.self_name(forward) if forward is not None else None
             if forward is None or self_name is None:
                 continue
+            idle = self._never_used(cls)
+            if idle is not None:
+                return f"`{self_name}.{idle}` is built but never used"
             calls = [
                 node
                 for node in index.walk(forward.body)
@@ -183,6 +186,35 @@ class ForwardChecks:
             }
             if submodules and (found := self.skipped_submodule(submodules, seen | classes)) is not None:
                 return found
+        return None
+
+    def _never_used(self, cls: cst.ClassDef) -> str | None:
+        """A submodule ``__init__`` builds (``self.label_emb = nn.Embedding(...)``) that no other method of
+        the class mentions: its parameters never get a gradient."""
+        index = self.index
+        init = index.functions.get((cls, "__init__"))
+        self_name = index.self_name(init) if init is not None else None
+        if init is None or self_name is None:
+            return None
+        built: list[str] = []
+        for node in index.walk(init.body):
+            if (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and m.matches(node.targets[0].target, m.Attribute(value=m.Name(self_name)))
+                and isinstance(node.value, cst.Call)
+                and (
+                    any(name.startswith("torch.nn.") for name in index.qualified_names(node.value.func))
+                    or index.local_class(node.value.func) is not None
+                )
+            ):
+                built.append(cast(cst.Attribute, node.targets[0].target).attr.value)
+        methods = [f for (owner, _), f in index.functions.items() if owner is cls and f is not init]
+        for name in built:
+            if not any(
+                a.attr.value == name for f in methods for a in index.attributes.get(name, ()) if index.inside(a, f)
+            ):
+                return name
         return None
 
     def _varying_condition(self, call: cst.Call, forward: cst.FunctionDef, self_name: str) -> cst.BaseExpression | None:
