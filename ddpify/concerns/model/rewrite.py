@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpify import torch_api
 from ddpify.concerns.model.codes import SMALL_BATCH_NORM
-from ddpify.concerns.model.facts import Facts
+from ddpify.concerns.model.facts import Facts, Model
 from ddpify.concerns.model.finder import statement_value
 from ddpify.concerns.model.reads import DEEPCOPY
 from ddpify.engine.edits import EditPlan
@@ -43,54 +43,17 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     ddp = plan.names.ddp
     wrapped_by_ddp: set[cst.Call] = set()
     for model in facts.models:
-        device_ids = ", device_ids=[torch.cuda.current_device()]" if model.on_cuda else ""
+        arguments = ", device_ids=[torch.cuda.current_device()]" if model.on_cuda else ""
         if options.find_unused_parameters or model.unused is not None:
-            device_ids += ", find_unused_parameters=True"
+            arguments += ", find_unused_parameters=True"
         if model.data_parallel is not None:
             wrapped_by_ddp.add(model.data_parallel)
-            inner = plan.index.module.code_for_node(model.data_parallel.args[0].value)
-            replacement = cst.parse_expression(f"{ddp}({inner}{device_ids})")
-            plan.replace(model.data_parallel, _in_the_same_parentheses(replacement))
-            if model.data_parallel_if is not None:
-                plan.inline(model.data_parallel_if)
-            plan.change(model.insert_after, "nn.DataParallel -> DistributedDataParallel (one process per GPU)")
+            _replace_data_parallel(plan, model, arguments)
         else:
             if model.data_parallel_removed is not None:
                 wrapped_by_ddp.add(cast(cst.Call, statement_value(model.data_parallel_removed)))
-                guard = model.data_parallel_if
-                if guard is not None and len(guard.body.body) == 1:
-                    plan.remove(guard)  # ``if device_count() > 1: model = nn.DataParallel(model)``
-                else:
-                    plan.remove(model.data_parallel_removed)
-                    if guard is not None:
-                        plan.inline(guard)
-                plan.change(model.data_parallel_removed, "remove nn.DataParallel: each process drives one GPU")
-            wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{device_ids})\n")
-            convert = f"{model.expression} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model.expression})\n"
-            if model.item is not None:
-                each, item = model.expression, model.item
-                wrap = cst.parse_statement(f"{each} = [{ddp}({item}{device_ids}) for {item} in {each}]\n")
-                convert = f"{each} = [torch.nn.SyncBatchNorm.convert_sync_batchnorm({item}) for {item} in {each}]\n"
-            if options.sync_batchnorm:
-                plan.insert_after(
-                    model.insert_after, plan.where_distributed(model.insert_after, cst.parse_statement(convert))
-                )
-                plan.need_import("torch")
-                plan.change(model.insert_after, f"BatchNorm layers of `{model.expression}` -> SyncBatchNorm")
-            wrapped = f"every model in `{model.expression}`" if model.item is not None else f"`{model.expression}`"
-            if model.maybe_frozen:
-                # DDP refuses a module without a trainable parameter
-                test = f"any(p.requires_grad for p in {model.expression}.parameters())"
-                wrap = cst.If(
-                    test=cst.parse_expression(plan.with_group(model.insert_after, test)), body=cst.IndentedBlock([wrap])
-                )
-                plan.change(
-                    model.insert_after, f"wrap {wrapped} in DistributedDataParallel when it has trainable parameters"
-                )
-            else:
-                wrap = plan.where_distributed(model.insert_after, wrap)
-                plan.change(model.insert_after, f"wrap {wrapped} in DistributedDataParallel")
-            plan.insert_after(model.insert_after, wrap)
+                _remove_data_parallel(plan, model)
+            _wrap(plan, model, arguments, options)
         if model.small_batch_norm is not None and not options.sync_batchnorm:
             plan.report(
                 model.small_batch_norm,
@@ -105,45 +68,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             )
         for unfrozen in model.rewraps:
             rewrap = cst.parse_statement(
-                f"{model.expression} = {ddp}({model.expression}.module{device_ids})"
+                f"{model.expression} = {ddp}({model.expression}.module{arguments})"
                 "  # DDP averages only the parameters that required grad when it was built\n"
             )
             plan.insert_after(unfrozen, plan.where_distributed(unfrozen, rewrap))
             plan.change(unfrozen, f"wrap `{model.expression}` again: parameters became trainable after the wrap")
         for read in model.unwrap:
-            module = plan.index.module_of(read)
-            if module in plan.shared or model.maybe_frozen:
-                # Other scripts pass this code a plain model (or it stays plain while frozen): take
-                # ``.module`` only from the wrapper.
-                plan.replace(read, _module_if_wrapped(ddp))
-                plan.change(
-                    read,
-                    f"`{plan.index.module.code_for_node(read)}.module` when it is wrapped (other scripts pass a plain model)",
-                )
-                continue
-            plan.replace(read, lambda n: cst.Attribute(value=cast(cst.BaseExpression, n), attr=cst.Name("module")))
-            parent = plan.index.parent(read)
-            attribute = parent.attr.value if isinstance(parent, cst.Attribute) else None
-            text = plan.index.module.code_for_node(read)
-            call = plan.index.parent(parent)
-            if attribute:
-                summary = f"`{text}.{attribute}` -> `{text}.module.{attribute}`"
-            elif isinstance(parent, cst.Call) and parent.func is read:
-                summary = (
-                    f"`{text}(...)` -> `{text}.module(...)`: this step trains another model and leaves outputs of "
-                    f"`{text}` unused, which its DistributedDataParallel wrapper would wait for"
-                )
-            elif isinstance(parent, cst.Arg) and not (
-                isinstance(call, cst.Call) and plan.index.is_call_to(call, DEEPCOPY | torch_api.SAVE)
-            ):
-                summary = f"pass `{text}.module`: the function tests for a plain module with hasattr()"
-            elif isinstance(parent, cst.Subscript):
-                summary = f"`{text}[...]` -> `{text}.module[...]`"
-            elif isinstance(call, cst.Call) and plan.index.is_call_to(call, DEEPCOPY):
-                summary = f"copy `{text}.module`, not the DistributedDataParallel wrapper"
-            else:
-                summary = f"save `{text}.module`"
-            plan.change(read, summary)
+            _unwrap(plan, model, read)
     for call in facts.data_parallel:
         if call not in wrapped_by_ddp and call.args:
             plan.replace(call, lambda n: cast(cst.Call, n).args[0].value)
@@ -152,3 +83,89 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         plan.need_import(
             "torch.nn.parallel", "DistributedDataParallel", ddp if ddp != "DistributedDataParallel" else None
         )
+
+
+def _replace_data_parallel(plan: EditPlan, model: Model, arguments: str) -> None:
+    """``nn.DataParallel(model)`` -> ``DDP(model)`` in place; an ``if device_count() > 1:`` around it goes."""
+    assert model.data_parallel is not None
+    inner = plan.index.module.code_for_node(model.data_parallel.args[0].value)
+    replacement = cst.parse_expression(f"{plan.names.ddp}({inner}{arguments})")
+    plan.replace(model.data_parallel, _in_the_same_parentheses(replacement))
+    if model.data_parallel_if is not None:
+        plan.inline(model.data_parallel_if)
+    plan.change(model.insert_after, "nn.DataParallel -> DistributedDataParallel (one process per GPU)")
+
+
+def _remove_data_parallel(plan: EditPlan, model: Model) -> None:
+    """A ``model = nn.DataParallel(model)`` line the wrap replaces elsewhere goes (with an ``if`` that held it alone)."""
+    assert model.data_parallel_removed is not None
+    guard = model.data_parallel_if
+    if guard is not None and len(guard.body.body) == 1:
+        plan.remove(guard)  # ``if device_count() > 1: model = nn.DataParallel(model)``
+    else:
+        plan.remove(model.data_parallel_removed)
+        if guard is not None:
+            plan.inline(guard)
+    plan.change(model.data_parallel_removed, "remove nn.DataParallel: each process drives one GPU")
+
+
+def _wrap(plan: EditPlan, model: Model, arguments: str, options: Options) -> None:
+    """``model = DDP(model)`` (or each model of a list) after the statement where the model is ready."""
+    ddp = plan.names.ddp
+    wrap = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{arguments})\n")
+    convert = f"{model.expression} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model.expression})\n"
+    if model.item is not None:
+        each, item = model.expression, model.item
+        wrap = cst.parse_statement(f"{each} = [{ddp}({item}{arguments}) for {item} in {each}]\n")
+        convert = f"{each} = [torch.nn.SyncBatchNorm.convert_sync_batchnorm({item}) for {item} in {each}]\n"
+    anchor = model.insert_after
+    if options.sync_batchnorm:
+        plan.insert_after(anchor, plan.where_distributed(anchor, cst.parse_statement(convert)))
+        plan.need_import("torch")
+        plan.change(anchor, f"BatchNorm layers of `{model.expression}` -> SyncBatchNorm")
+    wrapped = f"every model in `{model.expression}`" if model.item is not None else f"`{model.expression}`"
+    if model.maybe_frozen:
+        # DDP refuses a module without a trainable parameter
+        test = f"any(p.requires_grad for p in {model.expression}.parameters())"
+        wrap = cst.If(test=cst.parse_expression(plan.with_group(anchor, test)), body=cst.IndentedBlock([wrap]))
+        plan.change(anchor, f"wrap {wrapped} in DistributedDataParallel when it has trainable parameters")
+    else:
+        wrap = plan.where_distributed(anchor, wrap)
+        plan.change(anchor, f"wrap {wrapped} in DistributedDataParallel")
+    plan.insert_after(anchor, wrap)
+
+
+def _unwrap(plan: EditPlan, model: Model, read: cst.BaseExpression) -> None:
+    """A read of the wrapped model that needs the model itself: ``.module``."""
+    if plan.index.module_of(read) in plan.shared or model.maybe_frozen:
+        # Other scripts pass this code a plain model (or it stays plain while frozen): take
+        # ``.module`` only from the wrapper.
+        plan.replace(read, _module_if_wrapped(plan.names.ddp))
+        plan.change(
+            read,
+            f"`{plan.index.module.code_for_node(read)}.module` when it is wrapped (other scripts pass a plain model)",
+        )
+        return
+    plan.replace(read, lambda n: cst.Attribute(value=cast(cst.BaseExpression, n), attr=cst.Name("module")))
+    parent = plan.index.parent(read)
+    attribute = parent.attr.value if isinstance(parent, cst.Attribute) else None
+    text = plan.index.module.code_for_node(read)
+    call = plan.index.parent(parent)
+    if attribute:
+        summary = f"`{text}.{attribute}` -> `{text}.module.{attribute}`"
+    elif isinstance(parent, cst.Call) and parent.func is read:
+        summary = (
+            f"`{text}(...)` -> `{text}.module(...)`: this step trains another model and leaves outputs of "
+            f"`{text}` unused, which its DistributedDataParallel wrapper would wait for"
+        )
+    elif isinstance(parent, cst.Arg) and not (
+        isinstance(call, cst.Call) and plan.index.is_call_to(call, DEEPCOPY | torch_api.SAVE)
+    ):
+        summary = f"pass `{text}.module`: the function tests for a plain module with hasattr()"
+    elif isinstance(parent, cst.Subscript):
+        summary = f"`{text}[...]` -> `{text}.module[...]`"
+    elif isinstance(call, cst.Call) and plan.index.is_call_to(call, DEEPCOPY):
+        summary = f"copy `{text}.module`, not the DistributedDataParallel wrapper"
+    else:
+        summary = f"save `{text}.module`"
+    plan.change(read, summary)
