@@ -29,6 +29,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify import torch_api
+from ddpify.engine.classes import ProgramClasses
 from ddpify.engine.positions import locate
 from ddpify.engine.syntax import dotted
 
@@ -57,7 +58,7 @@ class Flow:
 
 
 @dataclass
-class Index:
+class Index(ProgramClasses):
     """Everything the passes look up about the script (built once, then only read)."""
 
     module: cst.Module  # the entry script; the program's other modules follow it in ``modules``
@@ -134,36 +135,6 @@ class Index:
     def path_of(self, node: cst.CSTNode) -> str:
         """The file ``node`` comes from, as the user named it."""
         return self.paths.get(self.module_of(node), "<string>")
-
-    def local_definition(self, qualified: str, depth: int = 0) -> cst.FunctionDef | cst.ClassDef | None:
-        """The function or class of the program that a qualified name (``models.resnet.ResNet``)
-        refers to, followed through re-exports (``from .resnet import ResNet`` in a package)."""
-        owner, _, name = qualified.rpartition(".")
-        module = self.module_names.get(owner)
-        if module is None or depth > 8:
-            return None
-        found = self.functions.get((module, name)) or self.classes.get((module, name))
-        if found is not None:
-            return found
-        return next(
-            (d for full in self.imports[module].get(name, ()) if (d := self.local_definition(full, depth + 1))),
-            None,
-        )
-
-    def local_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
-        """The program's own class that ``expr`` names (``Net``, ``models.Net``) where it is written:
-        defined in that module, or imported from another module of the program."""
-        if isinstance(expr, cst.Name):
-            found = self.classes.get((self.module_of(expr), expr.value))
-            if found is not None or len(self.modules) <= 1:
-                return found
-        elif not isinstance(expr, cst.Attribute) or len(self.modules) <= 1:
-            return None
-        for full in self.qualified_names(expr):
-            definition = self.local_definition(full)
-            if isinstance(definition, cst.ClassDef):
-                return definition
-        return None
 
     def after(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
         """Whether ``node`` comes after the whole of ``other`` in the source."""
@@ -271,97 +242,6 @@ class Index:
             if isinstance(ancestor, (cst.For, cst.While)):
                 yield ancestor
 
-    def method_class(self, scope: Scope) -> cst.ClassDef | None:
-        return self.class_of.get(scope) if isinstance(scope, cst.FunctionDef) else None
-
-    # -- classes ---------------------------------------------------------
-    def bases(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
-        """The program's own classes that ``cls`` derives from directly."""
-        found = self._bases.get(cls)
-        if found is None:
-            found = [b for arg in cls.bases if arg.keyword is None and (b := self.local_class(arg.value)) is not None]
-            self._bases[cls] = found = [b for b in found if b is not cls]
-        return found
-
-    def method(self, cls: cst.ClassDef, name: str, *, dispatch: bool = False) -> cst.FunctionDef | None:
-        """The method ``name`` that instances of ``cls`` run: its own or a base class's.
-
-        With ``dispatch`` (a call through ``self``), a method that only raises
-        ``NotImplementedError`` (or does nothing) and is overridden in exactly one
-        subclass of the program is that override: the one the program runs.
-        """
-        found: cst.FunctionDef | None = None
-        seen: set[cst.ClassDef] = set()
-        frontier = [cls]
-        while frontier and found is None:
-            current = frontier.pop(0)
-            if current in seen:
-                continue
-            seen.add(current)
-            found = self.functions.get((current, name))
-            frontier += self.bases(current)
-        if dispatch and found is not None and _is_abstract(found):
-            overrides = [f for sub in self._subclasses(cls) if (f := self.functions.get((sub, name))) is not None]
-            if len(overrides) == 1:
-                return overrides[0]
-        return found
-
-    def _subclasses(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
-        """Every class of the program that derives from ``cls``, at any depth."""
-        classes = list(self.classes.values())
-        found: list[cst.ClassDef] = []
-        frontier = [cls]
-        while frontier:
-            current = frontier.pop()
-            for other in classes:
-                if other not in found and current in self.bases(other):
-                    found.append(other)
-                    frontier.append(other)
-        return found
-
-    def derives_from(self, cls: cst.ClassDef, qualified: frozenset[str]) -> bool:
-        """Whether ``cls``, or a class of the program it derives from, names one of ``qualified`` as a base
-        (``torch.utils.data.DataLoader`` for a ``BaseDataLoader(DataLoader)`` and its subclasses)."""
-        seen: set[cst.ClassDef] = set()
-        frontier = [cls]
-        while frontier:
-            current = frontier.pop()
-            if current in seen:
-                continue
-            seen.add(current)
-            if any(self.qualified_names(base.value) & qualified for base in current.bases):
-                return True
-            frontier += self.bases(current)
-        return False
-
-    def constructed_classes(self, ref: Ref) -> Iterator[cst.ClassDef]:
-        """The program's own classes whose instances the value at ``ref`` may be: ``Solver`` for
-        ``solver`` after ``solver = Solver(...)``, followed through every place the value passes."""
-        for place in self.lineage(ref):
-            for assignment in self.assignments_to(place):
-                value = assignment.value
-                cls = self.local_class(value.func) if isinstance(value, cst.Call) else None
-                if cls is not None:
-                    yield cls
-
-    def attribute_class(self, method: cst.FunctionDef) -> cst.ClassDef:
-        """The class whose ``self.x`` fields ``method`` reads: the topmost class of the program in its
-        hierarchy, so that a base class and its subclasses share their fields."""
-        cls = self.class_of[method]
-        seen = {cls}
-        while (bases := self.bases(cls)) and bases[0] not in seen:
-            cls = bases[0]
-            seen.add(cls)
-        return cls
-
-    def self_name(self, scope: Scope | None) -> str | None:
-        """The name of ``self`` in a method (its first parameter)."""
-        if not isinstance(scope, cst.FunctionDef) or self.method_class(scope) is None or not scope.params.params:
-            return None
-        if any(m.matches(d.decorator, m.Name("staticmethod") | m.Name("classmethod")) for d in scope.decorators):
-            return None
-        return scope.params.params[0].name.value
-
     # -- values ----------------------------------------------------------
     def ref_of(self, expr: cst.BaseExpression, scope: Scope) -> Ref | None:
         """The place ``expr`` reads, when it is a plain name or ``self.field``."""
@@ -379,15 +259,6 @@ class Index:
         if isinstance(expr, cst.Subscript) and (key := string_key(expr)) is not None:
             holder = self.ref_of(expr.value, scope)
             return keyed(holder, key) if holder is not None and "[" not in holder.path else None
-        return None
-
-    def method_scope(self, scope: Scope) -> cst.FunctionDef | None:
-        """The method whose ``self`` is visible in ``scope`` (closures inside methods see it too)."""
-        current = scope
-        while isinstance(current, cst.FunctionDef):
-            if current in self.class_of:
-                return current
-            current = self.scope_of(current)
         return None
 
     def root_ref(self, expr: cst.BaseExpression, scope: Scope) -> Ref | None:
@@ -553,12 +424,6 @@ class Index:
             self._trains[node] = found
         return found
 
-    def scopes_reading(self, ref: Ref) -> list[Scope]:
-        """The function bodies in which ``ref`` can be read: its scope, or every method of its class."""
-        if isinstance(ref.scope, cst.ClassDef):
-            return [f for f, cls in self.class_of.items() if self.attribute_class(f) is ref.scope]
-        return [ref.scope]
-
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         """Whether ``container`` is a proper ancestor of ``node``."""
         return any(ancestor is container for ancestor in self.ancestors(node))
@@ -613,20 +478,3 @@ _LAYOUT = (
     cst.Newline,
     cst.Comment,
 )
-
-
-def _is_abstract(function: cst.FunctionDef) -> bool:
-    """A method that only raises ``NotImplementedError``, or does nothing (``pass``, ``...``, a docstring)."""
-    for stmt in function.body.body:
-        small = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt]
-        for part in small:
-            if isinstance(part, cst.Pass) or (
-                isinstance(part, cst.Expr) and isinstance(part.value, (cst.SimpleString, cst.Ellipsis))
-            ):
-                continue
-            if isinstance(part, cst.Raise) and "NotImplementedError" in dotted(
-                part.exc.func if isinstance(part.exc, cst.Call) else part.exc or cst.Name("_")
-            ):
-                continue
-            return False
-    return True

@@ -1,0 +1,192 @@
+"""The program's classes and definitions, as the index finds them: bases, methods, subclasses.
+
+:class:`~ddpify.engine.index.Index` derives from :class:`ProgramClasses`; the lookups here need
+only the definitions the index collected (``functions``, ``classes``, ``class_of``) and its
+name resolution (``qualified_names``, ``module_of``), declared below for type checking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.engine.syntax import dotted
+
+if TYPE_CHECKING:
+    from ddpify.engine.index import Ref, Scope
+
+
+class ProgramClasses:
+    """Lookups of the program's own functions and classes (a part of the index)."""
+
+    module: cst.Module
+    modules: list[cst.Module]
+    module_names: dict[str, cst.Module]
+    functions: dict[tuple[Scope, str], cst.FunctionDef]
+    classes: dict[tuple[cst.Module, str], cst.ClassDef]
+    class_of: dict[cst.FunctionDef, cst.ClassDef]
+    imports: dict[cst.Module, dict[str, set[str]]]
+    _bases: dict[cst.ClassDef, list[cst.ClassDef]]
+
+    if TYPE_CHECKING:
+
+        def module_of(self, node: cst.CSTNode) -> cst.Module: ...
+        def qualified_names(self, node: cst.CSTNode) -> set[str]: ...
+        def scope_of(self, node: cst.CSTNode) -> Scope: ...
+        def lineage(self, ref: Ref) -> set[Ref]: ...
+        def assignments_to(self, ref: Ref) -> Iterator[cst.Assign]: ...
+
+    def local_definition(self, qualified: str, depth: int = 0) -> cst.FunctionDef | cst.ClassDef | None:
+        """The function or class of the program that a qualified name (``models.resnet.ResNet``)
+        refers to, followed through re-exports (``from .resnet import ResNet`` in a package)."""
+        owner, _, name = qualified.rpartition(".")
+        module = self.module_names.get(owner)
+        if module is None or depth > 8:
+            return None
+        found = self.functions.get((module, name)) or self.classes.get((module, name))
+        if found is not None:
+            return found
+        return next(
+            (d for full in self.imports[module].get(name, ()) if (d := self.local_definition(full, depth + 1))),
+            None,
+        )
+
+    def local_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
+        """The program's own class that ``expr`` names (``Net``, ``models.Net``) where it is written:
+        defined in that module, or imported from another module of the program."""
+        if isinstance(expr, cst.Name):
+            found = self.classes.get((self.module_of(expr), expr.value))
+            if found is not None or len(self.modules) <= 1:
+                return found
+        elif not isinstance(expr, cst.Attribute) or len(self.modules) <= 1:
+            return None
+        for full in self.qualified_names(expr):
+            definition = self.local_definition(full)
+            if isinstance(definition, cst.ClassDef):
+                return definition
+        return None
+
+    def method_class(self, scope: Scope) -> cst.ClassDef | None:
+        return self.class_of.get(scope) if isinstance(scope, cst.FunctionDef) else None
+
+    def bases(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
+        """The program's own classes that ``cls`` derives from directly."""
+        found = self._bases.get(cls)
+        if found is None:
+            found = [b for arg in cls.bases if arg.keyword is None and (b := self.local_class(arg.value)) is not None]
+            self._bases[cls] = found = [b for b in found if b is not cls]
+        return found
+
+    def method(self, cls: cst.ClassDef, name: str, *, dispatch: bool = False) -> cst.FunctionDef | None:
+        """The method ``name`` that instances of ``cls`` run: its own or a base class's.
+
+        With ``dispatch`` (a call through ``self``), a method that only raises
+        ``NotImplementedError`` (or does nothing) and is overridden in exactly one
+        subclass of the program is that override: the one the program runs.
+        """
+        found: cst.FunctionDef | None = None
+        seen: set[cst.ClassDef] = set()
+        frontier = [cls]
+        while frontier and found is None:
+            current = frontier.pop(0)
+            if current in seen:
+                continue
+            seen.add(current)
+            found = self.functions.get((current, name))
+            frontier += self.bases(current)
+        if dispatch and found is not None and _is_abstract(found):
+            overrides = [f for sub in self._subclasses(cls) if (f := self.functions.get((sub, name))) is not None]
+            if len(overrides) == 1:
+                return overrides[0]
+        return found
+
+    def _subclasses(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
+        """Every class of the program that derives from ``cls``, at any depth."""
+        classes = list(self.classes.values())
+        found: list[cst.ClassDef] = []
+        frontier = [cls]
+        while frontier:
+            current = frontier.pop()
+            for other in classes:
+                if other not in found and current in self.bases(other):
+                    found.append(other)
+                    frontier.append(other)
+        return found
+
+    def derives_from(self, cls: cst.ClassDef, qualified: frozenset[str]) -> bool:
+        """Whether ``cls``, or a class of the program it derives from, names one of ``qualified`` as a base
+        (``torch.utils.data.DataLoader`` for a ``BaseDataLoader(DataLoader)`` and its subclasses)."""
+        seen: set[cst.ClassDef] = set()
+        frontier = [cls]
+        while frontier:
+            current = frontier.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            if any(self.qualified_names(base.value) & qualified for base in current.bases):
+                return True
+            frontier += self.bases(current)
+        return False
+
+    def constructed_classes(self, ref: Ref) -> Iterator[cst.ClassDef]:
+        """The program's own classes whose instances the value at ``ref`` may be: ``Solver`` for
+        ``solver`` after ``solver = Solver(...)``, followed through every place the value passes."""
+        for place in self.lineage(ref):
+            for assignment in self.assignments_to(place):
+                value = assignment.value
+                cls = self.local_class(value.func) if isinstance(value, cst.Call) else None
+                if cls is not None:
+                    yield cls
+
+    def attribute_class(self, method: cst.FunctionDef) -> cst.ClassDef:
+        """The class whose ``self.x`` fields ``method`` reads: the topmost class of the program in its
+        hierarchy, so that a base class and its subclasses share their fields."""
+        cls = self.class_of[method]
+        seen = {cls}
+        while (bases := self.bases(cls)) and bases[0] not in seen:
+            cls = bases[0]
+            seen.add(cls)
+        return cls
+
+    def self_name(self, scope: Scope | None) -> str | None:
+        """The name of ``self`` in a method (its first parameter)."""
+        if not isinstance(scope, cst.FunctionDef) or self.method_class(scope) is None or not scope.params.params:
+            return None
+        if any(m.matches(d.decorator, m.Name("staticmethod") | m.Name("classmethod")) for d in scope.decorators):
+            return None
+        return scope.params.params[0].name.value
+
+    def method_scope(self, scope: Scope) -> cst.FunctionDef | None:
+        """The method whose ``self`` is visible in ``scope`` (closures inside methods see it too)."""
+        current = scope
+        while isinstance(current, cst.FunctionDef):
+            if current in self.class_of:
+                return current
+            current = self.scope_of(current)
+        return None
+
+    def scopes_reading(self, ref: Ref) -> list[Scope]:
+        """The function bodies in which ``ref`` can be read: its scope, or every method of its class."""
+        if isinstance(ref.scope, cst.ClassDef):
+            return [f for f, cls in self.class_of.items() if self.attribute_class(f) is ref.scope]
+        return [ref.scope]
+
+
+def _is_abstract(function: cst.FunctionDef) -> bool:
+    """A method that only raises ``NotImplementedError``, or does nothing (``pass``, ``...``, a docstring)."""
+    for stmt in function.body.body:
+        small = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt]
+        for part in small:
+            if isinstance(part, cst.Pass) or (
+                isinstance(part, cst.Expr) and isinstance(part.value, (cst.SimpleString, cst.Ellipsis))
+            ):
+                continue
+            if isinstance(part, cst.Raise) and "NotImplementedError" in dotted(
+                part.exc.func if isinstance(part.exc, cst.Call) else part.exc or cst.Name("_")
+            ):
+                continue
+            return False
+    return True
