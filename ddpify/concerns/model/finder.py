@@ -29,8 +29,9 @@ from ddpify.concerns.model.facts import Facts, Model
 from ddpify.concerns.model.forward import ForwardChecks
 from ddpify.concerns.model.freezing import Freezing
 from ddpify.concerns.model.optimizers import TrainedModels
+from ddpify.concerns.model.outputs import OutputUse
 from ddpify.concerns.model.reads import WrapperReads
-from ddpify.engine.index import Ref
+from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument
 
@@ -68,6 +69,7 @@ class _Finder:
         self.reads = WrapperReads(program, self.trained)
         self.freezing = Freezing(program, self.reads)
         self.forward = ForwardChecks(program, self.reads)
+        self.outputs = OutputUse(program, self.reads)
         self._model_classes: dict[Ref, set[cst.ClassDef]] = {}
         self._claimed: set[cst.BaseExpression] = set()  # reads that already get ``.module``
 
@@ -99,7 +101,7 @@ class _Finder:
                         continue
                     if self._refuse_second_backward(model):
                         continue
-                    borrowed = self.forward.forwards_for_another_model(model, classes)
+                    borrowed = self.outputs.forwards_for_another_model(model, classes)
                     unwrap = tuple(read for read in (*model.unwrap, *borrowed) if read not in self._claimed)
                     self._claimed.update(unwrap)
                     yield replace(
@@ -107,41 +109,14 @@ class _Finder:
                         unwrap=unwrap,
                         lineage=frozenset(self.index.lineage(model.ref)),
                         unused=self.forward.skipped_submodule(classes)
-                        or self.forward.output_used_sometimes(model, classes),
+                        or self.outputs.output_used_sometimes(model, classes),
                         small_batch_norm=self.forward.small_batch_norm(model, classes),
                     )
 
     def _model(self, ref: Ref, optimizer: cst.Call) -> Model | None:
         index = self.index
-        lineage = self._own_lineage(ref)
-        moves: list[tuple[cst.SimpleStatementLine, Ref, bool]] = []
-        creations: list[tuple[cst.SimpleStatementLine, Ref]] = []
-        wraps: list[tuple[cst.SimpleStatementLine, Ref]] = []
-        for stmt in index.statements:
-            if len(stmt.body) != 1:
-                continue
-            small = stmt.body[0]
-            scope = index.scope_of(stmt)
-            if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                target = index.ref_of(small.targets[0].target, scope)
-                if target in lineage:
-                    move = _device_move(small.value)
-                    if index.is_call_to(small.value, torch_api.DATA_PARALLEL):
-                        wraps.append((stmt, target))
-                    elif move is not None:
-                        moves.append((stmt, target, move))
-                    elif index.carried_ref(small.value, scope) is None:
-                        creations.append((stmt, target))
-                elif isinstance(small.value, cst.Call) and isinstance(small.targets[0].target, (cst.Tuple, cst.List)):
-                    # ``model, criterion = build(...)``: the model arrives with other values
-                    for element in small.targets[0].target.elements:
-                        part = index.ref_of(element.value, scope)
-                        if part in lineage:
-                            creations.append((stmt, part))
-            elif isinstance(small, cst.Expr) and (move := _device_move(small.value)) is not None:
-                target = index.carried_ref(small.value, scope)
-                if target in lineage:
-                    moves.append((stmt, target, move))
+        lineage = own_lineage(self.index, ref)
+        moves, creations, wraps = self._candidates(lineage)
         # Where the model is trained, or after it has been (``model = train_model(model, ...)``,
         # ``model = model.cpu()`` for export), it is not being built: the wrap must come before.
         building = [c[0] for c in moves] + [c[0] for c in creations]
@@ -153,7 +128,7 @@ class _Finder:
         built = [c[0] for c in moves] + [c[0] for c in creations] + [c[0] for c in wraps]
         classes = {c for stmt in built if (c := self._built_class(stmt)) is not None}
         self._model_classes[ref] = classes
-        depth = self._depths(lineage)
+        depth = depths(self.index, lineage)
         if wraps:
             stmt, target = max(wraps, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
             return self._data_parallel_model(stmt, target, moves, optimizer)
@@ -201,6 +176,42 @@ class _Finder:
                 "(which refuses such a module), and is unfrozen here: wrap it once it has trainable parameters",
             )
         return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps)
+
+    def _candidates(
+        self, lineage: set[Ref]
+    ) -> tuple[list[_Move], list[tuple[cst.SimpleStatementLine, Ref]], list[tuple[cst.SimpleStatementLine, Ref]]]:
+        """The statements that may make the model ready: moves to a device, creations (built, or
+        received from a call), and ``nn.DataParallel`` wraps."""
+        index = self.index
+        moves: list[_Move] = []
+        creations: list[tuple[cst.SimpleStatementLine, Ref]] = []
+        wraps: list[tuple[cst.SimpleStatementLine, Ref]] = []
+        for stmt in index.statements:
+            if len(stmt.body) != 1:
+                continue
+            small = stmt.body[0]
+            scope = index.scope_of(stmt)
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target = index.ref_of(small.targets[0].target, scope)
+                if target in lineage:
+                    move = _device_move(small.value)
+                    if index.is_call_to(small.value, torch_api.DATA_PARALLEL):
+                        wraps.append((stmt, target))
+                    elif move is not None:
+                        moves.append((stmt, target, move))
+                    elif index.carried_ref(small.value, scope) is None:
+                        creations.append((stmt, target))
+                elif isinstance(small.value, cst.Call) and isinstance(small.targets[0].target, (cst.Tuple, cst.List)):
+                    # ``model, criterion = build(...)``: the model arrives with other values
+                    for element in small.targets[0].target.elements:
+                        part = index.ref_of(element.value, scope)
+                        if part in lineage:
+                            creations.append((stmt, part))
+            elif isinstance(small, cst.Expr) and (move := _device_move(small.value)) is not None:
+                target = index.carried_ref(small.value, scope)
+                if target in lineage:
+                    moves.append((stmt, target, move))
+        return moves, creations, wraps
 
     def _list_model(self, listed: model_collections.ModelList, optimizer: cst.Call) -> Model:
         """Every model of a list, wrapped once the list is ready: ``nets = [DDP(net) for net in nets]``."""
@@ -334,7 +345,7 @@ class _Finder:
             second = min(later, key=lambda c: index.order[c])
             runs = [
                 index.order[read]
-                for ref in self._own_lineage(model.ref)
+                for ref in own_lineage(self.index, model.ref)
                 for read in index.mentions(loop, ref)
                 if self.reads.runs_model(read)
             ]
@@ -350,43 +361,6 @@ class _Finder:
                 )
                 return True
         return False
-
-    def _own_lineage(self, ref: Ref) -> set[Ref]:
-        """Where the model at ``ref`` came from, and everywhere that value goes.
-
-        Not the other values that meet it downstream: two models handed to one helper
-        (``count_params(encoder)``, ``evaluate(student)``) share its parameter, but neither
-        is built where the other is.
-        """
-        index = self.index
-        sources = {ref}
-        queue = [ref]
-        while queue:
-            for flow in index.flows_into(queue.pop()):
-                if flow.src not in sources:
-                    sources.add(flow.src)
-                    queue.append(flow.src)
-        return set().union(*(index.downstream(source) for source in sources))
-
-    def _depths(self, lineage: set[Ref]) -> dict[Ref, int]:
-        """How far each place is from where the value started (following flows)."""
-        # (``model = model.cuda()`` flows into itself: that does not make it any deeper)
-        roots = [r for r in lineage if not any(f.src in lineage and f.src != r for f in self.index.flows_into(r))]
-        depth = dict.fromkeys(roots, 0)
-        frontier = list(roots)
-        while frontier:
-            nxt = []
-            for ref in frontier:
-                for flow in self.index.flows_from(ref):
-                    if (
-                        flow.dst in lineage
-                        and flow.dst != ref
-                        and depth.get(flow.dst, -1) < depth[ref] + 1 <= len(lineage)
-                    ):
-                        depth[flow.dst] = depth[ref] + 1
-                        nxt.append(flow.dst)
-            frontier = nxt
-        return depth
 
     def _climb_conditionals(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
         """``if use_cuda: model.cuda()``: the wrap goes after the whole ``if``."""
@@ -503,3 +477,37 @@ def _device_move(value: cst.BaseExpression) -> bool | None:
             return False
         value = value.func.value
     return None
+
+
+def own_lineage(index: Index, ref: Ref) -> set[Ref]:
+    """Where the model at ``ref`` came from, and everywhere that value goes.
+
+    Not the other values that meet it downstream: two models handed to one helper
+    (``count_params(encoder)``, ``evaluate(student)``) share its parameter, but neither
+    is built where the other is.
+    """
+    sources = {ref}
+    queue = [ref]
+    while queue:
+        for flow in index.flows_into(queue.pop()):
+            if flow.src not in sources:
+                sources.add(flow.src)
+                queue.append(flow.src)
+    return set().union(*(index.downstream(source) for source in sources))
+
+
+def depths(index: Index, lineage: set[Ref]) -> dict[Ref, int]:
+    """How far each place is from where the value started (following flows)."""
+    # (``model = model.cuda()`` flows into itself: that does not make it any deeper)
+    roots = [r for r in lineage if not any(f.src in lineage and f.src != r for f in index.flows_into(r))]
+    depth = dict.fromkeys(roots, 0)
+    frontier = list(roots)
+    while frontier:
+        nxt = []
+        for ref in frontier:
+            for flow in index.flows_from(ref):
+                if flow.dst in lineage and flow.dst != ref and depth.get(flow.dst, -1) < depth[ref] + 1 <= len(lineage):
+                    depth[flow.dst] = depth[ref] + 1
+                    nxt.append(flow.dst)
+        frontier = nxt
+    return depth

@@ -1,0 +1,229 @@
+"""Which outputs of a wrapped model a training step uses: all of them, or only some.
+
+DDP expects a gradient for every parameter that took part in a forward. A step that
+leaves outputs unused (``out, aux = model(x)`` with ``aux`` read only sometimes, never,
+or as ``_``; ``model(x)[0]``) leaves the submodules behind them without one:
+
+* in a step that trains the model itself, it needs ``find_unused_parameters=True``,
+  unless another forward of the same step uses every output;
+* in a step that trains another model (a GAN's generator through
+  ``validity, _ = discriminator(fake)``), the forward goes through ``.module``, so that
+  DDP expects nothing of it; the discriminator's own step runs the wrapper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import cast
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.concerns.model.facts import Model
+from ddpify.concerns.model.reads import WrapperReads
+from ddpify.engine.index import Ref
+from ddpify.engine.program import Program
+
+
+class OutputUse:
+    """How the training steps use a wrapped model's outputs."""
+
+    def __init__(self, program: Program, reads: WrapperReads) -> None:
+        self.program = program
+        self.index = program.index
+        self.reads = reads
+
+    def _head_slots(self, classes: set[cst.ClassDef]) -> set[int] | None:
+        """The places of the outputs ``forward`` returns from a submodule of their own (``return
+        self.adv(h), self.aux(h)``): leaving one unused leaves that submodule without a gradient.
+        None where the model's forward is not the program's (every output may be one)."""
+        index = self.index
+        slots: set[int] = set()
+        forwards = [f for cls in classes if (f := index.functions.get((cls, "forward"))) is not None]
+        if not forwards:
+            return None
+        for forward in forwards:
+            self_name = index.self_name(forward)
+            heads: dict[str, int] = {}  # ``aux = self.aux(h)``: names bound once from a submodule
+            for node in index.walk(forward.body):
+                if (
+                    isinstance(node, cst.Assign)
+                    and len(node.targets) == 1
+                    and isinstance(node.targets[0].target, cst.Name)
+                ):
+                    name = node.targets[0].target.value
+                    heads[name] = heads.get(name, 0) + (2 if not self._submodule_call(node.value, self_name) else 1)
+            for node in index.walk(forward.body):
+                if not (isinstance(node, cst.Return) and isinstance(node.value, cst.Tuple)):
+                    continue
+                for slot, element in enumerate(node.value.elements):
+                    value = element.value
+                    named = isinstance(value, cst.Name) and heads.get(value.value) == 1
+                    if named or self._submodule_call(value, self_name):
+                        slots.add(slot)
+        return slots
+
+    @staticmethod
+    def _submodule_call(expr: cst.BaseExpression, self_name: str | None) -> bool:
+        """``self.aux(h)``."""
+        return (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and isinstance(expr.func.value, cst.Name)
+            and expr.func.value.value == self_name
+        )
+
+    def _partial_uses(self, model: Model, classes: set[cst.ClassDef]) -> Iterator[tuple[cst.BaseExpression, str]]:
+        """Forwards of the model in a training loop whose outputs a step leaves unused, each with why:
+        ``out, aux = model(x)`` with ``aux`` read only under an ``if``, never read, or ``_``, or
+        ``model(x)[0]``. The parameters that only those outputs depend on then get no gradient."""
+        index = self.index
+        scope = index.scope_of(model.insert_after)
+        heads = self._head_slots(classes)
+
+        def head(slot: int) -> bool:
+            return heads is None or slot in heads
+
+        for read in index.mentions(scope, model.ref):
+            call = index.parent(read)
+            assign = index.parent(call)
+            if (
+                isinstance(call, cst.Call)
+                and call.func is read
+                and isinstance(assign, cst.Subscript)
+                and m.matches(assign, m.Subscript(slice=[m.SubscriptElement(m.Index(m.Integer()))]))
+                and any(index.trains(loop.body) for loop in index.enclosing_loops(call))
+                and (
+                    heads is None
+                    or heads - {int(cast(cst.Integer, cast(cst.Index, assign.slice[0].slice).value).value)}
+                )
+            ):  # ``discriminator(x)[0]``: one output of several
+                yield read, f"`{model.expression}(...)[...]` leaves the other outputs unused in a training step"
+                continue
+            if not (
+                isinstance(call, cst.Call)
+                and call.func is read
+                and isinstance(assign, cst.Assign)
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Tuple)
+            ):
+                continue
+            loops = list(index.enclosing_loops(call))
+            if not loops or not index.trains(loops[0].body):
+                continue
+            for slot, element in enumerate(assign.targets[0].target.elements):
+                output = element.value
+                if not isinstance(output, cst.Name):
+                    continue
+                if output.value == "_" and head(slot):
+                    yield read, f"`{model.expression}(...)` has outputs that a training step leaves unused"
+                    break
+                ref = index.ref_of(output, index.scope_of(assign))
+                if ref is None:
+                    continue
+                uses = [
+                    r
+                    for r in index.mentions(loops[0].body, ref)
+                    if index.starts_after(r, assign) and not index.inside(r, assign)
+                ]
+                if not uses and not index.mentions(index.scope_of(assign), ref)[1:] and head(slot):
+                    yield read, f"`{output.value}` from `{model.expression}(...)` is never used in the training step"
+                    break
+                tests = [self._only_when(use, loops[0]) for use in uses]
+                if uses and all(test is not None for test in tests):
+                    condition = index.module.code_for_node(cast(cst.BaseExpression, tests[0]))
+                    yield read, f"`{output.value}` from `{model.expression}(...)` is used only when `{condition}` holds"
+                    break
+
+    def output_used_sometimes(self, model: Model, classes: set[cst.ClassDef]) -> str | None:
+        """Why some of the model's parameters may get no gradient in a step that trains it
+        (``find_unused_parameters=True``), or None."""
+        partial = list(self._partial_uses(model, classes))
+        partial_reads = {read for read, _ in partial}
+        for read, why in partial:
+            if self._steps_another(read, model) or self._whole_forward_beside(read, model, partial_reads):
+                continue
+            return why
+        return None
+
+    def _whole_forward_beside(self, read: cst.BaseExpression, model: Model, partial: set[cst.BaseExpression]) -> bool:
+        """Whether the same step (between the backward passes around ``read``) also runs a forward of the
+        model whose outputs it uses: ``real_pred, real_aux = D(x)`` beside ``fake_pred, _ = D(fake)``.
+        Every parameter then gets its gradient from that one."""
+        index = self.index
+        loop = next(index.enclosing_loops(read), None)
+        if loop is None:
+            return False
+        at = index.order[read]
+        backwards = [
+            index.order[c]
+            for c in index.walk(loop.body)
+            if isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"
+        ]
+        start = max((o for o in backwards if o < at), default=index.order[loop])
+        end = min((o for o in backwards if o > at), default=index.last[loop])
+        return any(
+            other is not read
+            and other not in partial
+            and start < index.order[other] < end
+            and isinstance(call := index.parent(other), cst.Call)
+            and call.func is other
+            for other in index.mentions(loop.body, model.ref)
+        )
+
+    def forwards_for_another_model(self, model: Model, classes: set[cst.ClassDef]) -> tuple[cst.BaseExpression, ...]:
+        """Forwards of the model that leave outputs unused in a step that trains another model (a GAN's
+        generator step through ``validity, _ = discriminator(fake)``): they go through ``.module``, so that
+        DDP expects no gradient of this model from them; the step that trains it runs the wrapper."""
+        return tuple(read for read, _ in self._partial_uses(model, classes) if self._steps_another(read, model))
+
+    def _steps_another(self, read: cst.BaseExpression, model: Model) -> bool:
+        """Whether the first optimizer step after ``read`` in its loop is of an optimizer that does not hold
+        this model's parameters."""
+        index = self.index
+        loop = next(index.enclosing_loops(read), None)
+        if loop is None:
+            return False
+        at = index.order[read]
+        steps = [
+            c
+            for c in index.walk(loop.body)
+            if isinstance(c, cst.Call)
+            and isinstance(c.func, cst.Attribute)
+            and c.func.attr.value == "step"
+            and index.order[c] > at
+        ]
+        if not steps:
+            return False
+        step = min(steps, key=lambda c: index.order[c])
+        scope = index.scope_of(step)
+        stepped = {index.carried_ref(cast(cst.Attribute, step.func).value, scope)}
+        if step.args:  # scaler.step(optimizer)
+            stepped.add(index.carried_ref(step.args[0].value, scope))
+        trained = self.reads.trained
+        optimizers = [
+            o
+            for o in trained.optimizers()
+            if isinstance(assign := index.parent(o), cst.Assign)
+            and len(assign.targets) == 1
+            and index.lineage(index.ref_of(assign.targets[0].target, index.scope_of(o)) or Ref(scope, "<none>"))
+            & stepped
+        ]
+        if len(optimizers) != 1:
+            return False
+        refs, untraced = trained.trained_refs(optimizers[0])
+        if untraced is not None or not refs:
+            return False
+        lineage = index.lineage(model.ref)
+        return not any(index.lineage(ref) & lineage for ref in refs)
+
+    def _only_when(self, node: cst.CSTNode, loop: cst.CSTNode) -> cst.BaseExpression | None:
+        """The test of an ``if`` inside ``loop`` whose body (not its test) holds ``node``."""
+        child = node
+        for ancestor in self.index.ancestors(node):
+            if ancestor is loop:
+                return None
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                return ancestor.test
+            child = ancestor
+        return None
