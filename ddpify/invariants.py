@@ -30,43 +30,18 @@ import ast
 from collections import Counter
 from collections.abc import Iterator
 
+from ddpify import invariant_calls as where
 from ddpify.diagnostics import (
     INVARIANT_DATA,
     INVARIANT_ONE_WRITER,
-    INVARIANT_RUNS,
     INVARIANT_SETUP_FIRST,
-    INVARIANT_WITHOUT_GROUP,
     INVARIANT_WRAPPED,
     Code,
     Diagnostic,
 )
+from ddpify.invariant_calls import DISTRIBUTED as _DISTRIBUTED
 
 _SETUP = frozenset({"torch.distributed.init_process_group"})
-_DISTRIBUTED = frozenset(
-    {
-        "torch.utils.data.DistributedSampler",
-        "torch.utils.data.distributed.DistributedSampler",
-        "torch.nn.parallel.DistributedDataParallel",
-        "torch.nn.parallel.distributed.DistributedDataParallel",
-        *(
-            f"torch.distributed.{name}"
-            for name in (
-                "get_rank",
-                "get_world_size",
-                "barrier",
-                "all_reduce",
-                "all_gather",
-                "all_gather_object",
-                "broadcast",
-                "broadcast_object_list",
-                "reduce",
-                "gather",
-                "scatter",
-                "new_group",
-            )
-        ),
-    }
-)
 _WRAPS = frozenset(
     {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"}
 )
@@ -105,8 +80,8 @@ def check(code: str, path: str = "<string>", *, entry: bool = True, original: st
         *script.training_data(),
         *script.one_writer(),
         *script.optimized_models_wrapped(),
-        *script.distributed_calls_run(),
-        *(() if entry else script.distributed_calls_guarded()),
+        *where.distributed_calls_run(script),
+        *(() if entry else where.distributed_calls_guarded(script)),
     ]
     return [
         code.at(
@@ -259,56 +234,6 @@ class _Script:
             and any(isinstance(n, ast.Attribute | ast.Name) and _tail(n) == "is_initialized" for n in ast.walk(a))
             for a in self.ancestors(node)
         )
-
-    # -- (e) distributed calls where they run ------------------------------
-    def _distributed(self, node: ast.AST) -> bool:
-        """A call ddpify added into torch.distributed, DDP or DistributedSampler, or ``loader.sampler.set_epoch(...)``."""
-        if isinstance(node, ast.Call) and self.own_calls[ast.unparse(node)] > 0:
-            return False
-        if self.calls_to(node, _DISTRIBUTED):
-            return True
-        return (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "set_epoch"
-            and isinstance(node.func.value, ast.Attribute)
-            and node.func.value.attr in ("sampler", "batch_sampler")
-        )
-
-    def distributed_calls_run(self) -> Iterator[_Violation]:
-        for node in ast.walk(self.tree):
-            for block in _statement_lists(node):
-                ended = False
-                for stmt in block:
-                    if ended:
-                        for inner in ast.walk(stmt):
-                            if self._distributed(inner):
-                                assert isinstance(inner, ast.Call)
-                                what = f"call `{ast.unparse(inner.func)}(...)` where it never runs"
-                                yield INVARIANT_RUNS, inner.lineno, what
-                                break
-                    ended = ended or isinstance(stmt, (ast.Return, ast.Raise, ast.Break, ast.Continue))
-
-    def distributed_calls_guarded(self) -> Iterator[_Violation]:
-        for call in self.calls:
-            if self._distributed(call) and not self._runs_with_group_only(call, set()):
-                what = (
-                    f"call `{ast.unparse(call.func)}(...)` in a module other scripts may import without a process group"
-                )
-                yield INVARIANT_WITHOUT_GROUP, call.lineno, what
-
-    def _runs_with_group_only(self, node: ast.AST, seen: set[str]) -> bool:
-        """Whether ``node`` runs only where a process group exists: under an ``is_initialized()``
-        test, or in a function or class that the module uses only there."""
-        if self._guarded_by_is_initialized(node):
-            return True
-        owner = next((a for a in self.ancestors(node) if isinstance(a, (*_DEFINITIONS,))), None)
-        while owner is not None and self.parent.get(owner) is not self.tree:
-            owner = next((a for a in self.ancestors(owner) if isinstance(a, (*_DEFINITIONS,))), None)
-        if owner is None or owner.name in seen:
-            return owner is not None
-        uses = [n for n in self.by_tail.get(owner.name, ()) if isinstance(n, ast.Name)]
-        return bool(uses) and all(self._runs_with_group_only(use, seen | {owner.name}) for use in uses)
 
     # -- (b) training data sharded, set_epoch once -----------------------
     def training_data(self) -> Iterator[_Violation]:
@@ -561,15 +486,6 @@ class _Script:
 
 
 _BRANCHES = (ast.If, ast.IfExp, ast.Try, ast.Match, ast.BoolOp, ast.For, ast.AsyncFor, ast.While)
-
-
-_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-def _statement_lists(node: ast.AST) -> Iterator[list[ast.stmt]]:
-    for _, value in ast.iter_fields(node):
-        if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
-            yield value
 
 
 def _tail(node: ast.Name | ast.Attribute) -> str:

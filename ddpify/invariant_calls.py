@@ -1,0 +1,107 @@
+"""Where the distributed calls ddpify adds run: invariants DDP905 and DDP906 (see :mod:`ddpify.invariants`).
+
+* DDP905: a distributed call (the wrap, a sampler, ``set_epoch``, a rank test) follows a
+  ``return``, ``raise``, ``break`` or ``continue`` in its block, so it never runs;
+* DDP906: in a module other than the entry script (which other scripts may import
+  without a process group), a distributed call runs where no ``dist.is_initialized()``
+  test guards it, directly or around every use of the function or class that holds it.
+
+Calls the module already made before the conversion are the program's own (they can only be
+in code that never runs, or the program would have been left alone as already distributed).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ddpify.diagnostics import INVARIANT_RUNS, INVARIANT_WITHOUT_GROUP
+
+if TYPE_CHECKING:
+    from ddpify.invariants import _Script, _Violation
+
+# Calls into torch.distributed, DistributedSampler and DDP (by qualified name), which need a process group.
+DISTRIBUTED = frozenset(
+    {
+        "torch.utils.data.DistributedSampler",
+        "torch.utils.data.distributed.DistributedSampler",
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        *(
+            f"torch.distributed.{name}"
+            for name in (
+                "get_rank",
+                "get_world_size",
+                "barrier",
+                "all_reduce",
+                "all_gather",
+                "all_gather_object",
+                "broadcast",
+                "broadcast_object_list",
+                "reduce",
+                "gather",
+                "scatter",
+                "new_group",
+            )
+        ),
+    }
+)
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _distributed(script: _Script, node: ast.AST) -> bool:
+    """A call ddpify added into torch.distributed, DDP or DistributedSampler, or ``loader.sampler.set_epoch(...)``."""
+    if isinstance(node, ast.Call) and script.own_calls[ast.unparse(node)] > 0:
+        return False
+    if script.calls_to(node, DISTRIBUTED):
+        return True
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "set_epoch"
+        and isinstance(node.func.value, ast.Attribute)
+        and node.func.value.attr in ("sampler", "batch_sampler")
+    )
+
+
+def distributed_calls_run(script: _Script) -> Iterator[_Violation]:
+    for node in ast.walk(script.tree):
+        for block in _statement_lists(node):
+            ended = False
+            for stmt in block:
+                if ended:
+                    for inner in ast.walk(stmt):
+                        if _distributed(script, inner):
+                            assert isinstance(inner, ast.Call)
+                            what = f"call `{ast.unparse(inner.func)}(...)` where it never runs"
+                            yield INVARIANT_RUNS, inner.lineno, what
+                            break
+                ended = ended or isinstance(stmt, (ast.Return, ast.Raise, ast.Break, ast.Continue))
+
+
+def distributed_calls_guarded(script: _Script) -> Iterator[_Violation]:
+    for call in script.calls:
+        if _distributed(script, call) and not _runs_with_group_only(script, call, set()):
+            what = f"call `{ast.unparse(call.func)}(...)` in a module other scripts may import without a process group"
+            yield INVARIANT_WITHOUT_GROUP, call.lineno, what
+
+
+def _runs_with_group_only(script: _Script, node: ast.AST, seen: set[str]) -> bool:
+    """Whether ``node`` runs only where a process group exists: under an ``is_initialized()``
+    test, or in a function or class that the module uses only there."""
+    if script._guarded_by_is_initialized(node):
+        return True
+    owner = next((a for a in script.ancestors(node) if isinstance(a, (*_DEFINITIONS,))), None)
+    while owner is not None and script.parent.get(owner) is not script.tree:
+        owner = next((a for a in script.ancestors(owner) if isinstance(a, (*_DEFINITIONS,))), None)
+    if owner is None or owner.name in seen:
+        return owner is not None
+    uses = [n for n in script.by_tail.get(owner.name, ()) if isinstance(n, ast.Name)]
+    return bool(uses) and all(_runs_with_group_only(script, use, seen | {owner.name}) for use in uses)
+
+
+def _statement_lists(node: ast.AST) -> Iterator[list[ast.stmt]]:
+    for _, value in ast.iter_fields(node):
+        if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+            yield value
