@@ -106,6 +106,7 @@ class _Module:
     imports: dict[str, set[str]] = field(default_factory=dict)
     stars: list[str] = field(default_factory=list)
     main_block: ast.If | None = None
+    identifiers: set[str] = field(default_factory=set)  # every name written in it
 
 
 def reach(entry: ModuleSource, others: Sequence[ModuleSource]) -> Reach:
@@ -121,7 +122,7 @@ def reach(entry: ModuleSource, others: Sequence[ModuleSource]) -> Reach:
         tree = module.source.tree
         if tree is None:
             continue
-        identifiers |= _identifiers(tree)
+        identifiers |= module.identifiers
         if name in walker.live_modules:
             skipped[name] = tuple(_skipped(module, walker.live_units))
     return Reach(frozenset(walker.live_modules), skipped, frozenset(identifiers), tuple(walker.dynamic))
@@ -139,7 +140,10 @@ def _read(module: _Module) -> None:
             module.main_block = stmt  # type: ignore[assignment]
             continue
         _read_statement(module, stmt, top)
-    for node in ast.walk(tree):
+    for node in _walk(tree):
+        name = _identifier(node)
+        if name is not None:
+            module.identifiers.add(name)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for local, full in _imported(node, module.source.package):
                 module.imports.setdefault(local, set()).add(full)
@@ -236,16 +240,19 @@ class _Walker:
             self.todo.append(unit)
 
     def _scan(self, module: _Module, root: ast.AST) -> None:
-        for node in ast.walk(root):
+        names: set[str] = set()
+        for node in _walk(root):
             if isinstance(node, ast.Name):
-                for target in self._lookup(module, node.id, set()):
-                    self._mark(target)
+                names.add(node.id)
             elif isinstance(node, ast.Attribute):
                 self._attribute(module, node)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 self._import(module, node)
             elif isinstance(node, ast.Call):
                 self._dynamic(module, node)
+        for name in names:
+            for target in self._lookup(module, name, set()):
+                self._mark(target)
 
     def _mark(self, target: _Unit | str) -> None:
         if isinstance(target, str):
@@ -457,20 +464,33 @@ def _keyword_constant(call: ast.Call, name: str) -> str | None:
     return None
 
 
-def _identifiers(tree: ast.Module) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            found.add(node.id)
-        elif isinstance(node, ast.Attribute):
-            found.add(node.attr)
-        elif isinstance(node, (*_DEFINITION,)):
-            found.add(node.name)
-        elif isinstance(node, ast.arg):
-            found.add(node.arg)
-        elif isinstance(node, ast.alias):
-            found.add((node.asname or node.name).split(".")[0])
-    return found
+def _identifier(node: ast.AST) -> str | None:
+    """The name ``node`` writes, if it writes one."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, _DEFINITION):
+        return node.name
+    if isinstance(node, ast.arg):
+        return node.arg
+    if isinstance(node, ast.alias):
+        return (node.asname or node.name).split(".")[0]
+    return None
+
+
+def _walk(root: ast.AST) -> Iterator[ast.AST]:
+    """``root`` and every node below it (``ast.walk`` without its generator per node)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, ast.AST))
 
 
 def parse(source: str | bytes) -> ast.Module | None:
