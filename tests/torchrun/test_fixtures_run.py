@@ -34,6 +34,7 @@ CASES = [
     "model/optimizer_of_the_program",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",
+    "tensors/results_compared_after_training",
     "checkpoints/whole_model_saved_into_open_file",
     "process_group/imports_between_cells",
 ]

@@ -108,18 +108,60 @@ class _ShardFinder(_SampleFinder):
 
     def _beside_shard_results(self, loop: cst.CSTNode, reads: list[cst.Name], tensors: set[Ref]) -> list[cst.Name]:
         """Reads of the whole tensors next to a result computed from the shard in the same statement
-        (``plt.plot(x.numpy(), prediction.numpy())`` after ``prediction = net(x[shard])``): they
-        take the shard too, so that the two have as many rows. Reads elsewhere stay whole."""
+        (``plt.plot(x.numpy(), prediction.numpy())`` after ``prediction = net(x[shard])``), in the
+        loop or after it in the same function, and in the assignments of values read there that are
+        made from the whole tensors (``target_y = y.numpy()`` for ``pred_y == target_y``): they take
+        the shard too, so that the two have as many rows. Reads elsewhere stay whole."""
         index = self.index
+        scope = index.scope_of(loop)
+        assignments = [n for n in index.walk(scope) if isinstance(n, cst.Assign) and index.scope_of(n) is scope]
         sharded = set(reads)
-        results: set[Ref] = set()
-        assignments = [n for n in index.walk(loop) if isinstance(n, cst.Assign)]
+        results = self._made_from(assignments, lambda n: n in sharded, tensors)
+        whole = self._made_from(assignments, lambda n: index.ref_of(n, scope) in tensors and n not in sharded, tensors)
+        found: list[cst.Name] = []
+
+        def shard_in(node: cst.CSTNode) -> None:
+            for n in index.walk(node):
+                if (
+                    isinstance(n, cst.Name)
+                    and _is_read(index, n)
+                    and n not in sharded
+                    and n not in found
+                    and index.ref_of(n, index.scope_of(n)) in tensors
+                ):
+                    found.append(n)
+
+        for stmt in index.statements:
+            if index.scope_of(stmt) is not scope or not (index.inside(stmt, loop) or index.after(stmt, loop)):
+                continue
+            names = [n for n in index.walk(stmt) if isinstance(n, cst.Name) and _is_read(index, n)]
+            if not any(index.ref_of(n, scope) in results for n in names):
+                continue
+            shard_in(stmt)
+            for name in names:  # ``target_y`` in ``pred_y == target_y``: where it is made from the whole tensors
+                if (ref := index.ref_of(name, scope)) in whole - results:
+                    for assignment in assignments:
+                        if index.inside(assignment, loop) and any(
+                            index.ref_of(t, scope) == ref
+                            for target in assignment.targets
+                            for t in assigned(target.target)
+                            if isinstance(t, cst.Name)
+                        ):
+                            shard_in(assignment.value)
+        return found
+
+    def _made_from(
+        self, assignments: list[cst.Assign], source: Callable[[cst.Name], bool], tensors: set[Ref]
+    ) -> set[Ref]:
+        """The places assigned, directly or through one another, from names for which ``source`` holds."""
+        index = self.index
+        made: set[Ref] = set()
         grown = True
         while grown:
             grown = False
             for assignment in assignments:
                 if not any(
-                    isinstance(n, cst.Name) and (n in sharded or index.ref_of(n, index.scope_of(n)) in results)
+                    isinstance(n, cst.Name) and (source(n) or index.ref_of(n, index.scope_of(n)) in made)
                     for n in index.walk(assignment.value)
                 ):
                     continue
@@ -128,22 +170,10 @@ class _ShardFinder(_SampleFinder):
                         if isinstance(name, cst.StarredElement):
                             name = name.value
                         ref = index.ref_of(name, index.scope_of(name))
-                        if ref is not None and ref not in results and ref not in tensors:
-                            results.add(ref)
+                        if ref is not None and ref not in made and ref not in tensors:
+                            made.add(ref)
                             grown = True
-        found: list[cst.Name] = []
-        for stmt in index.statements:
-            if not index.inside(stmt, loop):
-                continue
-            names = [n for n in index.walk(stmt) if isinstance(n, cst.Name) and _is_read(index, n)]
-            if not any(index.ref_of(n, index.scope_of(n)) in results for n in names):
-                continue
-            found += [
-                n
-                for n in names
-                if n not in sharded and index.ref_of(n, index.scope_of(n)) in tensors and n not in found
-            ]
-        return found
+        return made
 
     def _closure(self, backward: cst.Call, scope: Scope) -> tuple[Closure, cst.For | cst.While]:
         """The optimizer closure that runs ``backward`` (``optimizer.step(closure)`` in a loop), and that loop."""
