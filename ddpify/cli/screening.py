@@ -41,6 +41,7 @@ import gc
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ddpify.engine.reach import definition_header, is_main_block
 from ddpify.modules import absolute_import
 
 # Calls through which a module's own names are reached by a computed string.
@@ -170,7 +171,7 @@ class _Reader:
         top, main = Unit(), Unit()
         has_main = False
         for stmt in tree.body:
-            if _is_main_block(stmt):
+            if is_main_block(stmt):
                 has_main = True
                 self.statements([stmt], main, in_class=None)
             else:
@@ -220,7 +221,7 @@ class _Reader:
     def definition(
         self, stmt: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, around: Unit, *, in_class: Unit | None
     ) -> None:
-        for part in _header(stmt):
+        for part in definition_header(stmt):
             self.expression(part, around)
         unit = Unit()
         self.definitions.setdefault(stmt.name, []).append(unit)
@@ -474,32 +475,11 @@ def _fields(kind: type[ast.AST]) -> tuple[str, ...]:
     return found
 
 
-def _header(stmt: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> list[ast.AST]:
-    """What the ``def`` or ``class`` statement itself evaluates where it stands."""
-    parts: list[ast.AST] = list(stmt.decorator_list)
-    if isinstance(stmt, ast.ClassDef):
-        return parts + list(stmt.bases) + list(stmt.keywords)
-    args = stmt.args
-    return parts + [d for d in (*args.defaults, *args.kw_defaults) if d is not None]
-
-
 def _annotations(stmt: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
     args = stmt.args
     every = [*args.posonlyargs, *args.args, *args.kwonlyargs, *(a for a in (args.vararg, args.kwarg) if a)]
     found: list[ast.AST] = [a.annotation for a in every if a.annotation is not None]
     return found + ([stmt.returns] if stmt.returns else [])
-
-
-def _is_main_block(stmt: ast.stmt) -> bool:
-    """``if __name__ == "__main__":`` (either way round)."""
-    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare) or len(stmt.test.ops) != 1:
-        return False
-    if not isinstance(stmt.test.ops[0], ast.Eq):
-        return False
-    sides = [stmt.test.left, stmt.test.comparators[0]]
-    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
-    constants = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
-    return len(names) == 1 and len(constants) == 1
 
 
 def _dotted(expr: ast.AST) -> tuple[str, ...] | None:

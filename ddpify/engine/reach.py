@@ -136,7 +136,7 @@ def _read(module: _Module) -> None:
     top = _Unit(module, tree)
     module.top = top
     for stmt in tree.body:
-        if not module.entry and _is_main_block(stmt):
+        if not module.entry and is_main_block(stmt):
             module.main_block = stmt  # type: ignore[assignment]
             continue
         _read_statement(module, stmt, top)
@@ -159,7 +159,7 @@ def _read_statement(module: _Module, stmt: ast.stmt, top: _Unit) -> None:
     if isinstance(stmt, _DEFINITION):
         unit = _Unit(module, stmt, [stmt])
         module.definitions.setdefault(stmt.name, []).append(unit)
-        top.refs += _header(stmt)
+        top.refs += definition_header(stmt)
         return
     if isinstance(stmt, _COMPOUND):
         for name, value in ast.iter_fields(stmt):
@@ -184,7 +184,7 @@ def _read_statement(module: _Module, stmt: ast.stmt, top: _Unit) -> None:
     top.refs.append(stmt)
 
 
-def _header(definition: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> list[ast.AST]:
+def definition_header(definition: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> list[ast.AST]:
     """What the ``def`` or ``class`` statement itself evaluates when it runs: decorators, bases, defaults."""
     parts: list[ast.AST] = list(definition.decorator_list)
     if isinstance(definition, ast.ClassDef):
@@ -418,7 +418,7 @@ def _compounds_below(stmt: ast.stmt) -> Iterator[ast.stmt]:
                 yield from _compounds_below(inner)
 
 
-def _is_main_block(stmt: ast.stmt) -> bool:
+def is_main_block(stmt: ast.stmt) -> bool:
     """``if __name__ == "__main__":`` (either way round)."""
     if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare) or len(stmt.test.ops) != 1:
         return False
