@@ -29,6 +29,7 @@ CASES = [
     "model/unused_head_in_own_step",
     "model/submodule_behind_a_flag",
     "model/submodule_never_used",
+    "model/model_built_anew_after_training",
     "side_effects/print_runs_each_model_of_a_list",
     "model/optimizer_chosen_by_name",
     "model/optimizer_of_the_program",

@@ -193,10 +193,22 @@ class WrapperReads:
                 if flow.dst not in wrapped and (ref is not target or after_wrap(flow.stmt)):
                     wrapped.add(flow.dst)
                     queue.append(flow.dst)
+        # ``model = Net()`` again after training: a new, plain model from there on (in source order)
+        passed_on = index.downstream(target) - {target}  # ``model = train(model)`` hands the same model back
+        rebound = [
+            index.order[a]
+            for a in index.assignments_to(target)
+            if index.scope_of(a) is wrap_scope
+            and index.after(a, wrap)
+            and index.carried_ref(a.value, wrap_scope) != target
+            and not any(
+                flow.src in passed_on for flow in index.flows_into(target) if flow.stmt is index.statement_of(a)
+            )
+        ]
         for ref in wrapped:
             for scope in index.scopes_reading(ref):
                 for read in index.mentions(scope, ref):
-                    if ref is target and not after_wrap(read):
+                    if ref is target and (not after_wrap(read) or any(o < index.order[read] for o in rebound)):
                         continue
                     yield read
 
