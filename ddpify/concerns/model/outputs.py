@@ -21,7 +21,7 @@ import libcst.matchers as m
 
 from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
-from ddpify.engine.index import Ref
+from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
 
 
@@ -39,6 +39,7 @@ class OutputUse:
         None where the model's forward is not the program's (every output may be one)."""
         index = self.index
         slots: set[int] = set()
+        carried: set[int] = set()  # outputs that another output of some return is computed from
         forwards = [f for cls in classes if (f := index.functions.get((cls, "forward"))) is not None]
         if not forwards:
             return None
@@ -53,15 +54,33 @@ class OutputUse:
                 ):
                     name = node.targets[0].target.value
                     heads[name] = heads.get(name, 0) + (2 if not self._submodule_call(node.value, self_name) else 1)
+            # what each name of forward is computed from (``loss = F.cross_entropy(logits, ...)``)
+            made_from: dict[str, set[str]] = {}
+            for node in index.walk(forward.body):
+                if isinstance(node, cst.Assign):
+                    read = {n.value for n in index.walk(node.value) if isinstance(n, cst.Name)}
+                    for target in node.targets:
+                        for bound in index.walk(target.target):
+                            if isinstance(bound, cst.Name):
+                                made_from.setdefault(bound.value, set()).update(read)
             for node in index.walk(forward.body):
                 if not (isinstance(node, cst.Return) and isinstance(node.value, cst.Tuple)):
                     continue
                 for slot, element in enumerate(node.value.elements):
                     value = element.value
                     named = isinstance(value, cst.Name) and heads.get(value.value) == 1
-                    if named or self._submodule_call(value, self_name):
-                        slots.add(slot)
-        return slots
+                    if not (named or self._submodule_call(value, self_name)):
+                        continue
+                    # ``return logits, loss`` with the loss made from the logits: the other output
+                    # carries the gradient to the same parameters
+                    others = [e.value for e in node.value.elements if e is not element]
+                    if named and any(
+                        _depends_on(index, other, cast(cst.Name, value).value, made_from) for other in others
+                    ):
+                        carried.add(slot)
+                        continue
+                    slots.add(slot)
+        return slots - carried
 
     @staticmethod
     def _submodule_call(expr: cst.BaseExpression, self_name: str | None) -> bool:
@@ -227,3 +246,17 @@ class OutputUse:
                 return ancestor.test
             child = ancestor
         return None
+
+
+def _depends_on(index: Index, expr: cst.BaseExpression, name: str, made_from: dict[str, set[str]]) -> bool:
+    """Whether ``expr`` is computed from ``name``, directly or through names made from it."""
+    seen: set[str] = set()
+    todo = [n.value for n in index.walk(expr) if isinstance(n, cst.Name)]
+    while todo:
+        current = todo.pop()
+        if current == name:
+            return True
+        if current not in seen:
+            seen.add(current)
+            todo += made_from.get(current, ())
+    return False
