@@ -128,6 +128,11 @@ OUTPUT_FUNCTIONS = frozenset(
         "pickle.dump",
         "tqdm.tqdm.write",
         "tqdm.auto.tqdm.write",
+        # progress lines written by hand
+        "sys.stdout.write",
+        "sys.stdout.flush",
+        "sys.stderr.write",
+        "sys.stderr.flush",
     }
 )
 # fig.savefig(...) on any figure, df.to_csv(path), Path(...).write_text(...)
@@ -139,9 +144,12 @@ TRACKER_FACTORIES = frozenset(
         "torch.utils.tensorboard.writer.SummaryWriter",
         "tensorboardX.SummaryWriter",
         "wandb.init",
+        "visdom.Visdom",
+        "tensorboard_logger.Logger",
     }
 )
-TRACKER_MODULES = ("wandb.",)  # module-level calls such as wandb.log(...)
+# module-level calls such as wandb.log(...), or tensorboard_logger's configure(...) and log_value(...)
+TRACKER_MODULES = ("wandb.", "tensorboard_logger.")
 
 MAKEDIRS = frozenset({"os.makedirs", "os.mkdir"})
 # Logging handlers that open a file when built: only rank 0 may write it.

@@ -84,7 +84,14 @@ FILE_USE_NOT_GATED = Code(
     "a file opened for writing without `with` is used where it cannot be put on rank 0: every rank would write it",
     "write it inside `with open(...) as f:`, or use the file object only in statements of their own",
 )
-CODES = (OUTPUT_RUNS_WORK, TRACKER_BEFORE_SETUP, FILE_USE_NOT_GATED)
+TRACKER_USED_ELSEWHERE = Code(
+    "DDP504",
+    Severity.ERROR,
+    "side_effects",
+    "an experiment tracker made on rank 0 only is used where every rank runs: it is None on the others",
+    "use it only in statements of their own (`writer.add_scalar(...)`), or under `if writer is not None:`",
+)
+CODES = (OUTPUT_RUNS_WORK, TRACKER_BEFORE_SETUP, FILE_USE_NOT_GATED, TRACKER_USED_ELSEWHERE)
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,7 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
     hoisted = [call for call in hoisted if late(call)]
     gated = {stmt for stmt, _ in outputs}
     _check_files_written_once(program, group, finder.files, gated)
+    _check_trackers_used_on_rank_zero(program, finder, trackers, gated)
     devnull_opens = tuple(finder.devnull_opens(gated, late))
     log_files = tuple(finder.log_files(late))
     progress_bars = tuple(
@@ -181,6 +189,40 @@ def _check_files_written_once(
                     f"`{index.spelled(ref, scope)}` is a file opened for writing without `with`; this use {where}, "
                     "so every rank would write the file: write it inside `with open(...)`, or use it only in "
                     "statements of their own",
+                )
+
+
+def _check_trackers_used_on_rank_zero(
+    program: Program, finder: _Finder, trackers: tuple[cst.Call, ...], gated: set[cst.BaseStatement]
+) -> None:
+    """A tracker is None off rank 0: every use of its attributes must run on rank 0, or test for None."""
+    index = program.index
+    reported: set[cst.BaseStatement] = set()
+    for ref in sorted(finder.assigned_from(trackers), key=lambda r: r.path):
+        for scope in index.scopes_reading(ref):
+            for read in index.mentions(scope, ref):
+                parent = index.parent(read)
+                used = (isinstance(parent, cst.Attribute) and parent.value is read) or isinstance(parent, cst.WithItem)
+                stmt = index.statement_of(read)
+                if (
+                    not used
+                    or stmt in reported
+                    or stmt in gated
+                    or finder.exempt(stmt)
+                    or any(a in gated for a in index.ancestors(stmt))
+                    or any(
+                        isinstance(a, (cst.If, cst.IfExp, cst.While)) and index.mentions(a.test, ref)
+                        for a in index.ancestors(read)
+                    )
+                ):
+                    continue
+                reported.add(stmt)
+                program.report(
+                    read,
+                    TRACKER_USED_ELSEWHERE,
+                    f"`{index.spelled(ref, scope)}` is an experiment tracker, made on rank 0 only and None on the "
+                    "other ranks, but this statement runs on every rank: use it only in statements of their own, "
+                    f"or under `if {index.spelled(ref, scope)} is not None:`",
                 )
 
 
@@ -298,8 +340,8 @@ class _Finder:
         Calls inside them that must run on every rank are added to ``hoisted``.
         """
         index = self.index
-        tracker_refs = self._assigned_from(trackers)
-        logger_refs = self._assigned_from(
+        tracker_refs = self.assigned_from(trackers)
+        logger_refs = self.assigned_from(
             c for c in index.calls if index.is_call_to(c, torch_api.LOGGER_FACTORIES) and _assigned(index.parent(c))
         )
         for stmt in index.statements:
@@ -336,7 +378,7 @@ class _Finder:
                 ):
                     yield node, kind
 
-    def _assigned_from(self, calls: Iterable[cst.Call]) -> set[Ref]:
+    def assigned_from(self, calls: Iterable[cst.Call]) -> set[Ref]:
         """Every place the results of ``calls`` (each assigned to one name) flow to."""
         index = self.index
         refs: set[Ref] = set()
@@ -351,8 +393,10 @@ class _Finder:
 
     def _output_kind(self, small: cst.BaseSmallStatement, trackers: set[Ref], loggers: set[Ref]) -> str | None:
         index = self.index
-        if isinstance(small, cst.Assign) and self.files:  # f = open(path, "w"); writer = csv.writer(f)
-            return "file write" if self._targets(small) & self.files else None
+        if isinstance(small, cst.Assign):
+            if self.files and self._targets(small) & self.files:
+                return "file write"  # f = open(path, "w"); writer = csv.writer(f)
+            return "tracker call" if self._tracker_result(small, trackers) else None
         if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
             return None
         call = small.value
@@ -390,6 +434,37 @@ class _Finder:
                 return "logging call"
             if call.func.attr.value in torch_api.OUTPUT_METHODS:
                 return "output call"
+        return None
+
+    def _tracker_result(self, small: cst.Assign, trackers: set[Ref]) -> bool:
+        """``win = viz.line(...)``: a value that a tracker returns and that only the tracker's own calls
+        read. Those run on rank 0 only, so it is made there too."""
+        index = self.index
+        call = small.value
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
+            return False
+        if index.carried_ref(call.func.value, index.scope_of(small)) not in trackers:
+            return False
+        if not all(isinstance(target.target, cst.Name) for target in small.targets):
+            return False
+        for ref in self._targets(small):
+            for scope in index.scopes_reading(ref):
+                for read in index.mentions(scope, ref):
+                    if isinstance(index.parent(read), cst.AssignTarget) or index.inside(read, small):
+                        continue  # bound anew, or read by the call itself (``win=win``)
+                    if self._tracker_call_around(read, trackers) is None:
+                        return False
+        return True
+
+    def _tracker_call_around(self, node: cst.CSTNode, trackers: set[Ref]) -> cst.Call | None:
+        """The call on a tracker (``writer.add_scalar(...)``) that ``node`` is part of."""
+        for ancestor in self.index.ancestors(node):
+            if (
+                isinstance(ancestor, cst.Call)
+                and isinstance(ancestor.func, cst.Attribute)
+                and self.index.carried_ref(ancestor.func.value, self.index.scope_of(ancestor)) in trackers
+            ):
+                return ancestor
         return None
 
     def _writes_file(self, node: cst.With) -> bool:
