@@ -139,3 +139,69 @@ def test_a_stream_is_split_into_equal_shares_under_torchrun(tmp_path: Path) -> N
     # 203 items: 101 per rank (the last, unpaired item dropped), 13 batches of 8 per epoch.
     assert rank0.steps == rank1.steps == 2 * 13
     assert rank0.first_batch != rank1.first_batch
+
+
+# A dataset that records, per rank, the order in which it hands out its samples.
+RECORDER = """
+import os
+
+import torch
+from torch.utils.data import Dataset
+
+
+class Recorded(Dataset):
+    def __init__(self, n):
+        g = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(n, 4, generator=g), torch.randn(n, 1, generator=g)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        with open(f"seen_{os.environ.get('RANK', '0')}.txt", "a") as seen:
+            seen.write(f"{i}\\n")
+        return self.x[i], self.y[i]
+"""
+RESTARTS = """
+import torch
+import torch.nn as nn
+from recorded import Recorded
+from torch.utils.data import DataLoader
+
+loader = DataLoader(Recorded(96), batch_size=16, shuffle=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+batches = iter(loader)
+for step in range(12):
+    try:
+        x, y = next(batches)
+    except:
+        batches = iter(loader)
+        x, y = next(batches)
+    loss = nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.torchrun
+def test_an_iterator_restarted_in_a_catch_all_handler_reshuffles_every_pass(tmp_path: Path) -> None:
+    conversion = convert(RESTARTS.encode(), path="train.py")
+    assert conversion.status is Status.CONVERTED, conversion.diagnostics
+    script = tmp_path / "train_ddp.py"
+    script.write_bytes(conversion.code)
+    (tmp_path / "recorded.py").write_text(RECORDER)
+
+    report = verify(script, nproc=2, workdir=tmp_path, timeout=180)
+
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    seen = [[int(i) for i in (tmp_path / f"seen_{rank}.txt").read_text().split()] for rank in (0, 1)]
+    # 48 samples per rank and pass (3 batches of 16): 12 steps are 4 passes
+    passes = [[indices[p * 48 : (p + 1) * 48] for p in range(4)] for indices in seen]
+    for p in range(4):
+        shard0, shard1 = set(passes[0][p]), set(passes[1][p])
+        assert len(shard0) == len(shard1) == 48 and shard0.isdisjoint(shard1), f"pass {p}: disjoint halves"
+    for rank in (0, 1):
+        orders = {tuple(one_pass) for one_pass in passes[rank]}
+        assert len(orders) == 4, f"rank {rank}: every pass is shuffled anew"

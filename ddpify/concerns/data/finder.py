@@ -27,7 +27,6 @@ from ddpify.concerns.samplers import DictEntry, dict_entry, entry_iterations, ke
 from ddpify.engine.edits import statement
 from ddpify.engine.index import Flow, Ref, Scope
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import dotted
 from ddpify.engine.values import dict_keys
 
 
@@ -198,10 +197,7 @@ class LoaderFinder:
             if not (isinstance(value, cst.Call) and m.matches(value.func, m.Name("iter")) and value.args):
                 continue
             ref = index.ref_of(value.args[0].value, index.scope_of(stmt))
-            if ref in refs and any(
-                isinstance(a, cst.ExceptHandler) and a.type is not None and "StopIteration" in dotted(a.type)
-                for a in index.ancestors(stmt)
-            ):
+            if ref in refs and self._starts_a_pass(stmt):
                 loader = self._loader_itself(ref, index.scope_of(stmt))
                 if loader is None:
                     self.program.report(
@@ -212,6 +208,25 @@ class LoaderFinder:
                     )
                     continue
                 yield Restart(stmt, self.index.spelled(loader, index.scope_of(stmt)))
+
+    def _starts_a_pass(self, stmt: cst.BaseStatement) -> bool:
+        """Whether ``it = iter(loader)`` starts another pass over the data: in a handler that catches the
+        end of the last one (``except StopIteration:``, ``except Exception:``, a bare ``except:``), or
+        repeated by a ``while`` loop that no epoch loop encloses."""
+        ancestors = list(self.index.ancestors(stmt))
+        for at, ancestor in enumerate(ancestors):
+            if isinstance(ancestor, cst.ExceptHandler):
+                if ancestor.type is None:
+                    return True
+                caught = {n.value for n in self.index.walk(ancestor.type) if isinstance(n, cst.Name)}
+                return bool(caught & {"StopIteration", "Exception", "BaseException"})
+            if isinstance(ancestor, cst.While):
+                rest = ancestors[at:]
+                outer = rest[: next((i for i, a in enumerate(rest) if isinstance(a, cst.FunctionDef)), len(rest))]
+                return not any(isinstance(a, cst.For) for a in outer)
+            if isinstance(ancestor, (cst.For, cst.FunctionDef)):
+                return False
+        return False
 
     def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0) -> EpochLoop | None:
         index = self.index
