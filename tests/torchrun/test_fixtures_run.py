@@ -30,6 +30,7 @@ CASES = [
     "model/submodule_behind_a_flag",
     "model/submodule_never_used",
     "model/model_built_anew_after_training",
+    "model/model_reloaded_then_evaluated",
     "side_effects/print_runs_each_model_of_a_list",
     "model/optimizer_chosen_by_name",
     "model/optimizer_of_the_program",

@@ -25,6 +25,8 @@ class Model:
     data_parallel_removed: cst.SimpleStatementLine | None = None  # a conditional DataParallel wrap, dropped
     lineage: frozenset[Ref] = frozenset()  # every place the model's value passes through
     rewraps: tuple[cst.BaseStatement, ...] = ()  # parameters are unfrozen here: wrap again after it
+    # built anew after training, then handed to code that reads the wrapped model: wrap again before it
+    wrapped_again: tuple[cst.BaseStatement, ...] = ()
     unused: str | None = None  # why some parameters may get no gradient in a step: find_unused_parameters
     small_batch_norm: cst.Call | None = None  # a DataLoader with a small batch, where the model has BatchNorm
     item: str | None = None  # a list of models: each is wrapped as ``[DDP(<item>) for <item> in <expression>]``

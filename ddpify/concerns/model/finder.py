@@ -111,6 +111,9 @@ class _Finder:
                         unused=self.forward.skipped_submodule(classes)
                         or self.outputs.output_used_sometimes(model, classes),
                         small_batch_norm=self.forward.small_batch_norm(model, classes),
+                        wrapped_again=tuple(self.reads.wrapped_again(model.ref, model.insert_after))
+                        if model.item is None
+                        else (),
                     )
 
     def _model(self, ref: Ref, optimizer: cst.Call) -> Model | None:

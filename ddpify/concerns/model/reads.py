@@ -10,6 +10,7 @@ after it holds the wrapper (DDP309).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from math import inf
 
 import libcst as cst
 import libcst.matchers as m
@@ -178,10 +179,19 @@ class WrapperReads:
         index = self.index
         wrap_scope = index.scope_of(wrap)
 
-        def after_wrap(node: cst.CSTNode) -> bool:
-            if index.scope_of(node) is not wrap_scope and not index.inside(node, wrap_scope):
+        def after_wrap(node: cst.CSTNode, depth: int = 0) -> bool:
+            scope = index.scope_of(node)
+            if scope is not wrap_scope and not index.inside(node, wrap_scope):
                 return True
-            return index.after(node, wrap)
+            if index.after(node, wrap):
+                return True
+            # a function defined before the wrap runs after it where it is called after it
+            return (
+                isinstance(scope, cst.FunctionDef)
+                and scope is not wrap_scope
+                and depth < 4
+                and any(after_wrap(call, depth + 1) for call in index.callers(scope))
+            )
 
         wrapped = {target}
         queue = [target]
@@ -193,10 +203,39 @@ class WrapperReads:
                 if flow.dst not in wrapped and (ref is not target or after_wrap(flow.stmt)):
                     wrapped.add(flow.dst)
                     queue.append(flow.dst)
-        # ``model = Net()`` again after training: a new, plain model from there on (in source order)
+        reads = [
+            (ref, read)
+            for ref in wrapped
+            for scope in index.scopes_reading(ref)
+            for read in index.mentions(scope, ref)
+            if ref is not target or after_wrap(read)
+        ]
+        plain = self._built_anew(target, wrap, [read for _, read in reads])
+        for ref, read in reads:
+            order = index.order[read]
+            if ref is target and any(start < order < (index.order[end] if end else inf) for start, end in plain):
+                continue
+            yield read
+
+    def wrapped_again(self, target: Ref, wrap: cst.BaseStatement) -> list[cst.BaseStatement]:
+        """Where a model built anew after training is wrapped again (see ``_built_anew``)."""
+        reads = list(self.reads_after_wrap(target, wrap))
+        return [end for _, end in self._built_anew(target, wrap, reads) if end is not None]
+
+    def _built_anew(
+        self, target: Ref, wrap: cst.BaseStatement, reads: list[cst.BaseExpression]
+    ) -> list[tuple[int, cst.BaseStatement | None]]:
+        """``model = Net()`` again after training: a new, plain model from there on (in source order).
+
+        Each such rebinding, with the statement before which the new model is wrapped again: the
+        first that calls a function of the program which reads the model as the wrapped one
+        (``evaluate(test_data)`` with ``model.module.init_hidden(...)`` inside), or None.
+        """
+        index = self.index
+        wrap_scope = index.scope_of(wrap)
         passed_on = index.downstream(target) - {target}  # ``model = train(model)`` hands the same model back
         rebound = [
-            index.order[a]
+            a
             for a in index.assignments_to(target)
             if index.scope_of(a) is wrap_scope
             and index.after(a, wrap)
@@ -205,12 +244,35 @@ class WrapperReads:
                 flow.src in passed_on for flow in index.flows_into(target) if flow.stmt is index.statement_of(a)
             )
         ]
-        for ref in wrapped:
-            for scope in index.scopes_reading(ref):
-                for read in index.mentions(scope, ref):
-                    if ref is target and (not after_wrap(read) or any(o < index.order[read] for o in rebound)):
-                        continue
-                    yield read
+        if not rebound:
+            return []
+        # functions that read the model as the wrapped one (``.module``)
+        readers = {
+            scope
+            for read in reads
+            if self.needs_module(read) and isinstance(scope := index.scope_of(read), cst.FunctionDef)
+        }
+        spans: list[tuple[int, cst.BaseStatement | None]] = []
+        for assign in rebound:
+            calls = (
+                c
+                for c in index.calls
+                if index.scope_of(c) is wrap_scope
+                and index.starts_after(c, assign)
+                and (callee := index.resolve_callee(c, wrap_scope)) is not None
+                and callee[0] in readers
+            )
+            first = min(calls, key=lambda c: index.order[c], default=None)
+            spans.append((index.order[assign], self._outside_new_loops(first, assign) if first else None))
+        return spans
+
+    def _outside_new_loops(self, call: cst.Call, assign: cst.Assign) -> cst.BaseStatement:
+        """The statement of ``call``, or the outermost loop around it that ``assign`` is not in."""
+        stmt = self.index.statement_of(call)
+        for loop in self.index.enclosing_loops(call):
+            if not self.index.inside(assign, loop):
+                stmt = loop
+        return stmt
 
     def _guarded_by_hasattr(self, attribute: cst.Attribute) -> bool:
         """``model.X if hasattr(model, "X") else model``: the script copes with a missing ``X`` itself.

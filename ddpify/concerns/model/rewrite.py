@@ -73,6 +73,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             )
             plan.insert_after(unfrozen, plan.where_distributed(unfrozen, rewrap))
             plan.change(unfrozen, f"wrap `{model.expression}` again: parameters became trainable after the wrap")
+        for reader in model.wrapped_again:
+            again = cst.parse_statement(
+                f"{model.expression} = {ddp}({model.expression}{arguments})"
+                "  # built anew: the code that follows reads it as the wrapped model\n"
+            )
+            plan.insert_before(reader, plan.where_distributed(reader, again))
+            plan.change(reader, f"wrap `{model.expression}` again: it was built anew after training")
         for read in model.unwrap:
             _unwrap(plan, model, read)
     for call in facts.data_parallel:
