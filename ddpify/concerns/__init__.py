@@ -21,10 +21,11 @@ insert at the same place, and it follows the order of the generated script:
 6. ``tensors``       -- training data kept in tensors, not a DataLoader: each rank's equal shard;
 7. ``model``         -- the DistributedDataParallel wrap and ``.module`` reads;
 8. ``accumulation``  -- gradient sync only on the updating micro-step, before the forward pass;
-9. ``run_names``    -- a file or folder named by the clock or at random gets rank 0's name everywhere;
-10. ``checkpoints``  -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
-11. ``side_effects`` -- ``print`` and other output on global rank 0 only;
-12. ``loop_control`` -- rank-local exits from the training loop (reported only).
+9. ``closures``     -- the loss an optimizer steers by (LBFGS) is averaged over the ranks;
+10. ``run_names``    -- a file or folder named by the clock or at random gets rank 0's name everywhere;
+11. ``checkpoints``  -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
+12. ``side_effects`` -- ``print`` and other output on global rank 0 only;
+13. ``loop_control`` -- rank-local exits from the training loop (reported only).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 from ddpify.concerns import (
     accumulation,
     checkpoints,
+    closures,
     data,
     devices,
     downloads,
@@ -59,6 +61,7 @@ CONCERNS: tuple[ModuleType, ...] = (
     tensors,
     model,
     accumulation,
+    closures,
     run_names,
     checkpoints,
     side_effects,

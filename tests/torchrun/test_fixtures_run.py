@@ -39,6 +39,7 @@ CASES = [
     "tensors/results_compared_after_training",
     "checkpoints/whole_model_saved_into_open_file",
     "process_group/imports_between_cells",
+    "closures/lbfgs_closure_over_the_batch",
 ]
 
 

@@ -122,6 +122,15 @@ class Reads:
                     and any(reads(arg.value) for arg in node.args)
                 ):
                     grew |= taint(node.func.value)  # ``losses.append(loss)``: ``losses`` now holds it
+        def closes_over(function: cst.FunctionDef) -> bool:
+            """Whether ``function`` reads the batch as a global (or a closure's variable)."""
+            return any(
+                isinstance(n, cst.Name)
+                and n.value in tainted
+                and index.ref_of(n, index.scope_of(n)) == Ref(scope, n.value)
+                for n in index.walk(function.body)
+            )
+
         for node in nodes:
             if not isinstance(node, cst.Call):
                 continue
@@ -133,18 +142,15 @@ class Reads:
             if (
                 callee is not None
                 and index.trains(callee[0].body)
-                and (
-                    reads(node.func)
-                    or any(reads(arg.value) for arg in node.args)
-                    or any(  # the callee reads the batch as a global (or a closure's variable)
-                        isinstance(n, cst.Name)
-                        and n.value in tainted
-                        and index.ref_of(n, index.scope_of(n)) == Ref(scope, n.value)
-                        for n in index.walk(callee[0].body)
-                    )
-                )
+                and (reads(node.func) or any(reads(arg.value) for arg in node.args) or closes_over(callee[0]))
             ):
                 return True
+            # ``optimizer.step(closure)``: a function of this scope, handed on, that trains on the batch
+            for arg in node.args:
+                passed = arg.value
+                function = index.functions.get((scope, passed.value)) if isinstance(passed, cst.Name) else None
+                if function is not None and index.trains(function.body) and closes_over(function):
+                    return True
         return False
 
     def dataset_lengths(self, refs: set[Ref]) -> Iterator[cst.Attribute]:

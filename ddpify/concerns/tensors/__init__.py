@@ -23,7 +23,7 @@ The step may run in a function of its own: ``def train(): ...`` called in the
 loop, or a closure handed to ``optimizer.step(closure)``. LBFGS decides its
 inner iterations and line search from the loss the closure returns, and each
 rank's shard gives another loss: the closure then returns the mean over all
-ranks (``dist.all_reduce``), so every rank decides the same and calls the
+ranks (the ``closures`` concern), so every rank decides the same and calls the
 closure, with its gradient all-reduce, as many times.
 
 A script that makes mini-batches of such tensors itself -- ``x[i:i + bs]``

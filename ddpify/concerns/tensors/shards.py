@@ -1,8 +1,8 @@
 """Whole tensors each rank reads a shard of: full-batch steps, hand-made mini-batches, optimizer closures.
 
 The finder decides which reads take the shard and where the shard is defined; the rewrite defines it
-(``shard = slice(rank, len(x) - len(x) % world_size, world_size)``), indexes the reads with it, and has
-an LBFGS closure return the loss averaged over the ranks.
+(``shard = slice(rank, len(x) - len(x) % world_size, world_size)``) and indexes the reads with it. (The
+loss an LBFGS closure returns is averaged over the ranks by the ``closures`` concern.)
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ from ddpify.engine.edits import EditPlan, fresh, statement
 from ddpify.engine.index import Ref, Scope
 from ddpify.engine.syntax import assigned
 
-# Optimizers that decide their steps from the loss their closure returns.
-LOSS_DRIVEN = frozenset({"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"})
-
 
 @dataclass(frozen=True)
 class Closure:
@@ -30,7 +27,6 @@ class Closure:
 
     function: cst.FunctionDef
     ret: cst.SimpleStatementLine | None  # ``return loss``, its last statement (a closure for optimizer.step)
-    averaged: bool  # the optimizer decides from the loss (LBFGS): every rank must get the same value back
 
 
 @dataclass(frozen=True)
@@ -210,7 +206,7 @@ class _ShardFinder(_SampleFinder):
         if not loops or not all(loops) or (steps and calls):
             raise unfollowed
         if calls:
-            return Closure(scope, None, averaged=False), loops[0][-1]
+            return Closure(scope, None), loops[0][-1]
         returns = [n for n in index.walk(scope.body) if isinstance(n, cst.Return) and index.scope_of(n) is scope]
         last = scope.body.body[-1] if isinstance(scope.body, cst.IndentedBlock) else None
         if (
@@ -220,14 +216,7 @@ class _ShardFinder(_SampleFinder):
             or last.body[0] is not returns[0]
         ):
             raise Refused(scope, "the optimizer closure does not end by returning its loss")
-        optimizers = {index.root_ref(cast(cst.Attribute, call.func).value, index.scope_of(call)) for call in steps}
-        lbfgs = any(
-            a.value is not None and index.is_call_to(a.value, LOSS_DRIVEN)
-            for ref in optimizers
-            if ref is not None
-            for a in self._assignments(ref)
-        )
-        return Closure(scope, last, lbfgs), loops[0][-1]
+        return Closure(scope, last), loops[0][-1]
 
     def _check_batches(
         self, lineage: _Lineage, choices: list[cst.Call], step: cst.For | cst.While, data: set[Ref]
@@ -349,31 +338,4 @@ def rewrite_full_batch(full: FullBatch, plan: EditPlan) -> None:
             "a mean loss DDP's averaged gradient is the full-batch one, with a summed loss it is 1/world_size of it"
         )
     plan.change(full.after, summary)
-    if full.closure is not None and full.closure.ret is not None and full.closure.averaged:
-        _average_returned_loss(plan, full.closure)
 
-
-def _average_returned_loss(plan: EditPlan, closure: Closure) -> None:
-    """``return loss`` -> the mean of every rank's loss, so that LBFGS decides the same on every rank."""
-    dist = plan.names.dist
-    assert closure.ret is not None
-    ret = cast(cst.Return, closure.ret.body[0])
-    assert ret.value is not None
-    loss = plan.index.module.code_for_node(ret.value)
-    name = fresh("global_loss", plan.index.identifiers)
-    if not isinstance(ret.value, (cst.Name, cst.Attribute)):
-        loss = f"({loss})"
-    lines = [
-        statement(cst.parse_statement(f"{name} = {loss}.detach().clone()\n")),
-        statement(cst.parse_statement(f"{dist}.all_reduce({name})\n")),
-        statement(cst.parse_statement(f"return {name} / {dist}.get_world_size()\n")),
-    ]
-    note = "# LBFGS decides its steps from this loss: return the mean over all ranks, the same on each."
-    lines[0] = lines[0].with_changes(
-        leading_lines=[*closure.ret.leading_lines, cst.EmptyLine(comment=cst.Comment(note))]
-    )
-    plan.insert_before(closure.ret, *lines)
-    plan.remove(closure.ret)
-    plan.change(
-        closure.ret, "the closure returns the loss averaged over the ranks: LBFGS decides the same on every rank"
-    )
