@@ -122,6 +122,7 @@ class Reads:
                     and any(reads(arg.value) for arg in node.args)
                 ):
                     grew |= taint(node.func.value)  # ``losses.append(loss)``: ``losses`` now holds it
+
         def closes_over(function: cst.FunctionDef) -> bool:
             """Whether ``function`` reads the batch as a global (or a closure's variable)."""
             return any(

@@ -338,4 +338,3 @@ def rewrite_full_batch(full: FullBatch, plan: EditPlan) -> None:
             "a mean loss DDP's averaged gradient is the full-batch one, with a summed loss it is 1/world_size of it"
         )
     plan.change(full.after, summary)
-
