@@ -39,6 +39,10 @@ class Options:
     # Refuse rather than convert with the training data left whole on every rank (DDP211
     # becomes the error DDP201): for CI, where a conversion that trains no faster is a failure.
     strict: bool = False
+    # Put terminal output (print, logging, progress bars) in the program's other modules on rank 0
+    # too. Off where only the entry can be written (one output file): that output then stays on
+    # every rank, and the conversion says so (DDP505).
+    module_output: bool = True
 
 
 @dataclass(frozen=True)

@@ -128,13 +128,10 @@ OUTPUT_FUNCTIONS = frozenset(
         "pickle.dump",
         "tqdm.tqdm.write",
         "tqdm.auto.tqdm.write",
-        # progress lines written by hand
-        "sys.stdout.write",
-        "sys.stdout.flush",
-        "sys.stderr.write",
-        "sys.stderr.flush",
     }
 )
+# Progress lines written to the terminal by hand.
+TERMINAL_OUTPUT = frozenset({"sys.stdout.write", "sys.stdout.flush", "sys.stderr.write", "sys.stderr.flush"})
 # fig.savefig(...) on any figure, df.to_csv(path), Path(...).write_text(...)
 OUTPUT_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes"})
 # Experiment trackers: created on rank 0 only (None elsewhere), every use on rank 0 only.

@@ -45,6 +45,54 @@ def test_one_output_file_cannot_hold_a_program_whose_other_modules_change(projec
     assert snapshot(project) == before
 
 
+PROGRESS_HELPER = """import sys
+
+
+def progress(step, total, loss):
+    sys.stdout.write(f"\\r{step}/{total} loss {loss:.3f}")
+    if step == total:
+        print()
+"""
+TRAINS_WITH_PROGRESS = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from utils import progress
+
+loader = DataLoader(TensorDataset(torch.randn(64, 3), torch.randn(64, 1)), batch_size=8, shuffle=True)
+model = nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step, (x, y) in enumerate(loader, 1):
+    loss = nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    progress(step, len(loader), loss.item())
+"""
+
+
+def test_one_output_file_leaves_terminal_output_of_other_modules_on_every_rank_and_says_so(
+    tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "utils.py").write_text(PROGRESS_HELPER)
+    (tmp_path / "train.py").write_text(TRAINS_WITH_PROGRESS)
+
+    one_file = run_ddpify(tmp_path, "train.py", "-o", "train_ddp.py")
+    assert one_file.returncode == 0, one_file.stderr
+    assert (
+        "utils.py:5:5: DDP505 output to the terminal in utils.py stays on every rank, since one output file cannot "
+        "hold that module" in one_file.stderr
+    )
+    assert (tmp_path / "utils.py").read_text() == PROGRESS_HELPER
+    assert "DistributedSampler" in (tmp_path / "train_ddp.py").read_text()
+
+    folder = run_ddpify(tmp_path, "train.py", "-o", "out/")
+    assert folder.returncode == 0, folder.stderr
+    assert "DDP505" not in folder.stderr
+    assert "if not dist.is_initialized() or dist.get_rank() == 0:" in (tmp_path / "out" / "utils.py").read_text()
+
+
 def test_diff_shows_every_changed_file_and_writes_nothing(project: Path, run_ddpify: RunDdpify) -> None:
     before = snapshot(project)
     done = run_ddpify(project, "train.py", "--diff")
@@ -560,7 +608,7 @@ def test_a_folder_run_reports_a_program_that_needs_a_folder_without_failing(
     assert "./train.py: needs --in-place or -o DIR/ (its conversion also changes data_loader.py, solver.py)" in (
         done.stderr
     )
-    assert done.stderr.splitlines()[-1].endswith("1 need --in-place or -o DIR/")
+    assert "1 need --in-place or -o DIR/" in done.stderr.splitlines()[-1]
     assert snapshot(project) == before
     alone = run_ddpify(project, "train.py", "--suffix", "_ddp")
     assert alone.returncode == 2 and "which one output file cannot hold" in alone.stderr

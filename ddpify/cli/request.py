@@ -12,7 +12,7 @@ import os
 import re
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ddpify import Options
 from ddpify.cli.exits import Failure
@@ -102,6 +102,11 @@ class Request:
             strict=self.strict,
         )
 
+    def options_for(self, job: Job) -> Options:
+        """The options for one job: where only the entry's output file is written, terminal output in
+        the program's other modules stays as it is (those modules cannot be written)."""
+        return replace(self.options, module_output=not job.one_file)
+
 
 @dataclass(frozen=True)
 class Job:
@@ -113,6 +118,11 @@ class Job:
     write_unchanged: bool = True  # also write a script that needs no change, as it is
     make_folders: bool = False  # create the target's folder (inside the -o folder)
     whole_program: bool = False  # -o DIR/ with one script: the program goes there whole, converted or not
+
+    @property
+    def one_file(self) -> bool:
+        """Whether only the entry's output is written: ``-o FILE`` or a suffix, not ``--in-place`` or ``-o DIR/``."""
+        return self.target is not None and not self.in_place and not self.make_folders
 
     @property
     def name(self) -> str:

@@ -68,7 +68,7 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
         )
     modules = program.modules if program is not None else ()
     launch_files = [_launch_file(request, option, path, job.target) for option, path in request.launch_files]
-    conversion = backend.convert(source, path=job.name, options=request.options, modules=modules)
+    conversion = backend.convert(source, path=job.name, options=request.options_for(job), modules=modules)
     with finishing():
         outcome = finish(request, job, source, conversion, reporter, program)
     if program is not None and outcome is Outcome.CONVERTED and job.target is not None and not job.make_folders:

@@ -152,7 +152,7 @@ def conversions(request: Request, jobs: list[Job], linked: Linked) -> Generator[
             submitted = None
             if isinstance(prepared, _Task):
                 modules = prepared.program.modules if prepared.program is not None else ()
-                task = (prepared.source, job.name, request.options, modules)
+                task = (prepared.source, job.name, request.options_for(job), modules)
                 submitted = pool.apply_async(_convert_task, (task,))
             waiting.append((job, prepared, submitted))
             # What is ready goes out in order; at most `ahead` conversions (and a few more inputs read) wait.
@@ -203,7 +203,7 @@ def _collect(
 def _convert_here(job: Job, request: Request, task: _Task) -> Result:
     try:
         modules = task.program.modules if task.program is not None else ()
-        conversion = backend.convert(task.source, path=job.name, options=request.options, modules=modules)
+        conversion = backend.convert(task.source, path=job.name, options=request.options_for(job), modules=modules)
     except Exception as exc:
         return exc
     return Converted(task.source, conversion, task.program)

@@ -48,7 +48,7 @@ start right after the imports; one created among the imports is refused (DDP502)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import libcst as cst
@@ -91,7 +91,17 @@ TRACKER_USED_ELSEWHERE = Code(
     "an experiment tracker made on rank 0 only is used where every rank runs: it is None on the others",
     "use it only in statements of their own (`writer.add_scalar(...)`), or under `if writer is not None:`",
 )
-CODES = (OUTPUT_RUNS_WORK, TRACKER_BEFORE_SETUP, FILE_USE_NOT_GATED, TRACKER_USED_ELSEWHERE)
+MODULE_OUTPUT_KEPT = Code(
+    "DDP505",
+    Severity.WARNING,
+    "side_effects",
+    "terminal output in another module of the program stays on every rank: one output file cannot hold that module",
+    "convert with --in-place or -o DIR/ to put it on rank 0 too",
+)
+CODES = (OUTPUT_RUNS_WORK, TRACKER_BEFORE_SETUP, FILE_USE_NOT_GATED, TRACKER_USED_ELSEWHERE, MODULE_OUTPUT_KEPT)
+
+# Output to the terminal: where the program's other modules cannot be written, it may stay on every rank.
+_TERMINAL = frozenset({"print", "logging call", "terminal output"})
 
 
 @dataclass(frozen=True)
@@ -422,6 +432,8 @@ class _Finder:
             return "print"
         if names & torch_api.LOGGING_FUNCTIONS:
             return "logging call"
+        if names & torch_api.TERMINAL_OUTPUT:
+            return "terminal output"
         if names & torch_api.OUTPUT_FUNCTIONS:
             return "output call"
         if names & torch_api.TRACKER_FACTORIES or any(n.startswith(torch_api.TRACKER_MODULES) for n in names):
@@ -511,6 +523,8 @@ class _Finder:
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     index = plan.index
     dist = plan.names.dist
+    if not options.module_output:
+        facts = _entry_output_only(facts, plan)
     gated = {stmt for stmt, _ in facts.outputs}
     reported: set[tuple[cst.Module, str]] = set()  # the first output of each kind in each file
     for stmt, kind in facts.outputs:
@@ -563,6 +577,35 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         )
         plan.replace(call, _append_argument(exist_ok))
         plan.change(call, "os.makedirs(..., exist_ok=True): ranks creating the same folder do not race")
+
+
+def _entry_output_only(facts: Facts, plan: EditPlan) -> Facts:
+    """The facts without the terminal output of the program's other modules, reported once per module."""
+    index = plan.index
+
+    def kept(node: cst.CSTNode, kind: str = "print") -> bool:
+        return kind in _TERMINAL and index.module_of(node) is not index.module
+
+    left: list[cst.CSTNode] = [stmt for stmt, kind in (*facts.outputs, *facts.ungrouped) if kept(stmt, kind)]
+    left += [call for call in facts.progress_bars if kept(call)]
+    first: dict[cst.Module, cst.CSTNode] = {}
+    for node in sorted(left, key=lambda n: index.order[n]):
+        first.setdefault(index.module_of(node), node)
+    for node in first.values():
+        plan.report(
+            node,
+            MODULE_OUTPUT_KEPT,
+            f"output to the terminal in {index.path_of(node)} stays on every rank, since one output file cannot hold "
+            "that module: convert with --in-place or -o DIR/ to put it on rank 0 too",
+        )
+    gone = {stmt for stmt in left if isinstance(stmt, cst.BaseStatement)}
+    return replace(
+        facts,
+        outputs=tuple((stmt, kind) for stmt, kind in facts.outputs if stmt not in gone),
+        ungrouped=tuple((stmt, kind) for stmt, kind in facts.ungrouped if stmt not in gone),
+        hoisted=tuple(call for call in facts.hoisted if index.statement_of(call) not in gone),
+        progress_bars=tuple(call for call in facts.progress_bars if call not in left),
+    )
 
 
 def _name(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
