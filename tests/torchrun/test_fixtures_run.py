@@ -34,6 +34,7 @@ CASES = [
     "side_effects/print_runs_each_model_of_a_list",
     "model/optimizer_chosen_by_name",
     "model/optimizer_of_the_program",
+    "model/optimizer_from_the_model_method",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",
     "tensors/results_compared_after_training",

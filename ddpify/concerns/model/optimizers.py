@@ -92,9 +92,41 @@ class TrainedModels:
             found = listed.ref if listed is not None else self._module_ref(receiver)
             if found is None:
                 return refs, untraced or receiver
-            if found not in refs:
-                refs.append(found)
+            for model in self._callers_receivers(found) or [found]:
+                if model not in refs:
+                    refs.append(model)
         return refs, untraced
+
+    def _callers_receivers(self, ref: Ref) -> list[Ref]:
+        """``self`` of a model's own method (``configure_optimizers``): the models it is called on
+        (``model.configure_optimizers(config)``), where every call names one."""
+        index = self.index
+        function = ref.scope
+        if not isinstance(function, cst.FunctionDef) or index.self_name(function) != ref.path:
+            return []
+        calls = index.callers(function)
+        receivers = [
+            self._module_ref(call.func.value) if isinstance(call.func, cst.Attribute) else None for call in calls
+        ]
+        if calls:
+            return [r for r in receivers if r is not None] if None not in receivers else []
+        # called on an instance (``model = TinyGPT(); model.configure_optimizers(...)``): the receivers
+        # built by the method's own class
+        cls = index.class_of.get(function)
+        init = index.functions.get((cls, "__init__")) if cls is not None else None
+        found: list[Ref] = []
+        for call in index.calls:
+            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == function.name.value):
+                continue
+            receiver = self._module_ref(call.func.value)
+            built = (
+                receiver is not None
+                and init is not None
+                and any(self._built_by(a.value, init) for a in index.assignments_to(receiver))
+            )
+            if receiver is not None and built and receiver not in found:
+                found.append(receiver)
+        return found
 
     def _module_ref(self, receiver: cst.BaseExpression) -> Ref | None:
         """The outermost model ``receiver`` is part of: ``model`` for ``model.head`` or ``model[0]``.
@@ -116,6 +148,16 @@ class TrainedModels:
             return None
         return ref
 
+    def _built_by(self, value: cst.BaseExpression | None, init: cst.FunctionDef) -> bool:
+        """Whether ``value`` is a new object of the class whose ``__init__`` is ``init`` (``Net().to(device)``)."""
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in torch_api.MODULE_CHAINING_METHODS
+        ):
+            value = value.func.value
+        return isinstance(value, cst.Call) and self.index.resolve_callee(value, self.index.scope_of(value)) == (init, 1)
+
     def _trace(self, expr: cst.BaseExpression, calls: list[cst.Call], seen: set[Ref]) -> cst.BaseExpression | None:
         """Add the ``X.parameters()`` calls ``expr`` takes its parameters from; the piece that has none, if any."""
         index = self.index
@@ -124,6 +166,8 @@ class TrainedModels:
             if isinstance(func, cst.Attribute) and func.attr.value in torch_api.PARAMETER_METHODS:
                 calls.append(expr)
                 return None
+            if isinstance(func, cst.Attribute) and func.attr.value in {"items", "values"} and not expr.args:
+                return self._trace(func.value, calls, seen)  # ``param_dict.items()`` of a dict of parameters
             names = index.qualified_names(func)
             values = [a.value for a in expr.args if a.keyword is None]
             if names & {"itertools.chain"}:
@@ -158,7 +202,13 @@ class TrainedModels:
                 ):
                     return self._trace(entry.value, calls, seen)
             return expr
-        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        if (
+            isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp))
+            and isinstance(expr.elt, cst.Subscript)
+            and isinstance(expr.elt.value, cst.Name)
+        ):
+            return self._trace(expr.elt.value, calls, seen)  # ``[param_dict[name] for name in decay]``
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
             comp: cst.CompFor | None = expr.for_in
             while comp is not None:  # the innermost ``for``: ``p for m in models for p in m.parameters()``
                 if comp.inner_for_in is None:
