@@ -266,6 +266,8 @@ def test_stop_signals_during_the_writes_leave_the_program_as_it_was(
 ) -> None:
     monkeypatch.chdir(project)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    # as in a terminal, whatever the test runner left (a pytest-xdist worker ignores SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     before = hashes(project)
     original = getattr(os, step)
     calls = []

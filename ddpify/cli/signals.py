@@ -59,7 +59,20 @@ class _Deferral:
     pending: int | None = None
 
 
+class _Held:
+    """Whether the writes of a program hold stop signals back, and the first that came to the handler."""
+
+    active = False
+    pending: int | None = None
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    if _Held.active:
+        # The mask of ``blocked`` holds back only what is sent to this thread; a signal sent to the
+        # process may reach another thread (a worker pool's), and its handler then runs here.
+        if _Held.pending is None:
+            _Held.pending = signum
+        return
     if _Deferral.active and _Deferral.pending is None:
         _Deferral.pending = signum  # stop once the file is finished; a second signal stops at once
         return
@@ -89,18 +102,25 @@ def finishing() -> Iterator[None]:
 @contextlib.contextmanager
 def blocked() -> Iterator[None]:
     """Stop signals are held back inside the block (they stay pending; see :func:`pending`)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    former = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    _Held.active, _Held.pending = True, None
+    masked = hasattr(signal, "pthread_sigmask")
+    former = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if masked else set()
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, former)
+        if masked:
+            signal.pthread_sigmask(signal.SIG_SETMASK, former)  # a signal still held is delivered now
+        _Held.active = False
+    left, _Held.pending = _Held.pending, None
+    if left is not None:  # came after the block last asked: it stops the run now, as a masked one would
+        stop(left)
 
 
 def pending() -> int | None:
     """A stop signal held back by :func:`blocked`, taken off the queue; None if none came."""
+    if _Held.pending is not None:
+        held, _Held.pending = _Held.pending, None
+        return held
     if not hasattr(signal, "sigpending"):
         return None
     waiting = signal.sigpending() & set(STOP_SIGNALS)
