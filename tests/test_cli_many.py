@@ -652,10 +652,11 @@ def test_spawn_reaches_the_converter_and_the_report(converter, workdir, capsys):
     assert cli.main(["proj", "--spawn", "-q"]) == 0
     assert cli.main(["proj", "-q"]) == 0
 
+    # each writes one file next to its input: terminal output in other modules stays as it is
     assert [options for _, options in converter.calls] == [
-        Options(spawn=True),
-        Options(spawn=True),
-        Options(spawn=False),
+        Options(spawn=True, module_output=False),
+        Options(spawn=True, module_output=False),
+        Options(spawn=False, module_output=False),
     ]
     assert err_lines(capsys)[-3:] == [
         "run it: torchrun --standalone --nproc_per_node=gpu 'my train_ddp.py'",

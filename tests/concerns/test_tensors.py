@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import code, codes
 
-from ddpify.concerns import data, model, process_group, tensors
+from ddpify.concerns import closures, data, model, process_group, tensors
 
 
 def find(program):
@@ -336,15 +336,18 @@ for step in range(10):
 def test_an_lbfgs_closure_reads_the_shard_and_returns_the_loss_of_all_ranks(read) -> None:
     program = read(CLOSURE.format(optimizer="LBFGS"))
     (full,) = find(program).full_batches
-    assert full.closure is not None and full.closure.averaged
+    assert full.closure is not None
     assert full.closure.ret is not None and code(program, full.closure.ret) == "return loss"
     assert sorted(code(program, read) for read in full.reads) == ["x", "y"]
+    # averaged over the ranks by the closures concern
+    assert [code(program, value) for value in closures.find(program).returned] == ["loss"]
 
 
 def test_a_closure_of_an_optimizer_that_ignores_the_loss_returns_it_as_it_is(read) -> None:
     program = read(CLOSURE.format(optimizer="SGD"))
     (full,) = find(program).full_batches
-    assert full.closure is not None and not full.closure.averaged
+    assert full.closure is not None
+    assert closures.find(program).returned == ()
 
 
 def test_a_closure_that_does_not_end_by_returning_its_loss_is_refused(read) -> None:
