@@ -20,7 +20,6 @@ A closure that cannot be followed to its ``return`` (an attribute, a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -105,22 +104,13 @@ def _returned(index: Index, closure: cst.BaseExpression, scope: Scope) -> list[c
     while True:
         function = index.functions.get((current, closure.value))
         if function is not None:
-            values = list(_returns(index, function.body))
-            return values or None
+            returns = [
+                n for n in index.walk(function.body) if isinstance(n, cst.Return) and index.scope_of(n) is function
+            ]
+            return [r.value for r in returns if r.value is not None] or None
         if isinstance(current, cst.Module):
             return None
         current = index.scope_of(current)
-
-
-def _returns(index: Index, node: cst.CSTNode) -> Iterator[cst.BaseExpression]:
-    """The values of the ``return`` statements of a function body, not of functions defined in it."""
-    for child in index.children.get(node, ()):
-        if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        if isinstance(child, cst.Return) and child.value is not None:
-            yield child.value
-        else:
-            yield from _returns(index, child)
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:

@@ -58,7 +58,7 @@ from ddpify import torch_api
 from ddpify.concerns import downloads, model, process_group
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, fresh, statement, with_comma
-from ddpify.engine.index import Ref
+from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument
 from ddpify.result import Options
@@ -175,31 +175,43 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
     return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs, devnull_opens, ungrouped, log_files)
 
 
+def _reads_off_rank_zero(
+    index: Index,
+    refs: Iterable[Ref],
+    gated: set[cst.BaseStatement],
+    counts: Callable[[Ref, cst.BaseExpression, cst.BaseStatement], bool] = lambda ref, read, stmt: True,
+) -> Iterator[tuple[Ref, Scope, cst.BaseExpression]]:
+    """The first read of ``refs`` that ``counts`` in each statement that is not put on rank 0."""
+    seen: set[cst.BaseStatement] = set()
+    for ref in sorted(refs, key=lambda r: r.path):
+        for scope in index.scopes_reading(ref):
+            for read in index.mentions(scope, ref):
+                stmt = index.statement_of(read)
+                if stmt in seen or stmt in gated or any(a in gated for a in index.ancestors(stmt)):
+                    continue
+                if counts(ref, read, stmt):
+                    seen.add(stmt)
+                    yield ref, scope, read
+
+
 def _check_files_written_once(
     program: Program, group: process_group.Facts, files: set[Ref], gated: set[cst.BaseStatement]
 ) -> None:
     """Every use of a file opened for writing without ``with`` must run on rank 0 with the ``open``."""
     index = program.index
-    reported: set[cst.BaseStatement] = set()
-    for ref in sorted(files, key=lambda r: r.path):
-        for scope in index.scopes_reading(ref):
-            for read in index.mentions(scope, ref):
-                stmt = index.statement_of(read)
-                if stmt in reported or stmt in gated or any(a in gated for a in index.ancestors(stmt)):
-                    continue
-                reported.add(stmt)
-                where = (
-                    "runs before the process group exists (at import time), where the rank is not known"
-                    if group.runs_before_setup(index, stmt)
-                    else "cannot be put on rank 0 with the rest"
-                )
-                program.report(
-                    read,
-                    FILE_USE_NOT_GATED,
-                    f"`{index.spelled(ref, scope)}` is a file opened for writing without `with`; this use {where}, "
-                    "so every rank would write the file: write it inside `with open(...)`, or use it only in "
-                    "statements of their own",
-                )
+    for ref, scope, read in _reads_off_rank_zero(index, files, gated):
+        where = (
+            "runs before the process group exists (at import time), where the rank is not known"
+            if group.runs_before_setup(index, index.statement_of(read))
+            else "cannot be put on rank 0 with the rest"
+        )
+        program.report(
+            read,
+            FILE_USE_NOT_GATED,
+            f"`{index.spelled(ref, scope)}` is a file opened for writing without `with`; this use {where}, "
+            "so every rank would write the file: write it inside `with open(...)`, or use it only in "
+            "statements of their own",
+        )
 
 
 def _check_trackers_used_on_rank_zero(
@@ -207,33 +219,23 @@ def _check_trackers_used_on_rank_zero(
 ) -> None:
     """A tracker is None off rank 0: every use of its attributes must run on rank 0, or test for None."""
     index = program.index
-    reported: set[cst.BaseStatement] = set()
-    for ref in sorted(finder.assigned_from(trackers), key=lambda r: r.path):
-        for scope in index.scopes_reading(ref):
-            for read in index.mentions(scope, ref):
-                parent = index.parent(read)
-                used = (isinstance(parent, cst.Attribute) and parent.value is read) or isinstance(parent, cst.WithItem)
-                stmt = index.statement_of(read)
-                if (
-                    not used
-                    or stmt in reported
-                    or stmt in gated
-                    or finder.exempt(stmt)
-                    or any(a in gated for a in index.ancestors(stmt))
-                    or any(
-                        isinstance(a, (cst.If, cst.IfExp, cst.While)) and index.mentions(a.test, ref)
-                        for a in index.ancestors(read)
-                    )
-                ):
-                    continue
-                reported.add(stmt)
-                program.report(
-                    read,
-                    TRACKER_USED_ELSEWHERE,
-                    f"`{index.spelled(ref, scope)}` is an experiment tracker, made on rank 0 only and None on the "
-                    "other ranks, but this statement runs on every rank: use it only in statements of their own, "
-                    f"or under `if {index.spelled(ref, scope)} is not None:`",
-                )
+
+    def dereferenced(ref: Ref, read: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
+        parent = index.parent(read)
+        used = (isinstance(parent, cst.Attribute) and parent.value is read) or isinstance(parent, cst.WithItem)
+        tested = any(  # ``if writer is not None:``
+            isinstance(a, (cst.If, cst.IfExp, cst.While)) and index.mentions(a.test, ref) for a in index.ancestors(read)
+        )
+        return used and not tested and not finder.exempt(stmt)
+
+    for ref, scope, read in _reads_off_rank_zero(index, finder.assigned_from(trackers), gated, dereferenced):
+        program.report(
+            read,
+            TRACKER_USED_ELSEWHERE,
+            f"`{index.spelled(ref, scope)}` is an experiment tracker, made on rank 0 only and None on the "
+            "other ranks, but this statement runs on every rank: use it only in statements of their own, "
+            f"or under `if {index.spelled(ref, scope)} is not None:`",
+        )
 
 
 class _Finder:

@@ -213,20 +213,16 @@ class LoaderFinder:
         """Whether ``it = iter(loader)`` starts another pass over the data: in a handler that catches the
         end of the last one (``except StopIteration:``, ``except Exception:``, a bare ``except:``), or
         repeated by a ``while`` loop that no epoch loop encloses."""
-        ancestors = list(self.index.ancestors(stmt))
-        for at, ancestor in enumerate(ancestors):
+        for ancestor in self.index.ancestors(stmt):
             if isinstance(ancestor, cst.ExceptHandler):
                 if ancestor.type is None:
                     return True
                 caught = {n.value for n in self.index.walk(ancestor.type) if isinstance(n, cst.Name)}
                 return bool(caught & {"StopIteration", "Exception", "BaseException"})
-            if isinstance(ancestor, cst.While):
-                rest = ancestors[at:]
-                outer = rest[: next((i for i, a in enumerate(rest) if isinstance(a, cst.FunctionDef)), len(rest))]
-                return not any(isinstance(a, cst.For) for a in outer)
-            if isinstance(ancestor, (cst.For, cst.FunctionDef)):
-                return False
-        return False
+            if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
+                break
+        loops = list(self.index.enclosing_loops(stmt))  # innermost first, within the function
+        return bool(loops) and isinstance(loops[0], cst.While) and not any(isinstance(lp, cst.For) for lp in loops)
 
     def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0) -> EpochLoop | None:
         index = self.index

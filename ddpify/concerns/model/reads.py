@@ -177,6 +177,22 @@ class WrapperReads:
     def reads_after_wrap(self, target: Ref, wrap: cst.BaseStatement) -> Iterator[cst.BaseExpression]:
         """Every read of the wrapped model: of its own name after the wrap, and wherever it flows from there."""
         index = self.index
+        reads = self._reads_from_wrap(target, wrap)
+        plain = self._built_anew(target, wrap, [read for _, read in reads])
+        for ref, read in reads:
+            order = index.order[read]
+            if ref is target and any(start < order < (index.order[end] if end else inf) for start, end in plain):
+                continue
+            yield read
+
+    def wrapped_again(self, target: Ref, wrap: cst.BaseStatement) -> list[cst.BaseStatement]:
+        """Where a model built anew after training is wrapped again (see ``_built_anew``)."""
+        reads = [read for _, read in self._reads_from_wrap(target, wrap)]
+        return [end for _, end in self._built_anew(target, wrap, reads) if end is not None]
+
+    def _reads_from_wrap(self, target: Ref, wrap: cst.BaseStatement) -> list[tuple[Ref, cst.BaseExpression]]:
+        """Each read of the model from the wrap on, with the place it reads, before any rebinding counts."""
+        index = self.index
         wrap_scope = index.scope_of(wrap)
 
         def after_wrap(node: cst.CSTNode, depth: int = 0) -> bool:
@@ -203,24 +219,13 @@ class WrapperReads:
                 if flow.dst not in wrapped and (ref is not target or after_wrap(flow.stmt)):
                     wrapped.add(flow.dst)
                     queue.append(flow.dst)
-        reads = [
+        return [
             (ref, read)
             for ref in wrapped
             for scope in index.scopes_reading(ref)
             for read in index.mentions(scope, ref)
             if ref is not target or after_wrap(read)
         ]
-        plain = self._built_anew(target, wrap, [read for _, read in reads])
-        for ref, read in reads:
-            order = index.order[read]
-            if ref is target and any(start < order < (index.order[end] if end else inf) for start, end in plain):
-                continue
-            yield read
-
-    def wrapped_again(self, target: Ref, wrap: cst.BaseStatement) -> list[cst.BaseStatement]:
-        """Where a model built anew after training is wrapped again (see ``_built_anew``)."""
-        reads = list(self.reads_after_wrap(target, wrap))
-        return [end for _, end in self._built_anew(target, wrap, reads) if end is not None]
 
     def _built_anew(
         self, target: Ref, wrap: cst.BaseStatement, reads: list[cst.BaseExpression]
