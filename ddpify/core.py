@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import libcst as cst
 
-from ddpify import concerns, invariants
+from ddpify import bindings, concerns, invariants
 from ddpify.concerns.process_group import distributed_use
 from ddpify.diagnostics import ALREADY_DISTRIBUTED, INTERNAL_ERROR, Change, Diagnostic, Severity, nothing_to_do
 from ddpify.engine import reach
@@ -83,6 +83,9 @@ def _convert(source: str | bytes, path: str, options: Options, modules: Sequence
         converted = apply(plan)
         code = converted.bytes if isinstance(source, bytes) else converted.code
         compile_quietly(code, path)  # output that does not compile is a bug: an internal error, nothing written
+        lost = bindings.lost_bindings(plan.index.module.code, converted.code, path)
+        if lost:
+            return _outcome(source, Status.INTERNAL_ERROR, [*diagnostics, *lost])
         # a safety net that does not trust the analysis above
         broken = invariants.check(converted.code, path, original=plan.index.module.code)
         if broken:
@@ -125,16 +128,20 @@ def _apply_program(
     code: str | bytes = source
     changed: list[LocalModule] = []  # in the order the modules were given
     broken: list[Diagnostic] = []
+    lost: list[Diagnostic] = []
     for tree, converted in apply_program(plan).items():
         file = index.paths[tree]
         original = source if tree is index.module else by_path[file].source
         new = converted.bytes if isinstance(original, bytes) else converted.code
         compile_quietly(new, file)
+        lost += bindings.lost_bindings(tree.code, converted.code, file)
         broken += invariants.check(converted.code, file, entry=tree is index.module, original=tree.code)
         if tree is index.module:
             code = new
             continue
         changed.append(replace(by_path[file], code=new))
+    if lost:
+        return _outcome(source, Status.INTERNAL_ERROR, [*diagnostics, *lost])
     if broken:
         return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
     return Conversion(

@@ -162,6 +162,14 @@ INVARIANT_WITHOUT_GROUP = Code(
     "it do not have: nothing is written",
     "report it with the input script",
 )
+INVARIANT_BOUND = Code(
+    "DDP907",
+    Severity.ERROR,
+    "ddpify",
+    "the converted script would read a name that the input binds where it is no longer bound (a construction "
+    "removed, a read moved above its assignment): an internal error, nothing is written",
+    "report it with the input script",
+)
 
 INPUT_CODES = (
     INVALID_SYNTAX,
@@ -183,6 +191,7 @@ INTERNAL_CODES = (
     INVARIANT_WRAPPED,
     INVARIANT_RUNS,
     INVARIANT_WITHOUT_GROUP,
+    INVARIANT_BOUND,
 )
 
 

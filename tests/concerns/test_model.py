@@ -92,7 +92,7 @@ def test_training_without_an_optimizer_in_the_file_is_refused(read) -> None:
     assert codes(program) == ["DDP304"]
 
 
-def test_a_method_that_runs_submodules_in_the_training_step_is_reported(read) -> None:
+def test_a_method_whose_result_the_backward_pass_differentiates_runs_through_the_wrapper(read) -> None:
     program = read(
         """
         import torch
@@ -102,11 +102,55 @@ def test_a_method_that_runs_submodules_in_the_training_step_is_reported(read) ->
         model = Net().to(device)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for x in loader:
-            (model(x).sum() + model.embed(x).sum()).backward()
+            z = model.embed(x)
+            loss = z.pow(2).mean()
+            (model(x).sum() + loss).backward()
         """
     )
-    model.find(program)
+    (found,) = model.find(program).models
+    assert [code(program, call) for call in found.through_forward] == ["model.embed(x)"]
+    assert [code(program, read) for read in found.unwrap] == []
+    assert codes(program) == []
+
+
+def test_a_method_whose_result_cannot_be_followed_to_the_backward_pass_is_reported(read) -> None:
+    program = read(
+        """
+        import torch
+        class Net(torch.nn.Module):
+            def embed(self, x):
+                return self.encoder(x)
+        model = Net().to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in loader:
+            model.embed(x)
+            model.cache.sum().backward()
+        """
+    )
+    (found,) = model.find(program).models
+    assert found.through_forward == ()
     assert codes(program) == ["DDP303"]
+
+
+def test_a_method_without_gradients_is_neither_routed_nor_reported(read) -> None:
+    program = read(
+        """
+        import torch
+        class Net(torch.nn.Module):
+            @torch.no_grad()
+            def sample(self, x):
+                return self.encoder(x)
+        model = Net().to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in loader:
+            model(x).sum().backward()
+            model.sample(x)
+        """
+    )
+    (found,) = model.find(program).models
+    assert found.through_forward == ()
+    assert [code(program, read) for read in found.unwrap] == ["model"]
+    assert codes(program) == []
 
 
 def _optimizer_over(params: str) -> str:

@@ -35,6 +35,8 @@ CASES = [
     "model/optimizer_chosen_by_name",
     "model/optimizer_of_the_program",
     "model/optimizer_from_the_model_method",
+    "model/loss_from_a_method",
+    "model/data_parallel_builds_the_model",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",
     "tensors/results_compared_after_training",

@@ -32,6 +32,8 @@ class Model:
     item: str | None = None  # a list of models: each is wrapped as ``[DDP(<item>) for <item> in <expression>]``
     # frozen whole unless a condition unfroze it: wrapped only where it has trainable parameters
     maybe_frozen: bool = False
+    # ``model.compute_loss(...)`` whose result the backward pass differentiates: run as the wrapper's forward
+    through_forward: tuple[cst.Call, ...] = ()
 
 
 @dataclass(frozen=True)

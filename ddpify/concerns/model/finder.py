@@ -96,17 +96,21 @@ class _Finder:
                 if model is not None and (model.insert_after, model.expression) not in seen:
                     seen.add((model.insert_after, model.expression))
                     classes = self._model_classes.get(model.ref, set())
-                    self.forward.warn_training_outside_forward(model, classes)
+                    through_forward = self.forward.methods_on_gradient_path(model, classes)
+                    routed = {cast(cst.Attribute, call.func).value for call in through_forward}
                     if self.forward.refuse_parts_run_directly(model, classes):
                         continue
                     if self._refuse_second_backward(model):
                         continue
                     borrowed = self.outputs.forwards_for_another_model(model, classes)
-                    unwrap = tuple(read for read in (*model.unwrap, *borrowed) if read not in self._claimed)
+                    unwrap = tuple(
+                        read for read in (*model.unwrap, *borrowed) if read not in self._claimed and read not in routed
+                    )
                     self._claimed.update(unwrap)
                     yield replace(
                         model,
                         unwrap=unwrap,
+                        through_forward=through_forward,
                         lineage=frozenset(self.index.lineage(model.ref)),
                         unused=self.forward.skipped_submodule(classes)
                         or self.outputs.output_used_sometimes(model, classes),

@@ -10,6 +10,7 @@ BatchNorm over small per-process batches is reported (DDP308).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from typing import cast
 
 import libcst as cst
@@ -19,9 +20,9 @@ from ddpify import torch_api
 from ddpify.concerns.model.codes import MOVES_IN_TRAINING, OUTSIDE_FORWARD, PARTS_RUN_DIRECTLY
 from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
-from ddpify.engine.index import Ref
+from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import argument
+from ddpify.engine.syntax import argument, dotted
 
 # nn.Module methods that run no submodule: ``next(self.parameters()).new_zeros(...)`` computes nothing
 _COMPUTES_NOTHING = (torch_api.WRAPPER_SAFE_ATTRIBUTES - {"forward"}) | {
@@ -116,29 +117,45 @@ class ForwardChecks:
         scope = index.scope_of(node)
         return isinstance(scope, cst.FunctionDef) and index.trains(scope.body) and not self._without_grad(node)
 
-    def warn_training_outside_forward(self, model: Model, classes: set[cst.ClassDef]) -> None:
-        """A custom method that runs submodules inside the training step bypasses DDP's gradient sync."""
+    def methods_on_gradient_path(self, model: Model, classes: set[cst.ClassDef]) -> tuple[cst.Call, ...]:
+        """Custom methods of the model that compute the loss of the training step (``loss =
+        model.compute_loss(x, y)`` then ``loss.backward()``): these must run as the wrapper's forward.
+
+        DDP averages the gradients only of what its own forward computes; ``model.module.method()``
+        would train on each rank apart. A method that runs submodules in the training step but whose
+        result cannot be followed to the backward pass is reported instead (DDP303).
+        """
         index = self.index
+        routed: list[cst.Call] = []
         for read in model.unwrap:
             attribute = index.parent(read)
             call = index.parent(attribute)
             if not (isinstance(attribute, cst.Attribute) and isinstance(call, cst.Call) and call.func is attribute):
                 continue
             name = attribute.attr.value
-            for cls in classes:
-                method = index.functions.get((cls, name))
-                if method is None or not self._runs_submodules(method, cls):
-                    continue
-                if any(index.trains(loop.body) for loop in index.enclosing_loops(call)) and not self._without_grad(
-                    call
-                ):
-                    self.program.report(
-                        call,
-                        OUTSIDE_FORWARD,
-                        f"`{model.expression}.{name}()` runs the model outside forward(): if the loss comes from it, "
-                        "DDP does not average its gradients across ranks; route it through forward()",
-                    )
-                    break
+            method = next(
+                (
+                    f
+                    for cls in classes
+                    if (f := index.functions.get((cls, name))) is not None and self._runs_submodules(f, cls)
+                ),
+                None,
+            )
+            if method is None or self._without_grad(call) or _no_grad_method(index, method):
+                continue
+            if not any(index.trains(loop.body) for loop in index.enclosing_loops(call)):
+                continue
+            if reaches_backward(index, call):
+                routed.append(call)
+            else:
+                self.program.report(
+                    call,
+                    OUTSIDE_FORWARD,
+                    f"`{model.expression}.{name}()` runs the model outside forward(), and ddpify cannot tell "
+                    "whether the loss comes from it: if it does, DDP does not average its gradients across ranks; "
+                    "route it through forward()",
+                )
+        return tuple(routed)
 
     def skipped_submodule(self, classes: set[cst.ClassDef], seen: frozenset[cst.ClassDef] = frozenset()) -> str | None:
         """A submodule that ``forward`` runs only on some calls: its parameters then get no gradient.
@@ -322,3 +339,62 @@ class ForwardChecks:
             ) or m.matches(func, m.Name(self_name)):
                 return True
         return False
+
+
+def _no_grad_method(index: Index, method: cst.FunctionDef) -> bool:
+    """``@torch.no_grad()`` (or ``inference_mode``) on the method: no gradient comes from it."""
+    for decorator in method.decorators:
+        func = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+        if index.qualified_names(func) & torch_api.NO_GRAD:
+            return True
+    return False
+
+
+def reaches_backward(index: Index, call: cst.Call) -> bool:
+    """Whether the value of ``call`` reaches a ``.backward()`` in its own function: directly, or through
+    names (and ``self`` attributes) assigned from it, in the order the statements run."""
+    scope = index.scope_of(call)
+    names: set[str] = set()
+    for node in index.walk(scope):
+        if isinstance(node, cst.Call) and _is_backward_call(node):
+            receiver = cast(cst.Attribute, node.func).value
+            args = [receiver, *(a.value for a in node.args)]
+            if any(arg is call or index.inside(call, arg) or _mentions_any(index, arg, names) for arg in args):
+                return True
+        if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call) and index.scope_of(node) is scope:
+            # ``parts.append(model.embed(x))``: the container now holds the value
+            method = node.value.func
+            if isinstance(method, cst.Attribute) and any(
+                a.value is call or index.inside(call, a.value) or _mentions_any(index, a.value, names)
+                for a in node.value.args
+            ):
+                names.update(_bound_names(index, method.value))
+        if isinstance(node, cst.Assign | cst.AugAssign | cst.AnnAssign) and index.scope_of(node) is scope:
+            value = node.value
+            if value is None:
+                continue
+            if value is call or index.inside(call, value) or _mentions_any(index, value, names):
+                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                for target in targets:
+                    names.update(_bound_names(index, target))
+    return False
+
+
+def _is_backward_call(node: cst.Call) -> bool:
+    return isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward"
+
+
+def _bound_names(index: Index, target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, cst.Tuple | cst.List):
+        for element in target.elements:
+            yield from _bound_names(index, element.value)
+    elif isinstance(target, cst.StarredElement | cst.Subscript):
+        yield from _bound_names(index, target.value)
+    elif text := dotted(target):
+        yield text
+
+
+def _mentions_any(index: Index, expr: cst.BaseExpression, names: set[str]) -> bool:
+    if not names:
+        return False
+    return any(isinstance(node, cst.Name | cst.Attribute) and dotted(node) in names for node in index.walk(expr))

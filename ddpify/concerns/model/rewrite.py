@@ -16,7 +16,7 @@ from ddpify.concerns.model.codes import SMALL_BATCH_NORM
 from ddpify.concerns.model.facts import Facts, Model
 from ddpify.concerns.model.finder import statement_value
 from ddpify.concerns.model.reads import DEEPCOPY
-from ddpify.engine.edits import EditPlan
+from ddpify.engine.edits import EditPlan, fresh, with_comma
 from ddpify.result import Options
 
 
@@ -26,6 +26,12 @@ def _in_the_same_parentheses(replacement: cst.BaseExpression) -> Callable[[cst.C
         return replacement.with_changes(lpar=original.lpar, rpar=original.rpar)
 
     return replace
+
+
+def _in_the_same_parentheses_as_argument(node: cst.CSTNode) -> cst.CSTNode:
+    """``nn.DataParallel(build())`` -> ``build()``, keeping any parentheses around the call."""
+    call = cast(cst.Call, node)
+    return call.args[0].value.with_changes(lpar=call.lpar, rpar=call.rpar)
 
 
 def _module_if_wrapped(ddp: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
@@ -82,6 +88,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             plan.change(reader, f"wrap `{model.expression}` again: it was built anew after training")
         for read in model.unwrap:
             _unwrap(plan, model, read)
+        for call in model.through_forward:
+            _through_forward(plan, call)
     for call in facts.data_parallel:
         if call not in wrapped_by_ddp and call.args:
             plan.replace(call, lambda n: cast(cst.Call, n).args[0].value)
@@ -107,7 +115,13 @@ def _remove_data_parallel(plan: EditPlan, model: Model) -> None:
     """A ``model = nn.DataParallel(model)`` line the wrap replaces elsewhere goes (with an ``if`` that held it alone)."""
     assert model.data_parallel_removed is not None
     guard = model.data_parallel_if
-    if guard is not None and len(guard.body.body) == 1:
+    call = cast(cst.Call, statement_value(model.data_parallel_removed))
+    if plan.index.module_of(call).code_for_node(call.args[0].value).strip() != model.expression:
+        # ``model = nn.DataParallel(build())``: the line also builds the model, so only the wrapper goes
+        plan.replace(call, _in_the_same_parentheses_as_argument)
+        if guard is not None:
+            plan.inline(guard)
+    elif guard is not None and len(guard.body.body) == 1:
         plan.remove(guard)  # ``if device_count() > 1: model = nn.DataParallel(model)``
     else:
         plan.remove(model.data_parallel_removed)
@@ -140,6 +154,52 @@ def _wrap(plan: EditPlan, model: Model, arguments: str, options: Options) -> Non
         wrap = plan.where_distributed(anchor, wrap)
         plan.change(anchor, f"wrap {wrapped} in DistributedDataParallel")
     plan.insert_after(anchor, wrap)
+
+
+_THROUGH_FORWARD = '''
+def {helper}(model, method, *args, **kwargs):
+    """``model.<method>(...)`` run as the forward of its DistributedDataParallel wrapper: DDP averages
+    the gradients only of what its forward computes."""
+    if not isinstance(model, {ddp}):
+        return getattr(model, method)(*args, **kwargs)
+    module = model.module
+
+    def forward(*args, **kwargs):
+        del module.forward  # the method's own calls of the model run its usual forward
+        return getattr(module, method)(*args, **kwargs)
+
+    module.forward = forward
+    try:
+        return model(*args, **kwargs)
+    finally:
+        module.__dict__.pop("forward", None)
+'''
+
+
+def _through_forward(plan: EditPlan, call: cst.Call) -> None:
+    """``model.compute_loss(x, y)`` -> ``forward_through(model, "compute_loss", x, y)``."""
+    helper = fresh("forward_through", plan.index.identifiers)
+    if not plan.has_setup_helper(helper):
+        code = _THROUGH_FORWARD.format(helper=helper, ddp=plan.names.ddp)
+        definition = cast(cst.FunctionDef, cst.parse_module(code).body[0])
+        plan.add_setup_helper(helper, definition, definition)
+    attribute = cast(cst.Attribute, call.func)
+    name = attribute.attr.value
+
+    def route(node: cst.CSTNode) -> cst.CSTNode:
+        original = cast(cst.Call, node)
+        receiver = cast(cst.Attribute, original.func).value
+        head = [cst.Arg(receiver), cst.Arg(cst.SimpleString(f'"{name}"'))]
+        return original.with_changes(
+            func=cst.Name(helper), args=with_comma(head) + list(original.args) if original.args else head
+        )
+
+    plan.replace(call, route)
+    text = plan.index.module_of(call).code_for_node(attribute.value)
+    plan.change(
+        call,
+        f"`{text}.{name}(...)` runs as the forward of the DistributedDataParallel wrapper, which averages its gradients",
+    )
 
 
 def _unwrap(plan: EditPlan, model: Model, read: cst.BaseExpression) -> None:
