@@ -297,7 +297,7 @@ def _place_imports(plan: EditPlan, module: cst.Module, new: Sequence[Import]) ->
         body = body[: body.index(plan.imports_before)]
     if module is plan.index.module and plan.index.main_guard in body:
         # an import below the main guard runs after the program it would serve
-        body = body[: body.index(cast(cst.If, plan.index.main_guard))]
+        body = body[: body.index(plan.index.main_guard)]
     imports = [stmt for stmt in body if _import_module(stmt) not in (None, "__future__")]
     # The program's own modules are the last group: torch imports never go among them.
     local = {name.split(".")[0] for name in plan.index.module_names if name != "__main__"}
