@@ -56,6 +56,7 @@ import libcst as cst
 from ddpify import torch_api
 from ddpify.concerns import data, model
 from ddpify.diagnostics import Code, Severity
+from ddpify.engine.called import called_functions, enclosing_function
 from ddpify.engine.edits import EditPlan, statement
 from ddpify.engine.index import Index
 from ddpify.engine.program import Program
@@ -220,10 +221,15 @@ def distributed_use(index: Index) -> tuple[cst.Call, str] | None:
     group, a DDP or FSDP wrap, processes spawned, a training framework), with its qualified name; or
     None. Calls that only ask (``dist.get_rank()`` under ``dist.is_initialized()``, a helper nobody
     calls) do not make a program distributed: it still needs a process group."""
+    called: set[cst.FunctionDef] | None = None
     for call in index.calls:
         for name in sorted(index.qualified_names(call.func)):
             if name.startswith(torch_api.DISTRIBUTED_CALLS):
-                return call, name
+                if called is None:
+                    called = called_functions(index)
+                function = enclosing_function(index, call)
+                if function is None or function in called:
+                    return call, name
     return None
 
 

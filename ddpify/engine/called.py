@@ -1,0 +1,82 @@
+"""What the program *calls*, as opposed to what *may run*.
+
+The index reads what may run (:mod:`ddpify.engine.reach`): a function that is
+mentioned anywhere that runs, imported or re-exported included, counts, since
+an edit that lands in code that may run costs little and one that is missing
+leaves the program unconverted. That is the right doubt for edits, and the
+wrong one for a finding that makes ddpify do *less*: a package that re-exports
+``init_distributed_mode`` from a helpers module does not make the program
+distributed; a call of it does.
+
+:func:`called_functions` answers "is called": starting from the code that runs
+when the modules load (module level, class bodies, the entry's main block), a
+function is called when a call there resolves to it, names it (``helpers.setup``,
+``self.setup``: a method called by name on an object of a class ddpify cannot
+type), or passes it on (``mp.spawn(worker, ...)``, ``fire.Fire(main)``), and so
+on from the calls inside each called function. An import, a re-export or
+``__all__`` is not a call. Methods that Python calls on its own (``__init__``,
+``__call__``, ``forward``, ``__getitem__``, ...) are called where their class is.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.engine.index import Index
+from ddpify.engine.syntax import dotted
+
+
+def called_functions(index: Index) -> set[cst.FunctionDef]:
+    """Every function of the program that the code that runs calls, directly or through others."""
+    by_name: dict[str, list[cst.FunctionDef]] = {}
+    for (_, name), function in sorted(index.functions.items(), key=lambda item: index.order[item[1]]):
+        by_name.setdefault(name, []).append(function)
+    calls_in: dict[cst.FunctionDef | None, list[cst.Call]] = {}
+    for call in index.calls:
+        calls_in.setdefault(enclosing_function(index, call), []).append(call)
+    called: set[cst.FunctionDef] = set()
+    todo = list(calls_in.get(None, []))
+    for function in index.functions.values():
+        if _called_by_python(index, function):
+            called.add(function)
+            todo += calls_in.get(function, [])
+    while todo:
+        call = todo.pop()
+        for function in _callees(index, call, by_name):
+            if function not in called:
+                called.add(function)
+                todo += calls_in.get(function, [])
+    return called
+
+
+def enclosing_function(index: Index, node: cst.CSTNode) -> cst.FunctionDef | None:
+    """The innermost ``def`` around ``node``; None at module level or in a class body."""
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            return ancestor
+    return None
+
+
+def _callees(index: Index, call: cst.Call, by_name: dict[str, list[cst.FunctionDef]]) -> list[cst.FunctionDef]:
+    found: list[cst.FunctionDef] = []
+    resolved = index.resolve_callee(call, index.scope_of(call))
+    if resolved is not None:
+        found.append(resolved[0])
+    named = dotted(call.func)
+    if named:
+        found += by_name.get(named.rsplit(".", 1)[-1], [])
+    for arg in call.args:  # a function handed on is called by whatever receives it
+        passed = dotted(arg.value)
+        if passed:
+            found += by_name.get(passed.rsplit(".", 1)[-1], [])
+    return found
+
+
+_CALLED_BY_PYTHON = frozenset(
+    {"forward", "__call__", "__enter__", "__exit__", "__iter__", "__next__", "__getitem__", "__len__"}
+)
+
+
+def _called_by_python(index: Index, function: cst.FunctionDef) -> bool:
+    """A method that Python or torch calls on an object of its class, which runs where the class is built."""
+    return index.method_class(function) is not None and function.name.value in _CALLED_BY_PYTHON
