@@ -54,6 +54,7 @@ import io
 import json
 import re
 import tokenize
+import warnings
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +149,8 @@ class Script:
 
     def place(self, line: int) -> Place:
         """The cell and cell line of the script's ``line`` (a ``# %%`` line: the first line of its cell)."""
+        if not self.places:  # no code cell: the script is empty
+            return Place(1, 1)
         return self.places[min(max(line, 1), len(self.places)) - 1]
 
     def report(self, conversion: Conversion) -> Conversion:
@@ -214,8 +217,11 @@ def code_cells(data: bytes, path: str) -> list[Cell]:
     if version not in VERSIONS:
         raise NotebookError(f"{path}: notebook format version {version!r}; ddpify reads versions 3 and 4")
     try:
-        notebook = nbformat.reads(text, as_version=4, capture_validation_error={})  # type: ignore[no-untyped-call]
-        nbformat.validate(notebook)
+        with warnings.catch_warnings():
+            # A cell without an id (nbformat 4.5) is read as Jupyter reads it: no warning on stderr.
+            warnings.simplefilter("ignore")
+            notebook = nbformat.reads(text, as_version=4, capture_validation_error={})  # type: ignore[no-untyped-call]
+            nbformat.validate(notebook)
     except Exception as exc:  # nbformat raises jsonschema's errors, ValueError and KeyError alike
         raise NotebookError(f"{path}: not a valid version {version} notebook: {_first_line(exc)}") from None
     language = _language(notebook.get("metadata", {}))
@@ -258,7 +264,8 @@ def script(cells: Sequence[Cell], path: str) -> Script:
         lines.extend(made.lines)
         places.extend(Place(cell.number, n) for n in range(1, len(made.lines) + 1))
         diagnostics.extend(code.at(offset + line, column, message, path) for line, column, code, message in made.found)
-    return Script(path, "\n".join(lines) + "\n", tuple(places), tuple(diagnostics))
+    text = "\n".join(lines) + "\n" if lines else ""
+    return Script(path, text, tuple(places), tuple(diagnostics))
 
 
 @dataclass
