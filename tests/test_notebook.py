@@ -20,6 +20,7 @@ import pytest
 from ddpify import Conversion, Status, convert, notebook
 from ddpify.cli import main
 from ddpify.notebook import NotebookError
+from ddpify.verify import verify
 
 FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
 CASES = sorted(p.parent for p in FIXTURES.glob("*/input.ipynb"))
@@ -350,3 +351,20 @@ def test_cells_without_ids_are_read_quietly(cli, workdir: Path) -> None:
         "train.ipynb:cell 1:1:1: DDP011 no training step (`.backward()`) found: nothing to do (script line 1)",
         "train.ipynb: nothing to do",
     ]
+
+
+@pytest.mark.torchrun
+def test_a_converted_notebook_trains_in_sync(cli, workdir: Path) -> None:
+    """The notebook of case ``trains`` (magics, cells that display, a training loop, a save), converted
+    through the command line and run under torchrun with two CPU processes."""
+    pytest.importorskip("torch")
+    (workdir / "train.ipynb").write_bytes((FIXTURES / "trains" / "input.ipynb").read_bytes())
+    assert cli("train.ipynb", "-o", "train_ddp.py").code == 0
+
+    report = verify(workdir / "train_ddp.py", nproc=2, script_args=[], workdir=workdir, timeout=240)
+
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    rank0, rank1 = report.ranks
+    assert rank0.steps == rank1.steps > 0
+    assert [Path(p).name for p in rank0.saves] == ["model.pt"] and not rank1.saves
+    assert report.output.count("torch.Size([256, 8])") == 1, "a displayed value is printed once, by rank 0"
