@@ -153,6 +153,11 @@ class Script:
             return Place(1, 1)
         return self.places[min(max(line, 1), len(self.places)) - 1]
 
+    def at(self, line: int) -> tuple[str, int]:
+        """Where the script's ``line`` is, as a finding names it: ``train.ipynb:cell 4`` and the cell's line."""
+        place = self.place(line)
+        return f"{self.path}:cell {place.cell}", place.line
+
     def report(self, conversion: Conversion) -> Conversion:
         """``conversion`` of :attr:`text`, with the findings made on the way, each at its cell and line."""
         findings = sorted(
@@ -168,15 +173,15 @@ class Script:
     def _located(self, diagnostic: Diagnostic) -> Diagnostic:
         if diagnostic.path != self.path:
             return diagnostic  # in another module of the program
-        place = self.place(diagnostic.line)
+        path, line = self.at(diagnostic.line)
         message = f"{diagnostic.message} (script line {diagnostic.line})"
-        return replace(diagnostic, path=f"{self.path}:cell {place.cell}", line=place.line, message=message)
+        return replace(diagnostic, path=path, line=line, message=message)
 
     def _located_change(self, change: Change) -> Change:
         if change.path not in ("", self.path):
             return change
-        place = self.place(change.line)
-        return replace(change, path=f"{self.path}:cell {place.cell}", line=place.line)
+        path, line = self.at(change.line)
+        return replace(change, path=path, line=line)
 
 
 def is_notebook(path: str) -> bool:

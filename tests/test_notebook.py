@@ -11,6 +11,7 @@ tests/test_notebook.py`` and review with ``git diff``.
 from __future__ import annotations
 
 import ast
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -368,3 +369,67 @@ def test_a_converted_notebook_trains_in_sync(cli, workdir: Path) -> None:
     assert rank0.steps == rank1.steps > 0
     assert [Path(p).name for p in rank0.saves] == ["model.pt"] and not rank1.saves
     assert report.output.count("torch.Size([256, 8])") == 1, "a displayed value is printed once, by rank 0"
+
+
+def code_notebook(*cells: str) -> str:
+    """A version 4 notebook of these code cells."""
+    return json.dumps(
+        {
+            "nbformat": 4,
+            "nbformat_minor": 4,
+            "metadata": {},
+            "cells": [
+                {"cell_type": "code", "metadata": {}, "source": cell, "outputs": [], "execution_count": None}
+                for cell in cells
+            ],
+        }
+    )
+
+
+HELPERS = "import torch.nn as nn\n\n\ndef make_model():\n    return nn.Linear(8, 1)\n"
+USES_HELPERS = (
+    "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom helpers import make_model",
+    "loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8, shuffle=True)\n"
+    "model = make_model()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)",
+    "for x, y in loader:\n    loss = torch.nn.functional.mse_loss(model(x), y)\n    opt.zero_grad()\n"
+    "    loss.backward()\n    opt.step()",
+)
+
+
+def test_a_notebook_imports_its_local_modules(cli, workdir: Path) -> None:
+    (workdir / "helpers.py").write_text(HELPERS)
+    (workdir / "train.ipynb").write_text(code_notebook(*USES_HELPERS))
+
+    run = cli("train.ipynb", "-o", "out/")
+
+    assert run.code == 0
+    assert "converted train.ipynb -> out/train.py; copied helpers.py, which it imports (" in run.err[-3]
+    assert files(workdir) == ["helpers.py", "out/helpers.py", "out/train.py", "train.ipynb"]
+
+
+def test_an_import_it_cannot_follow_is_named_by_cell(cli, workdir: Path) -> None:
+    (workdir / "helpers.py").write_text(HELPERS)
+    first, *rest = USES_HELPERS
+    (workdir / "train.ipynb").write_text(code_notebook("import sys\nsys.path.insert(0, '..')\n" + first, *rest))
+
+    run = cli("train.ipynb", "-o", "train_ddp.py")
+
+    assert run.code == 0
+    assert run.err[0] == (
+        "train.ipynb:cell 1:2:1: DDP012 `sys.path.insert()`: modules found through the changed search path "
+        "are not followed (script line 3)"
+    )
+
+
+def test_a_folder_of_notebooks_in_worker_processes(cli, workdir: Path) -> None:
+    (workdir / "src").mkdir()
+    for name in ("a", "b", "c"):
+        (workdir / "src" / f"{name}.ipynb").write_bytes(TRAINING.read_bytes())
+
+    run = cli("src", "-j", "2", "-o", "out/")
+
+    assert run.code == 0
+    assert run.err[-1] == "3 files: 3 converted"
+    expected = (FIXTURES / "training" / "expected.py").read_bytes()
+    assert all((workdir / "out" / f"{name}.py").read_bytes() == expected for name in ("a", "b", "c"))
+    assert "src/b.ipynb:cell 5:2: wrap `model` in DistributedDataParallel" in run.err

@@ -7,12 +7,15 @@ written), and outputs get the name of a script (``train.ipynb`` -> ``train.py``)
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ddpify import notebook
 from ddpify.cli.exits import Failure
 
 if TYPE_CHECKING:
+    from ddpify.cli.program import ProgramFiles
     from ddpify.notebook import Script
 
 
@@ -22,6 +25,18 @@ def read_script(src: str, data: bytes) -> Script:
         return notebook.read(data, src)
     except notebook.NotebookError as exc:
         raise Failure(str(exc)) from None
+
+
+def located(script: Script, program: ProgramFiles) -> ProgramFiles:
+    """``program`` with the imports ddpify cannot follow in the notebook itself named by cell and line."""
+    entry = str(program.entry)
+    unfollowed = []
+    for found in program.unfollowed:
+        if os.path.realpath(found.path) == entry:
+            path, line = script.at(found.line)
+            found = replace(found, path=path, line=line, reason=f"{found.reason} (script line {found.line})")
+        unfollowed.append(found)
+    return replace(program, unfollowed=tuple(unfollowed))
 
 
 def check_output(src: str, output: str | None, *, in_place: bool) -> None:

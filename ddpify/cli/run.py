@@ -22,7 +22,7 @@ from ddpify.cli import backend
 from ddpify.cli.discovery import plan
 from ddpify.cli.exits import ExitCode, Failure, Outcome
 from ddpify.cli.files import check_target, read_input, write_atomically, write_stdout
-from ddpify.cli.notebooks import read_script
+from ddpify.cli.notebooks import located, read_script
 from ddpify.cli.program import ProgramFiles, local_modules
 from ddpify.cli.report import Reporter, error, plural
 from ddpify.cli.request import (
@@ -66,6 +66,8 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
     if script is not None:
         source = script.source  # the notebook's code cells, as the script that is converted
     program = local_modules(job.src, source, max_size=request.max_size) if job.src != "-" else None
+    if program is not None and script is not None:
+        program = located(script, program)
     if program is not None and job.make_folders and request.output is not None:
         # `-o DIR/`: the program keeps its layout under DIR, and goes there whole.
         entry = script_name(program.relative(str(program.entry)))

@@ -35,7 +35,7 @@ from ddpify import Conversion, Severity, Status
 from ddpify.cli import backend
 from ddpify.cli.exits import ExitCode, Failure, Interrupted, NeedsFolder, Outcome
 from ddpify.cli.files import read_input
-from ddpify.cli.notebooks import read_script
+from ddpify.cli.notebooks import located, read_script
 from ddpify.cli.program import Linked, ProgramFiles, link
 from ddpify.cli.report import Progress, describe, internal_error_message, isatty, plural, summary_line
 from ddpify.cli.results import finish
@@ -195,7 +195,8 @@ def _prepare(job: Job, request: Request, linked: Linked) -> Result | _Task:
         unchanged = Conversion(source, source, Status.UNCHANGED, (nothing_to_do(job.name),))
         return Converted(source, script.report(unchanged) if script is not None else unchanged)
     try:
-        return _Task(source, linked.program(job, source, max_size=request.max_size), script)
+        program = linked.program(job, source, max_size=request.max_size)
+        return _Task(source, located(script, program) if script is not None else program, script)
     except Failure as failure:
         return failure
 
