@@ -50,6 +50,7 @@ anything; ``get_ipython()`` bound to a name is left as it is.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import io
 import json
 import re
@@ -195,8 +196,6 @@ def script_name(path: str) -> str:
 
 def available() -> bool:
     """Whether nbformat, which reading a notebook needs, is installed."""
-    import importlib.util
-
     return importlib.util.find_spec("nbformat") is not None
 
 
@@ -295,7 +294,7 @@ def _magics(made: _Made) -> set[int]:
     """Comment out IPython's own syntax, line by line; the indexes of the lines commented."""
     lines = made.lines
     commented: set[int] = set()
-    first = next(i for i, line in enumerate(lines) if line.strip())
+    first = next((i for i, line in enumerate(lines) if line.strip()), 0)
     stripped = lines[first].strip()
     if stripped.startswith("%%"):
         name = _name(stripped)

@@ -131,6 +131,20 @@ def test_ipython_lines_and_shown_values(source: str, expected: str) -> None:
     assert script.text == f"# %% cell 1\n{expected}\n"
 
 
+def test_each_ipython_line_is_reported_where_it_was() -> None:
+    cells = [notebook.Cell(3, "x = 1\n%cd data\ndisplay(x, clear=True)\ndisplay(x)")]
+
+    script = notebook.script(cells, "n.ipynb")
+
+    assert script.text == "# %% cell 3\nx = 1\n# %cd data\ndisplay(x, clear=True)\nprint(x)\n"
+    assert [(d.line, d.column, d.code) for d in script.diagnostics] == [
+        (3, 1, "DDP021"),
+        (4, 1, "DDP021"),
+        (5, 1, "DDP022"),
+    ]
+    assert [script.at(d.line) for d in script.diagnostics] == [("n.ipynb:cell 3", n) for n in (2, 3, 4)]
+
+
 def test_display_of_the_notebooks_own_is_left_alone() -> None:
     cells = [notebook.Cell(1, "def display(x):\n    return x"), notebook.Cell(2, "display(3)")]
 
