@@ -25,16 +25,17 @@ What a script cannot run is made harmless on the way, each with a diagnostic:
   conversion then prints both on rank 0 only (DDP022). A last expression that
   calls something (``df.head()``, ``model.train()``) is left as it is: it runs
   on every rank as in the notebook and shows nothing, since a call may change
-  state that every rank needs. ``plt.show()`` is left to the usual conversion,
-  which runs it on rank 0.
+  state that every rank needs. ``plt.show()``, and a ``display`` imported from
+  ``IPython.display``, are left to the usual conversion, which runs them on rank 0.
 
-Before → after::
+Before → after (the script, before the usual conversion puts the print on rank 0)::
 
-    [1] %matplotlib inline            # %% cell 1
-                                      # %matplotlib inline
-    [2] model = Net()                 # %% cell 2
-        model                         model = Net()
-                                      print(model)
+    cell 1   %matplotlib inline          # %% cell 1
+                                         # %matplotlib inline
+    cell 2   (Markdown)
+    cell 3   model = Net().to(device)    # %% cell 3
+             model                       model = Net().to(device)
+                                         print(model)
 
 Reading (:func:`read`) uses nbformat, the Jupyter project's own reader, for
 versions 3 and 4; it is an optional dependency (``ddpify[notebook]``) that only
