@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -447,3 +449,25 @@ def test_a_folder_of_notebooks_in_worker_processes(cli, workdir: Path) -> None:
     expected = (FIXTURES / "training" / "expected.py").read_bytes()
     assert all((workdir / "out" / f"{name}.py").read_bytes() == expected for name in ("a", "b", "c"))
     assert "src/b.ipynb:cell 5:2: wrap `model` in DistributedDataParallel" in run.err
+
+
+def test_only_notebooks_need_nbformat(workdir: Path) -> None:
+    """With nbformat impossible to import, a script converts as before and a notebook asks for the extra."""
+    (workdir / "train.ipynb").write_bytes(TRAINING.read_bytes())
+    (workdir / "train.py").write_bytes((FIXTURES / "training" / "expected.py").read_bytes())
+    blocked = "import sys; sys.modules['nbformat'] = None; from ddpify.cli import main; sys.exit(main(sys.argv[1:]))"
+
+    def ddpify(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "NO_COLOR": "1"}
+        command = [sys.executable, "-c", blocked, *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)
+
+    script = ddpify("train.py")
+    notebook_run = ddpify("train.ipynb", "-o", "train_ddp.py")
+
+    assert (script.returncode, script.stderr.splitlines()[-1]) == (0, "train.py: nothing to do")
+    assert (notebook_run.returncode, notebook_run.stderr) == (
+        2,
+        "error: train.ipynb: reading a notebook needs nbformat: pip install 'ddpify[notebook]'\n",
+    )
+    assert files(workdir) == ["train.ipynb", "train.py"]
