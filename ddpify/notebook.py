@@ -111,7 +111,7 @@ LOOKING_COMMANDS = frozenset(
     | {"tail", "uname", "which", "whoami"}
 )
 _ASSIGNED_MAGIC = re.compile(r"[\w.]+(\s*,\s*[\w.]+)*\s*=\s*[!%]")
-_HELP = re.compile(r"\?{1,2}[\w.*]+|[\w.*]+\?{1,2}")
+_HELP = re.compile(r"\?{1,2}\s*[\w.*]*|[\w.*]+\s*\?{1,2}")
 _MAGIC_NAME = re.compile(r"%{1,2}(\w+)")
 _SHOWN = 60  # characters of a magic quoted in a message
 

@@ -114,6 +114,7 @@ def test_cells_become_one_script_each_under_its_cell_line() -> None:
         ("x = 1\nx;", "x = 1\nx;"),
         ("x = 1\nx  # shown", "x = 1\nprint(x)  # shown"),
         ("x = [1]\nx[0] + len(x)", "x = [1]\nx[0] + len(x)"),
+        ("x = 1\nx ?", "x = 1\n# x ?"),
     ],
     ids=[
         "modulo",
@@ -125,6 +126,7 @@ def test_cells_become_one_script_each_under_its_cell_line() -> None:
         "semicolon",
         "comment",
         "call",
+        "help",
     ],
 )
 def test_ipython_lines_and_shown_values(source: str, expected: str) -> None:
