@@ -45,7 +45,8 @@ touches files: the command line reads and writes them.
 
 Limits: a magic inside a multi-line string or bracket is left alone (it is not
 one, for IPython either); ``$name`` in a shell command is not expanded into
-anything; ``get_ipython()`` bound to a name is left as it is.
+anything; ``get_ipython()`` bound to a name is left as it is; a top-level
+``await``, which IPython runs, is not Python in a script (DDP002 at its cell).
 """
 
 from __future__ import annotations
