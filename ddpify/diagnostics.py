@@ -115,6 +115,31 @@ UNFOLLOWED_IN_FOLDER = Code(
     "-o DIR/ would hold a copy of the program without the code it loads in a way ddpify cannot follow",
     "import the module by name, or convert the program where it is with --in-place",
 )
+# A notebook's code cells, made into one script (ddpify/notebook.py).
+NOTEBOOK_SETUP = Code(
+    "DDP020",
+    Severity.INFO,
+    "input",
+    "an IPython magic or shell command that only sets up or times the notebook (`%matplotlib`, `!pip install`, "
+    "`%%time`): kept as a comment, the code it times kept",
+    "nothing to do; install what `!pip install` names before running the script",
+)
+NOTEBOOK_ONLY = Code(
+    "DDP021",
+    Severity.WARNING,
+    "input",
+    "IPython-only code that does work the script cannot do as it is (`%run`, `%cd`, `%env`, `!wget`, `%%writefile`, "
+    "`x = !ls`, `get_ipython()`): kept as a comment, so the script does not do it",
+    "do it in Python (`os.chdir`, `os.environ`, `subprocess.run`) or before starting the script",
+)
+NOTEBOOK_DISPLAY = Code(
+    "DDP022",
+    Severity.INFO,
+    "input",
+    "a value the notebook displays (`display(x)`, or a cell's last expression that calls nothing): printed, "
+    "on rank 0 only like every print",
+    "nothing to do; remove the print if the output is not wanted",
+)
 INTERNAL_ERROR = Code(
     "DDP900", Severity.ERROR, "ddpify", "a bug in ddpify: nothing is written", "report it with the input script"
 )
@@ -182,6 +207,9 @@ INPUT_CODES = (
     NOTHING_TO_DO,
     UNFOLLOWED_IMPORT,
     UNFOLLOWED_IN_FOLDER,
+    NOTEBOOK_SETUP,
+    NOTEBOOK_ONLY,
+    NOTEBOOK_DISPLAY,
 )
 INTERNAL_CODES = (
     INTERNAL_ERROR,

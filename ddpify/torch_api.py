@@ -121,6 +121,9 @@ OUTPUT_FUNCTIONS = frozenset(
     {
         "matplotlib.pyplot.savefig",
         "matplotlib.pyplot.show",
+        # IPython's display (a notebook made a script, or a script that imports it): prints outside a kernel.
+        "IPython.display.display",
+        "IPython.core.display_functions.display",
         "torchvision.utils.save_image",
         "numpy.save",
         "numpy.savetxt",

@@ -30,6 +30,8 @@ QUICK_TORCHRUN = (
     "tests/torchrun/test_projects.py::test_a_converted_program_trains_in_sync[solver--o]",
     # two nodes meeting through a c10d rendezvous
     "tests/test_launchers.py::test_multi_node_torchrun_command_joins_two_nodes_through_c10d",
+    # a notebook converted through the command line (magics, displayed values, a save)
+    "tests/test_notebook.py::test_a_converted_notebook_trains_in_sync",
 )
 
 

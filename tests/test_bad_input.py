@@ -612,19 +612,6 @@ def test_every_target_is_checked_before_anything_is_written(cli, workdir: Path) 
     assert sorted(p.name for p in workdir.iterdir()) == ["train.py"]
 
 
-@pytest.mark.parametrize("options", [[], ["-o", "out.py"]], ids=["stdout", "-o"])
-def test_notebook_is_refused_with_the_export_command(options: list[str], cli, workdir: Path) -> None:
-    (workdir / "train.ipynb").write_text('{"cells": [], "nbformat": 4, "nbformat_minor": 5}')
-
-    run = cli("train.ipynb", *options)
-
-    assert run.code == 2
-    assert run.err == [
-        "error: train.ipynb: a notebook; export it to a script first: jupyter nbconvert --to script train.ipynb"
-    ]
-    assert sorted(p.name for p in workdir.iterdir()) == ["train.ipynb"]
-
-
 def test_fifo_in_a_scanned_folder_is_skipped(workdir: Path) -> None:
     (workdir / "src").mkdir()
     (workdir / "src" / "a.py").write_bytes(TRAIN)

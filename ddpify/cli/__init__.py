@@ -14,6 +14,7 @@ in :mod:`ddpify.cli.exits` and README.md.
 ``discovery``         the scripts in folders, excludes, ``.gitignore``
 ``workers``           several files in worker processes
 ``files``             reading input, atomic writes
+``notebooks``         a ``.ipynb`` input read as the script of its code cells
 ``diff``              unified diff and colour
 ``report``            messages, summary line, progress
 ``backend``           ``convert()`` and ``verify()``, imported on first use

@@ -72,8 +72,8 @@ Sources = Annotated[
         metavar="SRC",
         show_default=False,
         help=(
-            "The training scripts to convert: files, and folders searched for *.py "
-            "('-' reads one script from stdin). Arguments after '--' go to the script "
+            "The training scripts to convert: files, notebooks (*.ipynb), and folders searched for *.py and "
+            "*.ipynb ('-' reads one script from stdin). Arguments after '--' go to the script "
             "(--verify, --sbatch, --k8s)."
         ),
     ),

@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING
 
 from ddpify.cli.exits import Failure
 from ddpify.cli.files import read_input
+from ddpify.cli.notebooks import read_script
 from ddpify.cli.project import Project, project_root
 from ddpify.cli.screening import Facts
+from ddpify.notebook import is_notebook
 from ddpify.result import LocalModule
 
 if TYPE_CHECKING:
@@ -169,6 +171,8 @@ def sketch(entry: str, *, max_size: int, projects: dict[Path, Project], root: Pa
     entry_path = Path(os.path.realpath(entry))
     try:
         source = read_input(entry, max_size=max_size)
+        if is_notebook(entry):
+            source = read_script(entry, source).source
     except Failure:  # reported when the job is converted
         return Sketch(entry_path, {}, unknown=True)
     project = _project(entry_path, projects, max_size, root)

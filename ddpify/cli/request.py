@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 from ddpify import Options
 from ddpify.cli.exits import Failure
 from ddpify.cli.files import DEFAULT_MAX_SIZE
+from ddpify.cli.notebooks import check_output
+from ddpify.notebook import is_notebook, script_name
 
 STDIN_NAME = "<stdin>"
 STDOUT_NAME = "<stdout>"
@@ -25,7 +27,6 @@ DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_SUFFIX = "_ddp"
 DEFAULT_NODES = 1
 DEFAULT_GPUS_PER_NODE = 8
-NOTEBOOK_EXTENSION = ".ipynb"
 # A suffix is a part of a file name: letters, digits, "_", "-" and ".", not ending in ".py".
 _SUFFIX = re.compile(r"[\w.-]+")
 
@@ -152,7 +153,8 @@ def validate(request: Request, *, several: bool) -> None:
         if request.output is not None and is_folder(request.output):
             raise Failure(f"-o {request.output} is a folder; stdin has no file name to give the output there")
         return
-    refuse_notebook(src)
+    if is_notebook(src):
+        check_output(src, request.output, in_place=request.in_place)
     if request.output is None:
         return
     same = same_file(src, request.output)
@@ -172,10 +174,10 @@ def _validate_stdout(request: Request, *, several: bool) -> None:
 
 
 def refuse_notebook(path: str) -> None:
-    if path.lower().endswith(NOTEBOOK_EXTENSION):
-        raise Failure(
-            f"{path}: a notebook; export it to a script first: jupyter nbconvert --to script {shlex.quote(path)}"
-        )
+    """``ddpify verify`` runs scripts: a notebook is converted to one first."""
+    if is_notebook(path):
+        output = shlex.quote(with_suffix(script_name(path), DEFAULT_SUFFIX))
+        raise Failure(f"{path}: a notebook; convert it to a script first: ddpify {shlex.quote(path)} -o {output}")
 
 
 def valid_suffix(suffix: str) -> bool:
@@ -259,14 +261,14 @@ def single_job(request: Request) -> Job:
     """Where the one input's result goes."""
     (src,) = request.sources
     if request.output is not None and is_folder(request.output):
-        # `-o folder/`: the output goes into the folder under the input's name.
-        return Job(src, os.path.join(request.output, os.path.basename(src)), make_folders=True)
+        # `-o folder/`: the output goes into the folder under the input's name (a notebook's: a script's).
+        return Job(src, os.path.join(request.output, os.path.basename(script_name(src))), make_folders=True)
     if request.output is not None:
         return Job(src, request.output, in_place=request.in_place)
     if request.in_place:
         return Job(src, src, in_place=True)
     if request.suffix is not None:
-        return Job(src, with_suffix(src, request.suffix), write_unchanged=False)
+        return Job(src, with_suffix(script_name(src), request.suffix), write_unchanged=False)
     return Job(src, None)
 
 

@@ -22,6 +22,7 @@ from ddpify.cli import backend
 from ddpify.cli.discovery import plan
 from ddpify.cli.exits import ExitCode, Failure, Outcome
 from ddpify.cli.files import check_target, read_input, write_atomically, write_stdout
+from ddpify.cli.notebooks import located, read_script
 from ddpify.cli.program import ProgramFiles, local_modules
 from ddpify.cli.report import Reporter, error, plural
 from ddpify.cli.request import (
@@ -39,6 +40,7 @@ from ddpify.cli.request import (
 from ddpify.cli.results import finish
 from ddpify.cli.signals import finishing
 from ddpify.cli.workers import run_many
+from ddpify.notebook import is_notebook, script_name
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,15 +62,21 @@ def run(request: Request) -> ExitCode:
 def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
     _check_targets(request, job)
     source = read_input(job.src, max_size=request.max_size)
+    script = read_script(job.src, source) if is_notebook(job.src) else None
+    if script is not None:
+        source = script.source  # the notebook's code cells, as the script that is converted
     program = local_modules(job.src, source, max_size=request.max_size) if job.src != "-" else None
+    if program is not None and script is not None:
+        program = located(script, program)
     if program is not None and job.make_folders and request.output is not None:
         # `-o DIR/`: the program keeps its layout under DIR, and goes there whole.
-        job = replace(
-            job, target=os.path.join(request.output, program.relative(str(program.entry))), whole_program=True
-        )
+        entry = script_name(program.relative(str(program.entry)))
+        job = replace(job, target=os.path.join(request.output, entry), whole_program=True)
     modules = program.modules if program is not None else ()
     launch_files = [_launch_file(request, option, path, job.target) for option, path in request.launch_files]
     conversion = backend.convert(source, path=job.name, options=request.options_for(job), modules=modules)
+    if script is not None:
+        conversion = script.report(conversion)
     with finishing():
         outcome = finish(request, job, source, conversion, reporter, program)
     if program is not None and outcome is Outcome.CONVERTED and job.target is not None and not job.make_folders:

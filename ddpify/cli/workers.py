@@ -35,11 +35,13 @@ from ddpify import Conversion, Severity, Status
 from ddpify.cli import backend
 from ddpify.cli.exits import ExitCode, Failure, Interrupted, NeedsFolder, Outcome
 from ddpify.cli.files import read_input
+from ddpify.cli.notebooks import located, read_script
 from ddpify.cli.program import Linked, ProgramFiles, link
 from ddpify.cli.report import Progress, describe, internal_error_message, isatty, plural, summary_line
 from ddpify.cli.results import finish
 from ddpify.cli.signals import STOP_SIGNALS, finishing
 from ddpify.diagnostics import nothing_to_do
+from ddpify.notebook import is_notebook
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -47,12 +49,13 @@ if TYPE_CHECKING:
     from ddpify import Options
     from ddpify.cli.report import Reporter
     from ddpify.cli.request import Job, Request
+    from ddpify.notebook import Script
     from ddpify.result import LocalModule
 
 
 @dataclass(frozen=True)
 class Converted:
-    """One input's text, its conversion, and the program it was converted with (if any)."""
+    """One input's text (a notebook's: its script), its conversion, and the program it was converted with (if any)."""
 
     source: bytes
     conversion: Conversion
@@ -127,10 +130,16 @@ def _finish_one_of_many(request: Request, job: Job, result: Result, reporter: Re
 
 @dataclass(frozen=True)
 class _Task:
-    """An input read and its program found, to be converted."""
+    """An input read and its program found, to be converted; a notebook's script, whose findings name cells."""
 
     source: bytes
     program: ProgramFiles | None
+    script: Script | None = None
+
+    def converted(self, conversion: Conversion) -> Converted:
+        if self.script is not None:
+            conversion = self.script.report(conversion)
+        return Converted(self.source, conversion, self.program)
 
 
 def conversions(request: Request, jobs: list[Job], linked: Linked) -> Generator[Result, None, None]:
@@ -174,15 +183,20 @@ def _prepare(job: Job, request: Request, linked: Linked) -> Result | _Task:
     """What a job needs: its text, and its program when it may train (the first pass decides)."""
     try:
         source = read_input(job.src, max_size=request.max_size)
+        script = read_script(job.src, source) if is_notebook(job.src) else None
     except Failure as failure:
         return failure
+    if script is not None:
+        source = script.source
     if job.src in linked.modules:
         return Converted(source, Conversion(source, source, Status.UNCHANGED))
     sketch = linked.sketches.get(job.src)
     if sketch is not None and not sketch.may_train():
-        return Converted(source, Conversion(source, source, Status.UNCHANGED, (nothing_to_do(job.name),)))
+        unchanged = Conversion(source, source, Status.UNCHANGED, (nothing_to_do(job.name),))
+        return Converted(source, script.report(unchanged) if script is not None else unchanged)
     try:
-        return _Task(source, linked.program(job, source, max_size=request.max_size))
+        program = linked.program(job, source, max_size=request.max_size)
+        return _Task(source, located(script, program) if script is not None else program, script)
     except Failure as failure:
         return failure
 
@@ -195,7 +209,7 @@ def _collect(
         return prepared
     assert isinstance(prepared, _Task)
     try:
-        return Converted(prepared.source, submitted.get(), prepared.program)
+        return prepared.converted(submitted.get())
     except Exception as exc:  # raised by convert() in the worker, or the worker died
         return exc
 
@@ -206,7 +220,7 @@ def _convert_here(job: Job, request: Request, task: _Task) -> Result:
         conversion = backend.convert(task.source, path=job.name, options=request.options_for(job), modules=modules)
     except Exception as exc:
         return exc
-    return Converted(task.source, conversion, task.program)
+    return task.converted(conversion)
 
 
 def _start_pool(workers: int) -> multiprocessing.pool.Pool:

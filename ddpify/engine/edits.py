@@ -475,7 +475,7 @@ class _Applier(cst.CSTTransformer):
                 body.extend(inner)
                 body.extend(after)
             elif original in self.guarded:
-                if before:
+                if before or _starts_cell(new):
                     flush()
                     body.extend(before)
                 group.append(new)
@@ -491,6 +491,12 @@ class _Applier(cst.CSTTransformer):
         if not body and isinstance(originals, (list, tuple)) and originals:
             body.append(cst.SimpleStatementLine(body=[cst.Pass()]))
         return body
+
+
+def _starts_cell(stmt: Statement) -> bool:
+    """Whether a ``# %%`` line (a notebook's cell, or a script's in the percent format) opens ``stmt``:
+    one ``if`` on rank 0 never spans two cells."""
+    return any(line.comment is not None and line.comment.value.startswith("# %%") for line in stmt.leading_lines)
 
 
 def _if_rank_zero(stmts: list[Statement], test: cst.BaseExpression) -> cst.If:
