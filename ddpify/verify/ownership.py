@@ -139,7 +139,8 @@ def ownership(
     ``names``.
     """
     by_owner = owners(wrappers)
-    unwrapped = [p for p in params if id(p) not in by_owner]
+    # a frozen parameter (requires_grad False) gets no gradient: the optimizer holds it but never moves it
+    unwrapped = [p for p in params if id(p) not in by_owner and p.requires_grad]
     for param in [p for p in unwrapped if id(p) not in names][:_OWNER_LOOKUPS]:
         owner = _owner(param)
         if owner is not None:

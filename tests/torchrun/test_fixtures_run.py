@@ -37,6 +37,7 @@ CASES = [
     "model/optimizer_from_the_model_method",
     "model/loss_from_a_method",
     "model/data_parallel_builds_the_model",
+    "model/frozen_by_a_method",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",
     "tensors/results_compared_after_training",

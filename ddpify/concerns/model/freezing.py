@@ -64,10 +64,36 @@ class Freezing:
                             ),
                         ):
                             states.append((True, conditional))
+            elif self._freezes_whole(name):  # ``backbone.freeze()``, a method of the program that freezes it all
+                states.append((True, conditional))
         frozen: bool | None = False
         for state, conditional in states:
             frozen = None if conditional and frozen is not state else state
         return frozen
+
+    def _freezes_whole(self, name: str) -> bool:
+        """Every method of that name in the program's classes freezes all of ``self``'s parameters."""
+        index = self.index
+        methods = [f for (scope, n), f in index.functions.items() if n == name and isinstance(scope, cst.ClassDef)]
+        return bool(methods) and all(self._method_freezes_self(method) for method in methods)
+
+    def _method_freezes_self(self, method: cst.FunctionDef) -> bool:
+        index = self.index
+        own = index.self_name(method)
+        if own is None:
+            return False
+        for node in index.walk(method.body):
+            if isinstance(node, cst.For) and m.matches(
+                node.iter, m.Call(func=m.Attribute(m.Name(own), m.Name("parameters")), args=[])
+            ):
+                names = frozenset(n.value for n in index.walk(node.target) if isinstance(n, cst.Name))
+                if any(_makes_trainable(inner, names, value=False) for inner in index.walk(node.body)):
+                    return True
+            if _makes_trainable(node, None, value=False) and m.matches(
+                node, m.Call(func=m.Attribute(m.Name(own), m.Name("requires_grad_")))
+            ):
+                return True
+        return False
 
     def _conditional(self, read: cst.BaseExpression, wrap: cst.BaseStatement) -> bool:
         """Whether ``read`` runs only under an ``if`` (or in a loop) that does not also hold the wrap."""
