@@ -1,23 +1,25 @@
-"""Run names: a folder or file named by the clock or at random gets one name, rank 0's, on every rank.
+"""Values drawn per process that decide what every rank must do alike get rank 0's value on every rank.
 
-Each process computes ``f"runs/{datetime.now():%Y%m%d-%H%M%S}"`` or ``uuid.uuid4().hex``
-for itself: the ranks then write N checkpoint folders, or race to create one and
-fail with ``FileExistsError``. Where such a value names a file or folder (it reaches
-``os.makedirs``, ``open``, ``torch.save``, a ``SummaryWriter``, ``Path``...), every
-rank takes rank 0's instead::
+Each process computes ``f"runs/{datetime.now():%Y%m%d-%H%M%S}"``, ``uuid.uuid4().hex`` or
+``random.choice([5, 10])`` for itself. Where such a value names a file or folder, the ranks
+write N run folders or race to create one; where it sets up an optimizer (a random search's
+learning rate) the replicas drift apart; where it bounds a training loop, one rank stops
+early and the others wait for it forever in the gradient all-reduce. Which values these are
+is the rank-uniformity analysis's answer (:mod:`ddpify.engine.uniformity`); every rank then
+takes rank 0's value::
 
-    run_dir = f"runs/{datetime.now():%Y%m%d-%H%M%S}"
-    ->  run_dir = same_on_every_rank(f"runs/{datetime.now():%Y%m%d-%H%M%S}")
+    epochs = random.choice([5, 10, 20])
+    ->  epochs = same_on_every_rank(random.choice([5, 10, 20]))
 
 with ``same_on_every_rank`` (``dist.broadcast_object_list`` of rank 0's value) written
-into the script. Limits: a name computed before the process group exists (at import
-time) cannot be shared, and is reported (DDP507); values built from it in other
-statements are followed within one function (and ``self`` fields of one class).
+into the script. Limits: a value computed before the process group exists (at import
+time) cannot be shared: a file name is reported (DDP507), a value that sets up an
+optimizer or bounds a training loop refuses the conversion (DDP508). Values built from
+it in other statements are followed within one function (and ``self`` fields of one class).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -25,8 +27,8 @@ import libcst as cst
 
 from ddpify.concerns import process_group
 from ddpify.diagnostics import Code, Severity
+from ddpify.engine import uniformity
 from ddpify.engine.edits import EditPlan, fresh
-from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
 from ddpify.result import Options
 
@@ -37,61 +39,19 @@ NAME_PER_RANK = Code(
     "a file or folder is named by the clock or at random before the process group exists: each rank names its own",
     "compute the name after the process group is set up (inside the function that trains), or pass it in",
 )
-CODES = (NAME_PER_RANK,)
-
-# Calls whose value differs between processes started together.
-PER_PROCESS = frozenset(
-    {
-        "datetime.datetime.now",
-        "datetime.datetime.today",
-        "datetime.datetime.utcnow",
-        "time.time",
-        "time.time_ns",
-        "time.strftime",
-        "time.localtime",
-        "time.ctime",
-        "time.asctime",
-        "uuid.uuid1",
-        "uuid.uuid4",
-        "os.getpid",
-        "secrets.token_hex",
-        "secrets.token_urlsafe",
-        "random.random",
-        "random.randint",
-        "random.randrange",
-        "random.choice",
-        "random.getrandbits",
-    }
+TRAINING_PER_RANK = Code(
+    "DDP508",
+    Severity.ERROR,
+    "run_names",
+    "a value drawn from the clock or at random before the process group exists sets up an optimizer or bounds a "
+    "training loop: each rank would train with its own",
+    "draw it after the process group is set up (inside the function that trains), or seed the generator first",
 )
-# Calls that take a path (or make one from their arguments).
-PATH_CALLS = frozenset(
-    {
-        "os.makedirs",
-        "os.mkdir",
-        "os.path.join",
-        "pathlib.Path",
-        "builtins.open",
-        "torch.save",
-        "torch.utils.tensorboard.SummaryWriter",
-        "torch.utils.tensorboard.writer.SummaryWriter",
-        "tensorboardX.SummaryWriter",
-        "logging.FileHandler",
-        "logging.basicConfig",
-        "shutil.copy",
-        "shutil.copyfile",
-        "shutil.copytree",
-        "shutil.move",
-        "wandb.init",
-        "numpy.save",
-        "numpy.savetxt",
-        "torchvision.utils.save_image",
-    }
-)
-PATH_METHODS = frozenset({"mkdir", "joinpath", "open", "write_text", "write_bytes", "savefig", "to_csv"})
+CODES = (NAME_PER_RANK, TRAINING_PER_RANK)
 
 HELPER = '''
 def {helper}(value):
-    """Rank 0's value on every rank: a name drawn from the clock or at random is the same everywhere."""
+    """Rank 0's value on every rank: a value drawn from the clock or at random is the same everywhere."""
     values = [value]
     {broadcast}
     return values[0]
@@ -100,85 +60,26 @@ def {helper}(value):
 
 @dataclass(frozen=True)
 class Facts:
-    names: tuple[cst.Assign, ...]  # ``run_dir = <per-process value>``, where the value names a file or folder
+    # ``run_dir = <per-process value>``, where the value decides what every rank must decide alike, and what
+    names: tuple[tuple[cst.Assign, str], ...]
 
 
 def find(program: Program, setup: process_group.Facts) -> Facts:
     index = program.index
-    found: list[cst.Assign] = []
-    for assign in _per_process_assignments(index):
-        target = index.ref_of(assign.targets[0].target, index.scope_of(assign))
-        if target is None or not _names_a_path(index, target):
-            continue
+    found: list[tuple[cst.Assign, str]] = []
+    for value in uniformity.deciding_values(index):
+        assign = value.assign
         if setup.runs_before_setup(index, assign):
             program.report(
                 assign,
-                NAME_PER_RANK,
+                NAME_PER_RANK if value.decides == uniformity.NAMES_A_PATH else TRAINING_PER_RANK,
                 f"`{index.module.code_for_node(assign.targets[0].target)}` is drawn from the clock or at random before "
-                "the process group exists, and names a file or folder: each rank computes its own; compute it after "
+                f"the process group exists, and {value.decides}: each rank computes its own; compute it after "
                 "the process group is set up",
             )
             continue
-        found.append(assign)
+        found.append((assign, value.decides))
     return Facts(tuple(found))
-
-
-def _per_process_assignments(index: Index) -> Iterator[cst.Assign]:
-    """``x = <expression with a per-process call>``, alone on its line, one target."""
-    for stmt in index.statements:
-        if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign) or len(stmt.body[0].targets) != 1:
-            continue
-        assign = stmt.body[0]
-        if any(
-            isinstance(node, cst.Call) and index.is_call_to(node, PER_PROCESS)
-            for node in index.walk(assign.value)
-            if not any(isinstance(a, cst.Lambda) for a in index.ancestors(node) if index.inside(a, assign.value))
-        ):
-            yield assign
-
-
-def _names_a_path(index: Index, target: Ref) -> bool:
-    """Whether the value at ``target``, or a value built from it, reaches a call that takes a path."""
-    seen = {target}
-    queue = [target]
-    while queue:
-        ref = queue.pop()
-        for scope in index.scopes_reading(ref):
-            for read in index.mentions(scope, ref):
-                if _in_path_call(index, read):
-                    return True
-                built = _assigned_from(index, read)
-                if built is not None and built not in seen:
-                    seen.add(built)
-                    queue.append(built)
-        for flow in index.flows_from(ref):
-            if flow.dst not in seen:
-                seen.add(flow.dst)
-                queue.append(flow.dst)
-    return False
-
-
-def _in_path_call(index: Index, read: cst.CSTNode) -> bool:
-    for ancestor in index.ancestors(read):
-        if isinstance(ancestor, cst.BaseStatement):
-            return False
-        if isinstance(ancestor, cst.Call) and index.inside(read, ancestor) and read is not ancestor.func:
-            if index.is_call_to(ancestor, PATH_CALLS):
-                return True
-            if isinstance(ancestor.func, cst.Attribute) and ancestor.func.attr.value in PATH_METHODS:
-                return True
-    return False
-
-
-def _assigned_from(index: Index, read: cst.CSTNode) -> Ref | None:
-    """The place an assignment whose value holds ``read`` stores it in: ``path`` in ``path = f"{run}/ckpt.pt"``."""
-    stmt = index.statement_of(read)
-    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-        return None
-    small = stmt.body[0]
-    if isinstance(small, cst.Assign) and len(small.targets) == 1 and index.inside(read, small.value):
-        return index.ref_of(small.targets[0].target, index.scope_of(small))
-    return None
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
@@ -194,10 +95,10 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         )
     ]
     plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
-    for assign in facts.names:
+    for assign, decides in facts.names:
         plan.replace(
             assign.value,
             lambda node: cst.Call(func=cst.Name(helper), args=[cst.Arg(cast(cst.BaseExpression, node))]),
         )
         target = plan.index.module.code_for_node(assign.targets[0].target)
-        plan.change(assign, f"`{target}` names a file or folder: rank 0's value on every rank, not one per rank")
+        plan.change(assign, f"`{target}` {decides}: rank 0's value on every rank, not one per rank")

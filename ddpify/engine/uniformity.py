@@ -1,0 +1,210 @@
+"""Rank uniformity: which values every rank computes alike, and which decisions need them to.
+
+Under torchrun the same program runs N times. Most values come out the same in
+every process (*uniform*: constants, arguments, files read, draws after the same
+seed); some do not (*per process*: the clock, a fresh UUID, the process id, a
+draw from an unseeded generator). A per-process value is harmless until it
+decides something that every rank must decide alike:
+
+* a **file or folder name** (each rank writes its own run folder, or they race);
+* an **optimizer's or scheduler's settings** (``lr = 10 ** random.uniform(-4, -2)``
+  in a random search: every rank steps with its own learning rate and the
+  replicas drift apart);
+* the **trip count of a training loop** (``epochs = random.choice([5, 10])``:
+  one rank stops early and the others wait for it in the gradient all-reduce).
+
+:func:`deciding_values` finds the assignments of per-process values that reach
+one of those, following the value through the statements built from it and
+the program's flows. The run_names concern then gives every rank rank 0's
+value (one ``broadcast_object_list`` where the value is made, in the main
+process after the process group exists) or reports it where it cannot.
+
+Draws inside a data set's methods run in DataLoader worker processes, where no
+collective may run; they are never made uniform here (and what they draw is
+per-sample augmentation, which may differ between ranks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpify import torch_api
+from ddpify.engine.index import Index, Ref
+
+# Calls whose value differs between processes started together.
+PER_PROCESS = frozenset(
+    {
+        "datetime.datetime.now",
+        "datetime.datetime.today",
+        "datetime.datetime.utcnow",
+        "time.time",
+        "time.time_ns",
+        "time.strftime",
+        "time.localtime",
+        "time.ctime",
+        "time.asctime",
+        "uuid.uuid1",
+        "uuid.uuid4",
+        "os.getpid",
+        "secrets.token_hex",
+        "secrets.token_urlsafe",
+        "random.random",
+        "random.randint",
+        "random.randrange",
+        "random.choice",
+        "random.uniform",
+        "random.getrandbits",
+        "numpy.random.rand",
+        "numpy.random.randint",
+        "numpy.random.uniform",
+        "numpy.random.choice",
+        "numpy.random.random",
+    }
+)
+# Calls that take a path (or make one from their arguments).
+PATH_CALLS = frozenset(
+    {
+        "os.makedirs",
+        "os.mkdir",
+        "os.path.join",
+        "pathlib.Path",
+        "builtins.open",
+        "torch.save",
+        "torch.utils.tensorboard.SummaryWriter",
+        "torch.utils.tensorboard.writer.SummaryWriter",
+        "tensorboardX.SummaryWriter",
+        "logging.FileHandler",
+        "logging.basicConfig",
+        "shutil.copy",
+        "shutil.copyfile",
+        "shutil.copytree",
+        "shutil.move",
+        "wandb.init",
+        "numpy.save",
+        "numpy.savetxt",
+        "torchvision.utils.save_image",
+    }
+)
+PATH_METHODS = frozenset({"mkdir", "joinpath", "open", "write_text", "write_bytes", "savefig", "to_csv"})
+# Methods of a data set, which DataLoader workers run.
+_DATASET_METHODS = frozenset({"__getitem__", "__iter__", "__len__"})
+
+
+NAMES_A_PATH = "names a file or folder"
+
+
+@dataclass(frozen=True)
+class Deciding:
+    """``target = <per-process value>`` and what the value decides (a file name, an optimizer, a loop)."""
+
+    assign: cst.Assign
+    decides: str
+
+
+def deciding_values(index: Index) -> Iterator[Deciding]:
+    """Each assignment of a per-process value that decides what every rank must decide alike, in source order."""
+    for assign in _per_process_assignments(index):
+        target = index.ref_of(assign.targets[0].target, index.scope_of(assign))
+        if target is None or _in_worker_code(index, assign):
+            continue
+        for decides, test in (
+            ("names a file or folder", _in_path_call),
+            ("sets up an optimizer", _in_optimizer),
+            ("bounds a training loop", _bounds_training_loop),
+        ):
+            if reaches(index, target, test):
+                yield Deciding(assign, decides)
+                break
+
+
+def _per_process_assignments(index: Index) -> Iterator[cst.Assign]:
+    """``x = <expression with a per-process call>``, alone on its line, one target."""
+    for stmt in index.statements:
+        if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign) or len(stmt.body[0].targets) != 1:
+            continue
+        assign = stmt.body[0]
+        if any(
+            isinstance(node, cst.Call) and index.is_call_to(node, PER_PROCESS)
+            for node in index.walk(assign.value)
+            if not any(isinstance(a, cst.Lambda) for a in index.ancestors(node) if index.inside(a, assign.value))
+        ):
+            yield assign
+
+
+def _in_worker_code(index: Index, node: cst.CSTNode) -> bool:
+    """Inside a method of a class that has data set methods: DataLoader workers may run it."""
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, cst.ClassDef):
+            return any((ancestor, name) in index.functions for name in _DATASET_METHODS)
+    return False
+
+
+def reaches(index: Index, target: Ref, test: Callable[[Index, cst.CSTNode], bool]) -> bool:
+    """Whether the value at ``target``, or a value built from it, is read where ``test`` holds."""
+    seen = {target}
+    queue = [target]
+    while queue:
+        ref = queue.pop()
+        for scope in index.scopes_reading(ref):
+            for read in index.mentions(scope, ref):
+                if test(index, read):
+                    return True
+                built = _assigned_from(index, read)
+                if built is not None and built not in seen:
+                    seen.add(built)
+                    queue.append(built)
+        for flow in index.flows_from(ref):
+            if flow.dst not in seen:
+                seen.add(flow.dst)
+                queue.append(flow.dst)
+    return False
+
+
+def _in_path_call(index: Index, read: cst.CSTNode) -> bool:
+    for ancestor in index.ancestors(read):
+        if isinstance(ancestor, cst.BaseStatement):
+            return False
+        if isinstance(ancestor, cst.Call) and index.inside(read, ancestor) and read is not ancestor.func:
+            if index.is_call_to(ancestor, PATH_CALLS):
+                return True
+            if isinstance(ancestor.func, cst.Attribute) and ancestor.func.attr.value in PATH_METHODS:
+                return True
+    return False
+
+
+def _in_optimizer(index: Index, read: cst.CSTNode) -> bool:
+    """An argument of a ``torch.optim`` optimizer or scheduler."""
+    for ancestor in index.ancestors(read):
+        if isinstance(ancestor, cst.BaseStatement):
+            return False
+        if isinstance(ancestor, cst.Call) and index.inside(read, ancestor) and read is not ancestor.func:
+            prefix = torch_api.OPTIMIZER_MODULE + "."
+            if any(name.startswith(prefix) for name in index.qualified_names(ancestor.func)):
+                return True
+    return False
+
+
+def _bounds_training_loop(index: Index, read: cst.CSTNode) -> bool:
+    """In what a ``for`` loop that trains iterates over, or in the test of a ``while`` loop that trains."""
+    for ancestor in index.ancestors(read):
+        if isinstance(ancestor, cst.For) and index.inside(read, ancestor.iter):
+            return index.trains(ancestor.body)
+        if isinstance(ancestor, cst.While) and index.inside(read, ancestor.test):
+            return index.trains(ancestor.body)
+        if isinstance(ancestor, cst.BaseStatement) and not isinstance(ancestor, cst.For | cst.While):
+            return False
+    return False
+
+
+def _assigned_from(index: Index, read: cst.CSTNode) -> Ref | None:
+    """The place an assignment whose value holds ``read`` stores it in: ``path`` in ``path = f"{run}/ckpt.pt"``."""
+    stmt = index.statement_of(read)
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and index.inside(read, small.value):
+        return index.ref_of(small.targets[0].target, index.scope_of(small))
+    return None
