@@ -74,6 +74,7 @@ def check(code: str, path: str = "<string>", *, entry: bool = True, original: st
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []  # the output is compiled elsewhere; what does not parse is not decidable here
     script = _Script(tree)
+    script.entry = entry
     script.own_calls = Counter(ast.unparse(n) for n in ast.walk(before) if isinstance(n, ast.Call))
     found = [
         *script.setup_first(),
@@ -102,6 +103,7 @@ class _Script:
 
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
+        self.entry = True  # the entry script, whose main block runs
         self.parent: dict[ast.AST, ast.AST] = {}
         self.calls: list[ast.Call] = []
         # per function, class or module: the calls, attributes and ifs that run in it
@@ -352,6 +354,8 @@ class _Script:
         for ancestor in self.ancestors(node):
             if isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) and self._rankish(ancestor.test):
                 return True
+            if not self.entry and isinstance(ancestor, ast.If) and _is_main_guard(ancestor.test):
+                return True  # another module's main block: it never runs when the entry imports the module
             if isinstance(ancestor, ast.BoolOp) and any(self._rankish(v) for v in ancestor.values):
                 return True
             if isinstance(ancestor, (ast.Lambda, ast.ClassDef)):
@@ -535,3 +539,14 @@ def _shuffles(sampler: ast.expr) -> bool:
     if any(k.arg is None for k in sampler.keywords) or len(sampler.args) > 3:
         return False
     return shuffle is None or (isinstance(shuffle, ast.Constant) and shuffle.value is True)
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"``, either way round."""
+    return (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and {ast.dump(test.left), ast.dump(test.comparators[0])}
+        == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
+    )

@@ -291,8 +291,10 @@ class _Reader:
         func = _dotted(node.func)
         if func is None:
             return
-        if func[-1] in DYNAMIC_NAMES and len(func) == 1:
-            unit.dynamic_names = True
+        if (func[-1] in DYNAMIC_NAMES and len(func) == 1) or (
+            func[-1] == "Fire" and not node.args and not node.keywords
+        ):
+            unit.dynamic_names = True  # ``fire.Fire()``: every function of the file is a command
         elif func == ("getattr",) and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
             owner = _dotted(node.args[0])
             if owner is not None:  # decided once the file's imports are known: is the owner a module?

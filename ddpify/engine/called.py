@@ -57,12 +57,21 @@ def enclosing_function(index: Index, node: cst.CSTNode) -> cst.FunctionDef | Non
     return None
 
 
+def commands_of(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
+    """``fire.Fire()`` with no component: every function of its module is a command that may be called."""
+    if call.args or not (index.qualified_names(call.func) & {"fire.Fire"}):
+        return []
+    module = index.module_of(call)
+    return [f for (scope, _), f in index.functions.items() if scope is module]
+
+
 def _callees(index: Index, call: cst.Call, by_name: dict[str, list[cst.FunctionDef]]) -> list[cst.FunctionDef]:
-    found: list[cst.FunctionDef] = []
+    found = commands_of(index, call)
     resolved = index.resolve_callee(call, index.scope_of(call))
     if resolved is not None:
         found.append(resolved[0])
-    named = dotted(call.func)
+    func = call.func
+    named = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)  # ``Runner(args).train()`` too
     if named:
         found += by_name.get(named.rsplit(".", 1)[-1], [])
     for arg in call.args:  # a function handed on is called by whatever receives it

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ddpify.diagnostics import Code, Diagnostic
+from ddpify.engine.called import commands_of
 from ddpify.engine.collect import Source, build_index
 from ddpify.engine.index import Index
 from ddpify.engine.reach import Reach
@@ -82,14 +83,22 @@ def _reaches_backward(index: Index) -> bool:
 
 def _callees(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
     """The functions of the program a call may run: resolved directly, or a method of an instance
-    of the program's own class (``solver = Solver(...)``, then ``solver.train()``)."""
+    of the program's own class (``solver = Solver(...)``, then ``solver.train()``, or
+    ``Solver(...).train()``), or every function of a module that ``fire.Fire()`` serves."""
     scope = index.scope_of(call)
     resolved = index.resolve_callee(call, scope)
     if resolved is not None:
         return [resolved[0]]
+    commands = commands_of(index, call)
+    if commands:
+        return commands
     func = call.func
     if not isinstance(func, cst.Attribute):
         return []
+    if isinstance(func.value, cst.Call):  # ``Runner(args).train()``
+        cls = index.local_class(func.value.func)
+        method = index.method(cls, func.attr.value, dispatch=True) if cls is not None else None
+        return [method] if method is not None else []
     ref = index.root_ref(func.value, scope)
     if ref is None:
         return []

@@ -51,6 +51,8 @@ _COMPOUND = (
 _DEFINITION = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Calls through which a module's own names are reached by a computed string.
 _DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec"})
+# ``fire.Fire()`` with no component makes every function of its module a command of the command line
+_EVERY_FUNCTION_A_COMMAND = frozenset({"fire.Fire", "Fire"})
 _DYNAMIC_IMPORTS = frozenset({"__import__", "importlib.import_module", "import_module"})
 
 
@@ -300,7 +302,7 @@ class _Walker:
         func = _dotted(call.func)
         name = module.source.name
         line = getattr(call, "lineno", 1)
-        if func in _DYNAMIC_NAMES:
+        if func in _DYNAMIC_NAMES or (func in _EVERY_FUNCTION_A_COMMAND and not call.args and not call.keywords):
             self.dynamic.append((name, line, f"{func}()"))
             self._run_all(module)
         elif func == "getattr" and len(call.args) >= 2 and not isinstance(call.args[1], ast.Constant):

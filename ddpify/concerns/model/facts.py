@@ -41,6 +41,8 @@ class Facts:
     models: tuple[Model, ...]
     optimizers: tuple[cst.Call, ...]  # every torch.optim optimizer built in the script
     data_parallel: tuple[cst.Call, ...]  # every nn.DataParallel(...) call
+    # ``nn.DataParallel`` in ``isinstance(model, nn.DataParallel)``: the program's own unwrapping
+    data_parallel_tests: tuple[cst.BaseExpression, ...] = ()
 
     @property
     def refs(self) -> frozenset[Ref]:

@@ -56,7 +56,20 @@ def find(program: Program) -> Facts:
         batch_negatives.report(program)
     index = program.index
     data_parallel = tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL))
-    return Facts(models, tuple(finder.trained.optimizers()), data_parallel)
+    return Facts(models, tuple(finder.trained.optimizers()), data_parallel, _data_parallel_tests(index))
+
+
+def _data_parallel_tests(index: Index) -> tuple[cst.BaseExpression, ...]:
+    """``nn.DataParallel`` as the class an ``isinstance`` test asks for (``if isinstance(model,
+    nn.DataParallel): model = model.module``): the program's own unwrapping, which must see DDP too."""
+    found: list[cst.BaseExpression] = []
+    for call in index.calls:
+        if len(call.args) != 2 or not index.is_call_to(call, frozenset({"builtins.isinstance"})):
+            continue
+        classes = call.args[1].value
+        options = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]
+        found += [c for c in options if index.qualified_names(c) & torch_api.DATA_PARALLEL]
+    return tuple(found)
 
 
 class _Finder:

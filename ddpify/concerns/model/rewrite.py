@@ -92,18 +92,48 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             _through_forward(plan, call)
     for call in facts.data_parallel:
         if call not in wrapped_by_ddp and call.args:
-            plan.replace(call, lambda n: cast(cst.Call, n).args[0].value)
+            stmt = plan.index.statement_of(call)
+            if _rewraps_itself(plan, stmt, call):
+                plan.remove(stmt)  # ``model = nn.DataParallel(model)`` would become ``model = model``
+            else:
+                plan.replace(call, lambda n: cast(cst.Call, n).args[0].value)
             plan.change(call, "remove nn.DataParallel: each process drives one GPU")
+    for test in facts.data_parallel_tests if facts.models else ():
+        plan.replace(test, lambda _: cst.Name(ddp))
+        plan.change(test, "`isinstance(..., nn.DataParallel)` -> `isinstance(..., DDP)`: the program unwraps its model")
     if facts.models:
         plan.need_import(
             "torch.nn.parallel", "DistributedDataParallel", ddp if ddp != "DistributedDataParallel" else None
         )
 
 
+def _rewraps_itself(plan: EditPlan, stmt: cst.BaseStatement, call: cst.Call) -> bool:
+    """``x = nn.DataParallel(x)``, alone on its line."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return False
+    assign = stmt.body[0]
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and assign.value is call):
+        return False
+    code = plan.index.module.code_for_node
+    return code(assign.targets[0].target).strip() == code(call.args[0].value).strip()
+
+
 def _replace_data_parallel(plan: EditPlan, model: Model, arguments: str) -> None:
     """``nn.DataParallel(model)`` -> ``DDP(model)`` in place; an ``if device_count() > 1:`` around it goes."""
     assert model.data_parallel is not None
     inner = plan.index.module.code_for_node(model.data_parallel.args[0].value)
+    if plan.index.module_of(model.data_parallel) in plan.shared:
+        # other scripts import this module without a process group: the wrap goes after, where it has one
+        if inner.strip() == model.expression:
+            plan.remove(model.insert_after)
+        else:
+            plan.replace(model.data_parallel, _in_the_same_parentheses_as_argument)
+        wrap = cst.parse_statement(f"{model.expression} = {plan.names.ddp}({model.expression}{arguments})\n")
+        plan.insert_after(model.insert_after, plan.where_distributed(model.insert_after, wrap))
+        if model.data_parallel_if is not None:
+            plan.inline(model.data_parallel_if)
+        plan.change(model.insert_after, "nn.DataParallel -> DistributedDataParallel (one process per GPU)")
+        return
     replacement = cst.parse_expression(f"{plan.names.ddp}({inner}{arguments})")
     plan.replace(model.data_parallel, _in_the_same_parentheses(replacement))
     if model.data_parallel_if is not None:
