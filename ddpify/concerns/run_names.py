@@ -28,7 +28,7 @@ import libcst as cst
 from ddpify.concerns import process_group
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine import uniformity
-from ddpify.engine.edits import EditPlan, fresh
+from ddpify.engine.edits import EditPlan
 from ddpify.engine.program import Program
 from ddpify.result import Options
 
@@ -48,14 +48,6 @@ TRAINING_PER_RANK = Code(
     "draw it after the process group is set up (inside the function that trains), or seed the generator first",
 )
 CODES = (NAME_PER_RANK, TRAINING_PER_RANK)
-
-HELPER = '''
-def {helper}(value):
-    """Rank 0's value on every rank: a value drawn from the clock or at random is the same everywhere."""
-    values = [value]
-    {broadcast}
-    return values[0]
-'''
 
 
 @dataclass(frozen=True)
@@ -85,16 +77,7 @@ def find(program: Program, setup: process_group.Facts) -> Facts:
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     if not facts.names:
         return
-    dist = plan.names.dist
-    helper = fresh("same_on_every_rank", plan.index.identifiers)
-    forms = [
-        cst.parse_module(HELPER.format(helper=helper, broadcast=broadcast)).body[0]
-        for broadcast in (
-            f"{dist}.broadcast_object_list(values, src=0)",
-            f"if {dist}.is_initialized():\n        {dist}.broadcast_object_list(values, src=0)",
-        )
-    ]
-    plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
+    helper = uniformity.same_on_every_rank(plan)
     for assign, decides in facts.names:
         plan.replace(
             assign.value,

@@ -57,6 +57,7 @@ import libcst.matchers as m
 from ddpify import torch_api
 from ddpify.concerns import downloads, model, process_group
 from ddpify.diagnostics import Code, Severity
+from ddpify.engine import uniformity
 from ddpify.engine.edits import EditPlan, fresh, statement, with_comma
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
@@ -118,6 +119,8 @@ class Facts:
     # output in a function that runs both before the process group exists and after: rank 0 once it exists
     ungrouped: tuple[tuple[cst.BaseStatement, str], ...] = ()
     log_files: tuple[cst.Arg, ...] = ()  # logging.FileHandler(path): the other ranks log to os.devnull
+    # ``writer.log_dir`` read where every rank runs: a plain value of the tracker, rank 0's on every rank
+    tracker_values: tuple[cst.Attribute, ...] = ()
 
 
 def find(program: Program, models: model.Facts, group: process_group.Facts, fetches: downloads.Facts) -> Facts:
@@ -156,7 +159,7 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
     hoisted = [call for call in hoisted if late(call)]
     gated = {stmt for stmt, _ in outputs}
     _check_files_written_once(program, group, finder.files, gated)
-    _check_trackers_used_on_rank_zero(program, finder, trackers, gated)
+    tracker_values = _check_trackers_used_on_rank_zero(program, group, finder, trackers, gated)
     devnull_opens = tuple(finder.devnull_opens(gated, late))
     log_files = tuple(finder.log_files(late))
     progress_bars = tuple(
@@ -172,7 +175,9 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
         and len(c.args) < 3
         and not finder.exempt(c)
     )
-    return Facts(outputs, tuple(hoisted), trackers, progress_bars, makedirs, devnull_opens, ungrouped, log_files)
+    return Facts(
+        outputs, tuple(hoisted), trackers, progress_bars, makedirs, devnull_opens, ungrouped, log_files, tracker_values
+    )
 
 
 def _reads_off_rank_zero(
@@ -215,9 +220,16 @@ def _check_files_written_once(
 
 
 def _check_trackers_used_on_rank_zero(
-    program: Program, finder: _Finder, trackers: tuple[cst.Call, ...], gated: set[cst.BaseStatement]
-) -> None:
-    """A tracker is None off rank 0: every use of its attributes must run on rank 0, or test for None."""
+    program: Program,
+    group: process_group.Facts,
+    finder: _Finder,
+    trackers: tuple[cst.Call, ...],
+    gated: set[cst.BaseStatement],
+) -> tuple[cst.Attribute, ...]:
+    """A tracker is None off rank 0: every use of its attributes must run on rank 0, or test for None.
+
+    A plain attribute read where every rank runs (``writer.log_dir`` in a path) takes rank 0's value
+    on every rank; those reads are returned. Any other use is refused (DDP504)."""
     index = program.index
 
     def dereferenced(ref: Ref, read: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
@@ -228,7 +240,16 @@ def _check_trackers_used_on_rank_zero(
         )
         return used and not tested and not finder.exempt(stmt)
 
+    values: list[cst.Attribute] = []
     for ref, scope, read in _reads_off_rank_zero(index, finder.assigned_from(trackers), gated, dereferenced):
+        attribute = index.parent(read)
+        if (
+            isinstance(attribute, cst.Attribute)
+            and _plain_value(index, attribute)
+            and not group.runs_before_setup(index, read)
+        ):
+            values.append(attribute)  # ``os.path.join(writer.log_dir, "model.pt")``: rank 0's value everywhere
+            continue
         program.report(
             read,
             TRACKER_USED_ELSEWHERE,
@@ -236,6 +257,15 @@ def _check_trackers_used_on_rank_zero(
             "other ranks, but this statement runs on every rank: use it only in statements of their own, "
             f"or under `if {index.spelled(ref, scope)} is not None:`",
         )
+    return tuple(values)
+
+
+def _plain_value(index: Index, attribute: cst.Attribute) -> bool:
+    """``writer.log_dir``: an attribute read for its value, neither called nor read further nor assigned."""
+    parent = index.parent(attribute)
+    if isinstance(parent, cst.Call) and parent.func is attribute:
+        return False
+    return not isinstance(parent, cst.Attribute | cst.AssignTarget | cst.Subscript | cst.AugAssign)
 
 
 class _Finder:
@@ -442,13 +472,22 @@ class _Finder:
             return "tracker call"
         if isinstance(call.func, cst.Attribute):
             receiver = index.carried_ref(call.func.value, scope)
-            if receiver in trackers:
+            if receiver in trackers or self._on_a_tracker(call.func.value, trackers):
                 return "tracker call"
             if receiver in loggers and call.func.attr.value in torch_api.LOGGER_METHODS:
                 return "logging call"
             if call.func.attr.value in torch_api.OUTPUT_METHODS:
                 return "output call"
         return None
+
+    def _on_a_tracker(self, expr: cst.BaseExpression, trackers: set[Ref]) -> bool:
+        """``experiment.config`` in ``experiment.config.update(...)``: an attribute chain that starts at a tracker."""
+        scope = self.index.scope_of(expr)
+        while isinstance(expr, cst.Attribute):
+            expr = expr.value
+            if self.index.carried_ref(expr, scope) in trackers:
+                return True
+        return False
 
     def _tracker_result(self, small: cst.Assign, trackers: set[Ref]) -> bool:
         """``win = viz.line(...)``: a value that a tracker returns and that only the tracker's own calls
@@ -459,16 +498,35 @@ class _Finder:
             return False
         if index.carried_ref(call.func.value, index.scope_of(small)) not in trackers:
             return False
-        if not all(isinstance(target.target, cst.Name) for target in small.targets):
+        # ``win = viz.line(...)``, or ``wins["loss"] = viz.line(...)``: a dict of window handles
+        holders = [t.target.value if isinstance(t.target, cst.Subscript) else t.target for t in small.targets]
+        if not all(isinstance(holder, cst.Name) for holder in holders):
             return False
-        for ref in self._targets(small):
-            for scope in index.scopes_reading(ref):
-                for read in index.mentions(scope, ref):
+        scope = index.scope_of(small)
+        refs = {ref for holder in holders if (ref := index.ref_of(holder, scope)) is not None}
+        for ref in refs:
+            for reading in index.scopes_reading(ref):
+                for read in index.mentions(reading, ref):
                     if isinstance(index.parent(read), cst.AssignTarget) or index.inside(read, small):
                         continue  # bound anew, or read by the call itself (``win=win``)
+                    if self._stores_tracker_result(read, trackers):
+                        continue  # ``wins["acc"] = viz.line(...)``: another handle put in the dict
                     if self._tracker_call_around(read, trackers) is None:
                         return False
         return True
+
+    def _stores_tracker_result(self, read: cst.BaseExpression, trackers: set[Ref]) -> bool:
+        subscript = self.index.parent(read)
+        target = self.index.parent(subscript)
+        assign = self.index.parent(target)
+        return (
+            isinstance(subscript, cst.Subscript)
+            and isinstance(target, cst.AssignTarget)
+            and isinstance(assign, cst.Assign)
+            and isinstance(assign.value, cst.Call)
+            and isinstance(assign.value.func, cst.Attribute)
+            and self.index.carried_ref(assign.value.func.value, self.index.scope_of(assign)) in trackers
+        )
 
     def _tracker_call_around(self, node: cst.CSTNode, trackers: set[Ref]) -> cst.Call | None:
         """The call on a tracker (``writer.add_scalar(...)``) that ``node`` is part of."""
@@ -528,6 +586,12 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     if not options.module_output:
         facts = _entry_output_only(facts, plan)
     gated = {stmt for stmt, _ in facts.outputs}
+    if facts.tracker_values:
+        helper = uniformity.same_on_every_rank(plan)
+        for value in facts.tracker_values:
+            owner = index.module.code_for_node(value.value)
+            plan.replace(value, _shared_from_rank_zero(helper, owner))
+            plan.change(value, f"`{owner}` exists on rank 0 only: every rank takes rank 0's `{value.attr.value}`")
     reported: set[tuple[cst.Module, str]] = set()  # the first output of each kind in each file
     for stmt, kind in facts.outputs:
         if any(ancestor in gated for ancestor in index.ancestors(stmt)):
@@ -608,6 +672,14 @@ def _entry_output_only(facts: Facts, plan: EditPlan) -> Facts:
         hoisted=tuple(call for call in facts.hoisted if index.statement_of(call) not in gone),
         progress_bars=tuple(call for call in facts.progress_bars if call not in left),
     )
+
+
+def _shared_from_rank_zero(helper: str, owner: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    def replace(node: cst.CSTNode) -> cst.CSTNode:
+        value = cst.Module([]).code_for_node(node)
+        return cst.parse_expression(f"{helper}({value} if {owner} is not None else None)")
+
+    return replace
 
 
 def _name(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:

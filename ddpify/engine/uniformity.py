@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 
 from ddpify import torch_api
+from ddpify.engine.edits import EditPlan, fresh
 from ddpify.engine.index import Index, Ref
 
 # Calls whose value differs between processes started together.
@@ -208,3 +210,28 @@ def _assigned_from(index: Index, read: cst.CSTNode) -> Ref | None:
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and index.inside(read, small.value):
         return index.ref_of(small.targets[0].target, index.scope_of(small))
     return None
+
+
+SAME_ON_EVERY_RANK = '''
+def {helper}(value):
+    """Rank 0's value on every rank: a value drawn from the clock or at random is the same everywhere."""
+    values = [value]
+    {broadcast}
+    return values[0]
+'''
+
+
+def same_on_every_rank(plan: EditPlan) -> str:
+    """The name of the generated helper that gives every rank rank 0's value (defined once)."""
+    helper = fresh("same_on_every_rank", plan.index.identifiers)
+    if not plan.has_setup_helper(helper):
+        dist = plan.names.dist
+        forms = [
+            cst.parse_module(SAME_ON_EVERY_RANK.format(helper=helper, broadcast=broadcast)).body[0]
+            for broadcast in (
+                f"{dist}.broadcast_object_list(values, src=0)",
+                f"if {dist}.is_initialized():\n        {dist}.broadcast_object_list(values, src=0)",
+            )
+        ]
+        plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
+    return helper

@@ -39,6 +39,7 @@ CASES = [
     "model/data_parallel_builds_the_model",
     "model/frozen_by_a_method",
     "run_names/random_search",
+    "model/param_groups_from_a_helper",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",
     "tensors/results_compared_after_training",

@@ -178,6 +178,8 @@ class TrainedModels:
                 pieces = values[:1]
             elif isinstance(func, cst.Name) and func.value == "filter" and len(values) == 2:
                 pieces = values[1:]
+            elif (returned := self._returned_by_program(expr)) is not None:
+                pieces = returned  # ``param_groups(model, wd)``: a helper of the program builds the groups
             else:
                 return expr
             for piece in pieces:
@@ -218,6 +220,20 @@ class TrainedModels:
         if isinstance(expr, cst.Name):
             return self._trace_name(expr, calls, seen)
         return expr
+
+    def _returned_by_program(self, call: cst.Call) -> list[cst.BaseExpression] | None:
+        """What the program's own function that ``call`` runs returns (each ``return`` value), if it returns."""
+        index = self.index
+        resolved = index.resolve_callee(call, index.scope_of(call))
+        if resolved is None:
+            return None
+        function = resolved[0]
+        returns = [
+            n.value
+            for n in index.walk(function.body)
+            if isinstance(n, cst.Return) and n.value is not None and index.scope_of(n) is function
+        ]
+        return returns or None
 
     def _trace_argument(
         self, function: cst.FunctionDef, param: str, calls: list[cst.Call], seen: set[Ref]
