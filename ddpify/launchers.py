@@ -18,8 +18,9 @@ does no I/O and prints nothing, so the CLI decides where they go::
     # 'apiVersion: kubeflow.org/v1', 'kind: PyTorchJob', a Master and a Worker running
     # 'torchrun train_ddp.py --epochs 10', IMAGE and NAMESPACE left for the user
 
-Every argument is shell-quoted (a YAML string in a manifest), so a path or a
-value with spaces or ``$`` reaches the script as one word, as given.
+Every argument is shell-quoted (a YAML string in a manifest, each ``$`` doubled
+there, since Kubernetes expands ``$(VAR)`` in a container's command), so a path
+or a value with spaces or ``$`` reaches the script as one word, as given.
 """
 
 from __future__ import annotations
@@ -200,7 +201,9 @@ def pytorchjob_manifest(
         name = _dns_label(PurePath(script).stem)
     if not _DNS_LABEL.fullmatch(name):
         raise ValueError(f"name must be a DNS label (a-z, 0-9 and '-', starting with a letter), got {name!r}")
-    command = "".join(f"\n                - {_yaml_string(word)}" for word in ["torchrun", script, *script_args])
+    command = "".join(
+        f"\n                - {_yaml_string(_kubernetes_literal(word))}" for word in ["torchrun", script, *script_args]
+    )
 
     def replica(role: str, replicas: int) -> str:
         return f"""\
@@ -263,6 +266,12 @@ def _dns_label(stem: str) -> str:
     label = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
     label = re.sub(r"^[^a-z]+", "", label)[:63].rstrip("-")
     return label or "ddp"
+
+
+def _kubernetes_literal(word: str) -> str:
+    """``word`` as a container's command keeps it: Kubernetes replaces ``$(VAR)`` there with the
+    variable's value and ``$$`` with ``$``, so each ``$`` is written twice."""
+    return word.replace("$", "$$")
 
 
 def _yaml_string(text: str) -> str:
