@@ -17,7 +17,7 @@ from ddpify.cli.diff import print_diff
 from ddpify.cli.exits import ExitCode, Failure, NeedsFolder, Outcome
 from ddpify.cli.files import check_target, hard_links, read_existing, write_stdout
 from ddpify.cli.report import counts, internal_error_message
-from ddpify.cli.request import STDOUT_NAME
+from ddpify.cli.request import STDOUT_NAME, is_folder
 from ddpify.cli.transaction import Write, write_all
 from ddpify.diagnostics import UNFOLLOWED_IMPORT, UNFOLLOWED_IN_FOLDER, Diagnostic
 
@@ -112,20 +112,37 @@ def _deliver(
             current=_bytes(m.source) if t == m.path else None,
             in_place=t == m.path,
             make_folders=True,
+            read=_bytes(m.source) if t == m.path else None,
         )
         for m, t in others
         if t is not None
     ]
     if writes:
         current = source if job.in_place else None
-        files.append(Write(target, code, current=current, in_place=job.in_place, make_folders=job.make_folders))
+        files.append(
+            Write(target, code, current=current, in_place=job.in_place, make_folders=job.make_folders, read=current)
+        )
     links = hard_links(target) if writes and job.in_place and source != code else 1
-    write_all(files)
+    write_all(files, home=journal_home(request, job))
     if links > 1:
         reporter.say(f"{name}: written through its {links} hard links")
     if not writes:
         return ""
     return f"converted {name} in place" if job.in_place else f"converted {name} -> {target}"
+
+
+def journal_home(request: Request, job: Job) -> str:
+    """The folder whose journal and lock a job's writes use: the output folder, an output file's
+    folder, or the folder given as (or holding) the input; where the next run looks for it."""
+    if request.output is not None:
+        if request.several or is_folder(request.output):
+            return request.output
+        return os.path.dirname(request.output) or "."
+    real = os.path.realpath(job.src)
+    for source in request.sources:
+        if os.path.isdir(source) and os.path.commonpath([os.path.realpath(source), real]) == os.path.realpath(source):
+            return source
+    return os.path.dirname(job.src) or "."
 
 
 def _with_unfollowed(request: Request, job: Job, conversion: Conversion, program: ProgramFiles | None) -> Conversion:

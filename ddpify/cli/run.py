@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpify import launchers
-from ddpify.cli import backend
+from ddpify.cli import backend, journal
 from ddpify.cli.discovery import plan
 from ddpify.cli.exits import ExitCode, Failure, Outcome
 from ddpify.cli.files import check_target, read_input, write_atomically, write_stdout
@@ -52,6 +52,9 @@ def run(request: Request) -> ExitCode:
     reporter = Reporter(quiet=request.quiet)
     if request.config is not None:
         reporter.say(f"config: [tool.ddpify] of {request.config}")
+    # A write stopped here before (killed, power loss) is finished or undone before anything is read.
+    places = [*(src for src in request.sources if src != "-"), *(path for _, path in request.launch_files)]
+    journal.recover_around([*places, *([request.output] if request.output is not None else [])])
     if several:
         return run_many(request, plan(request, reporter), reporter)
     return _run_one(request, single_job(request), reporter)
