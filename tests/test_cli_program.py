@@ -614,3 +614,43 @@ def test_a_folder_run_reports_a_program_that_needs_a_folder_without_failing(
     assert snapshot(project) == before
     alone = run_ddpify(project, "train.py", "--suffix", "_ddp")
     assert alone.returncode == 2 and "which one output file cannot hold" in alone.stderr
+
+
+def test_an_output_folder_with_a_module_above_the_script_says_to_put_the_folder_on_the_search_path(
+    tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "solver" / "input", project / "scripts")
+    (project / "pyproject.toml").write_text("")
+    (project / "scripts" / "solver.py").rename(project / "solver.py")  # at the project's root, as installed
+
+    done = run_ddpify(project, "scripts/train.py", "-o", "../out dir/")
+
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out dir" / "solver.py").is_file()
+    run_it = next(line for line in done.stderr.splitlines() if line.startswith("run it: "))
+    assert (
+        run_it
+        == "run it: PYTHONPATH='../out dir' torchrun --standalone --nproc_per_node=gpu '../out dir/scripts/train.py'"
+    )
+    several = next(line for line in done.stderr.splitlines() if line.startswith("on several nodes: "))
+    assert several.startswith("on several nodes: PYTHONPATH='../out dir' torchrun ")
+    # What the command sets up: the converted script finds the converted module, not the project's.
+    found = subprocess.run(
+        [sys.executable, "-c", "import solver; print(solver.__file__)"],
+        cwd=tmp_path / "out dir" / "scripts",
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "out dir")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(found.stdout.strip()) == tmp_path / "out dir" / "solver.py"
+
+
+def test_an_output_folder_with_every_module_beside_the_script_needs_no_search_path(
+    project: Path, run_ddpify: RunDdpify
+) -> None:
+    done = run_ddpify(project, "train.py", "-o", "../out/")
+
+    assert done.returncode == 0, done.stderr
+    assert "run it: torchrun --standalone --nproc_per_node=gpu ../out/train.py" in done.stderr.splitlines()

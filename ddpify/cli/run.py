@@ -92,8 +92,20 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
             reporter=reporter,
         )
     if outcome is Outcome.CONVERTED and job.target is not None and not job.in_place:
-        _say_launch_commands(request, job.target, reporter)
+        _say_launch_commands(request, job.target, reporter, search=_search_path(request, job, program))
     return ExitCode.OK
+
+
+def _search_path(request: Request, job: Job, program: ProgramFiles | None) -> str | None:
+    """The output folder, when the program written there has modules outside the entry's folder
+    (the project's root): Python finds them only with that folder on ``PYTHONPATH``, which also
+    puts the converted modules before an installed copy of the project."""
+    if program is None or not job.whole_program or request.output is None:
+        return None
+    folder = program.entry.parent
+    if all(folder in Path(module.path).absolute().parents for module in program.modules):
+        return None
+    return request.output.rstrip("/" + os.sep) or os.sep
 
 
 def _say_where_modules_are(program: ProgramFiles, target: str, reporter: Reporter) -> None:
@@ -174,12 +186,13 @@ def verify_script(
     return ExitCode.NOT_DATA_PARALLEL
 
 
-def _say_launch_commands(request: Request, target: str, reporter: Reporter) -> None:
+def _say_launch_commands(request: Request, target: str, reporter: Reporter, *, search: str | None = None) -> None:
     commands = launchers.torchrun_commands(target, [])
-    reporter.say(f"run it: {commands['single_node']}")
-    reporter.say(f"on several nodes: {commands['multi_node']}")
+    prefix = f"PYTHONPATH={shlex.quote(search)} " if search is not None else ""
+    reporter.say(f"run it: {prefix}{commands['single_node']}")
+    reporter.say(f"on several nodes: {prefix}{commands['multi_node']}")
     if request.spawn:
-        reporter.say(f"or without torchrun: python {shlex.quote(target)}")
+        reporter.say(f"or without torchrun: {prefix}python {shlex.quote(target)}")
 
 
 @dataclass(frozen=True)
