@@ -654,3 +654,60 @@ def test_an_output_folder_with_every_module_beside_the_script_needs_no_search_pa
 
     assert done.returncode == 0, done.stderr
     assert "run it: torchrun --standalone --nproc_per_node=gpu ../out/train.py" in done.stderr.splitlines()
+
+
+SHARED_DATA = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_loader(batch_size):
+    ds = TensorDataset(torch.randn(64, 3), torch.randn(64, 1))
+    return DataLoader(ds, batch_size=batch_size, shuffle=True)
+"""
+ENTRY_WITH_SHARED_DATA = """import torch
+import torch.nn as nn
+
+from data import get_loader
+
+loader = get_loader(8)
+model = nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_second_entry_whose_shared_module_was_converted_before_is_told_how_to_convert_both(
+    tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "data.py").write_text(SHARED_DATA)
+    (tmp_path / "train.py").write_text(ENTRY_WITH_SHARED_DATA)
+    (tmp_path / "finetune.py").write_text(ENTRY_WITH_SHARED_DATA.replace("range(2)", "range(1)"))
+    git = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a"}
+    git["GIT_COMMITTER_EMAIL"] = "a@b"
+    for command in (["init", "-q"], ["add", "."], ["commit", "-qm", "single GPU"]):
+        subprocess.run(["git", *command], cwd=tmp_path, env=git, check=True)
+    assert run_ddpify(tmp_path, "train.py", "--in-place").returncode == 0
+
+    second = run_ddpify(tmp_path, "finetune.py")
+
+    assert second.returncode == 3
+    note = (
+        "note: data.py already holds ddpify's conversion for another entry script (train.py); entry scripts that "
+        "share modules are converted together, in one run: put back the files that conversion changed (with git: "
+        "git checkout -- train.py data.py), then run: ddpify finetune.py train.py --in-place"
+    )
+    assert note in second.stderr.splitlines()
+    # The advice, followed as given, converts both entries and their shared module.
+    subprocess.run(["git", "checkout", "--", "train.py", "data.py"], cwd=tmp_path, env=git, check=True)
+    both = run_ddpify(tmp_path, "finetune.py", "train.py", "--in-place")
+    assert both.returncode == 0, both.stderr
+    for entry in ("train.py", "finetune.py"):
+        assert "def setup_distributed" in (tmp_path / entry).read_text()
+    assert "DistributedSampler(ds) if dist.is_initialized() else None" in (tmp_path / "data.py").read_text()

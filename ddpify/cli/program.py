@@ -88,6 +88,9 @@ class ProgramFiles:
     # programs wrote, shared by the programs of one run.
     placed: dict[str, str] = field(default_factory=dict)
     written: Written = field(default_factory=Written)
+    # Each module that other scripts of the project import too (by its path, as in a LocalModule),
+    # with those scripts.
+    importers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def relative(self, path: str) -> str:
         """``path`` (as in a :class:`LocalModule`) relative to ``base``."""
@@ -205,7 +208,10 @@ def local_modules(
     inside = all(folder in Path(module.path).absolute().parents for module in found.values())
     shared = _imported_elsewhere(set(found), walk, {str(entry_path)}, project)
     modules = tuple(replace(module, shared=True) if real in shared else module for real, module in found.items())
-    return ProgramFiles(entry_path, folder if inside else project.root, modules, source, tuple(walk.unfollowed()))
+    importers = {found[real].path: tuple(sorted(scripts)) for real, scripts in shared.items()}
+    return ProgramFiles(
+        entry_path, folder if inside else project.root, modules, source, tuple(walk.unfollowed()), importers=importers
+    )
 
 
 def _project(entry: Path, projects: dict[Path, Project], max_size: int, root: Path | None = None) -> Project:
@@ -313,13 +319,14 @@ _REASONS = {
 }
 
 
-def _imported_elsewhere(modules: set[str], walk: _Walk, program: set[str], project: Project) -> set[str]:
+def _imported_elsewhere(modules: set[str], walk: _Walk, program: set[str], project: Project) -> dict[str, set[str]]:
     """The ``modules`` that a script of the project outside the program imports too (an evaluation
     script next to the training script), directly or through other modules of the program (a
-    package's ``__init__``): their new code must also run without a process group."""
+    package's ``__init__``), each with the scripts that import it: their new code must also run
+    without a process group."""
     if not modules:
-        return set()
-    shared: set[str] = set()
+        return {}
+    shared: dict[str, set[str]] = {}
     for file, facts in project.scripts():
         real = os.path.realpath(file)
         if real in program or real in modules:
@@ -328,12 +335,13 @@ def _imported_elsewhere(modules: set[str], walk: _Walk, program: set[str], proje
         for name in facts.imported_modules(""):
             resolved = resolver.file(name)
             if resolved is not None and resolved.real in modules:
-                shared.add(resolved.real)
+                shared.setdefault(resolved.real, set()).add(_shown(file))
     todo = list(shared)
     while todo:  # what a shared module imports runs there too
-        for other in walk.imports.get(todo.pop(), ()):
-            if other in modules and other not in shared:
-                shared.add(other)
+        importer = todo.pop()
+        for other in walk.imports.get(importer, ()):
+            if other in modules and not shared[importer] <= shared.get(other, set()):
+                shared.setdefault(other, set()).update(shared[importer])
                 todo.append(other)
     return shared
 

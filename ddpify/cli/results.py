@@ -9,10 +9,11 @@ itself, or lead out of DIR through a symlink, is refused before anything is writ
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ddpify import Status
+from ddpify import Severity, Status
 from ddpify.cli.diff import print_diff
 from ddpify.cli.exits import ExitCode, Failure, NeedsFolder, Outcome
 from ddpify.cli.files import check_target, hard_links, read_existing, write_stdout
@@ -49,6 +50,7 @@ def finish(
     conversion = _with_unfollowed(request, job, conversion, program)
     if conversion.status is Status.REFUSED:
         reporter.diagnostics(conversion, fallback=f"error: {name}: conversion refused")
+        _say_if_converted_before(job, source, conversion, program, reporter)
         reporter.say(f"{name}: not converted ({counts(conversion, changes=False)}); nothing written")
         return Outcome.REFUSED
 
@@ -80,6 +82,7 @@ def finish(
     if others and not unchanged:
         summary += _modules_summary(request, others)
     if unchanged:
+        _say_if_converted_before(job, source, conversion, program, reporter)
         reporter.say(f"{name}: nothing to do")
         return Outcome.UNCHANGED
     reporter.say(f"{summary} ({counts(conversion)})")
@@ -129,6 +132,34 @@ def _deliver(
     if not writes:
         return ""
     return f"converted {name} in place" if job.in_place else f"converted {name} -> {target}"
+
+
+def _say_if_converted_before(
+    job: Job, source: bytes, conversion: Conversion, program: ProgramFiles | None, reporter: Reporter
+) -> None:
+    """An entry script that is not distributed, refused or left alone because of modules that ddpify
+    converted already for another entry script: say how to convert the entries that share them."""
+    if program is None or _converted_guard(source) or b"init_process_group" in source:
+        return
+    found = {d.path for d in conversion.diagnostics if d.severity is Severity.ERROR or d.code == "DDP010"}
+    converted = [m for m in program.modules if _converted_guard(_bytes(m.source))]
+    if not any(m.path in found for m in converted):
+        return
+    names = [m.path for m in converted]
+    others = sorted({script for m in converted for script in program.importers.get(m.path, ())} - {job.name})
+    entries = " ".join(shlex.quote(path) for path in (job.name, *(others or ["OTHER_ENTRY.py"])))
+    restore = " ".join(shlex.quote(path) for path in (*others, *names))
+    reporter.say(
+        f"note: {', '.join(names)} already {'holds' if len(names) == 1 else 'hold'} ddpify's conversion for "
+        f"another entry script ({', '.join(others) or 'one that imports it'}); entry scripts that share modules "
+        f"are converted together, in one run: put back the files that conversion changed (with git: git "
+        f"checkout -- {restore}), then run: ddpify {entries} --in-place"
+    )
+
+
+def _converted_guard(code: bytes) -> bool:
+    """Whether ``code`` holds the guard ddpify writes into a module that must also run without a process group."""
+    return b"dist.is_initialized()" in code
 
 
 def journal_home(request: Request, job: Job) -> str:
