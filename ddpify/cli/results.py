@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpify import Severity, Status
 from ddpify.cli.diff import print_diff
 from ddpify.cli.exits import ExitCode, Failure, NeedsFolder, Outcome
 from ddpify.cli.files import check_target, hard_links, read_existing, write_stdout
+from ddpify.cli.project import project_root
 from ddpify.cli.report import counts, internal_error_message
 from ddpify.cli.request import STDOUT_NAME, is_folder
 from ddpify.cli.transaction import Write, write_all
@@ -126,12 +129,42 @@ def _deliver(
             Write(target, code, current=current, in_place=job.in_place, make_folders=job.make_folders, read=current)
         )
     links = hard_links(target) if writes and job.in_place and source != code else 1
-    write_all(files, home=journal_home(request, job))
+    notes = [found for write in files if write.in_place and (found := _unusual_input(write.path, job))]
+    written = set(write_all(files, home=journal_home(request, job)))
     if links > 1:
         reporter.say(f"{name}: written through its {links} hard links")
+    for path, note in notes:
+        if path in written:
+            reporter.say(note)
     if not writes:
         return ""
     return f"converted {name} in place" if job.in_place else f"converted {name} -> {target}"
+
+
+def _unusual_input(path: str, job: Job) -> tuple[str, str] | None:
+    """A note on an input that ``--in-place`` replaces where the user may not expect it: through a
+    symbolic link (the linked file changes, maybe outside the project), or a read-only file."""
+    real = os.path.realpath(path)
+    root = os.path.realpath(project_root(Path(os.path.abspath(os.path.dirname(job.src) or "."))))
+    outside = os.path.commonpath([root, real]) != root
+    if os.path.islink(path) or outside:
+        where = ", outside the project" if outside else ""
+        return path, f"note: {path} leads through a symbolic link: written to {_shown_path(real)}{where}"
+    try:
+        mode = stat.S_IMODE(os.stat(real).st_mode)
+    except OSError:
+        return None
+    if not mode & stat.S_IWUSR:
+        return (
+            path,
+            f"note: {path} is read-only ({mode:04o}): replaced all the same, as --in-place asks, and left read-only",
+        )
+    return None
+
+
+def _shown_path(path: str) -> str:
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.path.join(os.pardir, os.pardir, os.pardir)) else relative
 
 
 def _say_if_converted_before(
