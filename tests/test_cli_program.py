@@ -711,3 +711,26 @@ def test_a_second_entry_whose_shared_module_was_converted_before_is_told_how_to_
     for entry in ("train.py", "finetune.py"):
         assert "def setup_distributed" in (tmp_path / entry).read_text()
     assert "DistributedSampler(ds) if dist.is_initialized() else None" in (tmp_path / "data.py").read_text()
+
+
+def test_a_module_present_only_as_bytecode_is_named(project: Path, run_ddpify: RunDdpify) -> None:
+    # Python imports models.pyc beside the script when models.py is missing; ddpify cannot read it.
+    subprocess.run(
+        [sys.executable, "-c", "import py_compile; py_compile.compile('models.py', cfile='models.pyc', doraise=True)"],
+        cwd=project,
+        check=True,
+    )
+    (project / "models.py").unlink()
+    finding = (
+        "solver.py:4:1: {code} `models`: Python imports it from models.pyc, compiled code without its source, "
+        "which ddpify can neither read nor convert; restore its .py file"
+    )
+
+    in_place = run_ddpify(project, "train.py", "--diff")
+    folder = run_ddpify(project, "train.py", "-o", "../out/")
+
+    assert in_place.returncode == 0, in_place.stderr
+    assert finding.format(code="DDP012") in in_place.stderr.splitlines()
+    assert folder.returncode == 3
+    assert f"{finding.format(code='DDP013')}; -o ../out/ would hold a program without that code" in folder.stderr
+    assert not (project.parent / "out").exists()

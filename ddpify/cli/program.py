@@ -270,6 +270,13 @@ class _Walk:
                     package = name if file.name == "__init__.py" else name.rpartition(".")[0]
                     queue.append((target, package, module_facts))
 
+    def _package(self, file: Path) -> str:
+        """The package the relative imports of the module at ``file`` start from."""
+        for module in self.found.values():
+            if module.file == file:
+                return module.name if file.name == "__init__.py" else module.name.rpartition(".")[0]
+        return ""
+
     def unfollowed(self) -> list[Unfollowed]:
         """The imports of the program's files that ddpify cannot follow."""
         files: list[tuple[Path, Facts]] = []
@@ -292,6 +299,21 @@ class _Walk:
                             f"({names} is not converted)",
                         )
                     )
+            package = "" if index == 0 else self._package(file)
+            for record, loaded in facts.imported_by_statement(package):
+                for name in loaded:
+                    compiled = self.resolver.compiled(name)
+                    if compiled is not None:
+                        found.append(
+                            Unfollowed(
+                                shown,
+                                record.line,
+                                record.column,
+                                f"`{name}`",
+                                f"Python imports it from {_shown(compiled)}, compiled code without its source, "
+                                "which ddpify can neither read nor convert; restore its .py file",
+                            )
+                        )
             own_folder = file.parent == self.entry.parent
             for load in facts.loads:
                 if load.kind == "call" and load.module is not None:
