@@ -291,7 +291,7 @@ def test_check_missing(converter, script, workdir, capsys):
 
     assert cli.main(["train.py", "-o", "train_ddp.py", "--check", "--quiet"]) == 1
 
-    assert capsys.readouterr() == ("", "would rewrite train_ddp.py\n")
+    assert capsys.readouterr() == ("", "would write train_ddp.py (it is missing)\n")
     assert sha256(script) == before
     assert files(workdir) == ["train.py"]
 
@@ -301,7 +301,7 @@ def test_check_with_diff_prints_the_diff_then_fails(converter, script, workdir, 
 
     captured = capsys.readouterr()
     assert "+model = DDP(Net())\n" in captured.out
-    assert captured.err == "would rewrite train_ddp.py\n"
+    assert captured.err == "would write train_ddp.py (it is missing)\n"
     assert files(workdir) == ["train.py"]
 
 

@@ -734,3 +734,21 @@ def test_a_module_present_only_as_bytecode_is_named(project: Path, run_ddpify: R
     assert folder.returncode == 3
     assert f"{finding.format(code='DDP013')}; -o ../out/ would hold a program without that code" in folder.stderr
     assert not (project.parent / "out").exists()
+
+
+def test_check_of_a_program_ends_on_what_is_stale_and_tells_a_deleted_output_from_a_changed_one(
+    project: Path, tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    assert run_ddpify(project, "train.py", "-o", "../out/").returncode == 0
+    (tmp_path / "out" / "solver.py").write_text("stale\n")
+    (tmp_path / "out" / "models.py").unlink()
+
+    check = run_ddpify(project, "train.py", "-o", "../out/", "--check")
+
+    assert check.returncode == 1
+    assert check.stderr.splitlines()[-3:] == [
+        "would rewrite ../out/solver.py",
+        "would write ../out/models.py (it is missing)",
+        "../out/train.py is current, but not the program: 2 other files would be written",
+    ]
+    assert "up to date" not in check.stderr

@@ -20,7 +20,7 @@ from ddpify.cli.diff import print_diff
 from ddpify.cli.exits import ExitCode, Failure, NeedsFolder, Outcome
 from ddpify.cli.files import check_target, hard_links, read_existing, write_stdout
 from ddpify.cli.project import project_root
-from ddpify.cli.report import counts, internal_error_message
+from ddpify.cli.report import counts, internal_error_message, plural
 from ddpify.cli.request import STDOUT_NAME, is_folder
 from ddpify.cli.transaction import Write, write_all
 from ddpify.diagnostics import UNFOLLOWED_IMPORT, UNFOLLOWED_IN_FOLDER, Diagnostic
@@ -76,8 +76,13 @@ def finish(
             reporter.say(f"{name}: nothing to do")
             return Outcome.UNCHANGED
         stale = [t for m, t in others if t is not None and _stale(t, _module_code(m), reporter)]
-        outcome = check(job, reporter, code)
-        return Outcome.STALE if stale else outcome
+        if not stale:
+            return check(job, reporter, code)
+        assert job.target is not None  # validate(): --check needs an output
+        if not _stale(job.target, code, reporter):
+            files = plural(len(stale), "other file")
+            reporter.say(f"{job.target} is current, but not the program: {files} would be written")
+        return Outcome.STALE
     if not unchanged:
         reporter.changes(conversion, name)
 
@@ -311,9 +316,10 @@ def _modules_summary(request: Request, others: list[tuple[LocalModule, str | Non
 
 def _stale(target: str, code: bytes, reporter: Reporter) -> bool:
     """Whether the file at ``target`` is missing or holds anything but ``code`` (then it is reported)."""
-    if read_existing(target, limit=len(code) + 1) == code:
+    existing = read_existing(target, limit=len(code) + 1)
+    if existing == code:
         return False
-    reporter.error(f"would rewrite {target}")
+    reporter.error(f"would write {target} (it is missing)" if existing is None else f"would rewrite {target}")
     return True
 
 
