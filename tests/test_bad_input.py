@@ -830,3 +830,17 @@ def test_a_package_whose_init_is_a_fifo_is_not_read(program_with_a_module: Path)
     # Not a module Python could import either: the package has no __init__ file to read.
     assert done.returncode == 0, done.stderr.decode()
     assert not (program_with_a_module / "helpers" / "__init__.py").is_file()
+
+
+def test_a_file_name_with_a_line_break_keeps_each_finding_on_one_line(tmp_path: Path, run_ddpify) -> None:
+    (tmp_path / "pyproject.toml").write_text("")
+    name = "my\ntrain.py"
+    (tmp_path / name).write_bytes(b"import torch\n\nx = 1 +\n")  # invalid: one DDP002 finding
+
+    done = run_ddpify(tmp_path, name, "--diff")
+
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("my\\ntrain.py:3:"), lines
+    assert " DDP002 " in lines[0]
+    assert not any(line.startswith("train.py") for line in lines), lines

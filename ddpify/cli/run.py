@@ -179,7 +179,7 @@ def verify_script(
     # traceback, an argparse error); the JSON report carries that output itself.
     if LAUNCHED in failed and not as_json and report.output.strip():
         reporter.say("--- torchrun output ---")
-        reporter.say(report.output.rstrip())
+        reporter.block(report.output.rstrip())
     error(
         f"error: {target} does not train in data-parallel ({plural(len(failed), 'check')} failed: {', '.join(failed)})"
     )

@@ -154,6 +154,9 @@ def write_all(writes: Sequence[Write], *, home: str | None = None) -> list[str]:
                 signum = exc.signum if isinstance(exc, Aborted) else signals.pending()
                 _raise(exc, signum, problems)
             _finish(transaction)
+            late = signals.pending()
+            if late is not None:  # every file is written: the run stops once they are reported
+                signals.stop_or_defer(late)
     return [step.write.path for step in transaction.steps]
 
 
