@@ -752,3 +752,20 @@ def test_check_of_a_program_ends_on_what_is_stale_and_tells_a_deleted_output_fro
         "../out/train.py is current, but not the program: 2 other files would be written",
     ]
     assert "up to date" not in check.stderr
+
+
+def test_a_folder_reports_an_invalid_module_as_invalid_not_as_nothing_to_do(
+    project: Path, run_ddpify: RunDdpify
+) -> None:
+    with open(project / "models.py", "a") as file:
+        file.write("def broken(:\n")
+    before = snapshot(project)
+
+    done = run_ddpify(project, ".", "--in-place", "-j", "1")
+
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert "error: ./models.py: not valid Python, so the program that imports it is not converted" in lines
+    assert not any(line.endswith("models.py: nothing to do") for line in lines), lines
+    assert lines[-1] == "4 files: 2 unchanged, 2 invalid"
+    assert snapshot(project) == before
