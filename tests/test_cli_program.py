@@ -769,3 +769,24 @@ def test_a_folder_reports_an_invalid_module_as_invalid_not_as_nothing_to_do(
     assert not any(line.endswith("models.py: nothing to do") for line in lines), lines
     assert lines[-1] == "4 files: 2 unchanged, 2 invalid"
     assert snapshot(project) == before
+
+
+def test_an_output_folder_that_is_a_hard_linked_copy_of_the_program_is_written_without_touching_it(
+    project: Path, tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    for source in project.iterdir():
+        os.link(source, out / source.name)  # `cp -al project out`
+    before = snapshot(project)
+
+    done = run_ddpify(project, "train.py", "-o", "../out/")
+
+    assert done.returncode == 0, done.stderr
+    assert (
+        "note: ../out/train.py was a hard link to train.py: it is a file of its own now, and train.py is as it was"
+        in done.stderr.splitlines()
+    )
+    assert snapshot(project) == before
+    for name in ("train.py", "solver.py", "data_loader.py"):
+        assert (out / name).read_bytes() == (PROJECTS / "solver" / "expected" / name).read_bytes()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ddpify.cli.exits import Failure
 from ddpify.cli.files import describe_kind
-from ddpify.cli.request import DEFAULT_SUFFIX, Job, Request, is_output, refuse_notebook, same_file, with_suffix
+from ddpify.cli.request import DEFAULT_SUFFIX, Job, Request, is_output, refuse_notebook, same_path, with_suffix
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -97,7 +97,7 @@ def plan(request: Request, reporter: Reporter) -> list[Job]:
         ]
     for job in jobs:
         assert job.target is not None
-        if same_file(job.src, job.target):
+        if same_path(job.src, job.target):
             raise Failure(f"{job.target} is the input file; pass --in-place to rewrite the inputs")
     return jobs
 

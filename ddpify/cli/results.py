@@ -21,7 +21,7 @@ from ddpify.cli.exits import ExitCode, Failure, NeedsFolder, Outcome
 from ddpify.cli.files import check_target, hard_links, read_existing, write_stdout
 from ddpify.cli.project import project_root
 from ddpify.cli.report import counts, internal_error_message, plural
-from ddpify.cli.request import STDOUT_NAME, is_folder
+from ddpify.cli.request import STDOUT_NAME, is_folder, same_file
 from ddpify.cli.transaction import Write, write_all
 from ddpify.diagnostics import UNFOLLOWED_IMPORT, UNFOLLOWED_IN_FOLDER, Diagnostic
 
@@ -135,6 +135,9 @@ def _deliver(
         )
     links = hard_links(target) if writes and job.in_place and source != code else 1
     notes = [found for write in files if write.in_place and (found := _unusual_input(write.path, job))]
+    sources = [(m.path, t) for m, t in others if t is not None and t != m.path]
+    sources += [(job.src, target)] if writes and not job.in_place else []
+    notes += [(t, _unlinked(src, t)) for src, t in sources if os.path.exists(t) and same_file(src, t)]
     written = set(write_all(files, home=journal_home(request, job)))
     if links > 1:
         reporter.say(f"{name}: written through its {links} hard links")
@@ -165,6 +168,10 @@ def _unusual_input(path: str, job: Job) -> tuple[str, str] | None:
             f"note: {path} is read-only ({mode:04o}): replaced all the same, as --in-place asks, and left read-only",
         )
     return None
+
+
+def _unlinked(source: str, target: str) -> str:
+    return f"note: {target} was a hard link to {source}: it is a file of its own now, and {source} is as it was"
 
 
 def _shown_path(path: str) -> str:

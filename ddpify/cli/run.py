@@ -32,7 +32,7 @@ from ddpify.cli.request import (
     ReportFormat,
     refuse_notebook,
     require_torch,
-    same_file,
+    same_path,
     single_job,
     validate,
 )
@@ -127,7 +127,7 @@ def _shown(folder: Path) -> str:
 
 def _check_targets(request: Request, job: Job) -> None:
     """Refuse, before anything is read or written, any output that could not be written."""
-    if job.target is not None and not job.in_place and same_file(job.src, job.target):
+    if job.target is not None and not job.in_place and same_path(job.src, job.target):
         raise Failure(f"{job.target} is the input file; pass --in-place to rewrite it")
     if job.target is not None and (request.check or not request.diff):
         check_target(job.target, hint="give a file or -o -", make_folders=job.make_folders)

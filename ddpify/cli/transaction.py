@@ -145,7 +145,6 @@ def write_all(writes: Sequence[Write], *, home: str | None = None) -> list[str]:
                 _prepare(transaction)
                 transaction.record(journal.COMMIT)
                 _commit(transaction)
-                _stop_if_signalled()
             except BaseException as exc:
                 problems = _undo(transaction)
                 if not problems:
@@ -262,8 +261,11 @@ def _write_new(path: str, data: bytes, mode: int) -> None:
 
 
 def _commit(transaction: _Transaction) -> None:
-    """Each temporary file moved into place, the old file kept until the end."""
-    for step in transaction.steps:
+    """Each temporary file moved into place, the old file kept until the end. A stop signal is looked
+    at between files: once the last one is in place, the write is complete, and the run stops after it."""
+    for index, step in enumerate(transaction.steps):
+        if index:
+            _stop_if_signalled()
         with _naming(step):
             _check_unchanged(step.write, step.real)
             if step.through:
@@ -278,7 +280,6 @@ def _commit(transaction: _Transaction) -> None:
                 os.replace(step.temporary, step.real)
                 step.temporary = None
                 step.done = True
-        _stop_if_signalled()
     for folder in {os.path.dirname(step.real) for step in transaction.steps}:
         journal.sync_folder(folder)
 
