@@ -790,3 +790,19 @@ def test_an_output_folder_that_is_a_hard_linked_copy_of_the_program_is_written_w
     assert snapshot(project) == before
     for name in ("train.py", "solver.py", "data_loader.py"):
         assert (out / name).read_bytes() == (PROJECTS / "solver" / "expected" / name).read_bytes()
+
+
+def test_an_output_folder_inside_a_package_of_the_program_is_refused(project: Path, run_ddpify: RunDdpify) -> None:
+    (project / "lib").mkdir()
+    (project / "lib" / "__init__.py").write_text("")
+    edit(project / "train.py", "import argparse", "import argparse\n\nimport lib")
+    before = hashes(project)
+
+    done = run_ddpify(project, "train.py", "-o", "lib/ddp/")
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "error: -o lib/ddp/ is inside lib/, a package of the program: the copy would become part of the code it "
+        "copies; choose an -o folder outside the program's packages"
+    )
+    assert hashes(project) == before

@@ -307,6 +307,15 @@ def _check_inside(folder: str, program: ProgramFiles, targets: list[str | None])
                 f"{target} leads outside {folder} (to {os.path.relpath(real)}); remove the link or choose "
                 "another -o folder"
             )
+    for module in program.modules:
+        if os.path.basename(module.path) != "__init__.py":
+            continue
+        package = os.path.dirname(os.path.realpath(module.path))
+        if os.path.commonpath([package, inside]) == package:
+            raise Failure(
+                f"-o {folder} is inside {os.path.dirname(module.path)}/, a package of the program: the copy would "
+                "become part of the code it copies; choose an -o folder outside the program's packages"
+            )
 
 
 def _modules_summary(request: Request, others: list[tuple[LocalModule, str | None]]) -> str:
