@@ -97,6 +97,7 @@ def sbatch_script(
     partition: str | None = None,
     cpus_per_task: int | None = None,
     rdzv_port: int = RDZV_PORT,
+    python_path: str | None = None,
 ) -> str:
     """A SLURM batch script that runs ``script`` on ``nodes`` nodes of ``gpus_per_node`` GPUs.
 
@@ -106,7 +107,9 @@ def sbatch_script(
     defaults to the script's name without its suffix (whitespace becomes
     ``_``); ``time`` (``HH:MM:SS``, ``D-HH:MM``, ...) and ``partition`` are left
     to the cluster's defaults when not given; ``cpus_per_task`` are the CPUs of
-    a node's torchrun task and its workers, ``4 * gpus_per_node`` unless given.
+    a node's torchrun task and its workers, ``4 * gpus_per_node`` unless given;
+    ``python_path`` is a folder put first on ``PYTHONPATH`` (where the program's
+    modules are when some lie above the script's folder).
 
     Raises ``ValueError`` for a count below 1, a port out of range, or a
     directive value that is empty or contains whitespace (which would end the
@@ -164,9 +167,20 @@ def sbatch_script(
         'nodes=( $(scontrol show hostnames "$SLURM_JOB_NODELIST") )',
         "head_node=${nodes[0]}",
         "",
+        *_python_path_lines(python_path),
         launch,
     ]
     return "\n".join(lines) + "\n"
+
+
+def _python_path_lines(folder: str | None) -> list[str]:
+    if folder is None:
+        return []
+    return [
+        "# The program's modules: some lie above the script's folder, where Python does not look by itself.",
+        f'export PYTHONPATH={shlex.quote(folder)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        "",
+    ]
 
 
 def pytorchjob_manifest(
@@ -178,6 +192,7 @@ def pytorchjob_manifest(
     name: str | None = None,
     image: str = IMAGE,
     namespace: str = NAMESPACE,
+    python_path: str | None = None,
 ) -> str:
     """A Kubeflow ``PyTorchJob`` (``kubeflow.org/v1``) that runs ``script`` on ``nodes`` pods of ``gpus_per_node`` GPUs.
 
@@ -190,6 +205,7 @@ def pytorchjob_manifest(
     workers. ``name`` defaults to the script's name made a DNS label
     (``train_ddp.py``: ``train-ddp``); ``image`` and ``namespace`` default to
     the placeholders :data:`IMAGE` and :data:`NAMESPACE`, marked in the text.
+    ``python_path`` is a folder (in the image) set as the containers' ``PYTHONPATH``.
 
     Raises ``ValueError`` for a count below 1 or a name that is no DNS label
     (lower-case letters, digits and ``-``, starting with a letter, at most 63).
@@ -205,6 +221,12 @@ def pytorchjob_manifest(
         f"\n                - {_yaml_string(_kubernetes_literal(word))}" for word in ["torchrun", script, *script_args]
     )
 
+    environment = (
+        f"\n              env:\n                - name: PYTHONPATH\n                  value: {_yaml_string(_kubernetes_literal(python_path))}"
+        if python_path is not None
+        else ""
+    )
+
     def replica(role: str, replicas: int) -> str:
         return f"""\
     {role}:
@@ -218,7 +240,7 @@ def pytorchjob_manifest(
           containers:
             - name: pytorch  # the operator looks for the container of this name
               image: {_yaml_string(image)}{"  # placeholder: an image with torch and the script" if image == IMAGE else ""}
-              command:{command}
+              command:{command}{environment}
               ports:
                 - name: pytorchjob-port
                   containerPort: {PYTORCHJOB_PORT}

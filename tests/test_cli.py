@@ -733,6 +733,7 @@ def test_verify_writes_then_runs_the_output(converter, verifier, script, workdir
             "timeout": 300.0,
             "max_steps": None,
             "workdir": workdir,
+            "env": None,
         }
     ]
     assert verifier.scripts == [CONVERTED]  # written before it was run

@@ -624,10 +624,11 @@ def test_an_output_folder_with_a_module_above_the_script_says_to_put_the_folder_
     (project / "pyproject.toml").write_text("")
     (project / "scripts" / "solver.py").rename(project / "solver.py")  # at the project's root, as installed
 
-    done = run_ddpify(project, "scripts/train.py", "-o", "../out dir/")
+    done = run_ddpify(project, "scripts/train.py", "-o", "../out dir/", "--sbatch", "../job.sh")
 
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out dir" / "solver.py").is_file()
+    assert "export PYTHONPATH='../out dir'\"${PYTHONPATH:+:$PYTHONPATH}\"" in (tmp_path / "job.sh").read_text()
     run_it = next(line for line in done.stderr.splitlines() if line.startswith("run it: "))
     assert (
         run_it
@@ -806,3 +807,33 @@ def test_an_output_folder_inside_a_package_of_the_program_is_refused(project: Pa
         "copies; choose an -o folder outside the program's packages"
     )
     assert hashes(project) == before
+
+
+def test_verify_of_an_output_folder_with_a_module_above_the_script_runs_it_with_the_folder_on_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ddpify.cli import backend
+    from ddpify.verify import CHECK_NAMES, Check, RankReport, VerifyReport
+
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "solver" / "input", project / "scripts")
+    (project / "pyproject.toml").write_text("")
+    (project / "scripts" / "solver.py").rename(project / "solver.py")
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    runs: list[dict[str, object]] = []
+
+    def verify(script: Path, **settings: object) -> VerifyReport:
+        runs.append(settings)
+        ranks = tuple(RankReport(rank, "ok", 4, "c0", f"{rank}b", (), True, None) for rank in (0, 1))
+        checks = tuple(Check(name, True, "holds") for name in CHECK_NAMES)
+        return VerifyReport(str(script), 2, ("torchrun",), None, 0, False, 1.0, ranks, checks, "")
+
+    monkeypatch.setattr(backend, "verify", verify)
+
+    assert main(["scripts/train.py", "-o", "../out/", "--verify"]) == 0
+
+    assert runs[0]["env"] == {"PYTHONPATH": str(tmp_path / "out")}
+    assert "verifying ../out/scripts/train.py under torchrun with 2 processes, ../out on PYTHONPATH" in (
+        capsys.readouterr().err.splitlines()
+    )

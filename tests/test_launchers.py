@@ -804,3 +804,34 @@ def test_pytorchjob_pods_train_with_the_environment_the_operator_gives_them(tmp_
     assert_trains_data_parallel(report)
     assert (report.ranks[0].saves, report.ranks[1].saves) == ((checkpoint,), ())
     assert sorted(p.name for p in tmp_path.glob("*.pt")) == [checkpoint]
+
+
+@pytest.mark.parametrize("before", [None, "/opt/lib"], ids=["unset", "set"])
+def test_sbatch_script_puts_a_folder_first_on_the_python_path(before: str | None, tmp_path: Path) -> None:
+    text = sbatch_script("out dir/scripts/train.py", nodes=1, gpus_per_node=1, python_path="out dir")
+    (export,) = [line for line in text.splitlines() if line.startswith("export PYTHONPATH=")]
+    env = {"PATH": os.environ["PATH"], **({"PYTHONPATH": before} if before is not None else {})}
+
+    shown = subprocess.run(
+        ["bash", "-c", f'set -u; {export}; printf %s "$PYTHONPATH"'],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+    assert shown.stdout == ("out dir" if before is None else "out dir:/opt/lib")
+    assert "PYTHONPATH" not in sbatch_script("train.py", nodes=1, gpus_per_node=1)
+
+
+def test_pytorchjob_sets_the_python_path_of_every_pod_as_given() -> None:
+    job = yaml.safe_load(
+        pytorchjob_manifest("out/scripts/train.py", nodes=2, gpus_per_node=1, python_path="out $(HOME)")
+    )
+
+    for spec in replicas_of(job).values():
+        (variable,) = container_of(spec)["env"]  # type: ignore[misc]
+        assert variable["name"] == "PYTHONPATH"
+        assert kubernetes_expanded(variable["value"], {"HOME": "/root"}) == "out $(HOME)"
+    plain = yaml.safe_load(pytorchjob_manifest("train.py", nodes=1, gpus_per_node=1))
+    assert "env" not in container_of(replicas_of(plain)["Master"])

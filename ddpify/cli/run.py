@@ -70,7 +70,8 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
             job, target=os.path.join(request.output, program.relative(str(program.entry))), whole_program=True
         )
     modules = program.modules if program is not None else ()
-    launch_files = [_launch_file(request, option, path, job.target) for option, path in request.launch_files]
+    search = _search_path(request, job, program)
+    launch_files = [_launch_file(request, option, path, job.target, search) for option, path in request.launch_files]
     conversion = backend.convert(source, path=job.name, options=request.options_for(job), modules=modules)
     with finishing():
         outcome = finish(request, job, source, conversion, reporter, program)
@@ -90,9 +91,10 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
             report_format=request.report_format,
             script_args=request.script_args,
             reporter=reporter,
+            search=search,
         )
     if outcome is Outcome.CONVERTED and job.target is not None and not job.in_place:
-        _say_launch_commands(request, job.target, reporter, search=_search_path(request, job, program))
+        _say_launch_commands(request, job.target, reporter, search=search)
     return ExitCode.OK
 
 
@@ -154,13 +156,20 @@ def verify_script(
     report_format: ReportFormat | None,
     script_args: Sequence[str],
     reporter: Reporter,
+    search: str | None = None,
 ) -> ExitCode:
-    """Run ``target`` under torchrun and report whether it trains in data-parallel."""
+    """Run ``target`` under torchrun and report whether it trains in data-parallel; ``search`` is a
+    folder the program's modules need on ``PYTHONPATH``."""
     from ddpify.verify.checks import LAUNCHED
 
     nproc = nproc or DEFAULT_NPROC
     as_json = report_format is ReportFormat.JSON
-    reporter.say(f"verifying {target} under torchrun with {nproc} processes")
+    env = None
+    on_path = ""
+    if search is not None:
+        env = {"PYTHONPATH": os.pathsep.join(filter(None, (os.path.abspath(search), os.environ.get("PYTHONPATH"))))}
+        on_path = f", {search} on PYTHONPATH"
+    reporter.say(f"verifying {target} under torchrun with {nproc} processes{on_path}")
     report = backend.verify(
         Path(target),
         nproc=nproc,
@@ -168,6 +177,7 @@ def verify_script(
         timeout=timeout or DEFAULT_TIMEOUT_S,
         max_steps=max_steps,
         workdir=Path.cwd(),
+        env=env,
     )
     text = json.dumps(report.to_json(), indent=2) if as_json else report.format_table()
     write_stdout(f"{text}\n".encode())
@@ -212,7 +222,7 @@ class LaunchFile:
         reporter.say(self.message)
 
 
-def _launch_file(request: Request, option: str, path: str, target: str | None) -> LaunchFile:
+def _launch_file(request: Request, option: str, path: str, target: str | None, search: str | None) -> LaunchFile:
     """The ``--sbatch`` batch script or the ``--k8s`` manifest that runs ``target``; ``Failure`` if it cannot be made."""
     assert target is not None  # validate(): --sbatch and --k8s need -o
     nodes = request.nodes or DEFAULT_NODES
@@ -220,11 +230,15 @@ def _launch_file(request: Request, option: str, path: str, target: str | None) -
     size = f"{plural(nodes, 'node')} x {plural(gpus, 'GPU')}"
     try:
         if option == "--sbatch":
-            text = launchers.sbatch_script(target, request.script_args, nodes=nodes, gpus_per_node=gpus)
+            text = launchers.sbatch_script(
+                target, request.script_args, nodes=nodes, gpus_per_node=gpus, python_path=search
+            )
             return LaunchFile(
                 path, text, 0o755, f"wrote {path} ({size}); submit it from this folder: sbatch {shlex.quote(path)}"
             )
-        text = launchers.pytorchjob_manifest(target, request.script_args, nodes=nodes, gpus_per_node=gpus)
+        text = launchers.pytorchjob_manifest(
+            target, request.script_args, nodes=nodes, gpus_per_node=gpus, python_path=search
+        )
     except ValueError as exc:
         raise Failure(f"cannot write {path}: {exc}") from exc
     message = (
