@@ -144,11 +144,15 @@ def test_an_in_place_write_killed_is_undone_or_finished_by_the_next_run(
     notes = [line for line in repair.stderr.splitlines() if "stopped ddpify run" in line]
     assert len(notes) == 1, repair.stderr
     if stop.startswith("unlink"):
-        assert notes[0].startswith("note: finished the write of train.py and 2 more"), notes
+        assert notes == [
+            "note: finished the write of train.py and 2 more that a stopped ddpify run left unfinished (3 files)"
+        ]
         for name in CHANGED:
             assert (project / name).read_bytes() == (SOLVER / "expected" / name).read_bytes()
     else:
-        assert notes[0].startswith("note: undid the write of train.py and 2 more that a stopped ddpify run"), notes
+        assert notes == [
+            "note: undid the write of train.py and 2 more that a stopped ddpify run left unfinished: 3 files as before"
+        ]
         assert snapshot(project) == before
     assert hidden(project) == []
 
@@ -175,7 +179,8 @@ def test_a_write_into_an_output_folder_killed_is_undone_by_the_next_run(
     done = run_ddpify(project, "train.py", "-o", "../out/")
     assert done.returncode == 0, done.stderr
     assert (
-        "note: undid the write of ../out/train.py and 3 more that a stopped ddpify run left in ../out:" in done.stderr
+        "note: undid the write of ../out/train.py and 3 more that a stopped ddpify run left unfinished in ../out: "
+        "4 files as before" in done.stderr
     )
     assert hidden(out) == []
     assert sorted(snapshot(out)) == ["data_loader.py", "models.py", "solver.py", "train.py"]

@@ -164,12 +164,14 @@ def recover(folder: str) -> None:
     state, about = record["state"], record["about"]
     entries = [Entry(f["target"], f["temporary"], f["kept"], f["new"]) for f in record["files"]]
     count = plural(len(entries), "file")
+    shown = _shown(folder)
+    where = "" if shown == os.curdir else f" in {shown}"
     if state == DONE:
         for entry in entries:
             _remove(entry.temporary)
             _remove(entry.kept)
         remove(folder)
-        error(f"note: finished the write of {about} that a stopped ddpify run left in {_shown(folder)} ({count})")
+        error(f"note: finished the write of {about} that a stopped ddpify run left unfinished{where} ({count})")
         return
     kept: list[str] = []
     for entry in entries:
@@ -182,7 +184,7 @@ def recover(folder: str) -> None:
         with contextlib.suppress(OSError):
             os.rmdir(made)
     remove(folder)
-    line = f"note: undid the write of {about} that a stopped ddpify run left in {_shown(folder)}: {count} as before"
+    line = f"note: undid the write of {about} that a stopped ddpify run left unfinished{where}: {count} as before"
     if kept:
         line += f"; changed since, so left as they are: {', '.join(kept)}"
     error(line)
