@@ -105,7 +105,8 @@ UNFOLLOWED_IMPORT = Code(
     Severity.WARNING,
     "input",
     "the program loads code in a way ddpify cannot follow (a computed module name, a path, a changed "
-    "sys.path, a relative import in the entry script): that code is not converted with it",
+    "sys.path, a relative import in the entry script, a module present only as compiled .pyc): that code is "
+    "not converted with it",
     "import the module by name (`import utils`), or check what the code it loads does on every rank",
 )
 UNFOLLOWED_IN_FOLDER = Code(

@@ -18,8 +18,9 @@ does no I/O and prints nothing, so the CLI decides where they go::
     # 'apiVersion: kubeflow.org/v1', 'kind: PyTorchJob', a Master and a Worker running
     # 'torchrun train_ddp.py --epochs 10', IMAGE and NAMESPACE left for the user
 
-Every argument is shell-quoted (a YAML string in a manifest), so a path or a
-value with spaces or ``$`` reaches the script as one word, as given.
+Every argument is shell-quoted (a YAML string in a manifest, each ``$`` doubled
+there, since Kubernetes expands ``$(VAR)`` in a container's command), so a path
+or a value with spaces or ``$`` reaches the script as one word, as given.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def sbatch_script(
     partition: str | None = None,
     cpus_per_task: int | None = None,
     rdzv_port: int = RDZV_PORT,
+    python_path: str | None = None,
 ) -> str:
     """A SLURM batch script that runs ``script`` on ``nodes`` nodes of ``gpus_per_node`` GPUs.
 
@@ -105,7 +107,9 @@ def sbatch_script(
     defaults to the script's name without its suffix (whitespace becomes
     ``_``); ``time`` (``HH:MM:SS``, ``D-HH:MM``, ...) and ``partition`` are left
     to the cluster's defaults when not given; ``cpus_per_task`` are the CPUs of
-    a node's torchrun task and its workers, ``4 * gpus_per_node`` unless given.
+    a node's torchrun task and its workers, ``4 * gpus_per_node`` unless given;
+    ``python_path`` is a folder put first on ``PYTHONPATH`` (where the program's
+    modules are when some lie above the script's folder).
 
     Raises ``ValueError`` for a count below 1, a port out of range, or a
     directive value that is empty or contains whitespace (which would end the
@@ -163,9 +167,20 @@ def sbatch_script(
         'nodes=( $(scontrol show hostnames "$SLURM_JOB_NODELIST") )',
         "head_node=${nodes[0]}",
         "",
+        *_python_path_lines(python_path),
         launch,
     ]
     return "\n".join(lines) + "\n"
+
+
+def _python_path_lines(folder: str | None) -> list[str]:
+    if folder is None:
+        return []
+    return [
+        "# The program's modules: some lie above the script's folder, where Python does not look by itself.",
+        f'export PYTHONPATH={shlex.quote(folder)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        "",
+    ]
 
 
 def pytorchjob_manifest(
@@ -177,6 +192,7 @@ def pytorchjob_manifest(
     name: str | None = None,
     image: str = IMAGE,
     namespace: str = NAMESPACE,
+    python_path: str | None = None,
 ) -> str:
     """A Kubeflow ``PyTorchJob`` (``kubeflow.org/v1``) that runs ``script`` on ``nodes`` pods of ``gpus_per_node`` GPUs.
 
@@ -189,6 +205,7 @@ def pytorchjob_manifest(
     workers. ``name`` defaults to the script's name made a DNS label
     (``train_ddp.py``: ``train-ddp``); ``image`` and ``namespace`` default to
     the placeholders :data:`IMAGE` and :data:`NAMESPACE`, marked in the text.
+    ``python_path`` is a folder (in the image) set as the containers' ``PYTHONPATH``.
 
     Raises ``ValueError`` for a count below 1 or a name that is no DNS label
     (lower-case letters, digits and ``-``, starting with a letter, at most 63).
@@ -200,7 +217,15 @@ def pytorchjob_manifest(
         name = _dns_label(PurePath(script).stem)
     if not _DNS_LABEL.fullmatch(name):
         raise ValueError(f"name must be a DNS label (a-z, 0-9 and '-', starting with a letter), got {name!r}")
-    command = "".join(f"\n                - {_yaml_string(word)}" for word in ["torchrun", script, *script_args])
+    command = "".join(
+        f"\n                - {_yaml_string(_kubernetes_literal(word))}" for word in ["torchrun", script, *script_args]
+    )
+
+    environment = (
+        f"\n              env:\n                - name: PYTHONPATH\n                  value: {_yaml_string(_kubernetes_literal(python_path))}"
+        if python_path is not None
+        else ""
+    )
 
     def replica(role: str, replicas: int) -> str:
         return f"""\
@@ -215,7 +240,7 @@ def pytorchjob_manifest(
           containers:
             - name: pytorch  # the operator looks for the container of this name
               image: {_yaml_string(image)}{"  # placeholder: an image with torch and the script" if image == IMAGE else ""}
-              command:{command}
+              command:{command}{environment}
               ports:
                 - name: pytorchjob-port
                   containerPort: {PYTORCHJOB_PORT}
@@ -263,6 +288,12 @@ def _dns_label(stem: str) -> str:
     label = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
     label = re.sub(r"^[^a-z]+", "", label)[:63].rstrip("-")
     return label or "ddp"
+
+
+def _kubernetes_literal(word: str) -> str:
+    """``word`` as a container's command keeps it: Kubernetes replaces ``$(VAR)`` there with the
+    variable's value and ``$$`` with ``$``, so each ``$`` is written twice."""
+    return word.replace("$", "$$")
 
 
 def _yaml_string(text: str) -> str:

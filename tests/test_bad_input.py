@@ -240,7 +240,7 @@ def test_unreadable_file(cli, workdir: Path) -> None:
         src.chmod(0o644)
 
     assert run.code == 2
-    assert run.err == ["error: train.py: Permission denied"]
+    assert run.err == ["error: train.py: Permission denied; nothing written"]
     assert snapshot(workdir) == {"train.py": hashlib.sha256(TRAIN).hexdigest()}
 
 
@@ -817,3 +817,37 @@ def test_a_package_whose_init_is_a_fifo_is_not_read(program_with_a_module: Path)
     # Not a module Python could import either: the package has no __init__ file to read.
     assert done.returncode == 0, done.stderr.decode()
     assert not (program_with_a_module / "helpers" / "__init__.py").is_file()
+
+
+def test_a_file_name_with_a_line_break_keeps_each_finding_on_one_line(tmp_path: Path, run_ddpify) -> None:
+    (tmp_path / "pyproject.toml").write_text("")
+    name = "my\ntrain.py"
+    (tmp_path / name).write_bytes(b"import torch\n\nx = 1 +\n")  # invalid: one DDP002 finding
+
+    done = run_ddpify(tmp_path, name, "--diff")
+
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("my\\ntrain.py:3:"), lines
+    assert " DDP002 " in lines[0]
+    assert not any(line.startswith("train.py") for line in lines), lines
+
+
+def test_an_input_that_cannot_be_opened_says_nothing_was_written(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What an unreadable input looks like, also where the tests run as root.
+    (workdir / "train.py").write_bytes(TRAIN)
+    original = os.open
+
+    def refuse(path: object, *args: object, **kwargs: object) -> int:
+        if os.fspath(path) == "train.py":  # type: ignore[arg-type]
+            raise PermissionError(13, "Permission denied")
+        return original(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refuse)
+
+    assert main(["train.py", "-o", "out.py"]) == 2
+
+    assert capsys.readouterr().err.splitlines() == ["error: train.py: Permission denied; nothing written"]
+    assert not (workdir / "out.py").exists()

@@ -291,7 +291,7 @@ def test_check_missing(converter, script, workdir, capsys):
 
     assert cli.main(["train.py", "-o", "train_ddp.py", "--check", "--quiet"]) == 1
 
-    assert capsys.readouterr() == ("", "would rewrite train_ddp.py\n")
+    assert capsys.readouterr() == ("", "would write train_ddp.py (it is missing)\n")
     assert sha256(script) == before
     assert files(workdir) == ["train.py"]
 
@@ -301,7 +301,7 @@ def test_check_with_diff_prints_the_diff_then_fails(converter, script, workdir, 
 
     captured = capsys.readouterr()
     assert "+model = DDP(Net())\n" in captured.out
-    assert captured.err == "would rewrite train_ddp.py\n"
+    assert captured.err == "would write train_ddp.py (it is missing)\n"
     assert files(workdir) == ["train.py"]
 
 
@@ -359,7 +359,10 @@ def test_output_folder_not_writable(converter, script, workdir, capsys):
     finally:
         locked.chmod(0o700)
 
-    assert capsys.readouterr() == ("", "error: cannot write locked/train_ddp.py: Permission denied\n")
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("error: cannot write locked/train_ddp.py: Permission denied")
+    assert err.endswith("; nothing written\n")
     assert files(locked) == []
 
 
@@ -550,7 +553,7 @@ def test_failed_write_is_a_usage_error_and_leaves_no_temporary_file(converter, s
 
     assert cli.main(["train.py", "-o", "train_ddp.py"]) == 2
 
-    assert capsys.readouterr() == ("", "error: cannot write train_ddp.py: Permission denied\n")
+    assert capsys.readouterr() == ("", "error: cannot write train_ddp.py: Permission denied; nothing written\n")
     assert existing.read_bytes() == b"old\n"
     assert files(workdir) == ["train.py", "train_ddp.py"]
 
@@ -730,6 +733,7 @@ def test_verify_writes_then_runs_the_output(converter, verifier, script, workdir
             "timeout": 300.0,
             "max_steps": None,
             "workdir": workdir,
+            "env": None,
         }
     ]
     assert verifier.scripts == [CONVERTED]  # written before it was run

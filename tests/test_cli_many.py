@@ -435,7 +435,7 @@ def test_check_lists_every_missing_or_stale_output_and_exits_1(converter, workdi
     assert err_lines(capsys) == [
         "proj/current_ddp.py is up to date",
         "proj/helper.py: nothing to do",
-        "would rewrite proj/missing_ddp.py",
+        "would write proj/missing_ddp.py (it is missing)",
         "would rewrite proj/stale_ddp.py",
         "4 files: 1 unchanged, 1 up to date, 2 would be rewritten",
     ]
@@ -445,7 +445,10 @@ def test_check_lists_every_missing_or_stale_output_and_exits_1(converter, workdi
 def test_check_quiet_prints_only_what_would_be_rewritten(converter, workdir, checked, capsys):
     assert cli.main(["proj", "--check", "-q"]) == 1
 
-    assert capsys.readouterr() == ("", "would rewrite proj/missing_ddp.py\nwould rewrite proj/stale_ddp.py\n")
+    assert capsys.readouterr() == (
+        "",
+        "would write proj/missing_ddp.py (it is missing)\nwould rewrite proj/stale_ddp.py\n",
+    )
 
 
 def test_check_passes_once_the_outputs_are_written(converter, workdir, checked, capsys):
@@ -464,7 +467,7 @@ def test_check_against_an_output_folder(converter, workdir, capsys):
     assert "+++ out/b.py" in captured.out
     assert captured.err.splitlines() == [
         "out/a.py is up to date",
-        "would rewrite out/b.py",
+        "would write out/b.py (it is missing)",
         "2 files: 1 up to date, 1 would be rewritten",
     ]
     assert not (workdir / "out" / "b.py").exists()
@@ -501,7 +504,10 @@ def test_check_exit_code_ranks_a_refusal_above_a_stale_output(converter, workdir
 
     assert cli.main(["a.py", "b.py", "--check", "-q"]) == 3
 
-    assert capsys.readouterr().err.splitlines() == ["would rewrite a_ddp.py", "b.py:1:1: DDP201 hand-made batches"]
+    assert capsys.readouterr().err.splitlines() == [
+        "would write a_ddp.py (it is missing)",
+        "b.py:1:1: DDP201 hand-made batches",
+    ]
 
 
 def test_a_file_that_breaks_the_converter_is_reported_and_the_others_still_written(converter, workdir, capsys):

@@ -614,3 +614,226 @@ def test_a_folder_run_reports_a_program_that_needs_a_folder_without_failing(
     assert snapshot(project) == before
     alone = run_ddpify(project, "train.py", "--suffix", "_ddp")
     assert alone.returncode == 2 and "which one output file cannot hold" in alone.stderr
+
+
+def test_an_output_folder_with_a_module_above_the_script_says_to_put_the_folder_on_the_search_path(
+    tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "solver" / "input", project / "scripts")
+    (project / "pyproject.toml").write_text("")
+    (project / "scripts" / "solver.py").rename(project / "solver.py")  # at the project's root, as installed
+
+    done = run_ddpify(project, "scripts/train.py", "-o", "../out dir/", "--sbatch", "../job.sh")
+
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out dir" / "solver.py").is_file()
+    assert "export PYTHONPATH='../out dir'\"${PYTHONPATH:+:$PYTHONPATH}\"" in (tmp_path / "job.sh").read_text()
+    run_it = next(line for line in done.stderr.splitlines() if line.startswith("run it: "))
+    assert (
+        run_it
+        == "run it: PYTHONPATH='../out dir' torchrun --standalone --nproc_per_node=gpu '../out dir/scripts/train.py'"
+    )
+    several = next(line for line in done.stderr.splitlines() if line.startswith("on several nodes: "))
+    assert several.startswith("on several nodes: PYTHONPATH='../out dir' torchrun ")
+    # What the command sets up: the converted script finds the converted module, not the project's.
+    found = subprocess.run(
+        [sys.executable, "-c", "import solver; print(solver.__file__)"],
+        cwd=tmp_path / "out dir" / "scripts",
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "out dir")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(found.stdout.strip()) == tmp_path / "out dir" / "solver.py"
+
+
+def test_an_output_folder_with_every_module_beside_the_script_needs_no_search_path(
+    project: Path, run_ddpify: RunDdpify
+) -> None:
+    done = run_ddpify(project, "train.py", "-o", "../out/")
+
+    assert done.returncode == 0, done.stderr
+    assert "run it: torchrun --standalone --nproc_per_node=gpu ../out/train.py" in done.stderr.splitlines()
+
+
+SHARED_DATA = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_loader(batch_size):
+    ds = TensorDataset(torch.randn(64, 3), torch.randn(64, 1))
+    return DataLoader(ds, batch_size=batch_size, shuffle=True)
+"""
+ENTRY_WITH_SHARED_DATA = """import torch
+import torch.nn as nn
+
+from data import get_loader
+
+loader = get_loader(8)
+model = nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_second_entry_whose_shared_module_was_converted_before_is_told_how_to_convert_both(
+    tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "data.py").write_text(SHARED_DATA)
+    (tmp_path / "train.py").write_text(ENTRY_WITH_SHARED_DATA)
+    (tmp_path / "finetune.py").write_text(ENTRY_WITH_SHARED_DATA.replace("range(2)", "range(1)"))
+    git = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a"}
+    git["GIT_COMMITTER_EMAIL"] = "a@b"
+    for command in (["init", "-q"], ["add", "."], ["commit", "-qm", "single GPU"]):
+        subprocess.run(["git", *command], cwd=tmp_path, env=git, check=True)
+    assert run_ddpify(tmp_path, "train.py", "--in-place").returncode == 0
+
+    second = run_ddpify(tmp_path, "finetune.py")
+
+    assert second.returncode == 3
+    note = (
+        "note: data.py already holds ddpify's conversion for another entry script (train.py); entry scripts that "
+        "share modules are converted together, in one run: put back the files that conversion changed (with git: "
+        "git checkout -- train.py data.py), then run: ddpify finetune.py train.py --in-place"
+    )
+    assert note in second.stderr.splitlines()
+    # The advice, followed as given, converts both entries and their shared module.
+    subprocess.run(["git", "checkout", "--", "train.py", "data.py"], cwd=tmp_path, env=git, check=True)
+    both = run_ddpify(tmp_path, "finetune.py", "train.py", "--in-place")
+    assert both.returncode == 0, both.stderr
+    for entry in ("train.py", "finetune.py"):
+        assert "def setup_distributed" in (tmp_path / entry).read_text()
+    assert "DistributedSampler(ds) if dist.is_initialized() else None" in (tmp_path / "data.py").read_text()
+
+
+def test_a_module_present_only_as_bytecode_is_named(project: Path, run_ddpify: RunDdpify) -> None:
+    # Python imports models.pyc beside the script when models.py is missing; ddpify cannot read it.
+    subprocess.run(
+        [sys.executable, "-c", "import py_compile; py_compile.compile('models.py', cfile='models.pyc', doraise=True)"],
+        cwd=project,
+        check=True,
+    )
+    (project / "models.py").unlink()
+    finding = (
+        "solver.py:4:1: {code} `models`: Python imports it from models.pyc, compiled code without its source, "
+        "which ddpify can neither read nor convert; restore its .py file"
+    )
+
+    in_place = run_ddpify(project, "train.py", "--diff")
+    folder = run_ddpify(project, "train.py", "-o", "../out/")
+
+    assert in_place.returncode == 0, in_place.stderr
+    assert finding.format(code="DDP012") in in_place.stderr.splitlines()
+    assert folder.returncode == 3
+    assert f"{finding.format(code='DDP013')}; -o ../out/ would hold a program without that code" in folder.stderr
+    assert not (project.parent / "out").exists()
+
+
+def test_check_of_a_program_ends_on_what_is_stale_and_tells_a_deleted_output_from_a_changed_one(
+    project: Path, tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    assert run_ddpify(project, "train.py", "-o", "../out/").returncode == 0
+    (tmp_path / "out" / "solver.py").write_text("stale\n")
+    (tmp_path / "out" / "models.py").unlink()
+
+    check = run_ddpify(project, "train.py", "-o", "../out/", "--check")
+
+    assert check.returncode == 1
+    assert check.stderr.splitlines()[-3:] == [
+        "would rewrite ../out/solver.py",
+        "would write ../out/models.py (it is missing)",
+        "../out/train.py is current, but not the program: 2 other files would be written",
+    ]
+    assert "up to date" not in check.stderr
+
+
+def test_a_folder_reports_an_invalid_module_as_invalid_not_as_nothing_to_do(
+    project: Path, run_ddpify: RunDdpify
+) -> None:
+    with open(project / "models.py", "a") as file:
+        file.write("def broken(:\n")
+    before = snapshot(project)
+
+    done = run_ddpify(project, ".", "--in-place", "-j", "1")
+
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert "error: ./models.py: not valid Python, so the program that imports it is not converted" in lines
+    assert not any(line.endswith("models.py: nothing to do") for line in lines), lines
+    assert lines[-1] == "4 files: 2 unchanged, 2 invalid"
+    assert snapshot(project) == before
+
+
+def test_an_output_folder_that_is_a_hard_linked_copy_of_the_program_is_written_without_touching_it(
+    project: Path, tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    for source in project.iterdir():
+        os.link(source, out / source.name)  # `cp -al project out`
+    before = snapshot(project)
+
+    done = run_ddpify(project, "train.py", "-o", "../out/")
+
+    assert done.returncode == 0, done.stderr
+    assert (
+        "note: ../out/train.py was a hard link to train.py: it is a file of its own now, and train.py is as it was"
+        in done.stderr.splitlines()
+    )
+    assert snapshot(project) == before
+    for name in ("train.py", "solver.py", "data_loader.py"):
+        assert (out / name).read_bytes() == (PROJECTS / "solver" / "expected" / name).read_bytes()
+
+
+def test_an_output_folder_inside_a_package_of_the_program_is_refused(project: Path, run_ddpify: RunDdpify) -> None:
+    (project / "lib").mkdir()
+    (project / "lib" / "__init__.py").write_text("")
+    edit(project / "train.py", "import argparse", "import argparse\n\nimport lib")
+    before = hashes(project)
+
+    done = run_ddpify(project, "train.py", "-o", "lib/ddp/")
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "error: -o lib/ddp/ is inside lib/, a package of the program: the copy would become part of the code it "
+        "copies; choose an -o folder outside the program's packages"
+    )
+    assert hashes(project) == before
+
+
+def test_verify_of_an_output_folder_with_a_module_above_the_script_runs_it_with_the_folder_on_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ddpify.cli import backend
+    from ddpify.verify import CHECK_NAMES, Check, RankReport, VerifyReport
+
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "solver" / "input", project / "scripts")
+    (project / "pyproject.toml").write_text("")
+    (project / "scripts" / "solver.py").rename(project / "solver.py")
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    runs: list[dict[str, object]] = []
+
+    def verify(script: Path, **settings: object) -> VerifyReport:
+        runs.append(settings)
+        ranks = tuple(RankReport(rank, "ok", 4, "c0", f"{rank}b", (), True, None) for rank in (0, 1))
+        checks = tuple(Check(name, True, "holds") for name in CHECK_NAMES)
+        return VerifyReport(str(script), 2, ("torchrun",), None, 0, False, 1.0, ranks, checks, "")
+
+    monkeypatch.setattr(backend, "verify", verify)
+
+    assert main(["scripts/train.py", "-o", "../out/", "--verify"]) == 0
+
+    assert runs[0]["env"] == {"PYTHONPATH": str(tmp_path / "out")}
+    assert "verifying ../out/scripts/train.py under torchrun with 2 processes, ../out on PYTHONPATH" in (
+        capsys.readouterr().err.splitlines()
+    )

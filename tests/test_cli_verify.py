@@ -164,6 +164,7 @@ def test_verify_subcommand_passes_its_settings_and_the_script_arguments(seams, c
         "timeout": 20.0,
         "max_steps": 4,
         "workdir": Path.cwd(),
+        "env": None,
     }
     assert captured.out.splitlines()[-1] == f"ok: all {len(CHECK_NAMES)} checks passed ({', '.join(CHECK_NAMES)})"
     assert captured.err.splitlines() == [

@@ -386,3 +386,30 @@ def test_readme_documents_every_key(key):
     assert f"`{name}`" in section, key
     if key.startswith("verify."):
         assert "[tool.ddpify.verify]" in section
+
+
+@pytest.mark.parametrize("where", ["../elsewhere/", "ABSOLUTE", "link/"], ids=["above", "absolute", "symlink-out"])
+def test_an_output_outside_the_project_is_refused_unless_the_command_line_places_the_outputs(
+    where, workdir, options, capsys
+):
+    project = workdir / "project"
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    (project / "link").parent.mkdir()
+    (project / "link").symlink_to(elsewhere)
+    output = str(elsewhere) + "/" if where == "ABSOLUTE" else where
+    write(project / "pyproject.toml", f"[tool.ddpify]\nsync-bn = true\noutput = {output!r}\n")
+    script(project / "train.py")
+
+    assert cli.main(["project/train.py"]) == 2
+
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: project/pyproject.toml:3: [tool.ddpify] output {output!r} leads outside the project")
+    assert err.rstrip().endswith(
+        "a configuration file may only write inside its project: change it, or give -o on the command line"
+    )
+    assert list(elsewhere.iterdir()) == []
+    assert options == []
+    assert cli.main(["project/train.py", "-o", "mine.py"]) == 0
+    assert (workdir / "mine.py").read_bytes() == CONVERTED
+    assert list(elsewhere.iterdir()) == []

@@ -343,6 +343,32 @@ def container_of(replica: dict[str, object]) -> dict[str, object]:
     return container  # type: ignore[no-any-return]
 
 
+def kubernetes_expanded(word: str, variables: dict[str, str]) -> str:
+    """``word`` of a container's command as Kubernetes passes it to the process: ``$(NAME)`` replaced
+    by a defined variable's value, ``$$`` by ``$``; any other ``$`` kept (the rules of
+    ``third_party/forked/golang/expansion`` in Kubernetes)."""
+    out, index = [], 0
+    while index < len(word):
+        char = word[index]
+        following = word[index + 1 : index + 2]
+        if char == "$" and following == "$":
+            out.append("$")
+            index += 2
+        elif char == "$" and following == "(" and (end := word.find(")", index)) != -1:
+            name = word[index + 2 : end]
+            out.append(variables.get(name, word[index : end + 1]))
+            index = end + 1
+        else:
+            out.append(char)
+            index += 1
+    return "".join(out)
+
+
+def command_run(container: dict[str, object], variables: dict[str, str] | None = None) -> list[str]:
+    """The argv a pod's process gets from the container's command."""
+    return [kubernetes_expanded(word, variables or {}) for word in container["command"]]  # type: ignore[attr-defined]
+
+
 def test_pytorchjob_manifest_is_a_pytorchjob_of_one_master_and_the_other_nodes_as_workers() -> None:
     text = pytorchjob_manifest("jobs/train_ddp.py", ["--epochs", "10"], nodes=4, gpus_per_node=8)
     job = yaml.safe_load(text)
@@ -443,6 +469,10 @@ def test_pytorchjob_manifest_refuses_what_cannot_describe_a_job(keywords: dict[s
 
 TRICKY_ARGUMENTS = [
     "--name",
+    "$HOME",
+    "$(HOME)",
+    "$$(X)",
+    "cost$",
     "run 1",
     "10",
     "3.0",
@@ -464,7 +494,7 @@ def test_pytorchjob_command_keeps_every_argument_a_string_as_given() -> None:
     )
 
     for spec in replicas_of(yaml.safe_load(text)).values():
-        assert container_of(spec)["command"] == [
+        assert command_run(container_of(spec), {"HOME": "/root", "X": "x"}) == [
             "torchrun",
             "my jobs/train_ddp.py",
             *TRICKY_ARGUMENTS,
@@ -479,7 +509,7 @@ def test_pytorchjob_command_survives_any_text(script: str, arguments: list[str])
     text = pytorchjob_manifest(script, arguments, nodes=2, gpus_per_node=1, name="job")
     job = yaml.safe_load(text.encode("utf-8", "surrogatepass"))
 
-    assert [container_of(spec)["command"] for spec in replicas_of(job).values()] == [
+    assert [command_run(container_of(spec), {"HOME": "/root"}) for spec in replicas_of(job).values()] == [
         ["torchrun", script, *arguments]
     ] * 2
 
@@ -749,7 +779,7 @@ def test_pytorchjob_pods_train_with_the_environment_the_operator_gives_them(tmp_
     port = str(free_port())
     pods = [container_of(replicas["Master"])] + [container_of(replicas["Worker"])] * replicas["Worker"]["replicas"]
     nproc = job["spec"]["nprocPerNode"]
-    commands = [[str(TORCHRUN), *pod["command"][1:]] for pod in pods]  # type: ignore[index]
+    commands = [[str(TORCHRUN), *command_run(pod)[1:]] for pod in pods]
     envs = [
         clean_environment(
             tmp_path,
@@ -774,3 +804,34 @@ def test_pytorchjob_pods_train_with_the_environment_the_operator_gives_them(tmp_
     assert_trains_data_parallel(report)
     assert (report.ranks[0].saves, report.ranks[1].saves) == ((checkpoint,), ())
     assert sorted(p.name for p in tmp_path.glob("*.pt")) == [checkpoint]
+
+
+@pytest.mark.parametrize("before", [None, "/opt/lib"], ids=["unset", "set"])
+def test_sbatch_script_puts_a_folder_first_on_the_python_path(before: str | None, tmp_path: Path) -> None:
+    text = sbatch_script("out dir/scripts/train.py", nodes=1, gpus_per_node=1, python_path="out dir")
+    (export,) = [line for line in text.splitlines() if line.startswith("export PYTHONPATH=")]
+    env = {"PATH": os.environ["PATH"], **({"PYTHONPATH": before} if before is not None else {})}
+
+    shown = subprocess.run(
+        ["bash", "-c", f'set -u; {export}; printf %s "$PYTHONPATH"'],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+    assert shown.stdout == ("out dir" if before is None else "out dir:/opt/lib")
+    assert "PYTHONPATH" not in sbatch_script("train.py", nodes=1, gpus_per_node=1)
+
+
+def test_pytorchjob_sets_the_python_path_of_every_pod_as_given() -> None:
+    job = yaml.safe_load(
+        pytorchjob_manifest("out/scripts/train.py", nodes=2, gpus_per_node=1, python_path="out $(HOME)")
+    )
+
+    for spec in replicas_of(job).values():
+        (variable,) = container_of(spec)["env"]  # type: ignore[misc]
+        assert variable["name"] == "PYTHONPATH"
+        assert kubernetes_expanded(variable["value"], {"HOME": "/root"}) == "out $(HOME)"
+    plain = yaml.safe_load(pytorchjob_manifest("train.py", nodes=1, gpus_per_node=1))
+    assert "env" not in container_of(replicas_of(plain)["Master"])

@@ -214,7 +214,7 @@ def test_diff_check_and_stdout(cli, workdir: Path) -> None:
     assert diff.code == 0
     assert diff.out.startswith("--- train.ipynb\n+++ train.ipynb\n")
     assert "+    sampler=DistributedSampler(" in diff.out or "+from torch.utils.data.distributed" in diff.out
-    assert missing.code == 1 and "would rewrite train_ddp.py" in missing.err
+    assert missing.code == 1 and "would write train_ddp.py (it is missing)" in missing.err
     assert current.code == 0 and current.err[-1] == "train_ddp.py is up to date"
     assert files(workdir) == ["train.ipynb", "train_ddp.py"]
 

@@ -13,6 +13,7 @@ which must not have imported torch afterwards either.
 from __future__ import annotations
 
 import hashlib
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -213,3 +214,38 @@ def test_an_output_that_leads_out_of_the_output_folder_is_refused(
     )
     assert sha256s(tmp) == before
     assert not (tmp / "elsewhere" / "utils.py").exists()
+
+
+def test_in_place_through_a_symlinked_module_outside_the_project_says_where_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project, shared = tmp_path / "project", tmp_path / "shared"
+    project.mkdir()
+    shared.mkdir()
+    (project / "pyproject.toml").write_text("")  # the project ends at its folder: shared/ lies outside
+    (project / "train.py").write_text(PROGRAM_ENTRY)
+    (shared / "utils.py").write_text(PROGRAM_UTILS)
+    (project / "utils.py").symlink_to("../shared/utils.py")
+    monkeypatch.chdir(project)
+
+    assert main(["train.py", "--in-place"]) == 0
+
+    err = capsys.readouterr().err.splitlines()
+    assert "note: utils.py leads through a symbolic link: written to ../shared/utils.py, outside the project" in err
+    assert (project / "utils.py").is_symlink()
+    assert b"DistributedSampler" in (shared / "utils.py").read_bytes()
+
+
+def test_in_place_on_a_read_only_input_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "train.py").write_text(PROGRAM_ENTRY)
+    (tmp_path / "utils.py").write_text(PROGRAM_UTILS)
+    (tmp_path / "utils.py").chmod(0o444)
+    monkeypatch.chdir(tmp_path)
+
+    assert main(["train.py", "--in-place"]) == 0
+
+    err = capsys.readouterr().err.splitlines()
+    assert "note: utils.py is read-only (0444): replaced all the same, as --in-place asks, and left read-only" in err
+    assert stat.S_IMODE((tmp_path / "utils.py").stat().st_mode) == 0o444
+    assert b"DistributedSampler" in (tmp_path / "utils.py").read_bytes()

@@ -15,6 +15,8 @@ in :mod:`ddpify.cli.exits` and README.md.
 ``workers``           several files in worker processes
 ``files``             reading input, atomic writes
 ``notebooks``         a ``.ipynb`` input read as the script of its code cells
+``transaction``       a program's files written all or none
+``journal``           a write killed halfway finished or undone; the folder lock
 ``diff``              unified diff and colour
 ``report``            messages, summary line, progress
 ``backend``           ``convert()`` and ``verify()``, imported on first use

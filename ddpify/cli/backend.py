@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
     from ddpify import Conversion, Options
@@ -27,11 +27,18 @@ def convert(source: bytes, *, path: str, options: Options, modules: Sequence[Loc
 
 
 def verify(
-    script: Path, *, nproc: int, script_args: Sequence[str], timeout: float, max_steps: int | None, workdir: Path
+    script: Path,
+    *,
+    nproc: int,
+    script_args: Sequence[str],
+    timeout: float,
+    max_steps: int | None,
+    workdir: Path,
+    env: Mapping[str, str] | None = None,
 ) -> VerifyReport:
     """:func:`ddpify.verify.verify`."""
     from ddpify.verify import verify as verify_script
 
     return verify_script(
-        script, nproc=nproc, script_args=script_args, timeout=timeout, max_steps=max_steps, workdir=workdir
+        script, nproc=nproc, script_args=script_args, timeout=timeout, max_steps=max_steps, workdir=workdir, env=env
     )

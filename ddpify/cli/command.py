@@ -359,6 +359,8 @@ def ddpify_command(
         settings = load(src, config=config_file, no_config=no_config)
         # Where the outputs go, as the command line says; the file's choice only when it says nothing.
         placed = output is not None or in_place or suffix is not None or src == ["-"]
+        if not placed and settings.output_refused is not None:
+            raise Failure(settings.output_refused)
         # The file's verify settings serve only a verification the command line asks for.
         verifying = settings if verify_run else Settings()
         return Request(

@@ -17,7 +17,10 @@ command line wins over the file::
 
 Bad configuration (TOML that does not parse, an unknown key, a value of the
 wrong type) is a usage error, exit 2, reported as ``file:line`` with the key,
-before anything is read or written. :data:`KEYS` lists every key; README's
+before anything is read or written. So is an ``output`` that leads outside the
+file's project (the folder that holds it; ``..``, an absolute path, a symlink
+out), unless the command line places the outputs itself: a repository's
+configuration must not make a plain ``ddpify train.py`` write elsewhere. :data:`KEYS` lists every key; README's
 "Configuration" documents each.
 """
 
@@ -56,6 +59,9 @@ class Settings:
     strict: bool | None = None
     spawn: bool | None = None
     output: str | None = None  # a folder, ending with a slash, resolved against the file's folder
+    # Why ``output`` may not be used (it leads out of the file's project); a command line that places
+    # the outputs itself never uses it.
+    output_refused: str | None = None
     suffix: str | None = None
     exclude: tuple[str, ...] | None = None  # None: the default excludes
     extend_exclude: tuple[str, ...] = ()
@@ -204,7 +210,16 @@ def _settings(path: str, table: dict[str, Any]) -> Settings:
         )
     folder = os.path.dirname(path) or "."
     if "output" in values:
-        values["output"] = _folder(os.path.join(folder, values["output"]))
+        given = values["output"]
+        values["output"] = _folder(os.path.join(folder, given))
+        project = os.path.realpath(folder)
+        real = os.path.realpath(values["output"])
+        if os.path.commonpath([project, real]) != project:
+            values["output_refused"] = (
+                f"{path}:{_line_of(path, TABLE, 'output')}: [{TABLE}] output {given!r} leads outside the project "
+                f"of {path} (to {real}); a configuration file may only write inside its project: change it, "
+                "or give -o on the command line"
+            )
     for name in ("exclude", "extend_exclude"):
         if name in values:
             values[name] = tuple(values[name])

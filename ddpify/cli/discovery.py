@@ -23,7 +23,7 @@ from ddpify.cli.exits import Failure
 from ddpify.cli.files import describe_kind, read_input
 from ddpify.cli.notebooks import check_output, read_script
 from ddpify.cli.report import plural
-from ddpify.cli.request import DEFAULT_SUFFIX, Job, Request, is_output, same_file, with_suffix
+from ddpify.cli.request import DEFAULT_SUFFIX, Job, Request, is_output, same_path, with_suffix
 from ddpify.notebook import INSTALL, is_notebook, script_name
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def plan(request: Request, reporter: Reporter) -> list[Job]:
     jobs = _without_colliding_notebooks(jobs, reporter)
     for job in jobs:
         assert job.target is not None
-        if same_file(job.src, job.target):
+        if same_path(job.src, job.target):
             raise Failure(f"{job.target} is the input file; pass --in-place to rewrite the inputs")
     return jobs
 

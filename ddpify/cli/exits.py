@@ -4,8 +4,8 @@
 0     converted (warnings may have been printed), or nothing to do; with
       ``--verify``, also every check of the verification run passed
 1     ``--check``: the output is missing or differs from what would be generated
-2     bad usage or unreadable input, an unusable output or stream; nothing
-      written
+2     bad usage or unreadable input, an unusable output or stream, an input
+      changed on disk while ``--in-place`` converted it; nothing written
 3     conversion refused (an error diagnostic); nothing written
 4     ``--verify`` / ``ddpify verify``: the script does not train in
       data-parallel (a check failed or it hung); the report says which

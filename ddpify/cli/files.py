@@ -82,6 +82,8 @@ def read_input(src: str, *, max_size: int = DEFAULT_MAX_SIZE, regular_only: bool
             if size > max_size:
                 raise too_large(src, max_size, size)
             data = file.read(max_size + 1)
+    except PermissionError as exc:
+        raise Failure(f"{src}: {exc.strerror or exc}; nothing written") from exc
     except OSError as exc:
         raise Failure(f"{src}: {exc.strerror or exc}") from exc
     if len(data) > max_size:

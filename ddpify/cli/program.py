@@ -90,6 +90,9 @@ class ProgramFiles:
     # programs wrote, shared by the programs of one run.
     placed: dict[str, str] = field(default_factory=dict)
     written: Written = field(default_factory=Written)
+    # Each module that other scripts of the project import too (by its path, as in a LocalModule),
+    # with those scripts.
+    importers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def relative(self, path: str) -> str:
         """``path`` (as in a :class:`LocalModule`) relative to ``base``."""
@@ -209,7 +212,10 @@ def local_modules(
     inside = all(folder in Path(module.path).absolute().parents for module in found.values())
     shared = _imported_elsewhere(set(found), walk, {str(entry_path)}, project)
     modules = tuple(replace(module, shared=True) if real in shared else module for real, module in found.items())
-    return ProgramFiles(entry_path, folder if inside else project.root, modules, source, tuple(walk.unfollowed()))
+    importers = {found[real].path: tuple(sorted(scripts)) for real, scripts in shared.items()}
+    return ProgramFiles(
+        entry_path, folder if inside else project.root, modules, source, tuple(walk.unfollowed()), importers=importers
+    )
 
 
 def _project(entry: Path, projects: dict[Path, Project], max_size: int, root: Path | None = None) -> Project:
@@ -268,6 +274,13 @@ class _Walk:
                     package = name if file.name == "__init__.py" else name.rpartition(".")[0]
                     queue.append((target, package, module_facts))
 
+    def _package(self, file: Path) -> str:
+        """The package the relative imports of the module at ``file`` start from."""
+        for module in self.found.values():
+            if module.file == file:
+                return module.name if file.name == "__init__.py" else module.name.rpartition(".")[0]
+        return ""
+
     def unfollowed(self) -> list[Unfollowed]:
         """The imports of the program's files that ddpify cannot follow."""
         files: list[tuple[Path, Facts]] = []
@@ -290,6 +303,21 @@ class _Walk:
                             f"({names} is not converted)",
                         )
                     )
+            package = "" if index == 0 else self._package(file)
+            for record, loaded in facts.imported_by_statement(package):
+                for name in loaded:
+                    compiled = self.resolver.compiled(name)
+                    if compiled is not None:
+                        found.append(
+                            Unfollowed(
+                                shown,
+                                record.line,
+                                record.column,
+                                f"`{name}`",
+                                f"Python imports it from {_shown(compiled)}, compiled code without its source, "
+                                "which ddpify can neither read nor convert; restore its .py file",
+                            )
+                        )
             own_folder = file.parent == self.entry.parent
             for load in facts.loads:
                 if load.kind == "call" and load.module is not None:
@@ -317,13 +345,14 @@ _REASONS = {
 }
 
 
-def _imported_elsewhere(modules: set[str], walk: _Walk, program: set[str], project: Project) -> set[str]:
+def _imported_elsewhere(modules: set[str], walk: _Walk, program: set[str], project: Project) -> dict[str, set[str]]:
     """The ``modules`` that a script of the project outside the program imports too (an evaluation
     script next to the training script), directly or through other modules of the program (a
-    package's ``__init__``): their new code must also run without a process group."""
+    package's ``__init__``), each with the scripts that import it: their new code must also run
+    without a process group."""
     if not modules:
-        return set()
-    shared: set[str] = set()
+        return {}
+    shared: dict[str, set[str]] = {}
     for file, facts in project.scripts():
         real = os.path.realpath(file)
         if real in program or real in modules:
@@ -332,12 +361,13 @@ def _imported_elsewhere(modules: set[str], walk: _Walk, program: set[str], proje
         for name in facts.imported_modules(""):
             resolved = resolver.file(name)
             if resolved is not None and resolved.real in modules:
-                shared.add(resolved.real)
+                shared.setdefault(resolved.real, set()).add(_shown(file))
     todo = list(shared)
     while todo:  # what a shared module imports runs there too
-        for other in walk.imports.get(todo.pop(), ()):
-            if other in modules and other not in shared:
-                shared.add(other)
+        importer = todo.pop()
+        for other in walk.imports.get(importer, ()):
+            if other in modules and not shared[importer] <= shared.get(other, set()):
+                shared.setdefault(other, set()).update(shared[importer])
                 todo.append(other)
     return shared
 

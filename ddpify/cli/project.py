@@ -5,7 +5,9 @@
   package (``utils/__init__.py``) comes before a compiled module
   (``utils.cpython-311-x86_64-linux-gnu.so``), which comes before ``utils.py``;
   a folder without ``__init__.py`` is a namespace package only when no folder
-  has the module itself. A name Python never looks for on the path (a built-in
+  has the module itself. A module present only as bytecode (``utils.pyc``
+  beside the script, which Python imports when ``utils.py`` is missing) is
+  local but cannot be read: :mod:`ddpify.cli.program` names it. A name Python never looks for on the path (a built-in
   module such as ``sys``, a frozen one such as ``os``, or one the interpreter
   imports while it starts, such as ``encodings``) is never a local module, even
   when a file of that name exists.
@@ -125,6 +127,7 @@ class Found:
     file: Path | None
     locations: tuple[Path, ...] | None
     real: str = ""
+    compiled: Path | None = None  # a module present only as bytecode (``utils.pyc``), which Python imports too
 
 
 class Resolver:
@@ -145,6 +148,11 @@ class Resolver:
         """The local file ``import name`` reads, or None (someone else's module, or a namespace package)."""
         found = self.find(name)
         return found if found is not None and found.file is not None else None
+
+    def compiled(self, name: str) -> Path | None:
+        """The bytecode file ``import name`` loads when the module is present only as ``name.pyc``."""
+        found = self.find(name)
+        return found.compiled if found is not None else None
 
     def find(self, name: str) -> Found | None:
         if name in self.cache:
@@ -189,6 +197,9 @@ def _find_in(name: str, folders: tuple[Path, ...]) -> Found | None:
         module = folder / f"{name}.py"
         if is_regular_file(module):
             return Found(module, None, os.path.realpath(module))
+        bytecode = folder / f"{name}.pyc"  # a sourceless module: Python loads it, ddpify cannot read it
+        if is_regular_file(bytecode):
+            return Found(None, None, os.path.realpath(bytecode), compiled=bytecode)
     return Found(None, tuple(portions)) if portions else None
 
 

@@ -33,6 +33,11 @@ class Reporter:
     def error(self, line: str) -> None:
         error(line)
 
+    def block(self, text: str) -> None:
+        """Several lines, as they are (another program's output); not with ``--quiet``."""
+        if not self.quiet:
+            error_block(text)
+
     def diagnostics(self, conversion: Conversion, *, fallback: str | None = None) -> None:
         """Every diagnostic (errors only when quiet); ``fallback`` when an error is expected but none came."""
         for diagnostic in conversion.diagnostics:
@@ -49,9 +54,27 @@ class Reporter:
 
 
 def error(line: str) -> None:
-    """One line on stderr; a stderr that cannot be written to is not worth a traceback."""
+    """One line on stderr (a line break or other control character inside, which a file name may
+    hold, is written as an escape); a stderr that cannot be written to is not worth a traceback."""
     with contextlib.suppress(OSError, ValueError):
-        print(line, file=sys.stderr, flush=True)
+        print(one_line(line), file=sys.stderr, flush=True)
+
+
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F) if code != 0x09} | {
+    0x0A: "\\n",
+    0x0D: "\\r",
+}
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters written as escapes (``\\n``)."""
+    return text.translate(_CONTROLS)
+
+
+def error_block(text: str) -> None:
+    """Several lines on stderr, as they are (another program's output)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(text, file=sys.stderr, flush=True)
 
 
 def counts(conversion: Conversion, *, changes: bool = True) -> str:

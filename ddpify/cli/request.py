@@ -157,10 +157,9 @@ def validate(request: Request, *, several: bool) -> None:
         check_output(src, request.output, in_place=request.in_place)
     if request.output is None:
         return
-    same = same_file(src, request.output)
-    if request.in_place and not same:
+    if request.in_place and not same_file(src, request.output):
         raise Failure("--in-place rewrites SRC; it cannot be combined with -o OUT")
-    if same and not request.in_place:
+    if same_path(src, request.output) and not request.in_place:
         raise Failure(f"{request.output} is the input file; pass --in-place to rewrite it")
 
 
@@ -275,6 +274,12 @@ def single_job(request: Request) -> Job:
 def is_folder(output: str) -> bool:
     """Whether ``-o OUTPUT`` names a folder for a single output: a path that ends with a slash."""
     return output.endswith(("/", os.sep))
+
+
+def same_path(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` name one file by one path (symlinks followed). Two hard links to one
+    file are two paths: an output written to one by a rename leaves the other as it was."""
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def same_file(a: str, b: str) -> bool:

@@ -9,15 +9,19 @@ itself, or lead out of DIR through a symlink, is refused before anything is writ
 from __future__ import annotations
 
 import os
+import shlex
+import stat
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddpify import Status
+from ddpify import Severity, Status
 from ddpify.cli.diff import print_diff
 from ddpify.cli.exits import ExitCode, Failure, NeedsFolder, Outcome
 from ddpify.cli.files import check_target, hard_links, read_existing, write_stdout
-from ddpify.cli.report import counts, internal_error_message
-from ddpify.cli.request import STDOUT_NAME
+from ddpify.cli.project import project_root
+from ddpify.cli.report import counts, internal_error_message, plural
+from ddpify.cli.request import STDOUT_NAME, is_folder, same_file
 from ddpify.cli.transaction import Write, write_all
 from ddpify.diagnostics import UNFOLLOWED_IMPORT, UNFOLLOWED_IN_FOLDER, Diagnostic
 
@@ -49,6 +53,7 @@ def finish(
     conversion = _with_unfollowed(request, job, conversion, program)
     if conversion.status is Status.REFUSED:
         reporter.diagnostics(conversion, fallback=f"error: {name}: conversion refused")
+        _say_if_converted_before(job, source, conversion, program, reporter)
         reporter.say(f"{name}: not converted ({counts(conversion, changes=False)}); nothing written")
         return Outcome.REFUSED
 
@@ -71,8 +76,13 @@ def finish(
             reporter.say(f"{name}: nothing to do")
             return Outcome.UNCHANGED
         stale = [t for m, t in others if t is not None and _stale(t, _module_code(m), reporter)]
-        outcome = check(job, reporter, code)
-        return Outcome.STALE if stale else outcome
+        if not stale:
+            return check(job, reporter, code)
+        assert job.target is not None  # validate(): --check needs an output
+        if not _stale(job.target, code, reporter):
+            files = plural(len(stale), "other file")
+            reporter.say(f"{job.target} is current, but not the program: {files} would be written")
+        return Outcome.STALE
     if not unchanged:
         reporter.changes(conversion, name)
 
@@ -80,6 +90,7 @@ def finish(
     if others and not unchanged:
         summary += _modules_summary(request, others)
     if unchanged:
+        _say_if_converted_before(job, source, conversion, program, reporter)
         reporter.say(f"{name}: nothing to do")
         return Outcome.UNCHANGED
     reporter.say(f"{summary} ({counts(conversion)})")
@@ -112,20 +123,102 @@ def _deliver(
             current=_bytes(m.source) if t == m.path else None,
             in_place=t == m.path,
             make_folders=True,
+            read=_bytes(m.source) if t == m.path else None,
         )
         for m, t in others
         if t is not None
     ]
     if writes:
         current = source if job.in_place else None
-        files.append(Write(target, code, current=current, in_place=job.in_place, make_folders=job.make_folders))
+        files.append(
+            Write(target, code, current=current, in_place=job.in_place, make_folders=job.make_folders, read=current)
+        )
     links = hard_links(target) if writes and job.in_place and source != code else 1
-    write_all(files)
+    notes = [found for write in files if write.in_place and (found := _unusual_input(write.path, job))]
+    sources = [(m.path, t) for m, t in others if t is not None and t != m.path]
+    sources += [(job.src, target)] if writes and not job.in_place else []
+    notes += [(t, _unlinked(src, t)) for src, t in sources if os.path.exists(t) and same_file(src, t)]
+    written = set(write_all(files, home=journal_home(request, job)))
     if links > 1:
         reporter.say(f"{name}: written through its {links} hard links")
+    for path, note in notes:
+        if path in written:
+            reporter.say(note)
     if not writes:
         return ""
     return f"converted {name} in place" if job.in_place else f"converted {name} -> {target}"
+
+
+def _unusual_input(path: str, job: Job) -> tuple[str, str] | None:
+    """A note on an input that ``--in-place`` replaces where the user may not expect it: through a
+    symbolic link (the linked file changes, maybe outside the project), or a read-only file."""
+    real = os.path.realpath(path)
+    root = os.path.realpath(project_root(Path(os.path.abspath(os.path.dirname(job.src) or "."))))
+    outside = os.path.commonpath([root, real]) != root
+    if os.path.islink(path) or outside:
+        where = ", outside the project" if outside else ""
+        return path, f"note: {path} leads through a symbolic link: written to {_shown_path(real)}{where}"
+    try:
+        mode = stat.S_IMODE(os.stat(real).st_mode)
+    except OSError:
+        return None
+    if not mode & stat.S_IWUSR:
+        return (
+            path,
+            f"note: {path} is read-only ({mode:04o}): replaced all the same, as --in-place asks, and left read-only",
+        )
+    return None
+
+
+def _unlinked(source: str, target: str) -> str:
+    return f"note: {target} was a hard link to {source}: it is a file of its own now, and {source} is as it was"
+
+
+def _shown_path(path: str) -> str:
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.path.join(os.pardir, os.pardir, os.pardir)) else relative
+
+
+def _say_if_converted_before(
+    job: Job, source: bytes, conversion: Conversion, program: ProgramFiles | None, reporter: Reporter
+) -> None:
+    """An entry script that is not distributed, refused or left alone because of modules that ddpify
+    converted already for another entry script: say how to convert the entries that share them."""
+    if program is None or _converted_guard(source) or b"init_process_group" in source:
+        return
+    found = {d.path for d in conversion.diagnostics if d.severity is Severity.ERROR or d.code == "DDP010"}
+    converted = [m for m in program.modules if _converted_guard(_bytes(m.source))]
+    if not any(m.path in found for m in converted):
+        return
+    names = [m.path for m in converted]
+    others = sorted({script for m in converted for script in program.importers.get(m.path, ())} - {job.name})
+    entries = " ".join(shlex.quote(path) for path in (job.name, *(others or ["OTHER_ENTRY.py"])))
+    restore = " ".join(shlex.quote(path) for path in (*others, *names))
+    reporter.say(
+        f"note: {', '.join(names)} already {'holds' if len(names) == 1 else 'hold'} ddpify's conversion for "
+        f"another entry script ({', '.join(others) or 'one that imports it'}); entry scripts that share modules "
+        f"are converted together, in one run: put back the files that conversion changed (with git: git "
+        f"checkout -- {restore}), then run: ddpify {entries} --in-place"
+    )
+
+
+def _converted_guard(code: bytes) -> bool:
+    """Whether ``code`` holds the guard ddpify writes into a module that must also run without a process group."""
+    return b"dist.is_initialized()" in code
+
+
+def journal_home(request: Request, job: Job) -> str:
+    """The folder whose journal and lock a job's writes use: the output folder, an output file's
+    folder, or the folder given as (or holding) the input; where the next run looks for it."""
+    if request.output is not None:
+        if request.several or is_folder(request.output):
+            return request.output
+        return os.path.dirname(request.output) or "."
+    real = os.path.realpath(job.src)
+    for source in request.sources:
+        if os.path.isdir(source) and os.path.commonpath([os.path.realpath(source), real]) == os.path.realpath(source):
+            return source
+    return os.path.dirname(job.src) or "."
 
 
 def _with_unfollowed(request: Request, job: Job, conversion: Conversion, program: ProgramFiles | None) -> Conversion:
@@ -214,6 +307,15 @@ def _check_inside(folder: str, program: ProgramFiles, targets: list[str | None])
                 f"{target} leads outside {folder} (to {os.path.relpath(real)}); remove the link or choose "
                 "another -o folder"
             )
+    for module in program.modules:
+        if os.path.basename(module.path) != "__init__.py":
+            continue
+        package = os.path.dirname(os.path.realpath(module.path))
+        if os.path.commonpath([package, inside]) == package:
+            raise Failure(
+                f"-o {folder} is inside {os.path.dirname(module.path)}/, a package of the program: the copy would "
+                "become part of the code it copies; choose an -o folder outside the program's packages"
+            )
 
 
 def _modules_summary(request: Request, others: list[tuple[LocalModule, str | None]]) -> str:
@@ -230,9 +332,10 @@ def _modules_summary(request: Request, others: list[tuple[LocalModule, str | Non
 
 def _stale(target: str, code: bytes, reporter: Reporter) -> bool:
     """Whether the file at ``target`` is missing or holds anything but ``code`` (then it is reported)."""
-    if read_existing(target, limit=len(code) + 1) == code:
+    existing = read_existing(target, limit=len(code) + 1)
+    if existing == code:
         return False
-    reporter.error(f"would rewrite {target}")
+    reporter.error(f"would write {target} (it is missing)" if existing is None else f"would rewrite {target}")
     return True
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpify import launchers
-from ddpify.cli import backend
+from ddpify.cli import backend, journal
 from ddpify.cli.discovery import plan
 from ddpify.cli.exits import ExitCode, Failure, Outcome
 from ddpify.cli.files import check_target, read_input, write_atomically, write_stdout
@@ -33,7 +33,7 @@ from ddpify.cli.request import (
     ReportFormat,
     refuse_notebook,
     require_torch,
-    same_file,
+    same_path,
     single_job,
     validate,
 )
@@ -54,6 +54,9 @@ def run(request: Request) -> ExitCode:
     reporter = Reporter(quiet=request.quiet)
     if request.config is not None:
         reporter.say(f"config: [tool.ddpify] of {request.config}")
+    # A write stopped here before (killed, power loss) is finished or undone before anything is read.
+    places = [*(src for src in request.sources if src != "-"), *(path for _, path in request.launch_files)]
+    journal.recover_around([*places, *([request.output] if request.output is not None else [])])
     if several:
         return run_many(request, plan(request, reporter), reporter)
     return _run_one(request, single_job(request), reporter)
@@ -73,7 +76,8 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
         entry = script_name(program.relative(str(program.entry)))
         job = replace(job, target=os.path.join(request.output, entry), whole_program=True)
     modules = program.modules if program is not None else ()
-    launch_files = [_launch_file(request, option, path, job.target) for option, path in request.launch_files]
+    search = _search_path(request, job, program)
+    launch_files = [_launch_file(request, option, path, job.target, search) for option, path in request.launch_files]
     conversion = backend.convert(source, path=job.name, options=request.options_for(job), modules=modules)
     if script is not None:
         conversion = script.report(conversion)
@@ -95,10 +99,23 @@ def _run_one(request: Request, job: Job, reporter: Reporter) -> ExitCode:
             report_format=request.report_format,
             script_args=request.script_args,
             reporter=reporter,
+            search=search,
         )
     if outcome is Outcome.CONVERTED and job.target is not None and not job.in_place:
-        _say_launch_commands(request, job.target, reporter)
+        _say_launch_commands(request, job.target, reporter, search=search)
     return ExitCode.OK
+
+
+def _search_path(request: Request, job: Job, program: ProgramFiles | None) -> str | None:
+    """The output folder, when the program written there has modules outside the entry's folder
+    (the project's root): Python finds them only with that folder on ``PYTHONPATH``, which also
+    puts the converted modules before an installed copy of the project."""
+    if program is None or not job.whole_program or request.output is None:
+        return None
+    folder = program.entry.parent
+    if all(folder in Path(module.path).absolute().parents for module in program.modules):
+        return None
+    return request.output.rstrip("/" + os.sep) or os.sep
 
 
 def _say_where_modules_are(program: ProgramFiles, target: str, reporter: Reporter) -> None:
@@ -120,7 +137,7 @@ def _shown(folder: Path) -> str:
 
 def _check_targets(request: Request, job: Job) -> None:
     """Refuse, before anything is read or written, any output that could not be written."""
-    if job.target is not None and not job.in_place and same_file(job.src, job.target):
+    if job.target is not None and not job.in_place and same_path(job.src, job.target):
         raise Failure(f"{job.target} is the input file; pass --in-place to rewrite it")
     if job.target is not None and (request.check or not request.diff):
         check_target(job.target, hint="give a file or -o -", make_folders=job.make_folders)
@@ -147,13 +164,20 @@ def verify_script(
     report_format: ReportFormat | None,
     script_args: Sequence[str],
     reporter: Reporter,
+    search: str | None = None,
 ) -> ExitCode:
-    """Run ``target`` under torchrun and report whether it trains in data-parallel."""
+    """Run ``target`` under torchrun and report whether it trains in data-parallel; ``search`` is a
+    folder the program's modules need on ``PYTHONPATH``."""
     from ddpify.verify.checks import LAUNCHED
 
     nproc = nproc or DEFAULT_NPROC
     as_json = report_format is ReportFormat.JSON
-    reporter.say(f"verifying {target} under torchrun with {nproc} processes")
+    env = None
+    on_path = ""
+    if search is not None:
+        env = {"PYTHONPATH": os.pathsep.join(filter(None, (os.path.abspath(search), os.environ.get("PYTHONPATH"))))}
+        on_path = f", {search} on PYTHONPATH"
+    reporter.say(f"verifying {target} under torchrun with {nproc} processes{on_path}")
     report = backend.verify(
         Path(target),
         nproc=nproc,
@@ -161,6 +185,7 @@ def verify_script(
         timeout=timeout or DEFAULT_TIMEOUT_S,
         max_steps=max_steps,
         workdir=Path.cwd(),
+        env=env,
     )
     text = json.dumps(report.to_json(), indent=2) if as_json else report.format_table()
     write_stdout(f"{text}\n".encode())
@@ -172,19 +197,20 @@ def verify_script(
     # traceback, an argparse error); the JSON report carries that output itself.
     if LAUNCHED in failed and not as_json and report.output.strip():
         reporter.say("--- torchrun output ---")
-        reporter.say(report.output.rstrip())
+        reporter.block(report.output.rstrip())
     error(
         f"error: {target} does not train in data-parallel ({plural(len(failed), 'check')} failed: {', '.join(failed)})"
     )
     return ExitCode.NOT_DATA_PARALLEL
 
 
-def _say_launch_commands(request: Request, target: str, reporter: Reporter) -> None:
+def _say_launch_commands(request: Request, target: str, reporter: Reporter, *, search: str | None = None) -> None:
     commands = launchers.torchrun_commands(target, [])
-    reporter.say(f"run it: {commands['single_node']}")
-    reporter.say(f"on several nodes: {commands['multi_node']}")
+    prefix = f"PYTHONPATH={shlex.quote(search)} " if search is not None else ""
+    reporter.say(f"run it: {prefix}{commands['single_node']}")
+    reporter.say(f"on several nodes: {prefix}{commands['multi_node']}")
     if request.spawn:
-        reporter.say(f"or without torchrun: python {shlex.quote(target)}")
+        reporter.say(f"or without torchrun: {prefix}python {shlex.quote(target)}")
 
 
 @dataclass(frozen=True)
@@ -204,7 +230,7 @@ class LaunchFile:
         reporter.say(self.message)
 
 
-def _launch_file(request: Request, option: str, path: str, target: str | None) -> LaunchFile:
+def _launch_file(request: Request, option: str, path: str, target: str | None, search: str | None) -> LaunchFile:
     """The ``--sbatch`` batch script or the ``--k8s`` manifest that runs ``target``; ``Failure`` if it cannot be made."""
     assert target is not None  # validate(): --sbatch and --k8s need -o
     nodes = request.nodes or DEFAULT_NODES
@@ -212,11 +238,15 @@ def _launch_file(request: Request, option: str, path: str, target: str | None) -
     size = f"{plural(nodes, 'node')} x {plural(gpus, 'GPU')}"
     try:
         if option == "--sbatch":
-            text = launchers.sbatch_script(target, request.script_args, nodes=nodes, gpus_per_node=gpus)
+            text = launchers.sbatch_script(
+                target, request.script_args, nodes=nodes, gpus_per_node=gpus, python_path=search
+            )
             return LaunchFile(
                 path, text, 0o755, f"wrote {path} ({size}); submit it from this folder: sbatch {shlex.quote(path)}"
             )
-        text = launchers.pytorchjob_manifest(target, request.script_args, nodes=nodes, gpus_per_node=gpus)
+        text = launchers.pytorchjob_manifest(
+            target, request.script_args, nodes=nodes, gpus_per_node=gpus, python_path=search
+        )
     except ValueError as exc:
         raise Failure(f"cannot write {path}: {exc}") from exc
     message = (

@@ -128,13 +128,17 @@ class Facts:
         """Every module name an import may load, packages first: ``a``, ``a.b`` for ``import a.b``;
         ``package`` is the one relative imports start from."""
         names: list[str] = []
+        for _, loaded in self.imported_by_statement(package):
+            names += loaded
+        return list(dict.fromkeys(names))
+
+    def imported_by_statement(self, package: str) -> Iterator[tuple[Import, list[str]]]:
+        """Each import statement's record with the module names it may load (as :meth:`imported_modules`)."""
         for record in self.imports:
             base = absolute_import(record.level, record.module, package)
             if base is None:
                 continue
-            names += _with_packages(base)
-            names += [f"{base}.{name}" for name in record.names if name != "*"]
-        return list(dict.fromkeys(names))
+            yield record, [*_with_packages(base), *(f"{base}.{name}" for name in record.names if name != "*")]
 
     def relative_imports(self) -> Iterator[Import]:
         return (record for record in self.imports if record.level)

@@ -113,7 +113,16 @@ def blocked() -> Iterator[None]:
         _Held.active = False
     left, _Held.pending = _Held.pending, None
     if left is not None:  # came after the block last asked: it stops the run now, as a masked one would
-        stop(left)
+        stop_or_defer(left)
+
+
+def stop_or_defer(signum: int) -> None:
+    """Stop the run, or, inside :func:`finishing`, once the file being finished is reported."""
+    if _Deferral.active:
+        if _Deferral.pending is None:
+            _Deferral.pending = signum
+        return
+    stop(signum)
 
 
 def pending() -> int | None:

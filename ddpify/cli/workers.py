@@ -39,6 +39,7 @@ from ddpify.cli.notebooks import located, read_script
 from ddpify.cli.program import Linked, ProgramFiles, link
 from ddpify.cli.report import Progress, describe, internal_error_message, isatty, plural, summary_line
 from ddpify.cli.results import finish
+from ddpify.cli.screening import screen
 from ddpify.cli.signals import STOP_SIGNALS, finishing
 from ddpify.diagnostics import nothing_to_do
 from ddpify.notebook import is_notebook
@@ -104,6 +105,10 @@ def _finish_module(request: Request, job: Job, result: Result, reporter: Reporte
     if entry is not None:
         reporter.say(f"{job.name}: converted with {entry}, whose program imports it")
         return Outcome.CURRENT if request.check else Outcome.WOULD_CONVERT if request.diff else Outcome.CONVERTED
+    if not isinstance(result, Exception) and screen(result.source) is None:
+        # Its findings came with its program's; it is no "nothing to do".
+        reporter.error(f"error: {job.name}: not valid Python, so the program that imports it is not converted")
+        return Outcome.INVALID
     if not isinstance(result, Exception):
         result = Converted(result.source, Conversion(result.source, result.source, Status.UNCHANGED))
     return _finish_one_of_many(request, job, result, reporter)
