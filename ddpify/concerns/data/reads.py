@@ -34,10 +34,20 @@ class Reads:
                 sites.append((comprehension, ref))
         for call in index.calls:
             if m.matches(call.func, m.Name("next")) and call.args:
-                ref = index.carried_ref(call.args[0].value, index.scope_of(call))
+                scope = index.scope_of(call)
+                ref = index.carried_ref(call.args[0].value, scope)
                 if ref in refs:
                     sites.append((call, ref))
+                elif ref is not None and (made := self._made_from(ref, scope, refs)) is not None:
+                    sites.append((call, made))  # ``batches = cycle(loader)`` then ``next(batches)``
         return sites
+
+    def _made_from(self, ref: Ref, scope: Scope, refs: set[Ref]) -> Ref | None:
+        """The loader that an iterator at ``ref`` is made from by a call (a generator of the program's own)."""
+        for assign in self.index.assignments_to(ref):
+            if isinstance(assign.value, cst.Call) and (found := self._iterated_ref(assign.value, scope, refs)):
+                return found
+        return None
 
     def _iterated_ref(self, expr: cst.BaseExpression, scope: Scope, refs: set[Ref]) -> Ref | None:
         ref = self.index.carried_ref(expr, scope)
