@@ -10,6 +10,8 @@ would hide behind one: ranks that are not synchronised then end apart.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,16 @@ def test_a_run_named_by_the_clock_or_at_random_gets_one_folder(case: str, folder
     report = verify(script, nproc=2, workdir=tmp_path, timeout=240)
     assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
     assert len(list((tmp_path / folder).iterdir())) == 1  # rank 0's name, on both ranks
+
+
+@pytest.mark.torchrun
+def test_a_helper_that_also_runs_before_the_wrap_reads_the_plain_model(tmp_path: Path) -> None:
+    """``--sample-only`` calls the sampling helper before the model is wrapped; after training, on the wrapper."""
+    script = tmp_path / "train_ddp.py"
+    shutil.copy(FIXTURES / "model/sampling_helper_before_the_wrap/expected.py", script)
+    result = subprocess.run(
+        [sys.executable, str(script), "--sample-only"], cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = verify(script, nproc=2, workdir=tmp_path, timeout=240)
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"

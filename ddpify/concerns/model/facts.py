@@ -34,6 +34,9 @@ class Model:
     maybe_frozen: bool = False
     # ``model.compute_loss(...)`` whose result the backward pass differentiates: run as the wrapper's forward
     through_forward: tuple[cst.Call, ...] = ()
+    # reads in code that also runs before the wrap (a sampling helper called on a ``--sample-only``
+    # path and after training): ``.module`` only where the model is wrapped
+    unwrap_where_wrapped: tuple[cst.BaseExpression, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,7 @@ class _Finder:
                     yield replace(
                         model,
                         unwrap=unwrap,
+                        unwrap_where_wrapped=tuple(r for r in unwrap if self._runs_before(r, model.insert_after)),
                         through_forward=through_forward,
                         lineage=frozenset(self.index.lineage(model.ref)),
                         unused=self.forward.skipped_submodule(classes)
@@ -132,6 +133,21 @@ class _Finder:
                         if model.item is None
                         else (),
                     )
+
+    def _runs_before(self, read: cst.BaseExpression, wrap: cst.BaseStatement, depth: int = 0) -> bool:
+        """Whether ``read`` sits in a function that is also called before ``wrap`` runs: by a call in the
+        wrap's own function that comes first, or through a function called there."""
+        index = self.index
+        function = index.scope_of(read)
+        if not isinstance(function, cst.FunctionDef) or function is index.scope_of(wrap) or depth > 3:
+            return False
+        for call in index.callers(function):
+            if index.scope_of(call) is index.scope_of(wrap):
+                if not index.after(call, wrap):
+                    return True
+            elif self._runs_before(call, wrap, depth + 1):
+                return True
+        return False
 
     def _model(self, ref: Ref, optimizer: cst.Call) -> Model | None:
         index = self.index

@@ -234,14 +234,13 @@ def _through_forward(plan: EditPlan, call: cst.Call) -> None:
 
 def _unwrap(plan: EditPlan, model: Model, read: cst.BaseExpression) -> None:
     """A read of the wrapped model that needs the model itself: ``.module``."""
-    if plan.index.module_of(read) in plan.shared or model.maybe_frozen:
-        # Other scripts pass this code a plain model (or it stays plain while frozen): take
-        # ``.module`` only from the wrapper.
+    early = read in model.unwrap_where_wrapped
+    if plan.index.module_of(read) in plan.shared or model.maybe_frozen or early:
+        # Other scripts pass this code a plain model (or it stays plain while frozen, or this code
+        # also runs before the wrap): take ``.module`` only from the wrapper.
         plan.replace(read, _module_if_wrapped(plan.names.ddp))
-        plan.change(
-            read,
-            f"`{plan.index.module.code_for_node(read)}.module` when it is wrapped (other scripts pass a plain model)",
-        )
+        why = "this code also runs before the wrap" if early else "other scripts pass a plain model"
+        plan.change(read, f"`{plan.index.module.code_for_node(read)}.module` when it is wrapped ({why})")
         return
     plan.replace(read, lambda n: cst.Attribute(value=cast(cst.BaseExpression, n), attr=cst.Name("module")))
     parent = plan.index.parent(read)
