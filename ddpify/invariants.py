@@ -421,11 +421,32 @@ class _Script:
                 if not any(
                     isinstance(n, ast.Assign)
                     and n.lineno < loop.lineno
-                    and any(self.calls_to(c, _WRAPS) for c in ast.walk(n.value))
+                    and any(self.calls_to(c, _WRAPS) or self._returns_wrapped(c) for c in ast.walk(n.value))
                     for n in self.bindings[scope].get(name, ())
                 ):
                     what = f"train `{name}` without DistributedDataParallel: its gradients would not be averaged"
                     yield INVARIANT_WRAPPED, loop.lineno, what
+
+    def _returns_wrapped(self, node: ast.AST) -> bool:
+        """``get_model(...)``, a function of this module whose returned model it wraps itself."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            return False
+        functions = self.functions.get(node.func.id, ())
+        if len(functions) != 1:
+            return False
+        function = functions[0]
+        for returned in ast.walk(function):
+            if not isinstance(returned, ast.Return) or returned.value is None:
+                continue
+            value = returned.value
+            if any(self.calls_to(c, _WRAPS) for c in ast.walk(value)):
+                return True
+            if isinstance(value, ast.Name) and any(
+                isinstance(n, ast.Assign) and any(self.calls_to(c, _WRAPS) for c in ast.walk(n.value))
+                for n in self.bindings.get(function, {}).get(value.id, ())
+            ):
+                return True
+        return False
 
     def _optimized_names(self, optimizer: ast.Call) -> set[str]:
         names = set()

@@ -61,9 +61,38 @@ def _build(module: cst.Module, others: Sequence[Source], path: str, reach: Reach
         source.module.visit(_Collector(index, source, imported, skipped))
     if reach is not None:
         index.identifiers |= reach.identifiers
+    _collect_star_imports(index, imported)
     _collect_flows(index)
     _collect_imported_values(index, imported)
     return index
+
+
+def _collect_star_imports(index: Index, imported: list[tuple[cst.ImportFrom, str]]) -> None:
+    """``from common import *`` of a module of the program: the importer refers to what ``common`` binds,
+    its own imports (``torch``, ``nn``) included. Followed until nothing new comes (chains of star imports)."""
+    stars = [
+        (index.module_of(node), base)
+        for node, base in imported
+        if isinstance(node.names, cst.ImportStar) and base in index.module_names
+    ]
+    changed = True
+    while changed:
+        changed = False
+        for importer, base in stars:
+            source = index.module_names[base]
+            names = index.imports[importer]
+            offered = {name: set(fulls) for name, fulls in index.imports[source].items()}
+            for name in index.bound[source] - set(offered):
+                offered[name] = {f"{base}.{name}"}
+            for name, fulls in sorted(offered.items()):
+                if (
+                    name.startswith("_")
+                    or name in index.bound[importer] - set(names)
+                    or fulls <= names.get(name, set())
+                ):
+                    continue
+                names[name] |= fulls
+                changed = True
 
 
 class _Misaligned(Exception):
