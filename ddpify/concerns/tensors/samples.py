@@ -8,6 +8,7 @@ random choice of samples in its making must be seeded.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from ddpify.concerns import data
 from ddpify.concerns.tensors.lineage import Refused, _code, _Lineage, _StepReader, _value_of
@@ -112,6 +113,9 @@ class _SampleFinder(_StepReader):
         if self._model_input(leaf):
             raise Refused(leaf, f"ddpify cannot tell what the model's input `{leaf.value}` holds")
         parent = index.parent(leaf)
+        mover = index.parent(parent) if isinstance(parent, cst.Arg) else None
+        if isinstance(mover, cst.Call) and m.matches(mover.func, m.Attribute(attr=m.Name("to") | m.Name("cuda"))):
+            return None  # ``x.to(device)``: where the data goes, not data
         if (
             (isinstance(parent, cst.Attribute) and parent.value is leaf)
             or (isinstance(parent, cst.Arg) and parent.keyword is not None)
