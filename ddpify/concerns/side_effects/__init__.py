@@ -1,0 +1,214 @@
+"""Side effects: output happens once, on global rank 0.
+
+Statements whose only effect is output -- ``print``, ``logging`` calls,
+``plt.savefig`` / ``save_image``, ``with open(path, "w")`` blocks, calls on a
+TensorBoard ``SummaryWriter`` or on ``wandb`` -- run on rank 0 only. A
+consecutive run of them shares one ``if``, and an ``if`` that holds nothing
+else takes the rank test into its condition::
+
+    if batch_idx % log_interval == 0:           if batch_idx % log_interval == 0 and dist.get_rank() == 0:
+        print(f"loss {loss.item():.4f}")   ->       print(f"loss {loss.item():.4f}")
+
+Trackers are created on rank 0 only (``None`` elsewhere) so that no other rank
+opens a run or a log folder; progress bars are kept on every rank but disabled
+outside rank 0 (``tqdm(..., disable=dist.get_rank() != 0)``), so the loop is
+untouched; ``os.makedirs`` / ``os.mkdir`` become ``os.makedirs(..., exist_ok=True)`` so
+that ranks creating the same folder do not race.
+
+Work inside an output statement -- ``print(f"acc {evaluate(model)}")`` --
+must still run on every rank (it may hold collectives, such as DDP's forward),
+so it is computed into a variable first and only the output is gated::
+
+    print(f"acc {evaluate(model)}")   ->   evaluate_result = evaluate(model)
+                                           if dist.get_rank() == 0:
+                                               print(f"acc {evaluate_result}")
+
+Where that cannot be done (the work is inside a lambda or comprehension, or
+on a line with other statements), the statement stays on every rank and is
+reported (DDP501).
+
+A file opened without ``with`` (``f = open(path, "w")``, and what is built on
+it, such as ``writer = csv.writer(f)``) is opened, written and closed on
+rank 0 only; a use of it that cannot go there is refused (DDP503). A
+``with open(path, "w")`` block that also trains must run on every rank, so the
+other ranks write to ``os.devnull``::
+
+    with open("log.csv", "w") as f:
+    ->  with open("log.csv", "w") if dist.get_rank() == 0 else open(os.devnull, "w") as f:
+
+Log files (``logging.FileHandler(path)``, ``logging.basicConfig(filename=path)``)
+are named ``os.devnull`` on the other ranks the same way.
+
+Output that runs before the process group exists (at import time, or in a
+function called then) cannot ask for the rank: it stays on every rank, once per
+process. A tracker created by module-level code makes the process group
+start right after the imports; one created among the imports is refused (DDP502).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+import libcst as cst
+
+from ddpify import torch_api
+from ddpify.concerns import downloads, model, process_group
+from ddpify.concerns.side_effects.facts import (
+    CODES,
+    FILE_USE_NOT_GATED,
+    TRACKER_BEFORE_SETUP,
+    TRACKER_USED_ELSEWHERE,
+    Facts,
+)
+from ddpify.concerns.side_effects.finder import Finder
+from ddpify.concerns.side_effects.rewrite import rewrite
+from ddpify.engine.index import Index, Ref, Scope
+from ddpify.engine.program import Program
+from ddpify.engine.syntax import argument
+
+__all__ = ["CODES", "Facts", "find", "rewrite"]
+
+
+def find(program: Program, models: model.Facts, group: process_group.Facts, fetches: downloads.Facts) -> Facts:
+    """Output to put on rank 0. Output that runs before the process group exists (at import time, or
+    in a function called then) cannot ask for the rank: it stays on every rank, once per process.
+    Output in a function that fetches files stays as it is: the ranks run it in turns."""
+    finder = Finder(program)
+    index = program.index
+
+    def late(node: cst.CSTNode) -> bool:
+        return not group.runs_before_setup(index, node)
+
+    finder.exempt = lambda node: fetches.in_turns(index, node)
+
+    trackers = tuple(finder.trackers())
+    for call in trackers:
+        if not late(call):
+            program.report(
+                call,
+                TRACKER_BEFORE_SETUP,
+                f"`{index.module.code_for_node(call.func)}` is created before the process group exists, so every "
+                "rank would create it: create it inside the function that trains",
+            )
+    trackers = tuple(filter(late, trackers))
+    hoisted: list[cst.Call] = []
+    found = [(stmt, kind) for stmt, kind in finder.outputs(models.refs, trackers, hoisted) if not finder.exempt(stmt)]
+    hoisted = [call for call in hoisted if not finder.exempt(call)]
+    outputs = tuple((stmt, kind) for stmt, kind in found if late(stmt))
+    # output in a helper that also runs before the process group exists: a test that needs no group
+    early_work = {index.statement_of(call) for call in hoisted if not late(call)}
+    ungrouped = tuple(
+        (stmt, kind)
+        for stmt, kind in found
+        if not late(stmt) and group.runs_also_after_setup(index, stmt) and stmt not in early_work
+    )
+    hoisted = [call for call in hoisted if late(call)]
+    gated = {stmt for stmt, _ in outputs}
+    _check_files_written_once(program, group, finder.files, gated)
+    tracker_values = _check_trackers_used_on_rank_zero(program, group, finder, trackers, gated)
+    devnull_opens = tuple(finder.devnull_opens(gated, late))
+    log_files = tuple(finder.log_files(late))
+    progress_bars = tuple(
+        c
+        for c in index.calls
+        if index.is_call_to(c, torch_api.PROGRESS_BARS) and argument(c, "disable") is None and late(c)
+    )
+    makedirs = tuple(
+        c
+        for c in index.calls
+        if index.is_call_to(c, torch_api.MAKEDIRS)
+        and argument(c, "exist_ok") is None
+        and len(c.args) < 3
+        and not finder.exempt(c)
+    )
+    return Facts(
+        outputs, tuple(hoisted), trackers, progress_bars, makedirs, devnull_opens, ungrouped, log_files, tracker_values
+    )
+
+
+def _reads_off_rank_zero(
+    index: Index,
+    refs: Iterable[Ref],
+    gated: set[cst.BaseStatement],
+    counts: Callable[[Ref, cst.BaseExpression, cst.BaseStatement], bool] = lambda ref, read, stmt: True,
+) -> Iterator[tuple[Ref, Scope, cst.BaseExpression]]:
+    """The first read of ``refs`` that ``counts`` in each statement that is not put on rank 0."""
+    seen: set[cst.BaseStatement] = set()
+    for ref in sorted(refs, key=lambda r: r.path):
+        for scope in index.scopes_reading(ref):
+            for read in index.mentions(scope, ref):
+                stmt = index.statement_of(read)
+                if stmt in seen or stmt in gated or any(a in gated for a in index.ancestors(stmt)):
+                    continue
+                if counts(ref, read, stmt):
+                    seen.add(stmt)
+                    yield ref, scope, read
+
+
+def _check_files_written_once(
+    program: Program, group: process_group.Facts, files: set[Ref], gated: set[cst.BaseStatement]
+) -> None:
+    """Every use of a file opened for writing without ``with`` must run on rank 0 with the ``open``."""
+    index = program.index
+    for ref, scope, read in _reads_off_rank_zero(index, files, gated):
+        where = (
+            "runs before the process group exists (at import time), where the rank is not known"
+            if group.runs_before_setup(index, index.statement_of(read))
+            else "cannot be put on rank 0 with the rest"
+        )
+        program.report(
+            read,
+            FILE_USE_NOT_GATED,
+            f"`{index.spelled(ref, scope)}` is a file opened for writing without `with`; this use {where}, "
+            "so every rank would write the file: write it inside `with open(...)`, or use it only in "
+            "statements of their own",
+        )
+
+
+def _check_trackers_used_on_rank_zero(
+    program: Program,
+    group: process_group.Facts,
+    finder: Finder,
+    trackers: tuple[cst.Call, ...],
+    gated: set[cst.BaseStatement],
+) -> tuple[cst.Attribute, ...]:
+    """A tracker is None off rank 0: every use of its attributes must run on rank 0, or test for None.
+
+    A plain attribute read where every rank runs (``writer.log_dir`` in a path) takes rank 0's value
+    on every rank; those reads are returned. Any other use is refused (DDP504)."""
+    index = program.index
+
+    def dereferenced(ref: Ref, read: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
+        parent = index.parent(read)
+        used = (isinstance(parent, cst.Attribute) and parent.value is read) or isinstance(parent, cst.WithItem)
+        tested = any(  # ``if writer is not None:``
+            isinstance(a, (cst.If, cst.IfExp, cst.While)) and index.mentions(a.test, ref) for a in index.ancestors(read)
+        )
+        return used and not tested and not finder.exempt(stmt)
+
+    values: list[cst.Attribute] = []
+    for ref, scope, read in _reads_off_rank_zero(index, finder.assigned_from(trackers), gated, dereferenced):
+        attribute = index.parent(read)
+        if (
+            isinstance(attribute, cst.Attribute)
+            and _plain_value(index, attribute)
+            and not group.runs_before_setup(index, read)
+        ):
+            values.append(attribute)  # ``os.path.join(writer.log_dir, "model.pt")``: rank 0's value everywhere
+            continue
+        program.report(
+            read,
+            TRACKER_USED_ELSEWHERE,
+            f"`{index.spelled(ref, scope)}` is an experiment tracker, made on rank 0 only and None on the "
+            "other ranks, but this statement runs on every rank: use it only in statements of their own, "
+            f"or under `if {index.spelled(ref, scope)} is not None:`",
+        )
+    return tuple(values)
+
+
+def _plain_value(index: Index, attribute: cst.Attribute) -> bool:
+    """``writer.log_dir``: an attribute read for its value, neither called nor read further nor assigned."""
+    parent = index.parent(attribute)
+    if isinstance(parent, cst.Call) and parent.func is attribute:
+        return False
+    return not isinstance(parent, cst.Attribute | cst.AssignTarget | cst.Subscript | cst.AugAssign)

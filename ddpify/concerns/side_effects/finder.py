@@ -1,0 +1,349 @@
+"""Which statements of the program are output: what the side_effects concern puts on rank 0."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+import libcst as cst
+
+from ddpify import torch_api
+from ddpify.concerns.side_effects.facts import FILE_USE_NOT_GATED, OUTPUT_RUNS_WORK
+from ddpify.engine.index import Ref
+from ddpify.engine.program import Program
+from ddpify.engine.syntax import argument
+
+
+class Finder:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.index = program.index
+        self.files = self._open_files()
+        # code whose output and writes stay as they are (a download the ranks run in turns)
+        self.exempt: Callable[[cst.CSTNode], bool] = lambda node: False
+
+    def devnull_opens(self, gated: set[cst.BaseStatement], late: Callable[[cst.CSTNode], bool]) -> Iterator[cst.Call]:
+        """Files opened for writing outside the statements put on rank 0.
+
+        ``with open(path, "w") as f:`` around code that must run on every rank
+        (training) opens ``os.devnull`` on the other ranks. Any other such
+        ``open`` is refused (DDP503): every rank would write the file.
+        """
+        index = self.index
+        for call in index.calls:
+            if not ("builtins.open" in index.qualified_names(call.func) and _writes(call)) or self.exempt(call):
+                continue
+            stmt = index.statement_of(call)
+            if stmt in gated or any(a in gated for a in index.ancestors(stmt)):
+                continue
+            item = index.parent(call)
+            if (
+                isinstance(item, cst.WithItem)
+                and late(call)
+                and call.args
+                and call.args[0].keyword is None
+                and not _writes(call, "x")  # os.devnull exists already
+            ):
+                yield call
+                continue
+            if self._targets_of(call) & self.files:
+                continue  # reported with its uses by _check_files_written_once
+            self.program.report(
+                call,
+                FILE_USE_NOT_GATED,
+                "a file opened for writing here is opened by every rank"
+                + (" (before the process group exists, at import time)" if not late(call) else "")
+                + ": bind it to a plain name (`f = open(...)`) or write it inside `with open(...)`",
+            )
+
+    def log_files(self, late: Callable[[cst.CSTNode], bool]) -> Iterator[cst.Arg]:
+        """The file name of ``logging.FileHandler(path)`` / ``logging.basicConfig(filename=path)``: the
+        other ranks log to ``os.devnull``."""
+        index = self.index
+        for call in index.calls:
+            if index.is_call_to(call, torch_api.LOG_FILE_HANDLERS):
+                name = argument(call, "filename", 0)  # FileHandler(path) or FileHandler(filename=path)
+            elif index.is_call_to(call, _BASIC_CONFIG):
+                name = argument(call, "filename")
+                if name is None:
+                    continue
+            else:
+                continue
+            if name is not None and late(call) and not _writes(call, "x"):
+                yield name
+            else:
+                self.program.report(
+                    call,
+                    FILE_USE_NOT_GATED,
+                    "the log file named here is opened on every rank"
+                    + (" (before the process group exists, at import time)" if not late(call) else "")
+                    + ": set up logging after the process group, with the file name first",
+                )
+
+    def _targets_of(self, call: cst.Call) -> set[Ref]:
+        assign = self.index.parent(call)
+        return self._targets(assign) if isinstance(assign, cst.Assign) and assign.value is call else set()
+
+    def _open_files(self) -> set[Ref]:
+        """Names bound to a file opened for writing without ``with`` (``f = open(path, "w")``), and
+        to what is built on it (``writer = csv.writer(f)``)."""
+        index = self.index
+        files: set[Ref] = set()
+        assigns = [small for stmt in index.statements for small in stmt.body if isinstance(small, cst.Assign)]
+        for small in assigns:
+            call = small.value
+            if isinstance(call, cst.Call) and "builtins.open" in index.qualified_names(call.func) and _writes(call):
+                files.update(self._targets(small))
+        grown = bool(files)
+        while grown:
+            grown = False
+            for small in assigns:
+                call, scope = small.value, index.scope_of(small)
+                if (
+                    isinstance(call, cst.Call)
+                    and index.resolve_callee(call, scope) is None
+                    and any(index.carried_ref(arg.value, scope) in files for arg in call.args)
+                    and not self._targets(small) <= files
+                ):
+                    files.update(self._targets(small))
+                    grown = True
+        return files
+
+    def _targets(self, small: cst.Assign) -> set[Ref]:
+        scope = self.index.scope_of(small)
+        refs = {self.index.ref_of(target.target, scope) for target in small.targets}
+        return {ref for ref in refs if ref is not None}
+
+    def trackers(self) -> Iterator[cst.Call]:
+        for call in self.index.calls:
+            parent = self.index.parent(call)
+            if self.index.is_call_to(call, torch_api.TRACKER_FACTORIES) and isinstance(parent, cst.Assign):
+                yield call
+
+    def outputs(
+        self, model_refs: frozenset[Ref], trackers: tuple[cst.Call, ...], hoisted: list[cst.Call]
+    ) -> Iterator[tuple[cst.BaseStatement, str]]:
+        """Statements whose only effect is output: printing, logging, plots, trackers, files written.
+
+        Calls inside them that must run on every rank are added to ``hoisted``.
+        """
+        index = self.index
+        tracker_refs = self.assigned_from(trackers)
+        logger_refs = self.assigned_from(
+            c for c in index.calls if index.is_call_to(c, torch_api.LOGGER_FACTORIES) and _assigned(index.parent(c))
+        )
+        for stmt in index.statements:
+            kinds = {self._output_kind(small, tracker_refs, logger_refs) for small in stmt.body}
+            if len(kinds) == 1 and (kind := kinds.pop()) is not None:
+                work = self._work_calls(stmt, model_refs)
+                if (
+                    work
+                    and len(stmt.body) == 1
+                    and not any(
+                        isinstance(a, (cst.Lambda, cst.BaseComp)) for call in work for a in index.ancestors(call)
+                    )
+                ):
+                    hoisted.extend(work)
+                elif work:
+                    self.program.report(
+                        stmt,
+                        OUTPUT_RUNS_WORK,
+                        f"this {kind} also runs the model or the script's own functions: left on every rank, "
+                        "so it happens once per process",
+                    )
+                    continue
+                yield stmt, kind
+        for node in index.walk_program():
+            if isinstance(node, cst.With) and self._writes_file(node) and not self._runs_collectives(node, model_refs):
+                yield node, "file write"
+            elif isinstance(node, cst.If) and isinstance(node.body, cst.SimpleStatementSuite) and node.orelse is None:
+                # if step % 10 == 0: print(loss.item())
+                kinds = {self._output_kind(small, tracker_refs, logger_refs) for small in node.body.body}
+                if (
+                    len(kinds) == 1
+                    and (kind := kinds.pop()) is not None
+                    and not self._runs_collectives(node.body, model_refs)
+                ):
+                    yield node, kind
+
+    def assigned_from(self, calls: Iterable[cst.Call]) -> set[Ref]:
+        """Every place the results of ``calls`` (each assigned to one name) flow to."""
+        index = self.index
+        refs: set[Ref] = set()
+        for call in calls:
+            assign = index.parent(call)
+            if not isinstance(assign, cst.Assign):
+                continue
+            ref = index.ref_of(assign.targets[0].target, index.scope_of(call))
+            if ref is not None:
+                refs |= index.downstream(ref)
+        return refs
+
+    def _output_kind(self, small: cst.BaseSmallStatement, trackers: set[Ref], loggers: set[Ref]) -> str | None:
+        index = self.index
+        if isinstance(small, cst.Assign):
+            if self.files and self._targets(small) & self.files:
+                return "file write"  # f = open(path, "w"); writer = csv.writer(f)
+            return "tracker call" if self._tracker_result(small, trackers) else None
+        if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
+            return None
+        call = small.value
+        scope = index.scope_of(call)
+        if (
+            self.files
+            and index.resolve_callee(call, scope) is None
+            and (
+                (isinstance(call.func, cst.Attribute) and index.carried_ref(call.func.value, scope) in self.files)
+                or any(index.carried_ref(arg.value, scope) in self.files for arg in call.args)
+            )
+        ):
+            return "file write"  # writer.writerow(row), f.close(), json.dump(obj, f)
+        if (
+            isinstance(call.func, cst.Attribute)
+            and isinstance(call.func.value, cst.Call)
+            and "builtins.open" in index.qualified_names(call.func.value.func)
+            and _writes(call.func.value)
+        ):
+            return "file write"  # open(path, "w").write(text)
+        names = index.qualified_names(call.func)
+        if "builtins.print" in names:
+            return "print"
+        if names & torch_api.LOGGING_FUNCTIONS:
+            return "logging call"
+        if names & torch_api.TERMINAL_OUTPUT:
+            return "terminal output"
+        if names & torch_api.OUTPUT_FUNCTIONS:
+            return "output call"
+        if names & torch_api.TRACKER_FACTORIES or any(n.startswith(torch_api.TRACKER_MODULES) for n in names):
+            return "tracker call"
+        if isinstance(call.func, cst.Attribute):
+            receiver = index.carried_ref(call.func.value, scope)
+            if receiver in trackers or self._on_a_tracker(call.func.value, trackers):
+                return "tracker call"
+            if receiver in loggers and call.func.attr.value in torch_api.LOGGER_METHODS:
+                return "logging call"
+            if call.func.attr.value in torch_api.OUTPUT_METHODS:
+                return "output call"
+        return None
+
+    def _on_a_tracker(self, expr: cst.BaseExpression, trackers: set[Ref]) -> bool:
+        """``experiment.config`` in ``experiment.config.update(...)``: an attribute chain that starts at a tracker."""
+        scope = self.index.scope_of(expr)
+        while isinstance(expr, cst.Attribute):
+            expr = expr.value
+            if self.index.carried_ref(expr, scope) in trackers:
+                return True
+        return False
+
+    def _tracker_result(self, small: cst.Assign, trackers: set[Ref]) -> bool:
+        """``win = viz.line(...)``: a value that a tracker returns and that only the tracker's own calls
+        read. Those run on rank 0 only, so it is made there too."""
+        index = self.index
+        call = small.value
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
+            return False
+        if index.carried_ref(call.func.value, index.scope_of(small)) not in trackers:
+            return False
+        # ``win = viz.line(...)``, or ``wins["loss"] = viz.line(...)``: a dict of window handles
+        holders = [t.target.value if isinstance(t.target, cst.Subscript) else t.target for t in small.targets]
+        if not all(isinstance(holder, cst.Name) for holder in holders):
+            return False
+        scope = index.scope_of(small)
+        refs = {ref for holder in holders if (ref := index.ref_of(holder, scope)) is not None}
+        for ref in refs:
+            for reading in index.scopes_reading(ref):
+                for read in index.mentions(reading, ref):
+                    if isinstance(index.parent(read), cst.AssignTarget) or index.inside(read, small):
+                        continue  # bound anew, or read by the call itself (``win=win``)
+                    if self._stores_tracker_result(read, trackers):
+                        continue  # ``wins["acc"] = viz.line(...)``: another handle put in the dict
+                    if self._tracker_call_around(read, trackers) is None:
+                        return False
+        return True
+
+    def _stores_tracker_result(self, read: cst.BaseExpression, trackers: set[Ref]) -> bool:
+        subscript = self.index.parent(read)
+        target = self.index.parent(subscript)
+        assign = self.index.parent(target)
+        return (
+            isinstance(subscript, cst.Subscript)
+            and isinstance(target, cst.AssignTarget)
+            and isinstance(assign, cst.Assign)
+            and isinstance(assign.value, cst.Call)
+            and isinstance(assign.value.func, cst.Attribute)
+            and self.index.carried_ref(assign.value.func.value, self.index.scope_of(assign)) in trackers
+        )
+
+    def _tracker_call_around(self, node: cst.CSTNode, trackers: set[Ref]) -> cst.Call | None:
+        """The call on a tracker (``writer.add_scalar(...)``) that ``node`` is part of."""
+        for ancestor in self.index.ancestors(node):
+            if (
+                isinstance(ancestor, cst.Call)
+                and isinstance(ancestor.func, cst.Attribute)
+                and self.index.carried_ref(ancestor.func.value, self.index.scope_of(ancestor)) in trackers
+            ):
+                return ancestor
+        return None
+
+    def _writes_file(self, node: cst.With) -> bool:
+        """``with open(path, "w") as f:`` (or "a", "x")."""
+        return any(
+            isinstance(item.item, cst.Call)
+            and "builtins.open" in self.index.qualified_names(item.item.func)
+            and _writes(item.item)
+            for item in node.items
+        )
+
+    def _runs_collectives(self, stmt: cst.CSTNode, model_refs: frozenset[Ref]) -> bool:
+        return bool(self._work_calls(stmt, model_refs))
+
+    def _work_calls(self, node: cst.CSTNode, model_refs: frozenset[Ref]) -> list[cst.Call]:
+        """The outermost calls in ``node`` that run the model or the script's own functions."""
+        if isinstance(node, cst.Call):
+            scope = self.index.scope_of(node)
+            if (
+                self.index.resolve_callee(node, scope) is not None
+                or self.index.carried_ref(node.func, scope) in model_refs
+                or self._item_of_models(node.func, model_refs)
+            ):
+                return [node]
+        return [call for child in self.index.children.get(node, ()) for call in self._work_calls(child, model_refs)]
+
+    def _item_of_models(self, func: cst.BaseExpression, model_refs: frozenset[Ref]) -> bool:
+        """``net`` in ``for net in nets:`` (or ``zip(nets, opts)``), where ``nets`` holds models."""
+        index = self.index
+        if not isinstance(func, cst.Name):
+            return False
+        for loop in index.enclosing_loops(func):
+            if isinstance(loop, cst.For) and any(
+                isinstance(n, cst.Name) and n.value == func.value for n in index.walk(loop.target)
+            ):
+                return any(
+                    index.carried_ref(n, index.scope_of(n)) in model_refs
+                    for n in index.walk(loop.iter)
+                    if isinstance(n, (cst.Name, cst.Attribute))
+                )
+        return False
+
+
+_BASIC_CONFIG = frozenset({"logging.basicConfig"})
+
+
+def _writes(open_call: cst.Call, modes: str = "wax") -> bool:
+    """``open(path, "w")`` (or "a", "x", with or without "b" / "+")."""
+    mode = argument(open_call, "mode", 1)
+    return (
+        mode is not None
+        and isinstance(mode.value, cst.SimpleString)
+        and bool(set(str(mode.value.evaluated_value)) & set(modes))
+    )
+
+
+def _assigned(node: cst.CSTNode | None) -> bool:
+    return isinstance(node, cst.Assign)
+
+
+def _callee_name(call: cst.Call) -> str:
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else "value"

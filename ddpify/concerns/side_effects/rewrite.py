@@ -1,0 +1,172 @@
+"""The side_effects concern's rewrite: output on rank 0, trackers made there, files written once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import cast
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.concerns.side_effects.facts import _TERMINAL, MODULE_OUTPUT_KEPT, Facts
+from ddpify.concerns.side_effects.finder import _callee_name
+from ddpify.engine import uniformity
+from ddpify.engine.edits import EditPlan, fresh, statement, with_comma
+from ddpify.result import Options
+
+
+def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
+    index = plan.index
+    dist = plan.names.dist
+    if not options.module_output:
+        facts = _entry_output_only(facts, plan)
+    gated = {stmt for stmt, _ in facts.outputs}
+    if facts.tracker_values:
+        helper = uniformity.same_on_every_rank(plan)
+        for value in facts.tracker_values:
+            owner = index.module.code_for_node(value.value)
+            plan.replace(value, _shared_from_rank_zero(helper, owner))
+            plan.change(value, f"`{owner}` exists on rank 0 only: every rank takes rank 0's `{value.attr.value}`")
+    reported: set[tuple[cst.Module, str]] = set()  # the first output of each kind in each file
+    for stmt, kind in facts.outputs:
+        if any(ancestor in gated for ancestor in index.ancestors(stmt)):
+            continue
+        plan.on_rank_zero(stmt)
+        if (index.module_of(stmt), kind) not in reported:
+            reported.add((index.module_of(stmt), kind))
+            plan.change(stmt, f"{kind} on global rank 0 only")
+    taken: set[str] = set()
+    for call in facts.hoisted:
+        stmt = index.statement_of(call)
+        name = fresh(f"{_callee_name(call)}_result", index.identifiers | taken)
+        taken.add(name)
+        hoisted = cst.parse_statement(f"{name} = {index.module.code_for_node(call)}\n")
+        plan.insert_before(stmt, hoisted.with_changes(leading_lines=statement(stmt).leading_lines))
+        plan.replace(stmt, lambda n: statement(n).with_changes(leading_lines=()))
+        plan.replace(call, _name(name))
+        plan.change(call, f"compute `{name}` on every rank, output it on rank 0")
+    for call in facts.trackers:
+        plan.replace(call, lambda n: cst.IfExp(test=plan.rank_zero, body=cast(cst.Call, n), orelse=cst.Name("None")))
+        plan.change(call, f"{index.module.code_for_node(call.func)} created on global rank 0 only (None elsewhere)")
+    for call in facts.progress_bars:
+        disable = cst.Arg(
+            keyword=cst.Name("disable"),
+            value=cst.parse_expression(plan.with_group(call, f"{dist}.get_rank() != 0")),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+        plan.replace(call, _append_argument(disable))
+        plan.change(call, "progress bar shown on global rank 0 only")
+    ungrouped = {stmt for stmt, _ in facts.ungrouped}
+    test = cst.parse_expression(f"not {dist}.is_initialized() or {dist}.get_rank() == 0")
+    for stmt, kind in facts.ungrouped:
+        if not any(ancestor in ungrouped for ancestor in index.ancestors(stmt)):
+            plan.replace(stmt, _under(test))
+            plan.change(stmt, f"{kind} on global rank 0 only, once the process group exists (it also runs before)")
+    for call in facts.devnull_opens:
+        plan.replace(call, _to_devnull_off_rank_zero(plan))
+        plan.change(call, "the file is written on global rank 0 only (the other ranks write to os.devnull)")
+    for file_name in facts.log_files:
+        plan.replace(file_name, _file_off_rank_zero(plan))
+        plan.change(file_name, "the log file is written on global rank 0 only (the other ranks log to os.devnull)")
+    for call in facts.makedirs:
+        if m.matches(call.func, m.Attribute(attr=m.Name("mkdir"))):
+            plan.replace(call, _call_makedirs)
+        exist_ok = cst.Arg(
+            keyword=cst.Name("exist_ok"),
+            value=cst.Name("True"),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+        plan.replace(call, _append_argument(exist_ok))
+        plan.change(call, "os.makedirs(..., exist_ok=True): ranks creating the same folder do not race")
+
+
+def _entry_output_only(facts: Facts, plan: EditPlan) -> Facts:
+    """The facts without the terminal output of the program's other modules, reported once per module."""
+    index = plan.index
+
+    def kept(node: cst.CSTNode, kind: str = "print") -> bool:
+        return kind in _TERMINAL and index.module_of(node) is not index.module
+
+    left: list[cst.CSTNode] = [stmt for stmt, kind in (*facts.outputs, *facts.ungrouped) if kept(stmt, kind)]
+    left += [call for call in facts.progress_bars if kept(call)]
+    first: dict[cst.Module, cst.CSTNode] = {}
+    for node in sorted(left, key=lambda n: index.order[n]):
+        first.setdefault(index.module_of(node), node)
+    for node in first.values():
+        plan.report(
+            node,
+            MODULE_OUTPUT_KEPT,
+            f"output to the terminal in {index.path_of(node)} stays on every rank, since one output file cannot hold "
+            "that module: convert with --in-place or -o DIR/ to put it on rank 0 too",
+        )
+    gone = {stmt for stmt in left if isinstance(stmt, cst.BaseStatement)}
+    return replace(
+        facts,
+        outputs=tuple((stmt, kind) for stmt, kind in facts.outputs if stmt not in gone),
+        ungrouped=tuple((stmt, kind) for stmt, kind in facts.ungrouped if stmt not in gone),
+        hoisted=tuple(call for call in facts.hoisted if index.statement_of(call) not in gone),
+        progress_bars=tuple(call for call in facts.progress_bars if call not in left),
+    )
+
+
+def _shared_from_rank_zero(helper: str, owner: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    def replace(node: cst.CSTNode) -> cst.CSTNode:
+        value = cst.Module([]).code_for_node(node)
+        return cst.parse_expression(f"{helper}({value} if {owner} is not None else None)")
+
+    return replace
+
+
+def _name(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    return lambda _: cst.Name(name)
+
+
+def _append_argument(arg: cst.Arg) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    def append(node: cst.CSTNode) -> cst.CSTNode:
+        call = cast(cst.Call, node)
+        return call.with_changes(args=[*with_comma(call.args), arg])
+
+    return append
+
+
+def _under(test: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``stmt`` -> ``if test: stmt``."""
+
+    def wrap(node: cst.CSTNode) -> cst.CSTNode:
+        stmt = statement(node)
+        body = cst.IndentedBlock(body=[stmt.with_changes(leading_lines=())])
+        return cst.If(test=test, body=body, leading_lines=stmt.leading_lines)
+
+    return wrap
+
+
+def _to_devnull_off_rank_zero(plan: EditPlan) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``open(path, "w")`` -> ``open(path, "w") if dist.get_rank() == 0 else open(os.devnull, "w")``."""
+
+    def replace(node: cst.CSTNode) -> cst.CSTNode:
+        call = cast(cst.Call, node)
+        first, *rest = call.args
+        devnull = call.with_changes(
+            args=[first.with_changes(value=cst.parse_expression(f"{plan.names.os}.devnull")), *rest]
+        )
+        return cst.IfExp(test=plan.rank_zero, body=call, orelse=devnull)
+
+    return replace
+
+
+def _file_off_rank_zero(plan: EditPlan) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``FileHandler(path)`` -> ``FileHandler(path if dist.get_rank() == 0 else os.devnull)``."""
+
+    def replace(node: cst.CSTNode) -> cst.CSTNode:
+        arg = cast(cst.Arg, node)
+        devnull = cst.parse_expression(f"{plan.names.os}.devnull")
+        return arg.with_changes(value=cst.IfExp(plan.rank_zero, arg.value, devnull))
+
+    return replace
+
+
+def _call_makedirs(node: cst.CSTNode) -> cst.CSTNode:
+    """``os.mkdir(...)`` -> ``os.makedirs(...)``."""
+    call = cast(cst.Call, node)
+    return call.with_changes(func=cast(cst.Attribute, call.func).with_changes(attr=cst.Name("makedirs")))
