@@ -43,6 +43,7 @@ CASES = [
     "run_names/random_search",
     "model/param_groups_from_a_helper",
     "data/loader_read_through_a_generator",
+    "data/loader_passed_to_a_method",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",
     "tensors/results_compared_after_training",
