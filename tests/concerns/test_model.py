@@ -267,7 +267,7 @@ def test_a_submodule_behind_a_flag_of_the_module_may_never_get_a_gradient(read) 
         assert found.unused == f"`self.aux` runs only when `{test}` holds", test
 
 
-def test_a_read_guarded_by_hasattr_is_not_sent_to_the_module(read) -> None:
+def test_a_read_guarded_by_hasattr_asks_the_same_object_as_its_test(read) -> None:
     program = read(
         """
         import torch
@@ -284,9 +284,32 @@ def test_a_read_guarded_by_hasattr_is_not_sent_to_the_module(read) -> None:
         """
     )
     (found,) = model.find(program).models
-    assert [code(program, read) + "." + program.index.parent(read).attr.value for read in found.unwrap] == [
-        "net.state_dict"
+    # ``hasattr(net.module, "moduel")`` and ``net.module.moduel``: the test and the read agree
+    assert [code(program, program.index.parent(read)) for read in found.unwrap] == [
+        "net.moduel",
+        "net,",
+        "net.state_dict",
     ]
+
+
+def test_the_unwrap_idiom_keeps_asking_the_wrapper(read) -> None:
+    program = read(
+        """
+        import torch
+        import torch.nn as nn
+
+        net = nn.Linear(4, 1).to("cpu")
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for x in loader:
+            opt.zero_grad()
+            net(x).sum().backward()
+            opt.step()
+        inner = net.module if hasattr(net, "module") else net
+        torch.save(inner.state_dict(), "net.pt")
+        """
+    )
+    (found,) = model.find(program).models
+    assert found.unwrap == ()
 
 
 def test_a_parameter_list_extended_with_another_model_wraps_both(read) -> None:

@@ -279,6 +279,21 @@ class WrapperReads:
                 stmt = loop
         return stmt
 
+    def _named_by_string(self, arg: cst.Arg) -> bool:
+        """The object of ``hasattr``, ``getattr``, ``setattr`` or ``delattr`` with a constant name that the
+        wrapper does not have itself (not ``"module"``, ``"parameters"``, ...)."""
+        call = self.index.parent(arg)
+        if not (
+            isinstance(call, cst.Call)
+            and len(call.args) >= 2
+            and call.args[0] is arg
+            and self.index.is_call_to(call, _BY_NAME)
+            and isinstance(name := call.args[1].value, cst.SimpleString)
+        ):
+            return False
+        value = name.evaluated_value
+        return isinstance(value, str) and value not in torch_api.WRAPPER_SAFE_ATTRIBUTES
+
     def _guarded_by_hasattr(self, attribute: cst.Attribute) -> bool:
         """``model.X if hasattr(model, "X") else model``: the script copes with a missing ``X`` itself.
 
@@ -288,6 +303,8 @@ class WrapperReads:
         if not isinstance(attribute.value, cst.Name):
             return False
         receiver, name = attribute.value.value, attribute.attr.value
+        if name not in torch_api.WRAPPER_SAFE_ATTRIBUTES:
+            return False  # the test asks the module too (``_named_by_string``): the read follows it
         for ancestor in self.index.ancestors(attribute):
             test = ancestor.test if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) else None
             if test is not None and _hasattr_test(test, receiver, name):
@@ -336,6 +353,8 @@ class WrapperReads:
             isinstance(parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Subscript)
         ):  # torch.save({"model": model, ...}, f), also through a name: checkpoint["model"] = model
             return checkpoints.saved(self.index, read)
+        if isinstance(parent, cst.Arg) and self._named_by_string(parent):
+            return True  # hasattr(model, "block") asks the module, as model.block reads it
         if isinstance(parent, cst.Arg) and (param := self._parameter_of(parent)) is not None:
             return self._unwraps_itself(param)  # unwrap(model) that tests hasattr(model, ...): give it the module
         if isinstance(parent, cst.Arg):
@@ -347,6 +366,9 @@ class WrapperReads:
                 and call.args[0] is parent
             ) or checkpoints.saved(self.index, read)  # torch.save(dict(model=model), f)
         return False
+
+
+_BY_NAME = frozenset({"builtins.hasattr", "builtins.getattr", "builtins.setattr", "builtins.delattr"})
 
 
 def _hasattr_test(test: cst.BaseExpression, receiver: str, attribute: str) -> bool:
