@@ -82,7 +82,8 @@ def _collect_star_imports(index: Index, imported: list[tuple[cst.ImportFrom, str
             source = index.module_names[base]
             names = index.imports[importer]
             offered = {name: set(fulls) for name, fulls in index.imports[source].items()}
-            for name in index.bound[source] - set(offered):
+            defined = {name for (scope, name) in (*index.classes, *index.functions) if scope is source}
+            for name in (index.bound[source] | defined) - set(offered):
                 offered[name] = {f"{base}.{name}"}
             for name, fulls in sorted(offered.items()):
                 if (

@@ -328,7 +328,7 @@ class Index(ProgramClasses):
                 current = self.scope_of(current)
             cls = self.classes.get((self.module_of(current), func.value))
             if cls is not None:
-                init = self.functions.get((cls, "__init__"))
+                init = self.method(cls, "__init__")  # its own, or a base class's
                 return (init, 1) if init is not None else None
             return self._imported_callee(func)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
@@ -354,7 +354,7 @@ class Index(ProgramClasses):
             if isinstance(definition, cst.FunctionDef):
                 return definition, 0
             if isinstance(definition, cst.ClassDef):
-                init = self.functions.get((definition, "__init__"))
+                init = self.method(definition, "__init__")
                 return (init, 1) if init is not None else None
         return None
 

@@ -56,6 +56,7 @@ def trains_in_sync(script: Path) -> None:
         pytest.param("helpers", "-o", marks=pytest.mark.exhaustive),
         pytest.param("loader_dict", "--in-place", marks=pytest.mark.exhaustive),
         pytest.param("distributed_helper_never_called", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("base_trainer_through_a_star_import", "-o", marks=pytest.mark.exhaustive),
     ],
 )
 def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path, run_ddpify: RunDdpify) -> None:
