@@ -44,6 +44,8 @@ CASES = [
     "model/param_groups_from_a_helper",
     "data/loader_read_through_a_generator",
     "data/loader_passed_to_a_method",
+    "data/enumerate_kept_in_a_name",
+    "model/ema_copy_as_a_submodule",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",
     "tensors/results_compared_after_training",

@@ -25,7 +25,10 @@ class Reads:
         sites: list[tuple[cst.CSTNode, Ref]] = []
         for loop in index.loops:
             if isinstance(loop, cst.For):
-                ref = self._iterated_ref(loop.iter, index.scope_of(loop), refs)
+                scope = index.scope_of(loop)
+                ref = self._iterated_ref(loop.iter, scope, refs)
+                if ref is None and (held := index.carried_ref(loop.iter, scope)) is not None:
+                    ref = self._made_from(held, scope, refs)  # ``stream = tqdm(enumerate(loader))``
                 if ref is not None:
                     sites.append((loop, ref))
         for comprehension in index.comprehensions:

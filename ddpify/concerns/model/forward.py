@@ -222,10 +222,16 @@ class ForwardChecks:
                 and (
                     any(name.startswith("torch.nn.") for name in index.qualified_names(node.value.func))
                     or index.local_class(node.value.func) is not None
+                    or "copy.deepcopy" in index.qualified_names(node.value.func)  # an EMA copy of a part
                 )
             ):
                 built.append(cast(cst.Attribute, node.targets[0].target).attr.value)
-        methods = [f for (owner, _), f in index.functions.items() if owner is cls and f is not init]
+        # a method under no_grad (an EMA update, sampling) gives no submodule a gradient
+        methods = [
+            f
+            for (owner, _), f in index.functions.items()
+            if owner is cls and f is not init and not _no_grad_method(index, f)
+        ]
         for name in built:
             if not any(
                 a.attr.value == name for f in methods for a in index.attributes.get(name, ()) if index.inside(a, f)
