@@ -183,6 +183,8 @@ class Finder:
         if isinstance(small, cst.Assign):
             if self.files and self._targets(small) & self.files:
                 return "file write"  # f = open(path, "w"); writer = csv.writer(f)
+            if all(self._tracker_module_state(t.target) for t in small.targets):
+                return "tracker call"  # ``wandb.run.name = ...``: state of the run made on rank 0
             return "tracker call" if self._tracker_result(small, trackers) else None
         if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
             return None
@@ -231,6 +233,18 @@ class Finder:
         while isinstance(expr, cst.Attribute):
             expr = expr.value
             if self.index.carried_ref(expr, scope) in trackers:
+                return True
+        return False
+
+    def _tracker_module_state(self, target: cst.BaseExpression) -> bool:
+        """``wandb.run.name`` or ``wandb.run.summary["acc"]``: an attribute of a tracker module's own objects."""
+        if not isinstance(target, cst.Attribute | cst.Subscript):
+            return False
+        while isinstance(target, cst.Attribute | cst.Subscript):
+            target = target.value
+            if isinstance(target, cst.Attribute) and any(
+                n.startswith(torch_api.TRACKER_MODULES) for n in self.index.qualified_names(target)
+            ):
                 return True
         return False
 
