@@ -25,7 +25,16 @@ import libcst as cst
 
 from ddpify import bindings, concerns, invariants
 from ddpify.concerns.process_group import distributed_use
-from ddpify.diagnostics import ALREADY_DISTRIBUTED, INTERNAL_ERROR, Change, Diagnostic, Severity, nothing_to_do
+from ddpify.diagnostics import (
+    ALREADY_DISTRIBUTED,
+    INTERNAL_ERROR,
+    TRAINING_UNFOLLOWED,
+    UNFOLLOWED_IMPORT,
+    Change,
+    Diagnostic,
+    Severity,
+    nothing_to_do,
+)
 from ddpify.engine import reach
 from ddpify.engine.collect import Source
 from ddpify.engine.edits import EditPlan, apply, apply_program
@@ -75,7 +84,7 @@ def _convert(source: str | bytes, path: str, options: Options, modules: Sequence
     index = program.index
     # Any module but the entry may be imported by other scripts, which have no process group.
     shared = {m for m in index.modules if m is not index.module}
-    planned = _plan(source, path, options, program, shared)
+    planned = _plan(source, path, options, program, shared, runs.dynamic if runs is not None else ())
     if isinstance(planned, Conversion):
         return planned
     plan, diagnostics = planned
@@ -95,7 +104,12 @@ def _convert(source: str | bytes, path: str, options: Options, modules: Sequence
 
 
 def _plan(
-    source: str | bytes, path: str, options: Options, program: Program, shared: set[cst.Module]
+    source: str | bytes,
+    path: str,
+    options: Options,
+    program: Program,
+    shared: set[cst.Module],
+    dynamic: tuple[tuple[str, int, str], ...] = (),
 ) -> tuple[EditPlan, list[Diagnostic]] | Conversion:
     """Every concern's edits and findings; or the outcome, when the program is left alone or refused."""
     already = distributed_use(program.index)
@@ -106,7 +120,30 @@ def _plan(
         where = ALREADY_DISTRIBUTED.at(*index.position(call), message, index.path_of(call))
         return _outcome(source, Status.UNCHANGED, [where])
     if not program.trains:
-        return _outcome(source, Status.UNCHANGED, [nothing_to_do(path)])
+        loaded = [d for d in dynamic if "import" in d[2]]
+        backward = program.first_backward()
+        if loaded and backward is not None:
+            # a computed import may load the module that trains: "nothing to do" would be a guess
+            module, line, construct = loaded[0]
+            trains_in = program.index.path_of(backward)
+            message = (
+                f"no training step that ddpify can follow: the program loads code by a computed name "
+                f"(`{construct}` in {module}, line {line}), and {trains_in} line {program.index.position(backward)[0]} "
+                "trains; import that module by name so that ddpify can follow it"
+            )
+            return _outcome(source, Status.REFUSED, [TRAINING_UNFOLLOWED.at(1, 1, message, path)])
+        files = {name: program.index.paths[tree] for name, tree in program.index.module_names.items()}
+        unfollowed = [
+            UNFOLLOWED_IMPORT.at(
+                line,
+                1,
+                f"`{construct}` loads a module by a computed name, which ddpify cannot follow: the training step "
+                "may be there; import that module by name, or convert its own entry point",
+                files.get(module, path),
+            )
+            for module, line, construct in loaded[:1]
+        ]
+        return _outcome(source, Status.UNCHANGED, [*unfollowed, nothing_to_do(path)])
     found = concerns.find(program)
     plan = EditPlan(program.index, path, program.names, shared=shared)
     concerns.rewrite(found, plan, options)

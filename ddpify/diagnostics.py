@@ -141,6 +141,15 @@ NOTEBOOK_DISPLAY = Code(
     "on rank 0 only like every print",
     "nothing to do; remove the print if the output is not wanted",
 )
+TRAINING_UNFOLLOWED = Code(
+    "DDP014",
+    Severity.ERROR,
+    "input",
+    "no training step in the code ddpify can follow, and the program loads code by a computed name "
+    '(importlib.import_module("models." + name)) whose modules train: nothing is written',
+    "import the module that trains by name, or convert that module's entry point; ddpify cannot tell which "
+    "module the computed name picks",
+)
 INTERNAL_ERROR = Code(
     "DDP900", Severity.ERROR, "ddpify", "a bug in ddpify: nothing is written", "report it with the input script"
 )

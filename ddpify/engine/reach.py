@@ -320,8 +320,8 @@ class _Walker:
                     self._run_module(target)
                 return
             self.dynamic.append((name, line, f"{func}()"))
-            for other in self.modules:
-                self._run_module(other)
+            for other in self.modules.values():  # any of them, and anything in it (``lib.Model()``)
+                self._run_all(other)
 
     def _run_all(self, module: _Module) -> None:
         self._run_module(module.source.name)
