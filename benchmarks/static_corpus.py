@@ -69,6 +69,7 @@ CHECKS = {
     "compiles": "every output file parses and compiles",
     "binding": "pyflakes: undefined names of each output module are a subset of its input's",
     "selfcheck": "no self-check code (DDP9xx) fires",
+    "capture": "a name the output adds at module level (dist, DDP, a helper) is not read where the input binds it",
 }
 
 
@@ -213,10 +214,94 @@ def read_text(path: Path) -> str:
     return data.decode("utf-8", "replace")
 
 
-def check_outputs(out: Path, entry_dir: Path, repo_root: Path) -> tuple[list[str], list[dict]]:
-    """(files that fail to compile, binding-check failures) of every output .py file."""
+FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def module_names(tree: ast.Module) -> set[str]:
+    """Names bound by the module's own top-level imports, defs and classes."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    return names
+
+
+def _scope_nodes(scope: ast.AST):
+    """The nodes of one scope, not descending into nested functions (their defaults and decorators stay)."""
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, FUNCS):
+            if isinstance(node, ast.Lambda):
+                todo.extend(node.args.defaults + node.args.kw_defaults)
+            else:
+                todo.extend(node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d])
+            continue
+        if isinstance(node, ast.ClassDef):
+            todo.extend(node.bases + node.decorator_list)
+            todo.extend(node.body)  # class bodies are scopes too, but rarely bind these names
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def shadowed_reads(tree: ast.Module, names: set[str]) -> collections.Counter:
+    """(scope path, name) -> reads of a name in a scope that binds it itself (a local, or a module-level rebinding)."""
+    counts: collections.Counter = collections.Counter()
+    scopes: list[tuple[str, ast.AST]] = [("<module>", tree)]
+    for node in ast.walk(tree):
+        if isinstance(node, FUNCS):
+            scopes.append((f"{getattr(node, 'name', 'lambda')}@{node.lineno}", node))
+    for label, scope in scopes:
+        nodes = list(_scope_nodes(scope))
+        declared = {n for node in nodes if isinstance(node, (ast.Global, ast.Nonlocal)) for n in node.names}
+        bound: set[str] = set()
+        if isinstance(scope, FUNCS):
+            a = scope.args
+            bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+            bound |= {x.arg for x in (a.vararg, a.kwarg) if x}
+        for node in nodes:
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                bound.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and scope is not tree:
+                bound.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)) and scope is not tree:
+                bound.update((x.asname or x.name).split(".")[0] for x in node.names)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                bound.add(node.name)
+        for name in (bound - declared) & names:
+            reads = sum(
+                1 for node in nodes if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+            )
+            if reads:
+                counts[(label.split("@")[0], name)] += reads
+    return counts
+
+
+def capture_findings(out_src: str, in_src: str) -> list[str]:
+    """Reads of a name the output adds at module level, in scopes where the program binds that name itself."""
+    try:
+        out_tree, in_tree = ast.parse(out_src), ast.parse(in_src)
+    except (SyntaxError, ValueError):
+        return []
+    added = module_names(out_tree) - module_names(in_tree)
+    if not added:
+        return []
+    before, after = shadowed_reads(in_tree, added), shadowed_reads(out_tree, added)
+    return sorted(
+        f"{name} in {scope} (+{n - before[(scope, name)]})"
+        for (scope, name), n in after.items()
+        if n > before[(scope, name)]
+    )
+
+
+def check_outputs(out: Path, entry_dir: Path, repo_root: Path) -> tuple[list[str], list[dict], list[str]]:
+    """(files that fail to compile, binding-check failures, capture findings) of every output .py file."""
     bad_compile: list[str] = []
     binding: list[dict] = []
+    capture: list[str] = []
     for p in sorted(out.rglob("*.py")):
         rel = p.relative_to(out).as_posix()
         src = read_text(p)
@@ -227,15 +312,18 @@ def check_outputs(out: Path, entry_dir: Path, repo_root: Path) -> tuple[list[str
             continue
         after = undefined_names(src, rel) or set()
         before: set[str] = set()
+        in_src = ""
         for base in (entry_dir, repo_root):
             original = base / rel
             if original.is_file():
-                before = undefined_names(read_text(original), rel) or set()
+                in_src = read_text(original)
+                before = undefined_names(in_src, rel) or set()
                 break
         new = sorted(after - before)
         if new:
             binding.append({"file": rel, "names": new})
-    return bad_compile, binding
+        capture += [f"{rel}: {c}" for c in capture_findings(src, in_src)]
+    return bad_compile, binding, capture
 
 
 # --------------------------------------------------------------------------- one entry
@@ -333,11 +421,13 @@ def run_entry(job: dict) -> dict:
         failures["selfcheck"] = self_codes
     out0 = out_base / f"seed{opts['seeds'][0]}"
     if first["rc"] == 0 and out0.is_dir() and outcome == "converted":
-        bad_compile, binding = check_outputs(out0, script.parent, root)
+        bad_compile, binding, capture = check_outputs(out0, script.parent, root)
         if bad_compile:
             failures["compiles"] = bad_compile
         if binding:
             failures["binding"] = binding
+        if capture:
+            failures["capture"] = capture
         rec["files_out"] = len(first["digest"])
     rec["failures"] = failures
     if not opts["keep"] and not failures:
@@ -346,9 +436,10 @@ def run_entry(job: dict) -> dict:
 
 
 def _worker_init(niceness: int) -> None:
-    if niceness:
-        with contextlib.suppress(OSError):
-            os.nice(niceness)
+    with contextlib.suppress(OSError):
+        current = os.nice(0)
+        if niceness > current:  # at least this nice (not niceness more than the caller's `nice`)
+            os.nice(niceness - current)
 
 
 # --------------------------------------------------------------------------- report
@@ -497,6 +588,32 @@ def markdown(summary: dict, results: list[dict], meta: dict) -> str:
 # --------------------------------------------------------------------------- main
 
 
+OUTPUT_CHECKS = ("compiles", "binding", "capture")
+
+
+def recheck(json_path: Path, md: str | None, work: Path) -> int:
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    for r in data["entries"]:
+        if r.get("outcome") != "converted":
+            continue
+        seed = data["meta"].get("seeds", [SEEDS[0]])[0]
+        out = work / "out" / r["id"] / f"seed{seed}"
+        root = work / "src" / r["repo"].replace("/", "__") / r["commit"][:12]
+        if not out.is_dir():
+            print(f"{r['id']}: no kept output under {out}", file=sys.stderr)
+            continue
+        found = dict(zip(OUTPUT_CHECKS, check_outputs(out, (root / r["path"]).parent, root), strict=True))
+        failures = {k: v for k, v in r.get("failures", {}).items() if k not in OUTPUT_CHECKS}
+        failures.update({k: v for k, v in found.items() if v})
+        r["failures"] = failures
+    data["summary"] = summarize(data["entries"])
+    json_path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    if md:
+        Path(md).write_text(markdown(data["summary"], data["entries"], data["meta"]), encoding="utf-8")
+    print("check failures: " + ", ".join(f"{k} {len(v)}" for k, v in data["summary"]["check_failures"].items()))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--manifest", default=str(CORPUS / "manifest.toml"))
@@ -504,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=str(DEFAULT_WORK), help="work folder, outside the project")
     ap.add_argument("--mirrors", default=None, help="folder of fetched snapshots (OWNER+NAME/repo)")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--nice", type=int, default=10, help="niceness of the workers")
+    ap.add_argument("--nice", type=int, default=10, help="the workers run at least this nice")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per conversion")
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     ap.add_argument("--only", nargs="*", default=None, help="entry ids (or repositories)")
@@ -512,10 +629,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=str(CORPUS / "results.json"))
     ap.add_argument("--md", default=str(CORPUS / "README.md"))
     ap.add_argument("--list-repos", action="store_true", help="print the repositories to fetch, and stop")
+    ap.add_argument(
+        "--recheck",
+        action="store_true",
+        help="convert nothing: redo the output checks on the outputs of the last run (--keep) and rewrite --json/--md",
+    )
     args = ap.parse_args(argv)
     if args.list_repos:
         print(*sorted({e["repo"] for e in load_manifest(Path(args.manifest))}, key=str.lower), sep="\n")
         return 0
+    if args.recheck:
+        return recheck(Path(args.json), args.md, Path(args.work).expanduser().resolve())
 
     work = Path(args.work).expanduser().resolve()
     if work == PROJECT or PROJECT in work.parents:
