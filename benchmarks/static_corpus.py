@@ -591,8 +591,10 @@ def markdown(summary: dict, results: list[dict], meta: dict) -> str:
 OUTPUT_CHECKS = ("compiles", "binding", "capture")
 
 
-def recheck(json_path: Path, md: str | None, work: Path) -> int:
+def recheck(json_path: Path, md: str | None, work: Path, manifest: Path) -> int:
     data = json.loads(json_path.read_text(encoding="utf-8"))
+    listed = {e["id"] for e in load_manifest(manifest)}
+    data["entries"] = [r for r in data["entries"] if r["id"] in listed]  # entries dropped since the run
     for r in data["entries"]:
         if r.get("outcome") != "converted":
             continue
@@ -632,14 +634,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--recheck",
         action="store_true",
-        help="convert nothing: redo the output checks on the outputs of the last run (--keep) and rewrite --json/--md",
+        help="convert nothing: redo the output checks on the kept outputs (--keep) of the last run, drop entries "
+        "no longer in the manifest, and rewrite --json/--md",
     )
     args = ap.parse_args(argv)
     if args.list_repos:
         print(*sorted({e["repo"] for e in load_manifest(Path(args.manifest))}, key=str.lower), sep="\n")
         return 0
     if args.recheck:
-        return recheck(Path(args.json), args.md, Path(args.work).expanduser().resolve())
+        return recheck(Path(args.json), args.md, Path(args.work).expanduser().resolve(), Path(args.manifest))
 
     work = Path(args.work).expanduser().resolve()
     if work == PROJECT or PROJECT in work.parents:
