@@ -369,37 +369,36 @@ def run_entry(job: dict) -> dict:
     if out_base.exists():
         shutil.rmtree(out_base)
     out_base.mkdir(parents=True)
-    runs = []
-    for seed in opts["seeds"]:
-        out = out_base / f"seed{seed}"
-        if out.exists():
-            shutil.rmtree(out)
-        cmd = [*opts["ddpify"], arg, "-o", str(out) + os.sep, "--no-color", *entry.get("options", [])]
-        env = dict(os.environ, PYTHONHASHSEED=str(seed), NO_COLOR="1")
-        t0 = time.perf_counter()
-        try:
-            p = subprocess.run(
-                cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=opts["timeout"], errors="replace"
-            )
-            rc, stdout, stderr = p.returncode, p.stdout, p.stderr
-        except subprocess.TimeoutExpired as exc:
-            rc, stdout = None, ""
-            stderr = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        wall = time.perf_counter() - t0
-        (out_base / f"seed{seed}.log").write_text(
-            f"$ cd {shlex.quote(str(cwd))} && {shlex.join(cmd)}\nexit {rc}\n{stdout}{stderr}", encoding="utf-8"
-        )
-        runs.append({"seed": seed, "rc": rc, "wall": round(wall, 3), "stderr": stderr, "digest": tree_digest(out)})
+    runs = convert_seeds(opts, entry, root, cwd, arg, out_base, in_place=False)
+    mode = "-o DIR/"
+    if runs[0]["rc"] == 3 and set(CODE_RE.findall(runs[0]["stderr"])) & {"DDP013"}:
+        errors = {c for c in CODE_RE.findall(runs[0]["stderr"]) if opts["severity"].get(c, "error") == "error"}
+        if errors <= {"DDP013"}:
+            # `-o DIR/` cannot hold a program that loads code ddpify cannot follow; the user converts it in place.
+            shutil.rmtree(out_base)
+            out_base.mkdir(parents=True)
+            runs = convert_seeds(opts, entry, root, cwd, arg, out_base, in_place=True)
+            mode = "--in-place (after DDP013)"
+    rec.update(make_record(runs, mode, opts, out_base, script.parent, root))
+    rec["wall_all"] = round(time.perf_counter() - t_all, 3)
+    if not opts["keep"] and not rec["failures"]:
+        shutil.rmtree(out_base, ignore_errors=True)
+    return rec
+
+
+def make_record(runs: list[dict], mode: str, opts: dict, out_base: Path, entry_dir: Path, root: Path) -> dict:
+    """Outcome, codes and check failures of an entry from its conversions (one per seed)."""
+    rec: dict = {}
     first = runs[0]
     outcome, codes = classify(first["rc"], first["stderr"], opts["severity"])
     all_codes = sorted(set(CODE_RE.findall(first["stderr"])))
     rec.update(
         outcome=outcome,
+        mode=mode,
         codes=codes,
         warnings=[c for c in all_codes if c not in codes],
         rc=[r["rc"] for r in runs],
         wall=first["wall"],
-        wall_all=round(time.perf_counter() - t_all, 3),
     )
     failures: dict[str, object] = {}
     if any(r["rc"] == 123 for r in runs) or any("DDP900" in CODE_RE.findall(r["stderr"]) for r in runs):
@@ -421,7 +420,7 @@ def run_entry(job: dict) -> dict:
         failures["selfcheck"] = self_codes
     out0 = out_base / f"seed{opts['seeds'][0]}"
     if first["rc"] == 0 and out0.is_dir() and outcome == "converted":
-        bad_compile, binding, capture = check_outputs(out0, script.parent, root)
+        bad_compile, binding, capture = check_outputs(out0, root if mode != "-o DIR/" else entry_dir, root)
         if bad_compile:
             failures["compiles"] = bad_compile
         if binding:
@@ -430,9 +429,66 @@ def run_entry(job: dict) -> dict:
             failures["capture"] = capture
         rec["files_out"] = len(first["digest"])
     rec["failures"] = failures
-    if not opts["keep"] and not failures:
-        shutil.rmtree(out_base, ignore_errors=True)
     return rec
+
+
+ROOT_MARKERS = (".gitignore", "pyproject.toml", "setup.py", "setup.cfg")
+
+
+def python_copy(root: Path, dest: Path) -> None:
+    """The tree's Python files and root markers, for a conversion in place (ddpify reads nothing else)."""
+    for p in root.rglob("*"):
+        if ".git" in p.relative_to(root).parts[:1] or not p.is_file() or p.is_symlink():
+            continue
+        if p.suffix == ".py" or p.name in ROOT_MARKERS:
+            target = dest / p.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, target)
+    subprocess.run(["git", "init", "-q", str(dest)], check=True, capture_output=True)
+
+
+def convert_seeds(
+    opts: dict, entry: dict, root: Path, cwd: Path, arg: str, out_base: Path, *, in_place: bool
+) -> list[dict]:
+    """One conversion per hash seed; the output (the changed files, in place) under out_base/seed<k>/."""
+    runs = []
+    for seed in opts["seeds"]:
+        out = out_base / f"seed{seed}"
+        if out.exists():
+            shutil.rmtree(out)
+        env = dict(os.environ, PYTHONHASHSEED=str(seed), NO_COLOR="1")
+        if in_place:
+            tree = out_base / f"tree{seed}"
+            python_copy(root, tree)
+            where = tree / cwd.relative_to(root)
+            cmd = [*opts["ddpify"], arg, "--in-place", "--no-color", *entry.get("options", [])]
+        else:
+            where = cwd
+            cmd = [*opts["ddpify"], arg, "-o", str(out) + os.sep, "--no-color", *entry.get("options", [])]
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(
+                cmd, cwd=where, env=env, capture_output=True, text=True, timeout=opts["timeout"], errors="replace"
+            )
+            rc, stdout, stderr = p.returncode, p.stdout, p.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, stdout = None, ""
+            stderr = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        wall = time.perf_counter() - t0
+        if in_place:  # the output: every file the conversion changed, at its path in the repository
+            for q in sorted(tree.rglob("*.py")):
+                rel = q.relative_to(tree)
+                original = root / rel
+                if not original.is_file() or original.read_bytes() != q.read_bytes():
+                    (out / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(q, out / rel)
+            shutil.rmtree(tree)
+        (out_base / f"seed{seed}.log").write_text(
+            f"$ cd {shlex.quote(str(where))} && {shlex.join(cmd)}\nexit {rc}\nwall {wall:.3f}\n{stdout}{stderr}",
+            encoding="utf-8",
+        )
+        runs.append({"seed": seed, "rc": rc, "wall": round(wall, 3), "stderr": stderr, "digest": tree_digest(out)})
+    return runs
 
 
 def _worker_init(niceness: int) -> None:
@@ -460,6 +516,7 @@ def summarize(results: list[dict]) -> dict:
         "refusals_single_code": dict(refused_by_first.most_common()),
         "warning_codes": dict(warnings.most_common()),
         "check_failures": failures,
+        "in_place_after_ddp013": sum(1 for r in results if r.get("mode", "-o DIR/") != "-o DIR/"),
         "wall_total_s": round(sum(walls), 1),
         "wall_median_s": walls[len(walls) // 2] if walls else None,
         "wall_max_s": walls[-1] if walls else None,
@@ -497,6 +554,7 @@ def markdown(summary: dict, results: list[dict], meta: dict) -> str:
         "   nice .venv/bin/python benchmarks/static_corpus.py                 # this venv's ddpify",
         "   nice .venv/bin/python benchmarks/static_corpus.py --ddpify /path/to/.venv/bin/ddpify",
         "   .venv/bin/python benchmarks/static_corpus.py --only ID ... --keep  # a few entries",
+        "   .venv/bin/python benchmarks/static_corpus.py --only ID ... --merge # rerun them into results.json",
         "   ```",
         "",
         "   Each repository is extracted once at its commit into `~/.cache/ddpify-static/src/`",
@@ -504,7 +562,10 @@ def markdown(summary: dict, results: list[dict], meta: dict) -> str:
         "   entry is converted from the repository root, `ddpify PATH -o OUT/` (the whole program",
         "   is written), once per hash seed; outputs and logs go to `<work>/out/<id>/` (kept for",
         "   entries that fail a check, or all with `--keep`). `--json` and `--md` choose the",
-        "   result files (default: `results.json` and this README).",
+        "   result files (default: `results.json` and this README). A program that `-o DIR/`",
+        "   refuses with DDP013 alone is converted again with `--in-place` in a copy of the tree's",
+        "   Python files; its output is the files that changed. `--recheck` redoes the output",
+        "   checks on kept outputs without converting.",
         "",
         "## Checks",
         "",
@@ -527,6 +588,10 @@ def markdown(summary: dict, results: list[dict], meta: dict) -> str:
         "| outcome | entries |",
         "| --- | --- |",
         *[f"| {k} | {v} |" for k, v in summary["outcomes"].items()],
+        "",
+        f"{summary.get('in_place_after_ddp013', 0)} entries that `-o DIR/` refuses with DDP013 alone (the program loads"
+        " code ddpify cannot follow) were converted again with `--in-place` on a copy of the tree's Python files, as"
+        " the message advises; their outcome is that of the conversion in place.",
         "",
         "| check | failures | entries |",
         "| --- | --- | --- |",
@@ -579,8 +644,9 @@ def markdown(summary: dict, results: list[dict], meta: dict) -> str:
     for r in results:
         codes = " ".join(r.get("codes", []))
         flag = " **" + ",".join(r["failures"]) + "**" if r.get("failures") else ""
+        how = " (in place)" if r.get("mode", "-o DIR/") != "-o DIR/" else ""
         lines.append(
-            f"| {r['id']} | {r['repo']} | `{r['path']}` | {r['outcome']}{flag} | {codes} | {r.get('wall', '')} |"
+            f"| {r['id']} | {r['repo']} | `{r['path']}` | {r['outcome']}{how}{flag} | {codes} | {r.get('wall', '')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -630,6 +696,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep every output, not only failing ones")
     ap.add_argument("--json", default=str(CORPUS / "results.json"))
     ap.add_argument("--md", default=str(CORPUS / "README.md"))
+    ap.add_argument("--resume", action="store_true", help="skip the entries <work>/records.jsonl already holds")
+    ap.add_argument("--merge", action="store_true", help="with --only: update those entries in the existing --json")
     ap.add_argument("--list-repos", action="store_true", help="print the repositories to fetch, and stop")
     ap.add_argument(
         "--recheck",
@@ -676,6 +744,21 @@ def main(argv: list[str] | None = None) -> int:
     (work / "out").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     results: list[dict] = []
+    # Each record is also appended to <work>/records.jsonl as it comes: --resume goes on from there.
+    records = work / "records.jsonl"
+    tag = " ".join(ddpify_cmd)
+    if args.resume and records.is_file():
+        wanted_ids = {e["id"] for e in entries}
+        done: dict[str, dict] = {}
+        for line in records.read_text(encoding="utf-8").splitlines():
+            item = json.loads(line)
+            if item["ddpify"] == tag and item["record"]["id"] in wanted_ids:
+                done[item["record"]["id"]] = item["record"]
+        results = list(done.values())
+        entries = [e for e in entries if e["id"] not in done]
+        print(f"resuming: {len(done)} entries already done", flush=True)
+    elif records.exists():
+        records.unlink()
     jobs = [{"entry": e, "opts": opts} for e in entries]
     with concurrent.futures.ProcessPoolExecutor(
         max_workers=args.jobs, initializer=_worker_init, initargs=(args.nice,)
@@ -689,10 +772,18 @@ def main(argv: list[str] | None = None) -> int:
                 r = {k: e[k] for k in ("id", "repo", "commit", "path")}
                 r.update(outcome="runner error", error=f"{type(exc).__name__}: {exc}", failures={})
             results.append(r)
+            with records.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"ddpify": tag, "record": r}) + "\n")
             flag = " FAIL " + ",".join(r.get("failures", {})) if r.get("failures") else ""
             print(f"[{n}/{len(jobs)}] {r['id']}: {r['outcome']} {' '.join(r.get('codes', []))}{flag}", flush=True)
     wall = time.perf_counter() - t0
-    order = {e["id"]: i for i, e in enumerate(entries)}
+    all_entries = load_manifest(Path(args.manifest))
+    order = {e["id"]: i for i, e in enumerate(all_entries)}
+    previous = None
+    if args.merge and Path(args.json).is_file():
+        previous = json.loads(Path(args.json).read_text(encoding="utf-8"))
+        fresh = {r["id"] for r in results}
+        results += [r for r in previous["entries"] if r["id"] not in fresh and r["id"] in order]
     results.sort(key=lambda r: order[r["id"]])
     summary = summarize(results)
     meta = {
@@ -704,6 +795,8 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": args.jobs,
         "seeds": seeds,
     }
+    if previous is not None:  # the figures of the whole run it was merged into
+        meta = dict(previous["meta"], merged=f"{len(jobs)} entries rerun {meta['date']} with {meta['ddpify_cmd']}")
     Path(args.json).write_text(
         json.dumps({"meta": meta, "summary": summary, "entries": results}, indent=1) + "\n", encoding="utf-8"
     )
