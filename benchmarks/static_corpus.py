@@ -30,6 +30,7 @@ import ast
 import collections
 import concurrent.futures
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import warnings
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -103,6 +105,17 @@ def extract(mirrors: Path, work: Path, repo: str, commit: str) -> Path:
     stamp = dest / ".static-corpus-extracted"
     if stamp.exists():
         return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # Two workers may reach the same repository at once: one extracts, the other waits.
+    with open(dest.parent / f"{commit[:12]}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.exists():
+            _extract(mirrors, repo, commit, dest)
+    return dest
+
+
+def _extract(mirrors: Path, repo: str, commit: str, dest: Path) -> None:
+    stamp = dest / ".static-corpus-extracted"
     gd = git_dir(mirrors, repo)
     if gd is None:
         raise FileNotFoundError(f"no snapshot of {repo} under {mirrors} (fetch github:{repo})")
@@ -121,7 +134,6 @@ def extract(mirrors: Path, work: Path, repo: str, commit: str) -> Path:
     # A user's clone has .git: it marks the project root for ddpify's module resolution.
     subprocess.run(["git", "init", "-q", str(dest)], check=True, capture_output=True)
     stamp.write_text(f"{repo} {commit}\n")
-    return dest
 
 
 def extract_blobs(gd: Path, commit: str, dest: Path) -> None:
@@ -306,7 +318,9 @@ def check_outputs(out: Path, entry_dir: Path, repo_root: Path) -> tuple[list[str
         rel = p.relative_to(out).as_posix()
         src = read_text(p)
         try:
-            compile(src, rel, "exec", dont_inherit=True)
+            with warnings.catch_warnings():  # the program's own SyntaxWarnings are not ours
+                warnings.simplefilter("ignore")
+                compile(src, rel, "exec", dont_inherit=True)
         except (SyntaxError, ValueError) as exc:
             bad_compile.append(f"{rel}: {type(exc).__name__}: {exc}")
             continue
@@ -580,10 +594,12 @@ def markdown(summary: dict, results: list[dict], meta: dict) -> str:
         "## Last run",
         "",
         f"ddpify: `{meta.get('ddpify_version', '?')}` (`{meta.get('ddpify_cmd', '?')}`), "
-        f"{meta.get('date', '?')}, {meta.get('wall_s', '?')} s wall with {meta.get('jobs', '?')} jobs.",
+        f"{meta.get('date', '?')}, {meta.get('wall_s', '?')} s wall with {meta.get('jobs', '?')} jobs"
+        + (f" ({meta['note']})." if meta.get("note") else "."),
         "",
         f"**{summary['entries']} entries from {summary['repos']} repositories.** Conversion time per entry "
-        f"(one seed): median {summary['wall_median_s']} s, max {summary['wall_max_s']} s.",
+        f"(one seed): median {summary['wall_median_s']} s, max {summary['wall_max_s']} s; all entries, one seed: "
+        f"{summary['wall_total_s']} s (times {len(meta.get('seeds', SEEDS))} seeds, over {meta.get('jobs', '?')} jobs).",
         "",
         "| outcome | entries |",
         "| --- | --- |",
