@@ -421,14 +421,18 @@ class _Script:
                 if not any(
                     isinstance(n, ast.Assign)
                     and n.lineno < loop.lineno
-                    and any(self.calls_to(c, _WRAPS) or self._returns_wrapped(c) for c in ast.walk(n.value))
+                    and any(
+                        self.calls_to(c, _WRAPS) or self._returns_wrapped(c, _position(n, name))
+                        for c in ast.walk(n.value)
+                    )
                     for n in self.bindings[scope].get(name, ())
                 ):
                     what = f"train `{name}` without DistributedDataParallel: its gradients would not be averaged"
                     yield INVARIANT_WRAPPED, loop.lineno, what
 
-    def _returns_wrapped(self, node: ast.AST) -> bool:
-        """``get_model(...)``, a function of this module whose returned model it wraps itself."""
+    def _returns_wrapped(self, node: ast.AST, position: int | None) -> bool:
+        """``get_model(...)``, a function of this module whose returned model it wraps itself (the
+        ``position``-th of a returned tuple, where the caller unpacks one)."""
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             return False
         functions = self.functions.get(node.func.id, ())
@@ -439,6 +443,8 @@ class _Script:
             if not isinstance(returned, ast.Return) or returned.value is None:
                 continue
             value = returned.value
+            if isinstance(value, ast.Tuple) and position is not None and position < len(value.elts):
+                value = value.elts[position]
             if any(self.calls_to(c, _WRAPS) for c in ast.walk(value)):
                 return True
             if isinstance(value, ast.Name) and any(
@@ -571,3 +577,13 @@ def _is_main_guard(test: ast.expr) -> bool:
         and {ast.dump(test.left), ast.dump(test.comparators[0])}
         == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
     )
+
+
+def _position(assign: ast.Assign, name: str) -> int | None:
+    """Where ``name`` stands in a tuple target (``(net, head) = get_model()``: 0 for ``net``)."""
+    for target in assign.targets:
+        if isinstance(target, ast.Tuple | ast.List):
+            for i, element in enumerate(target.elts):
+                if isinstance(element, ast.Name) and element.id == name:
+                    return i
+    return None
