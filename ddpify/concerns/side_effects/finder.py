@@ -259,7 +259,7 @@ class Finder:
             return False
         # ``win = viz.line(...)``, or ``wins["loss"] = viz.line(...)``: a dict of window handles
         holders = [t.target.value if isinstance(t.target, cst.Subscript) else t.target for t in small.targets]
-        if not all(isinstance(holder, cst.Name) for holder in holders):
+        if not all(isinstance(holder, cst.Name | cst.Attribute) for holder in holders):  # ``self.win`` too
             return False
         scope = index.scope_of(small)
         refs = {ref for holder in holders if (ref := index.ref_of(holder, scope)) is not None}
