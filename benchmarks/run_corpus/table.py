@@ -65,7 +65,8 @@ def main(argv: list[str]) -> int:
         "| id | repo | baseline | convert | torchrun | synced | data | samplers | ckpt |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    count = {"programs": 0, "baseline": 0, "converted": 0, "synced": 0, "sharded": 0, "replicated": 0}
+    count = {"programs": 0, "baseline": 0, "converted": 0, "unchanged": 0, "refused": 0, "synced": 0}
+    count.update(sharded=0, replicated=0)
     for entry in manifest["script"]:
         res = results.get(entry["id"], {})
         base, conv, run = res.get("baseline") or {}, res.get("convert"), res.get("torchrun") or {}
@@ -73,7 +74,10 @@ def main(argv: list[str]) -> int:
         sync, data = run.get("sync", "-"), run.get("data", "-")
         count["programs"] += 1
         count["baseline"] += base.get("status") == "ok"
-        count["converted"] += bool(conv) and conv.get("status") == "ok"
+        cell = convert_cell(conv)
+        count["converted"] += cell.startswith("ok")
+        count["unchanged"] += cell == "unchanged"
+        count["refused"] += cell.startswith("refused")
         if sync == "synced":
             count["synced"] += 1
             if n and data not in ("replicated",) and not data.startswith("overlap"):
@@ -81,14 +85,15 @@ def main(argv: list[str]) -> int:
             else:
                 count["replicated"] += 1
         rows.append(
-            f"| {entry['id']} | {entry['repo']} | {base.get('status', '-')} | {convert_cell(conv)} | "
+            f"| {entry['id']} | {entry['repo']} | {base.get('status', '-')} | {cell} | "
             f"{run.get('status', '-')} | {sync} | {data} | {'-' if n is None else n} | {run.get('ckpt', '-')} |"
         )
     print("\n".join(rows))
     print()
     print(
         f"run corpus: {count['programs']} programs, baseline ok {count['baseline']}, converted {count['converted']}, "
-        f"synced {count['synced']} (sharded {count['sharded']}, data whole on every rank {count['replicated']})"
+        f"unchanged {count['unchanged']}, refused {count['refused']}, synced {count['synced']} "
+        f"(sharded {count['sharded']}, data whole on every rank {count['replicated']})"
     )
     return 0
 
