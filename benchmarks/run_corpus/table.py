@@ -34,7 +34,8 @@ def merged(paths: list[str]) -> dict[str, dict]:
                 if res.get(step):
                     entry[step] = res[step]
             if res.get("convert") and not res.get("torchrun"):
-                entry.pop("torchrun", None)  # a later refusal: no torchrun run belongs to it
+                entry.pop("torchrun", None)  # a later refusal: no run of the converted program belongs to it
+                entry.pop("plain", None)
     return out
 
 
@@ -62,10 +63,10 @@ def main(argv: list[str]) -> int:
     manifest = tomllib.loads((HERE / "manifest.toml").read_text())
     results = merged(argv)
     rows = [
-        "| id | repo | baseline | convert | torchrun | synced | data | samplers | ckpt |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| id | repo | baseline | convert | torchrun | synced | data | samplers | ckpt | plain |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    count = {"programs": 0, "baseline": 0, "converted": 0, "unchanged": 0, "refused": 0, "synced": 0}
+    count = {"programs": 0, "baseline": 0, "converted": 0, "unchanged": 0, "refused": 0, "synced": 0, "plain": 0}
     count.update(sharded=0, replicated=0)
     for entry in manifest["script"]:
         res = results.get(entry["id"], {})
@@ -75,6 +76,7 @@ def main(argv: list[str]) -> int:
         count["programs"] += 1
         count["baseline"] += base.get("status") == "ok"
         cell = convert_cell(conv)
+        count["plain"] += (res.get("plain") or {}).get("status") == "ok"
         count["converted"] += cell.startswith("ok")
         count["unchanged"] += cell == "unchanged"
         count["refused"] += cell.startswith("refused")
@@ -86,14 +88,14 @@ def main(argv: list[str]) -> int:
                 count["replicated"] += 1
         rows.append(
             f"| {entry['id']} | {entry['repo']} | {base.get('status', '-')} | {cell} | "
-            f"{run.get('status', '-')} | {sync} | {data} | {'-' if n is None else n} | {run.get('ckpt', '-')} |"
+            f"{run.get('status', '-')} | {sync} | {data} | {'-' if n is None else n} | {run.get('ckpt', '-')} | {(res.get('plain') or {}).get('status', '-')} |"
         )
     print("\n".join(rows))
     print()
     print(
         f"run corpus: {count['programs']} programs, baseline ok {count['baseline']}, converted {count['converted']}, "
         f"unchanged {count['unchanged']}, refused {count['refused']}, synced {count['synced']} "
-        f"(sharded {count['sharded']}, data whole on every rank {count['replicated']})"
+        f"(sharded {count['sharded']}, data whole on every rank {count['replicated']}), plain ok {count['plain']}"
     )
     return 0
 
