@@ -240,7 +240,10 @@ class LoaderFinder:
                         "`loader.sampler.set_epoch(epoch)` at the start of each epoch yourself",
                     )
                     return None
-                return EpochLoop(loop, self.index.spelled(loader, index.scope_of(loop)))
+                # ``loader = make_loader(...)`` inside the loop: the epoch is set once it is built
+                built = [a for a in index.assignments_to(loader) if index.inside(a, loop)]
+                after = index.statement_of(built[-1]) if built else None
+                return EpochLoop(loop, self.index.spelled(loader, index.scope_of(loop)), after)
             return None  # a `while` loop counts steps, not epochs
         scope = index.scope_of(site)
         if not isinstance(scope, cst.FunctionDef) or depth > 4:
