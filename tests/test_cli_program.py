@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -276,7 +277,8 @@ def test_stop_signals_during_the_writes_leave_the_program_as_it_was(
         calls.append(args)
         if len(calls) == 2:  # the second file of three: one is done already
             for signum in signums:
-                os.kill(os.getpid(), signum)
+                # to this thread, as a terminal's Ctrl-C reaches a one-thread run (the test runner has others)
+                signal.pthread_kill(threading.main_thread().ident or 0, signum)
         return original(*args)
 
     monkeypatch.setattr(os, step, signalled)

@@ -76,7 +76,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     if _Deferral.active and _Deferral.pending is None:
         _Deferral.pending = signum  # stop once the file is finished; a second signal stops at once
         return
-    stop(signum)
+    # a second signal stops at once, with the exit status of the first: the run was stopped by that one
+    stop(_Deferral.pending if _Deferral.active and _Deferral.pending is not None else signum)
 
 
 def stop(signum: int, message: str = "interrupted") -> None:
