@@ -108,7 +108,7 @@ class Seeds:
             built = [a.value for a in index.assignments_to(ref)] if ref is not None else [value]
             for draw, family in (d for b in built if isinstance(b, cst.Call) for d in rng_draws(index, b)):
                 if not self._seeded_before(draw, 0, RNG_SEEDS[family]):
-                    name = next(iter(index.qualified_names(draw.func)))
+                    name = min(index.qualified_names(draw.func))  # the same name on every run
                     return (
                         f"the indices or weights it draws from come from `{name}` (line {index.position(draw)[0]}), "
                         f"unseeded: they would differ between ranks; seed {family}'s RNG the same way on every rank "
