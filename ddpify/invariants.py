@@ -39,6 +39,7 @@ from ddpify.diagnostics import (
     Code,
     Diagnostic,
 )
+from ddpify.engine.reach import is_main_block
 from ddpify.invariant_calls import DISTRIBUTED as _DISTRIBUTED
 
 _SETUP = frozenset({"torch.distributed.init_process_group"})
@@ -354,7 +355,7 @@ class _Script:
         for ancestor in self.ancestors(node):
             if isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) and self._rankish(ancestor.test):
                 return True
-            if not self.entry and isinstance(ancestor, ast.If) and _is_main_guard(ancestor.test):
+            if not self.entry and isinstance(ancestor, ast.If) and is_main_block(ancestor):
                 return True  # another module's main block: it never runs when the entry imports the module
             if isinstance(ancestor, ast.BoolOp) and any(self._rankish(v) for v in ancestor.values):
                 return True
@@ -566,17 +567,6 @@ def _shuffles(sampler: ast.expr) -> bool:
     if any(k.arg is None for k in sampler.keywords) or len(sampler.args) > 3:
         return False
     return shuffle is None or (isinstance(shuffle, ast.Constant) and shuffle.value is True)
-
-
-def _is_main_guard(test: ast.expr) -> bool:
-    """``__name__ == "__main__"``, either way round."""
-    return (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.Eq)
-        and {ast.dump(test.left), ast.dump(test.comparators[0])}
-        == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
-    )
 
 
 def _position(assign: ast.Assign, name: str) -> int | None:

@@ -315,7 +315,7 @@ def _collect_flows(index: Index) -> None:
 
     for call in index.calls:
         scope = index.scope_of(call)
-        callee = index.resolve_callee(call, scope) or _instance_method(index, call, scope)
+        callee = index.resolve_callee(call, scope) or index.instance_method(call, scope)
         if callee is None:
             continue
         function, skipped = callee
@@ -334,24 +334,6 @@ def _collect_flows(index: Index) -> None:
             src = index.carried_ref(arg.value, scope)
             if name is not None and src is not None:
                 index.add_flow(Flow(src, Ref(function, name), stmt))
-
-
-def _instance_method(index: Index, call: cst.Call, scope: Scope) -> tuple[cst.FunctionDef, int] | None:
-    """``Solver(model).train(loader)``, or ``solver.train(loader)`` after ``solver = Solver(model)`` in the
-    same function: the method of the program's own class that the call runs (its ``self`` filled)."""
-    func = call.func
-    if not isinstance(func, cst.Attribute):
-        return None
-    built: list[cst.BaseExpression] = []
-    if isinstance(func.value, cst.Call):
-        built.append(func.value)
-    elif (ref := index.carried_ref(func.value, scope)) is not None and ref.scope is scope:
-        built += [a.value for a in index.assignments_to(ref)]
-    classes = {cls for value in built if isinstance(value, cst.Call) and (cls := index.local_class(value.func))}
-    if len(classes) != 1:
-        return None
-    method = index.method(classes.pop(), func.attr.value, dispatch=True)
-    return (method, 1) if method is not None else None
 
 
 def _collect_imported_values(index: Index, imported: list[tuple[cst.ImportFrom, str]]) -> None:

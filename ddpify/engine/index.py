@@ -345,6 +345,23 @@ class Index(ProgramClasses):
                 return (method, 1) if method is not None else None
         return None
 
+    def instance_method(self, call: cst.Call, scope: Scope) -> tuple[cst.FunctionDef, int] | None:
+        """``Solver(model).train(loader)``, or ``solver.train(loader)`` after ``solver = Solver(model)`` in the
+        same function: the method of the program's own class that the call runs (its ``self`` filled)."""
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            return None
+        built: list[cst.BaseExpression] = []
+        if isinstance(func.value, cst.Call):
+            built.append(func.value)
+        elif (ref := self.carried_ref(func.value, scope)) is not None and ref.scope is scope:
+            built += [a.value for a in self.assignments_to(ref)]
+        classes = {cls for value in built if isinstance(value, cst.Call) and (cls := self.local_class(value.func))}
+        if len(classes) != 1:
+            return None
+        method = self.method(classes.pop(), func.attr.value, dispatch=True)
+        return (method, 1) if method is not None else None
+
     def _imported_callee(self, func: cst.BaseExpression) -> tuple[cst.FunctionDef, int] | None:
         """A function or constructor of another module of the program: ``get_loader`` or ``utils.get_loader``."""
         if len(self.modules) <= 1:

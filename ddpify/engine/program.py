@@ -51,11 +51,11 @@ class Program:
         in the entry script or in the code of other modules that it runs (an evaluation script that
         imports the module of a training loop does not train)."""
         if len(self.index.modules) <= 1:
-            return any(_is_backward(call) for call in self.index.calls)
+            return any(is_backward(call) for call in self.index.calls)
         return _reaches_backward(self.index)
 
     def first_backward(self) -> cst.Call | None:
-        return next((call for call in self.index.calls if _is_backward(call)), None)
+        return next((call for call in self.index.calls if is_backward(call)), None)
 
 
 def read_program(module: cst.Module, path: str, others: Sequence[Source] = (), runs: Reach | None = None) -> Program:
@@ -72,7 +72,7 @@ def _reaches_backward(index: Index) -> bool:
         for node in index.walk(todo.pop()):
             if not isinstance(node, cst.Call):
                 continue
-            if _is_backward(node):
+            if is_backward(node):
                 return True
             for callee in _callees(index, node):
                 if callee not in seen:
@@ -95,10 +95,8 @@ def _callees(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
     func = call.func
     if not isinstance(func, cst.Attribute):
         return []
-    if isinstance(func.value, cst.Call):  # ``Runner(args).train()``
-        cls = index.local_class(func.value.func)
-        method = index.method(cls, func.attr.value, dispatch=True) if cls is not None else None
-        return [method] if method is not None else []
+    if (instance := index.instance_method(call, scope)) is not None:  # ``Runner(args).train()``
+        return [instance[0]]
     ref = index.root_ref(func.value, scope)
     if ref is None:
         return []
@@ -106,7 +104,8 @@ def _callees(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
     return [method for method in methods if method is not None]
 
 
-def _is_backward(call: cst.Call) -> bool:
+def is_backward(call: cst.Call) -> bool:
+    """``<loss>.backward(...)``."""
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
 
 

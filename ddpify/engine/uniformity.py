@@ -165,28 +165,38 @@ def reaches(index: Index, target: Ref, test: Callable[[Index, cst.CSTNode], bool
     return False
 
 
-def _in_path_call(index: Index, read: cst.CSTNode) -> bool:
+def _argument_of(index: Index, read: cst.CSTNode, call_test: Callable[[cst.Call], bool]) -> bool:
+    """Whether ``read`` is inside the arguments of a call of its statement that ``call_test`` accepts."""
     for ancestor in index.ancestors(read):
         if isinstance(ancestor, cst.BaseStatement):
             return False
-        if isinstance(ancestor, cst.Call) and index.inside(read, ancestor) and read is not ancestor.func:
-            if index.is_call_to(ancestor, PATH_CALLS):
-                return True
-            if isinstance(ancestor.func, cst.Attribute) and ancestor.func.attr.value in PATH_METHODS:
-                return True
+        if (
+            isinstance(ancestor, cst.Call)
+            and index.inside(read, ancestor)
+            and read is not ancestor.func
+            and call_test(ancestor)
+        ):
+            return True
     return False
+
+
+def _in_path_call(index: Index, read: cst.CSTNode) -> bool:
+    return _argument_of(
+        index,
+        read,
+        lambda call: (
+            index.is_call_to(call, PATH_CALLS)
+            or (isinstance(call.func, cst.Attribute) and call.func.attr.value in PATH_METHODS)
+        ),
+    )
 
 
 def _in_optimizer(index: Index, read: cst.CSTNode) -> bool:
     """An argument of a ``torch.optim`` optimizer or scheduler."""
-    for ancestor in index.ancestors(read):
-        if isinstance(ancestor, cst.BaseStatement):
-            return False
-        if isinstance(ancestor, cst.Call) and index.inside(read, ancestor) and read is not ancestor.func:
-            prefix = torch_api.OPTIMIZER_MODULE + "."
-            if any(name.startswith(prefix) for name in index.qualified_names(ancestor.func)):
-                return True
-    return False
+    prefix = torch_api.OPTIMIZER_MODULE + "."
+    return _argument_of(
+        index, read, lambda call: any(name.startswith(prefix) for name in index.qualified_names(call.func))
+    )
 
 
 def _bounds_training_loop(index: Index, read: cst.CSTNode) -> bool:

@@ -32,7 +32,7 @@ from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.concerns.model.outputs import OutputUse
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.program import Program
+from ddpify.engine.program import Program, is_backward
 from ddpify.engine.syntax import argument
 
 # (statement, the place it assigns, whether it is ``.cuda()``): a move of the model to its device
@@ -369,13 +369,13 @@ class _Finder:
         """
         index = self.index
         for first in index.calls:
-            if not (_is_backward(first) and _retains_graph(first)):
+            if not (is_backward(first) and _retains_graph(first)):
                 continue
             loop = next(index.enclosing_loops(first), None)
             if loop is None:
                 continue
             start, end, at = index.order[loop], index.last[loop], index.order[first]
-            later = [c for c in index.calls if _is_backward(c) and at < index.order[c] <= end]
+            later = [c for c in index.calls if is_backward(c) and at < index.order[c] <= end]
             if not later:
                 continue
             second = min(later, key=lambda c: index.order[c])
@@ -483,10 +483,6 @@ def _leaves_block(stmt: cst.BaseStatement) -> bool:
     """``return``, ``raise``, ``break`` or ``continue``: the statements after it in its block never run."""
     small = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ()
     return any(isinstance(s, (cst.Return, cst.Raise, cst.Break, cst.Continue)) for s in small)
-
-
-def _is_backward(call: cst.Call) -> bool:
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
 
 
 def _retains_graph(call: cst.Call) -> bool:

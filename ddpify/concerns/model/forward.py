@@ -21,7 +21,7 @@ from ddpify.concerns.model.codes import MOVES_IN_TRAINING, OUTSIDE_FORWARD, PART
 from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.program import Program
+from ddpify.engine.program import Program, is_backward
 from ddpify.engine.syntax import argument, dotted
 
 # nn.Module methods that run no submodule: ``next(self.parameters()).new_zeros(...)`` computes nothing
@@ -362,7 +362,7 @@ def reaches_backward(index: Index, call: cst.Call) -> bool:
     scope = index.scope_of(call)
     names: set[str] = set()
     for node in index.walk(scope):
-        if isinstance(node, cst.Call) and _is_backward_call(node):
+        if isinstance(node, cst.Call) and is_backward(node):
             receiver = cast(cst.Attribute, node.func).value
             args = [receiver, *(a.value for a in node.args)]
             if any(arg is call or index.inside(call, arg) or _mentions_any(index, arg, names) for arg in args):
@@ -384,10 +384,6 @@ def reaches_backward(index: Index, call: cst.Call) -> bool:
                 for target in targets:
                     names.update(_bound_names(index, target))
     return False
-
-
-def _is_backward_call(node: cst.Call) -> bool:
-    return isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward"
 
 
 def _bound_names(index: Index, target: cst.BaseExpression) -> Iterator[str]:
