@@ -62,12 +62,13 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify import torch_api
-from ddpify.concerns import data, loop_control
+from ddpify.concerns import data
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, assigned, parameter_names
+from ddpify.engine.uniformity.batches import RankLocal
 from ddpify.result import Options
 
 NOT_SHARDABLE = Code(
@@ -122,10 +123,13 @@ class _Finder:
         self.loaders = loaders
         # Every place holding a DataLoader that will draw a per-rank share (training ones always do).
         self.shared_refs = frozenset(ref for loader in loaders.loaders for ref in loader.refs)
-        self.training_sites = [site for loader in loaders.loaders if loader.training for site in loader.sites]
+        training = [loader for loader in loaders.loaders if loader.training]
+        self.rank_local = RankLocal(
+            self.index,
+            [site for loader in training for site in loader.sites],
+            frozenset(ref for loader in training for ref in loader.refs),
+        )
         self._loops: dict[cst.For, Loop] = {}
-        self._local: dict[Scope, set[str]] = {}
-        self._drawing: dict[cst.FunctionDef, bool] = {}  # the script's functions: whether they draw training batches
 
     def evaluation_loaders(self) -> Iterator[Loader]:
         for loader in self.loaders.loaders:
@@ -209,7 +213,9 @@ class _Finder:
         for ancestor in index.ancestors(node):
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 break
-            if isinstance(ancestor, (cst.If, cst.While)) and self._rank_local(ancestor.test):
+            if isinstance(ancestor, (cst.If, cst.While)) and self.rank_local.reads(
+                ancestor.test, index.scope_of(ancestor)
+            ):
                 test = index.module.code_for_node(ancestor.test)
                 return (
                     f"--shard-eval: this evaluation runs only while `{test}`, which depends on this rank's own "
@@ -223,67 +229,6 @@ class _Finder:
                 if found is not None:
                     return found
         return None
-
-    def _rank_local(self, test: cst.BaseExpression) -> bool:
-        index = self.index
-        local = self._local_names(index.scope_of(test))
-        for node in index.walk(test):
-            if isinstance(node, cst.Name) and node.value in local:
-                parent = index.parent(node)
-                if not (isinstance(parent, cst.Attribute) and parent.attr is node):
-                    return True
-            if isinstance(node, cst.Call) and (
-                index.is_call_to(node, loop_control.RANK_LOCAL_CALLS) or self._draws_training_batches(node)
-            ):
-                return True
-        return False
-
-    def _local_names(self, scope: Scope) -> set[str]:
-        """Names of ``scope`` holding values computed from this rank's training batches."""
-        if scope in self._local:
-            return self._local[scope]
-        index = self.index
-        local: set[str] = set()
-        for site in self.training_sites:
-            if index.scope_of(site) is not scope:
-                continue
-            if isinstance(site, cst.For):
-                targets: list[cst.CSTNode] = [site.target]
-                if m.matches(site.iter, m.Call(func=m.Name("enumerate"))) and isinstance(site.target, cst.Tuple):
-                    targets = [e.value for e in site.target.elements[1:]]  # the counter is the same everywhere
-            else:
-                drawn = next((a for a in index.ancestors(site) if isinstance(a, cst.Assign)), None)
-                targets = [t.target for t in drawn.targets] if drawn is not None else []
-            local |= {n.value for t in targets for n in index.walk(t) if isinstance(n, cst.Name)}
-        assignments = [
-            n for n in index.walk(scope) if isinstance(n, (cst.Assign, cst.AugAssign)) and index.scope_of(n) is scope
-        ]
-        for _ in range(3):
-            for assign in assignments:
-                value = assign.value
-                if any(isinstance(n, cst.Name) and n.value in local for n in index.walk(value)) or any(
-                    isinstance(n, cst.Call) and self._draws_training_batches(n) for n in index.walk(value)
-                ):
-                    targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
-                    local |= {n.value for t in targets for n in index.walk(t) if isinstance(n, cst.Name)}
-        self._local[scope] = local
-        return local
-
-    def _draws_training_batches(self, call: cst.Call, depth: int = 0) -> bool:
-        """Whether ``call`` runs the script's own function that draws training batches (what it returns is
-        this rank's)."""
-        index = self.index
-        callee = index.resolve_callee(call, index.scope_of(call))
-        if callee is None or depth > 3:
-            return False
-        function = callee[0]
-        if function not in self._drawing:
-            self._drawing[function] = any(index.inside(site, function.body) for site in self.training_sites) or any(
-                self._draws_training_batches(inner, depth + 1)
-                for inner in index.walk(function.body)
-                if isinstance(inner, cst.Call)
-            )
-        return self._drawing[function]
 
     def _other_sources(self, loop: cst.For, ref: Ref) -> str | None:
         """Why the loop may also run over data that is not sharded (a function handed something else)."""

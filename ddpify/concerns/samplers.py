@@ -53,6 +53,7 @@ import libcst.matchers as m
 from ddpify.engine.edits import EditPlan, fresh, insert_arg
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, dotted, parameter_names
+from ddpify.engine.uniformity.sources import rng_family
 
 # The samplers of torch.utils.data that the wrapper can deal out: each has a length and
 # draws from torch's RNG (or its own generator), never from ``random`` or NumPy.
@@ -66,13 +67,6 @@ SIZED_ONLY_SAMPLERS = frozenset(
 )
 TORCH_BATCH_SAMPLERS = frozenset({"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"})
 # Draws from torch's global RNG (unless given a generator=).
-GLOBAL_TORCH_DRAWS = frozenset(
-    f"torch.{name}" for name in ("randperm", "rand", "randn", "randint", "multinomial", "bernoulli", "normal")
-)
-# numpy.random functions that draw nothing from the global RNG (a seeded generator is the script's own choice).
-NOT_NUMPY_DRAWS = frozenset(
-    f"numpy.random.{name}" for name in ("seed", "default_rng", "RandomState", "Generator", "SeedSequence", "get_state")
-)
 # RNGs that forking and seeding torch's RNG does not reach.
 OTHER_RNGS = ("random.", "numpy.random.")
 
@@ -257,7 +251,7 @@ def rng_draws(index: Index, value: cst.Call) -> list[tuple[cst.Call, str]]:
                 if source is not None:
                     sized_only.update(index.walk(source.value))
             if isinstance(node, cst.Call) and node is not value:
-                family = _rng_family(index, node)
+                family = rng_family(index, node)
                 if family and (node, family) not in found:
                     found.append((node, family))
             elif isinstance(node, cst.Name) and node.value not in names and index.parent(node) is not value:
@@ -275,22 +269,10 @@ def rng_draws(index: Index, value: cst.Call) -> list[tuple[cst.Call, str]]:
                         and isinstance(small.value, cst.Call)
                         and small.value.args
                         and m.matches(small.value.args[0].value, m.Name(node.value))
-                        and _rng_family(index, small.value)
+                        and rng_family(index, small.value)
                     ):
                         wanted.append(small.value)
     return found
-
-
-def _rng_family(index: Index, call: cst.Call) -> str:
-    """``torch``, ``numpy`` or ``random`` when ``call`` draws from that global RNG; '' otherwise."""
-    for name in index.qualified_names(call.func):
-        if name in GLOBAL_TORCH_DRAWS and argument(call, "generator") is None:
-            return "torch"
-        if name.startswith("numpy.random.") and name not in NOT_NUMPY_DRAWS:
-            return "numpy"
-        if name.startswith("random.") and name != "random.seed":
-            return "random"
-    return ""
 
 
 def _why_not_seedable(index: Index, call: cst.Call) -> str:

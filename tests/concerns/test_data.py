@@ -6,6 +6,7 @@ import pytest
 from conftest import code, codes
 
 from ddpify.concerns import data
+from ddpify.engine.uniformity.sources import GLOBAL_SEEDS
 
 LOADERS = """
 import torch
@@ -310,7 +311,7 @@ def test_the_torch_names_the_data_concern_matches_exist_in_torch() -> None:
         return getattr(importlib.import_module(module), name)
 
     assert {id(resolve(name)) for name in data.RANDOM_SPLIT} == {id(torch.utils.data.random_split)}
-    for name in data.SHAPE_FACTORIES | {n for n in data.GLOBAL_SEEDS if n.startswith("torch.")}:
+    for name in data.SHAPE_FACTORIES | {n for n in GLOBAL_SEEDS if n.startswith("torch.")}:
         assert callable(resolve(name)), name
     for method in data.SHAPE_METHODS:
         assert hasattr(torch.Tensor, method), method

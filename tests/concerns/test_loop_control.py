@@ -97,3 +97,21 @@ def test_a_value_returned_by_a_function_that_draws_training_batches_is_rank_loca
     )
     found = loop_control.find(program, model.find(program), data.find(program)).rank_local_exits
     assert [program.index.position(node)[0] for node in found] == [27]
+
+
+def test_a_break_on_an_unseeded_draw_is_rank_local(read) -> None:
+    _, found = exits(read, "torch.rand(1).item() < 0.01")
+    assert len(found) == 1
+
+
+def test_a_break_on_a_draw_after_a_seed_is_the_same_on_every_rank(read) -> None:
+    program = read(
+        LOOP.replace("CONDITION", "torch.rand(1).item() < 0.01").replace("loader =", "torch.manual_seed(0)\nloader =")
+    )
+    assert loop_control.find(program, model.find(program), data.find(program)).rank_local_exits == ()
+
+
+def test_a_seed_under_a_condition_does_not_make_a_draw_uniform(read) -> None:
+    seeded = "if args.seed is not None:\n    torch.manual_seed(args.seed)\nloader ="
+    program = read(LOOP.replace("CONDITION", "torch.rand(1).item() < 0.01").replace("loader =", seeded))
+    assert len(loop_control.find(program, model.find(program), data.find(program)).rank_local_exits) == 1

@@ -82,25 +82,6 @@ SHAPE_METHODS = frozenset(
     {"view", "reshape", "expand", "new_zeros", "new_ones", "new_full", "new_empty", "unflatten", "resize_"}
 )
 RANDOM_SPLIT = frozenset({"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"})
-# Calls that seed torch's, Python's and NumPy's global RNGs at once.
-SEED_EVERYTHING = frozenset(
-    {
-        "lightning.seed_everything",
-        "lightning.pytorch.seed_everything",
-        "pytorch_lightning.seed_everything",
-        "lightning.fabric.utilities.seed.seed_everything",
-        "transformers.set_seed",
-        "accelerate.utils.set_seed",
-    }
-)
-# Calls that seed torch's global RNG identically on every rank (given the same argument).
-GLOBAL_SEEDS = SEED_EVERYTHING | {"torch.manual_seed", "torch.random.manual_seed"}
-# What seeds each global RNG that a sampler's indices or weights may be drawn from.
-RNG_SEEDS = {
-    "torch": GLOBAL_SEEDS,
-    "numpy": SEED_EVERYTHING | {"numpy.random.seed"},
-    "random": SEED_EVERYTHING | {"random.seed"},
-}
 
 
 def batch_size_arg(call: cst.Call) -> cst.Arg | None:

@@ -13,16 +13,18 @@ from typing import cast
 
 import libcst as cst
 
-from ddpify.concerns.data.facts import GLOBAL_SEEDS, RANDOM_SPLIT, RNG_SEEDS, Split
+from ddpify.concerns.data.facts import RANDOM_SPLIT, Split
 from ddpify.concerns.samplers import OwnSampler, rng_draws
 from ddpify.engine.edits import EditPlan, insert_arg
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument
+from ddpify.engine.uniformity.sources import GLOBAL_SEEDS, Seeding
 
 
 class Seeds:
     def __init__(self, index: Index) -> None:
         self.index = index
+        self.seeding = Seeding(index)
 
     def unseeded_splits(self) -> Iterator[Split]:
         """``random_split`` without ``generator=`` and with no global seed set before it."""
@@ -30,56 +32,9 @@ class Seeds:
         for call in index.calls:
             if not index.is_call_to(call, RANDOM_SPLIT) or argument(call, "generator", 2) is not None:
                 continue
-            if any(arg.star for arg in call.args) or self._seeded_before(call, 0):
+            if any(arg.star for arg in call.args) or self.seeding.seeded_before(call):
                 continue
             yield Split(call, self._script_seed(call))
-
-    def _seeds(self, node: cst.CSTNode, depth: int = 0, seeds: frozenset[str] = GLOBAL_SEEDS) -> bool:
-        """Whether running the call ``node`` seeds the global RNG (through the script's own functions too)."""
-        index = self.index
-        if not isinstance(node, cst.Call):
-            return False
-        if index.is_call_to(node, seeds):
-            return True
-        callee = index.resolve_callee(node, index.scope_of(node))
-        if callee is None or depth > 3:
-            return False
-        body = callee[0].body
-        return any(
-            self._seeds(inner, depth + 1, seeds)
-            for inner in index.walk(body)
-            if isinstance(inner, cst.Call) and self._runs_whenever(inner, body)
-        )
-
-    def _runs_whenever(self, node: cst.CSTNode, block: cst.CSTNode) -> bool:
-        """Whether ``node`` runs each time ``block`` does (no condition, loop or handler in between)."""
-        for ancestor in self.index.ancestors(node):
-            if ancestor is block:
-                return True
-            if isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                return False
-        return False
-
-    def _seeded_before(self, node: cst.CSTNode, depth: int, seeds: frozenset[str] = GLOBAL_SEEDS) -> bool:
-        """Whether a global seed has always been set when ``node`` runs."""
-        index = self.index
-        scope = index.scope_of(node)
-        for call in index.calls:
-            if (
-                index.scope_of(call) is scope
-                and index.after(node, call)
-                and self._seeds(call, 0, seeds)
-                and not any(
-                    isinstance(a, (cst.If, cst.For, cst.While, cst.Try)) and not index.inside(node, a)
-                    for a in index.ancestors(call)
-                    if index.inside(a, scope) or scope is index.module
-                )
-            ):
-                return True
-        if not isinstance(scope, cst.FunctionDef) or depth > 4:
-            return False
-        callers = index.callers(scope)
-        return bool(callers) and all(self._seeded_before(caller, depth + 1, seeds) for caller in callers)
 
     def _script_seed(self, split: cst.Call) -> str:
         """The seed the script gives torch later on, when it is a number or a module-level constant; else 0."""
@@ -107,7 +62,7 @@ class Seeds:
             ref = index.ref_of(value, index.scope_of(value))
             built = [a.value for a in index.assignments_to(ref)] if ref is not None else [value]
             for draw, family in (d for b in built if isinstance(b, cst.Call) for d in rng_draws(index, b)):
-                if not self._seeded_before(draw, 0, RNG_SEEDS[family]):
+                if not self.seeding.seeded_before(draw, family):
                     name = min(index.qualified_names(draw.func))  # the same name on every run
                     return (
                         f"the indices or weights it draws from come from `{name}` (line {index.position(draw)[0]}), "

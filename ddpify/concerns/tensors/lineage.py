@@ -14,6 +14,7 @@ import libcst as cst
 from ddpify.concerns import model, process_group
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.syntax import assigned
+from ddpify.engine.uniformity.sources import Seeding
 
 
 class Refused(Exception):
@@ -46,6 +47,7 @@ class _StepReader:
         self.model_refs = models.refs
         self.setup = setup
         self.dist = dist
+        self.seeding = Seeding(index)
 
     # -- the loss's lineage in the training step --------------------------
     def _lineage(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ddpify.concerns import data
 from ddpify.concerns.tensors.lineage import Refused, _code, _Lineage, _StepReader, _value_of
 from ddpify.engine.index import Ref, Scope
 from ddpify.engine.syntax import assigned
@@ -38,9 +37,6 @@ RANDOM_CHOICES = frozenset(
         "sklearn.model_selection.train_test_split",
     }
 )
-# Seeds that make every rank draw the same: torch's, and those that seed every library at once.
-TORCH_SEEDS = data.GLOBAL_SEEDS
-ALL_SEEDS = frozenset(name for name in data.GLOBAL_SEEDS if name.endswith(("seed_everything", "set_seed")))
 
 
 class _SampleFinder(_StepReader):
@@ -324,8 +320,8 @@ class _SampleFinder(_StepReader):
                 continue
             if any(a.keyword is not None and a.keyword.value in ("generator", "random_state") for a in node.args):
                 continue
-            seeds, hint = _seeds_for(index.qualified_names(node.func))
-            if not any(index.is_call_to(call, seeds) and index.after(node, call) for call in index.calls):
+            family, hint = _family_of(index.qualified_names(node.func))
+            if not self.seeding.seeded_before(node, family):
                 raise Refused(
                     node,
                     f"the samples are chosen at random (`{_code(index, node.func)}`) before any seed is set, so "
@@ -333,13 +329,13 @@ class _SampleFinder(_StepReader):
                 )
 
 
-def _seeds_for(names: set[str]) -> tuple[frozenset[str], str]:
-    """The calls that seed the generator a random choice by ``names`` draws from, and the one to suggest."""
+def _family_of(names: set[str]) -> tuple[str, str]:
+    """The global generator a random choice by ``names`` draws from, and the seed to suggest for it."""
     if any(n.startswith(("numpy.", "sklearn.")) for n in names):
-        return ALL_SEEDS | {"numpy.random.seed"}, "np.random.seed(0)"
+        return "numpy", "np.random.seed(0)"
     if any(n.startswith("random.") for n in names):
-        return ALL_SEEDS | {"random.seed"}, "random.seed(0)"
-    return TORCH_SEEDS, "torch.manual_seed(0)"
+        return "random", "random.seed(0)"
+    return "torch", "torch.manual_seed(0)"
 
 
 def _is_constant(expr: cst.BaseExpression | None) -> bool:

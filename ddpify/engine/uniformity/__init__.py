@@ -35,37 +35,9 @@ import libcst as cst
 from ddpify import torch_api
 from ddpify.engine.edits import EditPlan, fresh
 from ddpify.engine.index import Index, Ref
+from ddpify.engine.syntax import argument
+from ddpify.engine.uniformity.sources import SCALAR_DRAWS, Seeding, per_process
 
-# Calls whose value differs between processes started together.
-PER_PROCESS = frozenset(
-    {
-        "datetime.datetime.now",
-        "datetime.datetime.today",
-        "datetime.datetime.utcnow",
-        "time.time",
-        "time.time_ns",
-        "time.strftime",
-        "time.localtime",
-        "time.ctime",
-        "time.asctime",
-        "uuid.uuid1",
-        "uuid.uuid4",
-        "os.getpid",
-        "secrets.token_hex",
-        "secrets.token_urlsafe",
-        "random.random",
-        "random.randint",
-        "random.randrange",
-        "random.choice",
-        "random.uniform",
-        "random.getrandbits",
-        "numpy.random.rand",
-        "numpy.random.randint",
-        "numpy.random.uniform",
-        "numpy.random.choice",
-        "numpy.random.random",
-    }
-)
 # Calls that take a path (or make one from their arguments).
 PATH_CALLS = frozenset(
     {
@@ -74,7 +46,6 @@ PATH_CALLS = frozenset(
         "os.path.join",
         "pathlib.Path",
         "builtins.open",
-        "torch.save",
         "torch.utils.tensorboard.SummaryWriter",
         "torch.utils.tensorboard.writer.SummaryWriter",
         "tensorboardX.SummaryWriter",
@@ -85,11 +56,11 @@ PATH_CALLS = frozenset(
         "shutil.copytree",
         "shutil.move",
         "wandb.init",
-        "numpy.save",
-        "numpy.savetxt",
         "torchvision.utils.save_image",
     }
 )
+# Calls that write an object to a path: the keyword and position of the object, which names nothing.
+SAVE_CALLS = {"torch.save": ("obj", 0), "numpy.save": ("arr", 1), "numpy.savetxt": ("X", 1)}
 PATH_METHODS = frozenset({"mkdir", "joinpath", "open", "write_text", "write_bytes", "savefig", "to_csv"})
 # Methods of a data set, which DataLoader workers run.
 _DATASET_METHODS = frozenset({"__getitem__", "__iter__", "__len__"})
@@ -108,7 +79,8 @@ class Deciding:
 
 def deciding_values(index: Index) -> Iterator[Deciding]:
     """Each assignment of a per-process value that decides what every rank must decide alike, in source order."""
-    for assign in _per_process_assignments(index):
+    seeding = Seeding(index)
+    for assign in _per_process_assignments(index, seeding):
         target = index.ref_of(assign.targets[0].target, index.scope_of(assign))
         if target is None or _in_worker_code(index, assign):
             continue
@@ -122,14 +94,14 @@ def deciding_values(index: Index) -> Iterator[Deciding]:
                 break
 
 
-def _per_process_assignments(index: Index) -> Iterator[cst.Assign]:
+def _per_process_assignments(index: Index, seeding: Seeding) -> Iterator[cst.Assign]:
     """``x = <expression with a per-process call>``, alone on its line, one target."""
     for stmt in index.statements:
         if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign) or len(stmt.body[0].targets) != 1:
             continue
         assign = stmt.body[0]
         if any(
-            isinstance(node, cst.Call) and index.is_call_to(node, PER_PROCESS)
+            isinstance(node, cst.Call) and per_process(index, node, seeding, SCALAR_DRAWS)
             for node in index.walk(assign.value)
             if not any(isinstance(a, cst.Lambda) for a in index.ancestors(node) if index.inside(a, assign.value))
         ):
@@ -181,14 +153,15 @@ def _argument_of(index: Index, read: cst.CSTNode, call_test: Callable[[cst.Call]
 
 
 def _in_path_call(index: Index, read: cst.CSTNode) -> bool:
-    return _argument_of(
-        index,
-        read,
-        lambda call: (
-            index.is_call_to(call, PATH_CALLS)
-            or (isinstance(call.func, cst.Attribute) and call.func.attr.value in PATH_METHODS)
-        ),
-    )
+    def takes_path(call: cst.Call) -> bool:
+        for name in sorted(index.qualified_names(call.func) & SAVE_CALLS.keys()):
+            written = argument(call, *SAVE_CALLS[name])
+            return written is None or not index.inside(read, written.value)
+        return index.is_call_to(call, PATH_CALLS) or (
+            isinstance(call.func, cst.Attribute) and call.func.attr.value in PATH_METHODS
+        )
+
+    return _argument_of(index, read, takes_path)
 
 
 def _in_optimizer(index: Index, read: cst.CSTNode) -> bool:

@@ -1,0 +1,121 @@
+"""Values computed from this rank's own training batches, and tests that read them.
+
+Once the training data is sharded, each rank draws its own batches: the
+batch, the loss and every value computed from them differ between ranks. So
+does what a function of the program that draws training batches returns, and
+what a call handed the training loader computes. :class:`RankLocal` finds the
+names that hold such values in a block (a training loop, or a function) and
+answers whether an expression reads one, or a value each process draws for
+itself (:func:`~ddpify.engine.uniformity.sources.per_process`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.engine.index import Index, Ref
+from ddpify.engine.uniformity.sources import Seeding, per_process
+
+
+class RankLocal:
+    """Which values differ between ranks because each rank draws its own training batches."""
+
+    def __init__(self, index: Index, sites: Sequence[cst.CSTNode], loader_refs: frozenset[Ref]) -> None:
+        self.index = index
+        self.sites = list(sites)  # where training batches are drawn: ``for`` loops, ``next()`` calls
+        self.loader_refs = loader_refs
+        self.seeding = Seeding(index)
+        self._names: dict[cst.CSTNode, set[str]] = {}
+        self._drawing: dict[cst.FunctionDef, bool] = {}
+
+    def reads(self, expr: cst.CSTNode, block: cst.CSTNode) -> bool:
+        """Whether ``expr``, in ``block``, reads a value that differs between ranks."""
+        index = self.index
+        local = self.names(block)
+        for node in index.walk(expr):
+            if isinstance(node, cst.Name) and node.value in local:
+                parent = index.parent(node)
+                if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not self._rebound(node, local):
+                    return True
+            if isinstance(node, cst.Call) and (per_process(index, node, self.seeding) or self._varies(node)):
+                return True
+        return False
+
+    def names(self, block: cst.CSTNode) -> set[str]:
+        """The names of ``block`` (a loop or a function) that hold values computed from this rank's batches."""
+        if block in self._names:
+            return self._names[block]
+        index = self.index
+        local: set[str] = set()
+        for site in self.sites:
+            if site is not block and not index.inside(site, block):
+                continue
+            if isinstance(site, cst.For):
+                targets: list[cst.CSTNode] = [site.target]
+                if m.matches(site.iter, m.Call(func=m.Name("enumerate"))) and isinstance(site.target, cst.Tuple):
+                    targets = [e.value for e in site.target.elements[1:]]  # the batch counter is the same everywhere
+            else:
+                drawn = next((a for a in index.ancestors(site) if isinstance(a, cst.Assign)), None)
+                targets = [t.target for t in drawn.targets] if drawn is not None else []
+            local |= {n.value for t in targets for n in index.walk(t) if isinstance(n, cst.Name)}
+        body = block.body if isinstance(block, (cst.For, cst.While)) else block
+        own = block if isinstance(block, (cst.FunctionDef, cst.Module)) else index.scope_of(block)
+        assignments = [
+            n
+            for n in index.walk(body)
+            if isinstance(n, (cst.Assign, cst.AugAssign)) and index.scope_of(n) is own and n is not block
+        ]
+        self._names[block] = local
+        for _ in range(3):
+            for assign in assignments:
+                if self.reads(assign.value, block):
+                    targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+                    local |= {n.value for t in targets for n in index.walk(t) if isinstance(n, cst.Name)}
+        return local
+
+    def draws_batches(self, function: cst.FunctionDef, depth: int = 0) -> bool:
+        """Whether ``function`` draws training batches, itself or through the program's functions it calls."""
+        if function in self._drawing:
+            return self._drawing[function]
+        index = self.index
+        self._drawing[function] = False  # a recursive call draws nothing more
+        found = any(index.inside(site, function.body) for site in self.sites)
+        if not found and depth <= 3:
+            for node in index.walk(function.body):
+                if isinstance(node, cst.Call):
+                    callee = index.resolve_callee(node, index.scope_of(node))
+                    if callee is not None and callee[0] is not function and self.draws_batches(callee[0], depth + 1):
+                        found = True
+                        break
+        self._drawing[function] = found
+        return found
+
+    def _varies(self, call: cst.Call) -> bool:
+        """A call of the program's function that draws training batches, or one handed the training loader."""
+        index = self.index
+        callee = index.resolve_callee(call, index.scope_of(call))
+        if callee is not None and self.draws_batches(callee[0]):
+            return True
+        return any(index.carried_ref(arg.value, index.scope_of(call)) in self.loader_refs for arg in call.args)
+
+    def _rebound(self, name: cst.Name, local: set[str]) -> bool:
+        """Whether ``name`` is read inside a loop or comprehension over other data that binds it anew.
+
+        ``for xb, yb in val_loader:`` reuses the training batch's names for the
+        validation batch; inside that loop they hold the full set's batches.
+        """
+        index = self.index
+        for ancestor in index.ancestors(name):
+            if isinstance(ancestor, cst.For) and ancestor not in self.sites and index.inside(name, ancestor.body):
+                bound, data = ancestor.target, ancestor.iter
+            elif isinstance(ancestor, (cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp)):
+                bound, data = ancestor.for_in.target, ancestor.for_in.iter
+            else:
+                continue
+            over_local = any(isinstance(n, cst.Name) and n.value in local for n in index.walk(data))
+            if not over_local and any(isinstance(n, cst.Name) and n.value == name.value for n in index.walk(bound)):
+                return True
+        return False

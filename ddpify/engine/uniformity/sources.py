@@ -1,0 +1,188 @@
+"""Where a value that differs between processes comes from: the clock, an id of the process, an unseeded draw.
+
+The same program runs once per rank. A call to the clock or for a fresh id
+gives each process its own value whatever the program does. A draw from a
+global random number generator (torch's, numpy's or ``random``'s) gives every
+rank the same value once that generator has been seeded alike on every rank
+before it, and each rank its own otherwise. :func:`per_process` answers for
+one call; :class:`Seeding` answers "has this generator always been seeded when
+this runs", following the program's own functions and their callers.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.engine.index import Index
+from ddpify.engine.syntax import argument
+
+# Calls whose value is each process's own, whatever the program does.
+CLOCKS = frozenset(
+    {
+        "datetime.datetime.now",
+        "datetime.datetime.today",
+        "datetime.datetime.utcnow",
+        "time.time",
+        "time.time_ns",
+        "time.strftime",
+        "time.localtime",
+        "time.ctime",
+        "time.asctime",
+        "time.perf_counter",
+        "time.monotonic",
+        "time.process_time",
+    }
+)
+PROCESS_IDS = frozenset({"uuid.uuid1", "uuid.uuid4", "os.getpid", "secrets.token_hex", "secrets.token_urlsafe"})
+
+# Seeds that seed every library's generator at once, and what seeds each global generator.
+SEED_EVERYTHING = frozenset(
+    {
+        "lightning.seed_everything",
+        "lightning.pytorch.seed_everything",
+        "pytorch_lightning.seed_everything",
+        "lightning.fabric.utilities.seed.seed_everything",
+        "transformers.set_seed",
+        "accelerate.utils.set_seed",
+    }
+)
+GLOBAL_SEEDS = SEED_EVERYTHING | {"torch.manual_seed", "torch.random.manual_seed"}
+RNG_SEEDS = {
+    "torch": GLOBAL_SEEDS,
+    "numpy": SEED_EVERYTHING | {"numpy.random.seed"},
+    "random": SEED_EVERYTHING | {"random.seed"},
+}
+# torch's functions that draw from its global generator unless handed their own (``generator=``).
+GLOBAL_TORCH_DRAWS = frozenset(
+    f"torch.{name}"
+    for name in (
+        "randperm",
+        "rand",
+        "randn",
+        "randint",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "multinomial",
+        "bernoulli",
+        "normal",
+    )
+)
+# numpy.random functions that draw nothing from the global generator (a seeded generator is the program's own).
+NOT_NUMPY_DRAWS = frozenset(
+    f"numpy.random.{name}" for name in ("seed", "default_rng", "RandomState", "Generator", "SeedSequence", "get_state")
+)
+NOT_RANDOM_DRAWS = frozenset({"random.seed", "random.Random", "random.SystemRandom", "random.getstate"})
+
+
+def rng_family(index: Index, call: cst.Call) -> str:
+    """``torch``, ``numpy`` or ``random`` when ``call`` draws from that global generator; '' otherwise."""
+    for name in sorted(index.qualified_names(call.func)):
+        if name in GLOBAL_TORCH_DRAWS and argument(call, "generator") is None:
+            return "torch"
+        if name.startswith("numpy.random.") and name not in NOT_NUMPY_DRAWS:
+            return "numpy"
+        if name.startswith("random.") and name not in NOT_RANDOM_DRAWS:
+            return "random"
+    return ""
+
+
+# Draws of one number or one choice: the settings of a random search, not data.
+SCALAR_DRAWS = frozenset(
+    {
+        "random.random",
+        "random.randint",
+        "random.randrange",
+        "random.choice",
+        "random.uniform",
+        "random.getrandbits",
+        "numpy.random.rand",
+        "numpy.random.randint",
+        "numpy.random.uniform",
+        "numpy.random.choice",
+        "numpy.random.random",
+    }
+)
+
+
+def per_process(
+    index: Index, call: cst.Call, seeding: Seeding | None = None, draws: frozenset[str] | None = None
+) -> str:
+    """Why ``call``'s value is each process's own ('' when every rank computes the same).
+
+    A draw from a global generator (only those of ``draws`` when given) is each
+    process's own unless that generator has always been seeded before it; with
+    ``seeding`` None every draw counts as unseeded.
+    """
+    if index.is_call_to(call, CLOCKS):
+        return "the clock"
+    if index.is_call_to(call, PROCESS_IDS):
+        return "an id of the process"
+    family = rng_family(index, call)
+    if (
+        family
+        and (draws is None or index.is_call_to(call, draws))
+        and (seeding is None or not seeding.seeded_before(call, family))
+    ):
+        return f"an unseeded draw from {family}'s generator"
+    return ""
+
+
+class Seeding:
+    """Whether a global generator has always been seeded, alike on every rank, when a statement runs."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+
+    def seeded_before(self, node: cst.CSTNode, family: str = "torch", depth: int = 0) -> bool:
+        """Whether ``family``'s generator has always been seeded when ``node`` runs.
+
+        A seed counts when it runs unconditionally earlier in ``node``'s own function
+        (itself or through the program's functions it calls), or when every caller of
+        that function has always seeded before calling it.
+        """
+        index = self.index
+        seeds = RNG_SEEDS[family]
+        scope = index.scope_of(node)
+        for call in index.calls:
+            if (
+                index.scope_of(call) is scope
+                and index.after(node, call)
+                and self.seeds(call, seeds)
+                and not any(
+                    isinstance(a, (cst.If, cst.For, cst.While, cst.Try)) and not index.inside(node, a)
+                    for a in index.ancestors(call)
+                    if index.inside(a, scope) or scope is index.module
+                )
+            ):
+                return True
+        if not isinstance(scope, cst.FunctionDef) or depth > 4:
+            return False
+        callers = index.callers(scope)
+        return bool(callers) and all(self.seeded_before(caller, family, depth + 1) for caller in callers)
+
+    def seeds(self, node: cst.CSTNode, seeds: frozenset[str] = GLOBAL_SEEDS, depth: int = 0) -> bool:
+        """Whether running the call ``node`` seeds a generator (through the program's own functions too)."""
+        index = self.index
+        if not isinstance(node, cst.Call):
+            return False
+        if index.is_call_to(node, seeds):
+            return True
+        callee = index.resolve_callee(node, index.scope_of(node))
+        if callee is None or depth > 3:
+            return False
+        body = callee[0].body
+        return any(
+            self.seeds(inner, seeds, depth + 1)
+            for inner in index.walk(body)
+            if isinstance(inner, cst.Call) and self._runs_whenever(inner, body)
+        )
+
+    def _runs_whenever(self, node: cst.CSTNode, block: cst.CSTNode) -> bool:
+        """Whether ``node`` runs each time ``block`` does (no condition, loop or handler in between)."""
+        for ancestor in self.index.ancestors(node):
+            if ancestor is block:
+                return True
+            if isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return False
+        return False

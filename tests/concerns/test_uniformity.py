@@ -1,0 +1,62 @@
+"""ddpify.engine.uniformity.sources: which calls give each process its own value."""
+
+from __future__ import annotations
+
+from ddpify.engine.uniformity.sources import SCALAR_DRAWS, Seeding, per_process
+
+PROGRAM = """
+import random
+import time
+
+import numpy as np
+import torch
+
+def seed_all(seed):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+def trial():
+    a = time.time()
+    b = random.random()
+    seed_all(0)
+    c = random.random()
+    d = np.random.permutation(10)
+    e = torch.randn(3, generator=g)
+
+def helper():
+    return torch.rand(1)
+
+def main():
+    seed_all(1)
+    helper()
+"""
+
+
+def _per_process(read, text, source=PROGRAM, draws=None):
+    index = read(source).index
+    seeding = Seeding(index)
+    return [per_process(index, c, seeding, draws) for c in index.calls if index.module.code_for_node(c) == text]
+
+
+def test_the_clock_is_each_processs_own_and_a_draw_with_its_own_generator_is_not(read) -> None:
+    assert _per_process(read, "time.time()") == ["the clock"]
+    assert _per_process(read, "torch.randn(3, generator=g)") == [""]
+
+
+def test_a_draw_before_the_seed_is_per_process_and_one_after_it_is_not(read) -> None:
+    assert _per_process(read, "random.random()") == ["an unseeded draw from random's generator", ""]
+
+
+def test_a_function_whose_every_caller_has_seeded_draws_alike(read) -> None:
+    program = read(PROGRAM)
+    index = program.index
+    (draw,) = [c for c in index.calls if index.module.code_for_node(c) == "torch.rand(1)"]
+    assert per_process(index, draw, Seeding(index)) == ""
+    assert per_process(index, draw, None) == "an unseeded draw from torch's generator"
+
+
+def test_only_the_named_draws_count_when_given(read) -> None:
+    unseeded = PROGRAM.replace("    seed_all(0)\n", "")
+    assert _per_process(read, "np.random.permutation(10)", unseeded) == ["an unseeded draw from numpy's generator"]
+    assert _per_process(read, "np.random.permutation(10)", unseeded, SCALAR_DRAWS) == [""]
