@@ -76,94 +76,35 @@ class Reads:
 
         A loader drawn inside a loop that trains may still be evaluation data (``vx, vy =
         next(iter(val_loader))`` every few steps). The batch is followed through the
-        function's assignments, with-items, loops and mutating calls (``losses.append(loss)``),
-        and counts as training data when something derived from it reaches ``.backward()``
-        or is handed to a function of the script that trains. (Long: the taint and the two
-        tests that read it share one closure over the function's statements.)
+        function's assignments, with-items, loops and mutating calls (``losses.append(loss)``,
+        :class:`_Batch`), and counts as training data when something derived from it reaches
+        ``.backward()`` or is handed to a function of the script that trains.
         """
         index = self.index
-        scope = index.scope_of(site)
-        nodes = [n for n in index.walk(scope) if index.scope_of(n) is scope and n is not scope]
-        tainted: set[str] = set()
-
-        def reads(expr: cst.CSTNode | None) -> bool:
-            if expr is None:
-                return False
-            for node in index.walk(expr):
-                if node is site:
-                    return True
-                if isinstance(node, cst.Name) and node.value in tainted:
-                    parent = index.parent(node)
-                    if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not (
-                        isinstance(parent, cst.Arg) and parent.keyword is node
-                    ):
-                        return True
-            return False
-
-        def taint(target: cst.BaseExpression) -> bool:
-            grew = False
-            for single in assigned(target):
-                while isinstance(single, (cst.Attribute, cst.Subscript)):
-                    single = single.value
-                if isinstance(single, cst.StarredElement):
-                    single = single.value
-                if isinstance(single, cst.Name) and single.value not in tainted:
-                    tainted.add(single.value)
-                    grew = True
-            return grew
-
-        if isinstance(site, cst.For):
-            taint(site.target)
-        grew = True
-        while grew:
-            grew = False
-            for node in nodes:
-                if isinstance(node, cst.Assign) and reads(node.value):
-                    for target in node.targets:
-                        grew |= taint(target.target)
-                elif (isinstance(node, (cst.AugAssign, cst.AnnAssign)) and reads(node.value)) or (
-                    isinstance(node, cst.For) and node is not site and reads(node.iter)
-                ):
-                    grew |= taint(node.target)
-                elif isinstance(node, cst.WithItem) and node.asname is not None and reads(node.item):
-                    grew |= taint(node.asname.name)
-                elif (
-                    isinstance(node, cst.Call)
-                    and isinstance(index.parent(node), cst.Expr)
-                    and isinstance(node.func, cst.Attribute)
-                    and not index.qualified_names(node.func)
-                    and any(reads(arg.value) for arg in node.args)
-                ):
-                    grew |= taint(node.func.value)  # ``losses.append(loss)``: ``losses`` now holds it
-
-        def closes_over(function: cst.FunctionDef) -> bool:
-            """Whether ``function`` reads the batch as a global (or a closure's variable)."""
-            return any(
-                isinstance(n, cst.Name)
-                and n.value in tainted
-                and index.ref_of(n, index.scope_of(n)) == Ref(scope, n.value)
-                for n in index.walk(function.body)
-            )
-
-        for node in nodes:
+        batch = _Batch(index, site)
+        for node in batch.nodes:
             if not isinstance(node, cst.Call):
                 continue
             if isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
-                if reads(node.func.value) or any(reads(arg.value) for arg in node.args):
+                if batch.read_by(node.func.value) or any(batch.read_by(arg.value) for arg in node.args):
                     return True
                 continue
-            callee = index.resolve_callee(node, scope)
+            callee = index.resolve_callee(node, batch.scope)
             if (
                 callee is not None
                 and index.trains(callee[0].body)
-                and (reads(node.func) or any(reads(arg.value) for arg in node.args) or closes_over(callee[0]))
+                and (
+                    batch.read_by(node.func)
+                    or any(batch.read_by(arg.value) for arg in node.args)
+                    or batch.closed_over(callee[0])
+                )
             ):
                 return True
             # ``optimizer.step(closure)``: a function of this scope, handed on, that trains on the batch
             for arg in node.args:
                 passed = arg.value
-                function = index.functions.get((scope, passed.value)) if isinstance(passed, cst.Name) else None
-                if function is not None and index.trains(function.body) and closes_over(function):
+                function = index.functions.get((batch.scope, passed.value)) if isinstance(passed, cst.Name) else None
+                if function is not None and index.trains(function.body) and batch.closed_over(function):
                     return True
         return False
 
@@ -184,3 +125,79 @@ class Reads:
                     call = index.parent(arg)
                     if isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and m.matches(call.func, m.Name("len")):
                         yield attribute
+
+
+class _Batch:
+    """The names of one function that hold a batch drawn at ``site``, or values derived from it."""
+
+    def __init__(self, index: Index, site: cst.CSTNode) -> None:
+        self.index = index
+        self.site = site
+        self.scope = index.scope_of(site)
+        self.nodes = [n for n in index.walk(self.scope) if index.scope_of(n) is self.scope and n is not self.scope]
+        self.names: set[str] = set()
+        if isinstance(site, cst.For):
+            self._hold(site.target)
+        while self._spread():
+            pass
+
+    def read_by(self, expr: cst.CSTNode | None) -> bool:
+        """Whether ``expr`` reads the batch or a value derived from it."""
+        if expr is None:
+            return False
+        for node in self.index.walk(expr):
+            if node is self.site:
+                return True
+            if isinstance(node, cst.Name) and node.value in self.names:
+                parent = self.index.parent(node)
+                if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not (
+                    isinstance(parent, cst.Arg) and parent.keyword is node
+                ):
+                    return True
+        return False
+
+    def closed_over(self, function: cst.FunctionDef) -> bool:
+        """Whether ``function`` reads the batch as a global (or a closure's variable)."""
+        index = self.index
+        return any(
+            isinstance(n, cst.Name)
+            and n.value in self.names
+            and index.ref_of(n, index.scope_of(n)) == Ref(self.scope, n.value)
+            for n in index.walk(function.body)
+        )
+
+    def _spread(self) -> bool:
+        """One pass over the function's statements; whether more names now hold the batch."""
+        grew = False
+        for node in self.nodes:
+            if isinstance(node, cst.Assign) and self.read_by(node.value):
+                for target in node.targets:
+                    grew |= self._hold(target.target)
+            elif (isinstance(node, (cst.AugAssign, cst.AnnAssign)) and self.read_by(node.value)) or (
+                isinstance(node, cst.For) and node is not self.site and self.read_by(node.iter)
+            ):
+                grew |= self._hold(node.target)
+            elif isinstance(node, cst.WithItem) and node.asname is not None and self.read_by(node.item):
+                grew |= self._hold(node.asname.name)
+            elif (
+                isinstance(node, cst.Call)
+                and isinstance(self.index.parent(node), cst.Expr)
+                and isinstance(node.func, cst.Attribute)
+                and not self.index.qualified_names(node.func)
+                and any(self.read_by(arg.value) for arg in node.args)
+            ):
+                grew |= self._hold(node.func.value)  # ``losses.append(loss)``: ``losses`` now holds it
+        return grew
+
+    def _hold(self, target: cst.BaseExpression) -> bool:
+        """Mark the names ``target`` binds as holding the batch; whether any is new."""
+        grew = False
+        for single in assigned(target):
+            while isinstance(single, (cst.Attribute, cst.Subscript)):
+                single = single.value
+            if isinstance(single, cst.StarredElement):
+                single = single.value
+            if isinstance(single, cst.Name) and single.value not in self.names:
+                self.names.add(single.value)
+                grew = True
+        return grew
