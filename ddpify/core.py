@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import libcst as cst
 
-from ddpify import bindings, concerns, invariants
+from ddpify import bindings, concerns, invariants, stops
 from ddpify.concerns.process_group import distributed_use
 from ddpify.diagnostics import (
     ALREADY_DISTRIBUTED,
@@ -58,7 +58,9 @@ def convert(
         return _outcome(source, Status.INTERNAL_ERROR, [INTERNAL_ERROR.at(1, 1, f"internal error: {exc!r}", path)])
 
 
-def _convert(source: str | bytes, path: str, options: Options, modules: Sequence[LocalModule]) -> Conversion:
+def _convert(
+    source: str | bytes, path: str, options: Options, modules: Sequence[LocalModule], stopping: bool = True
+) -> Conversion:
     module = parse_checked(source, path, torch_only=not modules)
     if module is None:
         return _outcome(source, Status.UNCHANGED, [nothing_to_do(path)])
@@ -86,6 +88,8 @@ def _convert(source: str | bytes, path: str, options: Options, modules: Sequence
     shared = {m for m in index.modules if m is not index.module}
     planned = _plan(source, path, options, program, shared, runs.dynamic if runs is not None else ())
     if isinstance(planned, Conversion):
+        if planned.status is Status.REFUSED and stopping and not options.strict:
+            return _with_stops(source, path, options, modules, program, planned)
         return planned
     plan, diagnostics = planned
     if not others:
@@ -184,6 +188,86 @@ def _apply_program(
     return Conversion(
         source, code, Status.CONVERTED, tuple(_in_order(diagnostics, path)), _changes(plan, path), tuple(changed)
     )
+
+
+def _with_stops(
+    source: str | bytes,
+    path: str,
+    options: Options,
+    modules: Sequence[LocalModule],
+    program: Program,
+    refused: Conversion,
+) -> Conversion:
+    """The program converted with each setting's branch that cannot be converted stopped at its start
+    (:mod:`ddpify.stops`); ``refused`` when that does not cover every error, or the rest does not convert."""
+    errors = [d for d in refused.diagnostics if d.severity is Severity.ERROR]
+    if len(errors) != sum(1 for _, code, _ in program.findings if code.severity is Severity.ERROR):
+        return refused  # an error the program's code does not place (a broken invariant)
+    found = stops.find_stops(program)
+    if found is None:
+        return refused
+    chosen, warnings = found
+    index = program.index
+    trees = {file: tree for tree, file in index.paths.items()}
+
+    def pruned(tree: cst.Module | None, original: str | bytes) -> str | bytes:
+        new = stops.pruned(tree, chosen) if tree is not None else None
+        if new is None or new is tree:
+            return original
+        return new.bytes if isinstance(original, bytes) else new.code
+
+    by_path = {local.path: local for local in modules}
+    second = _convert(
+        pruned(index.module, source),
+        path,
+        options,
+        [replace(local, source=pruned(trees.get(local.path), local.source)) for local in modules],
+        stopping=False,
+    )
+    if second.status is not Status.CONVERTED:
+        return refused
+    stopped_files = {index.path_of(stop.branch) for stop in chosen}
+    code = stops.restored(second.code, chosen) if path in stopped_files else second.code
+    lost = bindings.lost_bindings(index.module.code, _text(code), path) if path in stopped_files else []
+    changed: dict[str, LocalModule] = {}
+    for local in second.modules:
+        original = by_path[local.path]
+        new = (
+            stops.restored(local.code, chosen) if local.path in stopped_files and local.code is not None else local.code
+        )
+        changed[local.path] = replace(local, source=original.source, code=new)
+    for file in sorted(stopped_files - {path} - changed.keys()):
+        original = by_path[file]
+        new = stops.restored(pruned(trees[file], original.source), chosen)
+        if new != original.source:
+            changed[file] = replace(original, code=new)
+    for file in sorted(stopped_files & changed.keys()):
+        lost += bindings.lost_bindings(_text(by_path[file].source), _text(changed[file].code or ""), file)
+    for file, new in [(path, code), *((f, m.code or "") for f, m in changed.items())]:
+        compile_quietly(new, file)
+    if lost:
+        return _outcome(source, Status.INTERNAL_ERROR, [*refused.diagnostics, *lost])
+    here = [
+        Change(
+            index.position(stop.branch.body[0])[0],
+            "this path stops here, at its start: see DDP015",
+            index.path_of(stop.branch),
+        )
+        for stop in chosen
+        if stop.kept
+    ]
+    return Conversion(
+        source,
+        code,
+        Status.CONVERTED,
+        tuple(_in_order([*second.diagnostics, *warnings], path)),
+        tuple(sorted([*second.changes, *here], key=lambda c: (c.path != path, c.path, c.line))),
+        tuple(changed[local.path] for local in modules if local.path in changed),
+    )
+
+
+def _text(code: str | bytes) -> str:
+    return code if isinstance(code, str) else cst.parse_module(code).code
 
 
 def _in_order(diagnostics: list[Diagnostic], path: str) -> list[Diagnostic]:

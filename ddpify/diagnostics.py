@@ -116,6 +116,15 @@ UNFOLLOWED_IN_FOLDER = Code(
     "-o DIR/ would hold a copy of the program without the code it loads in a way ddpify cannot follow",
     "import the module by name, or convert the program where it is with --in-place",
 )
+STOPPED_PATH = Code(
+    "DDP015",
+    Severity.WARNING,
+    "input",
+    "a construct that cannot be converted runs only under one setting (the branch of `if args.arch == ...` "
+    "that builds or trains one way of several): that branch stops at run time, at its start, with the reason; "
+    "the rest of the program is converted",
+    "fix the construct named in the message, or leave that setting out; `--strict` refuses instead",
+)
 # A notebook's code cells, made into one script (ddpify/notebook.py).
 NOTEBOOK_SETUP = Code(
     "DDP020",
@@ -207,6 +216,7 @@ INVARIANT_BOUND = Code(
 )
 
 INPUT_CODES = (
+    STOPPED_PATH,
     INVALID_SYNTAX,
     UNREADABLE,
     NO_ROUND_TRIP,

@@ -152,7 +152,8 @@ Strict = Annotated[
         "--strict/--no-strict",
         show_default=False,
         help="Refuse (DDP201) a script whose training data ddpify cannot split between the ranks, instead of "
-        "converting it with the data whole on every rank (DDP211: correct, but no faster than one process).",
+        "converting it with the data whole on every rank (DDP211: correct, but no faster than one process); and "
+        "refuse a program where one setting's path cannot be converted, instead of stopping that path (DDP015).",
     ),
 ]
 Spawn = Annotated[

@@ -27,6 +27,7 @@ from ddpify.verify import verify
 pytest.importorskip("torch")
 
 PROJECTS = Path(__file__).parent.parent / "fixtures" / "projects"
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
 
 
 def python(cwd: Path, script: str) -> subprocess.CompletedProcess[str]:
@@ -57,6 +58,7 @@ def trains_in_sync(script: Path) -> None:
         pytest.param("loader_dict", "--in-place", marks=pytest.mark.exhaustive),
         pytest.param("distributed_helper_never_called", "-o", marks=pytest.mark.exhaustive),
         pytest.param("base_trainer_through_a_star_import", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("flag_picks_an_unconvertible_trainer", "-o", marks=pytest.mark.exhaustive),
     ],
 )
 def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path, run_ddpify: RunDdpify) -> None:
@@ -150,3 +152,26 @@ def test_a_download_in_the_programs_own_code_runs_in_turns(tmp_path: Path, run_d
     report = verify(out / "train.py", nproc=2, workdir=out, timeout=240, script_args=["--url", "file:points.tar"])
     assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
     assert not (out / "data" / "points.tar").exists()
+
+
+@pytest.mark.torchrun
+def test_the_path_that_cannot_be_converted_stops_with_its_reason(tmp_path: Path, run_ddpify: RunDdpify) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "flag_picks_an_unconvertible_trainer" / "input", project)
+    (project / "pyproject.toml").write_text("")
+    done = run_ddpify(project, "train.py", "-o", "../out/")
+    assert done.returncode == 0, done.stderr
+    assert "DDP015" in done.stdout + done.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    stopped = subprocess.run(
+        [*TORCHRUN, "train.py", "--gan_type", "TwinLossGAN"],
+        cwd=tmp_path / "out",
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env=env,
+    )
+    assert stopped.returncode != 0
+    assert "gans.py line 53: a second backward pass through one forward of a model (DDP312)" in stopped.stderr
+    assert not (tmp_path / "out" / "gan.pt").exists()  # stopped before training, nothing saved

@@ -1,0 +1,164 @@
+"""Paths that run only under one setting: the branch of ``if args.arch == "twin":`` and what only it reaches.
+
+A program often trains in one of several ways picked by a flag (``--arch``,
+``--gan_type``): each branch of an ``if`` on the flag builds its own model or
+runs its own training function. Where one of those ways cannot be converted,
+the others still can; :func:`gate_of` finds the one branch that every run of a
+construct goes through, so that the conversion can stop that path at its
+start instead of refusing the whole program.
+
+A branch is a *setting's* branch when its ``if`` test is decided before the
+path runs and the same on every pass: it calls nothing, and reads no name that
+a loop around it assigns. A construct is reached only through such a branch
+when it lies in the branch, or in a function whose every call (a method: in a
+class whose every construction) is reached only through one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpify.engine.index import Index
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One branch of an ``if`` on a setting: ``chain`` is the outermost ``if`` of its ``elif`` chain."""
+
+    branch: cst.BaseSuite
+    test: cst.BaseExpression  # the test that selects the branch, or (``orelse``) that passes it over
+    chain: cst.If
+    orelse: bool = False
+
+
+def gates_of(index: Index, node: cst.CSTNode, depth: int = 0) -> list[Gate] | None:
+    """The setting's branches that every run of ``node`` goes through (one per way it is reached), or None
+    when it may run on a path that no setting selects."""
+    own = gate_in_function(index, node)
+    if own is not None:
+        return [own]
+    scope = index.scope_of(node)
+    if not isinstance(scope, cst.FunctionDef) or depth > 4:
+        return None
+    runs = _runs_of(index, scope)
+    if not runs:
+        return None
+    gates: list[Gate] = []
+    for run in runs:
+        found = gates_of(index, run, depth + 1)
+        if found is None:
+            return None
+        gates += [g for g in found if g not in gates]
+    return gates
+
+
+def branches(chain: cst.If) -> list[cst.BaseSuite]:
+    """Every branch of ``chain`` and its ``elif``s, ``else`` last."""
+    found: list[cst.BaseSuite] = []
+    current: cst.If | cst.Else | None = chain
+    while isinstance(current, cst.If):
+        found.append(current.body)
+        current = current.orelse
+    if isinstance(current, cst.Else):
+        found.append(current.body)
+    return found
+
+
+def gate_in_function(index: Index, node: cst.CSTNode) -> Gate | None:
+    """The innermost setting's branch around ``node`` in its own function (or module)."""
+    child: cst.CSTNode = node
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return None
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            if child is ancestor.body:
+                if _is_setting(index, ancestor) and _has_alternative(index, ancestor):
+                    return Gate(ancestor.body, ancestor.test, _chain_of(index, ancestor))
+            elif isinstance(child, cst.Else) and _is_setting(index, ancestor):
+                return Gate(child.body, ancestor.test, _chain_of(index, ancestor), orelse=True)
+        child = ancestor
+    return None
+
+
+def _has_alternative(index: Index, stmt: cst.If) -> bool:
+    return stmt.orelse is not None or isinstance(index.parent(stmt), cst.If)
+
+
+def _chain_of(index: Index, stmt: cst.If) -> cst.If:
+    """The outermost ``if`` of the ``elif`` chain that ``stmt`` belongs to."""
+    while isinstance(parent := index.parent(stmt), cst.If) and parent.orelse is stmt:
+        stmt = parent
+    return stmt
+
+
+def _is_setting(index: Index, stmt: cst.If) -> bool:
+    """Whether the test calls nothing and reads no name that a loop around the ``if`` assigns."""
+    test = stmt.test
+    if any(isinstance(n, (cst.Call, cst.Await, cst.NamedExpr)) for n in index.walk(test)):
+        return False
+    read = {n.value for n in index.walk(test) if isinstance(n, cst.Name)}
+    for ancestor in index.ancestors(stmt):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            break
+        if isinstance(ancestor, (cst.For, cst.While)):
+            bound = {
+                n.value
+                for n in index.walk(ancestor)
+                if isinstance(n, cst.Name) and _binds(index, n) and n.value in read
+            }
+            if bound:
+                return False
+    return True
+
+
+def _binds(index: Index, name: cst.Name) -> bool:
+    """Whether ``name`` is written here: an assignment's, a loop's or a ``with``'s target."""
+    child: cst.CSTNode = name
+    for ancestor in index.ancestors(name):
+        if isinstance(ancestor, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.AsName, cst.NamedExpr)):
+            target = getattr(ancestor, "target", None) or getattr(ancestor, "name", None)
+            return target is not None and (target is child or index.inside(name, target))
+        if not isinstance(ancestor, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+            return False
+        child = ancestor
+    return False
+
+
+def _runs_of(index: Index, function: cst.FunctionDef) -> list[cst.CSTNode]:
+    """What runs ``function``: its calls, or for a method the constructions of its class; [] when it is also
+    handed on as a value, or built where ddpify cannot see."""
+    owner = index.parent(index.parent(function))  # FunctionDef -> IndentedBlock -> ClassDef
+    if isinstance(owner, cst.ClassDef):
+        if _subclassed(index, owner):
+            return []  # a subclass's objects run it too
+        built = [call for call in index.calls if index.local_class(call.func) is owner]
+        named = [n for n in _names(index, owner.name.value) if n is not owner.name]
+        return list(built) if len(named) == len(built) else []
+    calls = index.callers(function)
+    named = [n for n in _names(index, function.name.value) if n is not function.name]
+    return list(calls) if len(named) == len(calls) else []
+
+
+def _subclassed(index: Index, cls: cst.ClassDef) -> bool:
+    name = cls.name.value
+    return any(
+        isinstance(n, cst.ClassDef)
+        and any(isinstance(b, cst.Name) and b.value == name for base in n.bases for b in index.walk(base.value))
+        for module in index.modules or [index.module]
+        for n in index.walk(module)
+    )
+
+
+def _names(index: Index, name: str) -> list[cst.Name]:
+    """Every ``Name`` (and attribute) spelled ``name`` in the program outside imports: a bare count that errs
+    on the side of "also used as a value"."""
+    return [
+        n
+        for module in index.modules or [index.module]
+        for n in index.walk(module)
+        if isinstance(n, cst.Name)
+        and n.value == name
+        and not any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in index.ancestors(n))
+    ]
