@@ -480,8 +480,11 @@ class _Script:
             a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)
         }:
             return None  # wrapped, or not, by the caller
-        if not any(isinstance(n, ast.Assign) for n in self.bindings[scope].get(name, ())):
+        assigned = [n for n in self.bindings[scope].get(name, ()) if isinstance(n, ast.Assign)]
+        if not assigned:
             return None  # bound elsewhere (a global, an import): not decidable here
+        if all(isinstance(n.value, ast.Attribute | ast.Name | ast.Subscript) for n in assigned):
+            return None  # another name for a model kept elsewhere (``model = self.model``): wrapped there, or not
         loops = sorted(
             (
                 n

@@ -234,6 +234,21 @@ def test_an_optimized_model_wrapped_before_training_is_fine() -> None:
     )
 
 
+def test_another_name_for_a_model_kept_elsewhere_is_not_judged_here() -> None:
+    assert (
+        codes("""
+        class Trainer:
+            def run(self, loader):
+                model = self.model
+                optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+                for (x,) in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+        """)
+        == []
+    )
+
+
 def test_a_wrap_after_a_return_is_caught() -> None:
     assert codes("""
         def build():

@@ -115,3 +115,28 @@ def test_a_seed_under_a_condition_does_not_make_a_draw_uniform(read) -> None:
     seeded = "if args.seed is not None:\n    torch.manual_seed(args.seed)\nloader ="
     program = read(LOOP.replace("CONDITION", "torch.rand(1).item() < 0.01").replace("loader =", seeded))
     assert len(loop_control.find(program, model.find(program), data.find(program)).rank_local_exits) == 1
+
+
+def test_a_batch_value_kept_on_self_does_not_make_every_attribute_rank_local(read) -> None:
+    source = """
+import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def run(self):
+        loader = DataLoader(dataset, batch_size=8, shuffle=True)
+        while True:
+            for x, y in loader:
+                self.loss = loss_fn(self.model(x), y)
+                self.loss.backward()
+                self.optimizer.step()
+                self.iter_num += 1
+                if self.iter_num >= self.max_iters:
+                    return
+                if self.loss.item() < 1e-3:
+                    return
+"""
+    program = read(source)
+    found = loop_control.find(program, model.find(program), data.find(program)).rank_local_exits
+    assert [program.index.position(node)[0] for node in found] == [18]  # the loss, not the counter

@@ -17,6 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ddpify.engine.index import Index, Ref
+from ddpify.engine.syntax import dotted
 from ddpify.engine.uniformity.sources import Seeding, per_process
 
 
@@ -40,6 +41,8 @@ class RankLocal:
                 parent = index.parent(node)
                 if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not self._rebound(node, local):
                     return True
+            if isinstance(node, cst.Attribute) and dotted(node) in local:  # ``self.loss``, not all of ``self``
+                return True
             if isinstance(node, cst.Call) and (per_process(index, node, self.seeding) or self._varies(node)):
                 return True
         return False
@@ -60,7 +63,7 @@ class RankLocal:
             else:
                 drawn = next((a for a in index.ancestors(site) if isinstance(a, cst.Assign)), None)
                 targets = [t.target for t in drawn.targets] if drawn is not None else []
-            local |= {n.value for t in targets for n in index.walk(t) if isinstance(n, cst.Name)}
+            local |= {name for t in targets for name in _bound(t)}
         body = block.body if isinstance(block, (cst.For, cst.While)) else block
         own = block if isinstance(block, (cst.FunctionDef, cst.Module)) else index.scope_of(block)
         assignments = [
@@ -73,7 +76,7 @@ class RankLocal:
             for assign in assignments:
                 if self.reads(assign.value, block):
                     targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
-                    local |= {n.value for t in targets for n in index.walk(t) if isinstance(n, cst.Name)}
+                    local |= {name for t in targets for name in _bound(t)}
         return local
 
     def draws_batches(self, function: cst.FunctionDef, depth: int = 0) -> bool:
@@ -119,3 +122,16 @@ class RankLocal:
             if not over_local and any(isinstance(n, cst.Name) and n.value == name.value for n in index.walk(bound)):
                 return True
         return False
+
+
+def _bound(target: cst.CSTNode) -> set[str]:
+    """What an assignment to ``target`` makes hold its value: names, and dotted attributes (``self.loss``,
+    not ``self``); the container, for an item (``losses[i]``)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {name for element in target.elements for name in _bound(element.value)}
+    if isinstance(target, cst.StarredElement):
+        return _bound(target.value)
+    if isinstance(target, cst.Subscript):
+        return _bound(target.value)
+    name = dotted(target)
+    return {name} if name else set()
