@@ -53,6 +53,9 @@ CASES = [
     "checkpoints/whole_model_saved_into_open_file",
     "process_group/imports_between_cells",
     "closures/lbfgs_closure_over_the_batch",
+    "tensors/full_batch_in_main_guard",
+    "model/trainer_aliases_self_model",
+    "model/flag_path_double_backward",
 ]
 
 

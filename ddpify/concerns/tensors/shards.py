@@ -83,7 +83,7 @@ class _ShardFinder(_SampleFinder):
                     )
         assignments = [a for ref in tensors for a in self._assignments(ref)]
         last = max(assignments, key=lambda a: index.order[a])
-        after = self._top_statement(last, first.scope)
+        after = self._statement_beside(last, runs, first.scope)
         if not index.after(runs, after):
             raise Refused(runs, f"`{first.path}` is changed after the training loop starts")
         if self.setup.runs_before_setup(index, after):
@@ -276,13 +276,14 @@ class _ShardFinder(_SampleFinder):
 
         return any(self._depends(element.slice, step, varies) for element in subscript.slice[:1])
 
-    def _top_statement(self, node: cst.CSTNode, scope: Scope) -> cst.BaseStatement:
-        """The statement directly in ``scope``'s body that holds ``node``."""
+    def _statement_beside(self, node: cst.CSTNode, other: cst.CSTNode, scope: Scope) -> cst.BaseStatement:
+        """The statement that holds ``node`` in the innermost block of ``scope`` that also holds ``other``:
+        in ``scope``'s body, or in the block of ``if __name__ == "__main__":`` that holds both."""
         index = self.index
         current = index.statement_of(node)
         while True:
             parent = index.parent(current)
-            if parent is None or parent is scope or index.parent(parent) is scope:
+            if parent is None or parent is scope or index.parent(parent) is scope or index.inside(other, parent):
                 return current
             current = index.statement_of(parent)
 
