@@ -56,6 +56,7 @@ CASES = [
     "tensors/full_batch_in_main_guard",
     "model/trainer_aliases_self_model",
     "model/flag_path_double_backward",
+    "model/optimizer_from_a_model_method_in_a_trainer",
 ]
 
 

@@ -119,10 +119,15 @@ class TrainedModels:
             if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == function.name.value):
                 continue
             receiver = self._module_ref(call.func.value)
+            # built there, or handed on from where it was built (``model = self.model`` in a Trainer)
             built = (
                 receiver is not None
                 and init is not None
-                and any(self._built_by(a.value, init) for a in index.assignments_to(receiver))
+                and any(
+                    self._built_by(a.value, init)
+                    for place in index.lineage(receiver)
+                    for a in index.assignments_to(place)
+                )
             )
             if receiver is not None and built and receiver not in found:
                 found.append(receiver)
