@@ -57,6 +57,7 @@ CASES = [
     "model/trainer_aliases_self_model",
     "model/flag_path_double_backward",
     "model/optimizer_from_a_model_method_in_a_trainer",
+    "tensors/numpy_arrays_converted_in_the_loop",
 ]
 
 

@@ -17,6 +17,18 @@ from ddpify.engine.syntax import assigned
 # torch calls that do not make a data tensor.
 NOT_TENSORS = ("torch.nn.", "torch.optim.", "torch.utils.", "torch.cuda.", "torch.distributed.", "torch.backends.")
 NOT_TENSOR_CALLS = frozenset({"torch.device", "torch.Generator", "torch.manual_seed", "torch.load", "torch.no_grad"})
+# numpy functions that make no array of data: generators, seeds, the global generator's state.
+NUMPY_GENERATORS = frozenset(f"numpy.random.{name}" for name in ("RandomState", "default_rng", "Generator"))
+NOT_ARRAYS = (
+    NUMPY_GENERATORS
+    | frozenset(f"numpy.random.{name}" for name in ("seed", "SeedSequence", "get_state", "set_state"))
+    | frozenset({"numpy.dtype", "numpy.finfo", "numpy.iinfo"})
+)
+# Calls that give the same rows as another type: an array as a tensor, a list as an array.
+CONVERSIONS = frozenset(
+    {"torch.from_numpy", "torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor"}
+    | {"numpy.asarray", "numpy.array"}
+)
 # Factories whose first argument is the number of rows: ``torch.randn(n, 8)``, ``torch.zeros((n, 1))``.
 SIZED_FACTORIES = frozenset(
     f"torch.{name}" for name in ("randn", "rand", "zeros", "ones", "empty", "full", "normal", "Tensor", "FloatTensor")
@@ -172,11 +184,12 @@ class _SampleFinder(_StepReader):
             names = index.qualified_names(expr.func)
             if names:
                 return any(
-                    n.startswith("torch.") and not n.startswith(NOT_TENSORS) and n not in NOT_TENSOR_CALLS
+                    (n.startswith("torch.") and not n.startswith(NOT_TENSORS) and n not in NOT_TENSOR_CALLS)
+                    or (n.startswith("numpy.") and n not in NOT_ARRAYS)
                     for n in names
                 )
-            if isinstance(expr.func, cst.Attribute):  # x.float(), x.to(device), x.unsqueeze(1)
-                return self._is_tensor(expr.func.value, scope, depth + 1)
+            if isinstance(expr.func, cst.Attribute):  # x.float(), x.to(device), x.unsqueeze(1), rng.rand(n, 1)
+                return self._is_tensor(expr.func.value, scope, depth + 1) or self._numpy_generator(expr.func.value)
             return False
         if isinstance(expr, cst.BinaryOperation):
             return self._is_tensor(expr.left, scope, depth + 1) or self._is_tensor(expr.right, scope, depth + 1)
@@ -201,12 +214,25 @@ class _SampleFinder(_StepReader):
             return value is not None and self._is_tensor(value, index.scope_of(last), depth + 1)
         return False
 
+    def _numpy_generator(self, expr: cst.BaseExpression) -> bool:
+        """``rng`` after ``rng = np.random.RandomState(0)`` (or ``default_rng``): what its methods draw are arrays."""
+        index = self.index
+        ref = index.ref_of(expr, index.scope_of(expr)) if isinstance(expr, cst.Name) else None
+        assignments = list(self._assignments(ref)) if ref is not None else []
+        return bool(assignments) and all(
+            isinstance(value := _value_of(a, ref), cst.Call) and index.qualified_names(value.func) & NUMPY_GENERATORS
+            for a in assignments
+            if ref is not None
+        )
+
     def _model_input(self, leaf: cst.CSTNode, depth: int = 0) -> bool:
         """Whether ``leaf`` is what a model is called on: ``model(x)``, ``model(x.to(device)[:, :3])``, or
         ``xb = x[idx]`` before ``model(xb)``."""
         index = self.index
         child: cst.CSTNode = leaf
         for parent in index.ancestors(leaf):
+            if parent is child:
+                continue  # the conversion call stepped over below
             if isinstance(parent, cst.Assign) and parent.value is child and depth < 4:
                 return any(
                     self._model_input(read, depth + 1)
@@ -224,6 +250,9 @@ class _SampleFinder(_StepReader):
                 call = index.parent(parent)
                 if not isinstance(call, cst.Call):
                     return False
+                if index.qualified_names(call.func) & CONVERSIONS and call.args[0] is parent:
+                    child = call  # ``torch.from_numpy(x)``: the same rows, as a tensor
+                    continue
                 func = call.func
                 if isinstance(func, cst.Attribute) and func.attr.value == "forward":
                     func = func.value
