@@ -58,6 +58,7 @@ CASES = [
     "model/flag_path_double_backward",
     "model/optimizer_from_a_model_method_in_a_trainer",
     "tensors/numpy_arrays_converted_in_the_loop",
+    "tensors/two_models_on_one_full_batch",
 ]
 
 

@@ -172,11 +172,21 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder):
     def shard(self) -> FullBatch | Reseed | Streams | None:
         index = self.index
         backwards = [c for c in index.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"]
-        if len(backwards) != 1:
+        if not backwards:
             return None
-        (backward,) = backwards
+        backward = backwards[0]
         scope = index.scope_of(backward)
         loops = list(index.enclosing_loops(backward))
+        if (
+            len(backwards) > 1
+            and not (
+                loops  # several models trained side by side: one step, the same outermost loop, the same data
+                and all(
+                    index.scope_of(b) is scope and list(index.enclosing_loops(b))[-1:] == loops[-1:] for b in backwards
+                )
+            )
+        ):
+            return None
         closure: Closure | None = None
         if loops:
             step: cst.For | cst.While | cst.FunctionDef = loops[-1]  # the outermost loop: all of it runs each step
@@ -194,8 +204,8 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder):
                     "yourself, or build a plain DataLoader",
                     whole=True,
                 )
-        func = cast(cst.Attribute, backward.func)
-        lineage = self._lineage([func.value, *(a.value for a in backward.args)], scope, step)
+        losses = [value for b in backwards for value in (cast(cst.Attribute, b.func).value, *(a.value for a in b.args))]
+        lineage = self._lineage(losses, scope, step)
         streams = self._streams(lineage) if closure is None else None
         if streams is not None:
             return streams
