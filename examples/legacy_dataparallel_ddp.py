@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
@@ -40,6 +41,12 @@ def setup_distributed():
         dist.init_process_group(backend)
     else:  # plain `python`: a group of one, which needs no rendezvous port
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
+def without_module_prefix(state_dict):
+    """A checkpoint saved from nn.DataParallel names its keys `module.*`; the model loads them without."""
+    consume_prefix_in_state_dict_if_present(state_dict, "module.")
+    return state_dict
 
 
 def make_spirals(points_per_class, num_classes=3, noise=0.2):
@@ -109,7 +116,7 @@ def main():
                 print("=> loading checkpoint '{}'".format(args.resume))
             checkpoint = torch.load(args.resume, map_location="cpu")
             start_epoch = checkpoint["epoch"] + 1
-            model.load_state_dict(checkpoint["model_state_dict"])
+            model.load_state_dict(without_module_prefix(checkpoint["model_state_dict"]))
             optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
             if dist.get_rank() == 0:
                 print("=> loaded checkpoint '{}' (epoch {})".format(args.resume, checkpoint["epoch"]))

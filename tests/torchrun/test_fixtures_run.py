@@ -100,3 +100,21 @@ def test_a_helper_that_also_runs_before_the_wrap_reads_the_plain_model(tmp_path:
     assert result.returncode == 0, result.stderr[-3000:]
     report = verify(script, nproc=2, workdir=tmp_path, timeout=240)
     assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+
+
+@pytest.mark.torchrun
+def test_a_checkpoint_of_the_data_parallel_original_resumes_the_converted_program(tmp_path: Path) -> None:
+    """The input saved its ``nn.DataParallel`` model (keys ``module.*``); the converted program loads that file."""
+    case = FIXTURES / "model/data_parallel_checkpoint_resumed"
+    shutil.copy(case / "input.py", tmp_path / "train.py")
+    original = subprocess.run(
+        [sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert original.returncode == 0, original.stderr[-3000:]
+    (tmp_path / "checkpoint.pth").rename(tmp_path / "data_parallel.pth")
+    script = tmp_path / "train_ddp.py"
+    shutil.copy(case / "expected.py", script)
+    report = verify(script, nproc=2, workdir=tmp_path, timeout=240, script_args=["--resume", "data_parallel.pth"])
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    # loaded, not skipped: the first step starts from the checkpoint's weights, so a missing key would raise
+    assert "Missing key" not in report.output

@@ -90,6 +90,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             _unwrap(plan, model, read)
         for call in model.through_forward:
             _through_forward(plan, call)
+        if _had_data_parallel(plan, facts, model):
+            _load_old_checkpoints(plan, model)
     for call in facts.data_parallel:
         if call not in wrapped_by_ddp and call.args:
             stmt = plan.index.statement_of(call)
@@ -105,6 +107,56 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         plan.need_import(
             "torch.nn.parallel", "DistributedDataParallel", ddp if ddp != "DistributedDataParallel" else None
         )
+
+
+def _had_data_parallel(plan: EditPlan, facts: Facts, model: Model) -> bool:
+    """Whether the input wrapped ``model`` in ``nn.DataParallel``, whose checkpoints name every key ``module.*``."""
+    if model.data_parallel is not None or model.data_parallel_removed is not None:
+        return True
+    index = plan.index
+    for call in facts.data_parallel:
+        stmt = index.statement_of(call)
+        if isinstance(stmt, cst.SimpleStatementLine) and isinstance(assign := stmt.body[0], cst.Assign):
+            target = index.ref_of(assign.targets[0].target, index.scope_of(stmt))
+            if target is not None and target in model.lineage:
+                return True
+    return False
+
+
+STRIP_PREFIX = '''
+def {helper}(state_dict):
+    """A checkpoint saved from nn.DataParallel names its keys `module.*`; the model loads them without."""
+    consume_prefix_in_state_dict_if_present(state_dict, "module.")
+    return state_dict
+'''
+
+
+def _load_old_checkpoints(plan: EditPlan, model: Model) -> None:
+    """``model.load_state_dict(sd)`` -> ``model.load_state_dict(without_module_prefix(sd))``: the input's
+    checkpoints, saved from its ``nn.DataParallel``, still load into the model that is no longer wrapped in it
+    (the converted program saves ``model.module``'s keys, without the prefix)."""
+    index = plan.index
+    loads = [
+        call
+        for call in index.calls
+        if isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "load_state_dict"
+        and call.args
+        and call.args[0].keyword is None
+        and not call.args[0].star
+        and index.root_ref(call.func.value, index.scope_of(call)) in model.lineage
+    ]
+    if not loads:
+        return
+    helper = fresh("without_module_prefix", index.identifiers)
+    if not plan.has_setup_helper(helper):
+        definition = cast(cst.FunctionDef, cst.parse_module(STRIP_PREFIX.format(helper=helper)).body[0])
+        plan.add_setup_helper(helper, definition, definition)
+        plan.need_import("torch.nn.modules.utils", "consume_prefix_in_state_dict_if_present")
+    for call in loads:
+        arg = call.args[0].value
+        plan.replace(arg, lambda node: cst.Call(func=cst.Name(helper), args=[cst.Arg(cast(cst.BaseExpression, node))]))
+        plan.change(call, "a checkpoint saved from nn.DataParallel (keys `module.*`) still loads")
 
 
 def _rewraps_itself(plan: EditPlan, stmt: cst.BaseStatement, call: cst.Call) -> bool:
