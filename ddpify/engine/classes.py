@@ -30,6 +30,7 @@ class ProgramClasses:
     class_of: dict[cst.FunctionDef, cst.ClassDef]
     imports: dict[cst.Module, dict[str, set[str]]]
     _bases: dict[cst.ClassDef, list[cst.ClassDef]]
+    order: dict[cst.CSTNode, int]
 
     if TYPE_CHECKING:
 
@@ -38,6 +39,8 @@ class ProgramClasses:
         def scope_of(self, node: cst.CSTNode) -> Scope: ...
         def lineage(self, ref: Ref) -> set[Ref]: ...
         def assignments_to(self, ref: Ref) -> Iterator[cst.Assign]: ...
+
+        def root_ref(self, expr: cst.BaseExpression, scope: Scope) -> Ref | None: ...
 
     def local_definition(self, qualified: str, depth: int = 0) -> cst.FunctionDef | cst.ClassDef | None:
         """The function or class of the program that a qualified name (``models.resnet.ResNet``)
@@ -137,9 +140,41 @@ class ProgramClasses:
         for place in self.lineage(ref):
             for assignment in self.assignments_to(place):
                 value = assignment.value
-                cls = self.local_class(value.func) if isinstance(value, cst.Call) else None
+                if not isinstance(value, cst.Call):
+                    continue
+                cls = self.local_class(value.func)
                 if cls is not None:
                     yield cls
+                else:
+                    yield from self.registry_classes(value.func)
+
+    def registry_classes(self, expr: cst.BaseExpression) -> list[cst.ClassDef]:
+        """The program's own classes a registry holds, for ``TRAINERS[cfg.name]``: every value of the dict (or
+        list) that ``TRAINERS`` is assigned, where each names a class of the program; [] otherwise."""
+        if not isinstance(expr, cst.Subscript):
+            return []
+        ref = self.root_ref(expr.value, self.scope_of(expr))
+        if ref is None or not isinstance(expr.value, cst.Name):
+            return []
+        found: list[cst.ClassDef] = []
+        for place in sorted(self.lineage(ref), key=lambda p: (self.order.get(p.scope, -1), p.path)):
+            for assignment in self.assignments_to(place):
+                value = assignment.value
+                if isinstance(value, cst.Dict):
+                    held = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+                elif isinstance(value, (cst.List, cst.Tuple)):
+                    held = [e.value for e in value.elements if isinstance(e, cst.Element)]
+                else:
+                    return []
+                if len(held) != len(value.elements):
+                    return []  # ``**others`` or ``*others``: more than it shows
+                for item in held:
+                    cls = self.local_class(item)
+                    if cls is None:
+                        return []
+                    if cls not in found:
+                        found.append(cls)
+        return found
 
     def attribute_class(self, method: cst.FunctionDef) -> cst.ClassDef:
         """The class whose ``self.x`` fields ``method`` reads: the topmost class of the program in its
