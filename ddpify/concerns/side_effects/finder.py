@@ -270,9 +270,38 @@ class Finder:
                         continue  # bound anew, or read by the call itself (``win=win``)
                     if self._stores_tracker_result(read, trackers):
                         continue  # ``wins["acc"] = viz.line(...)``: another handle put in the dict
+                    if self._picks_a_tracker_call(read, trackers):
+                        continue  # ``if win is None: win = viz.line(...) else: viz.line(..., win=win)``
                     if self._tracker_call_around(read, trackers) is None:
                         return False
         return True
+
+    def _picks_a_tracker_call(self, read: cst.BaseExpression, trackers: set[Ref]) -> bool:
+        """Whether ``read`` is in the test of an ``if`` whose every branch only calls the tracker (and keeps
+        what it returns): on the other ranks the handle stays as it was made, and the calls do not run."""
+        index = self.index
+        test = next((a for a in index.ancestors(read) if isinstance(a, cst.If) and index.inside(read, a.test)), None)
+        if test is None:
+            return False
+        smalls = [
+            small
+            for stmt in index.walk(test)
+            if isinstance(stmt, cst.SimpleStatementLine) and not index.inside(stmt, test.test)
+            for small in stmt.body
+        ]
+        compound = [n for n in index.walk(test) if isinstance(n, cst.BaseCompoundStatement) and n is not test]
+        calls = [s.value for s in smalls if isinstance(s, (cst.Expr, cst.Assign))]
+        return (
+            bool(smalls)
+            and len(calls) == len(smalls)
+            and all(isinstance(c, cst.If) for c in compound)
+            and all(
+                isinstance(c, cst.Call)
+                and isinstance(c.func, cst.Attribute)
+                and index.carried_ref(c.func.value, index.scope_of(c)) in trackers
+                for c in calls
+            )
+        )
 
     def _stores_tracker_result(self, read: cst.BaseExpression, trackers: set[Ref]) -> bool:
         subscript = self.index.parent(read)
