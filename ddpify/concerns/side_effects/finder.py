@@ -20,6 +20,9 @@ class Finder:
         self.files = self._open_files()
         # code whose output and writes stay as they are (a download the ranks run in turns)
         self.exempt: Callable[[cst.CSTNode], bool] = lambda node: False
+        # trackers kept as a field of an object the program hands on (``config.writer = SummaryWriter()``):
+        # every place the object passes through, and the field's name
+        self.tracker_fields: list[tuple[frozenset[Ref], str]] = []
 
     def devnull_opens(self, gated: set[cst.BaseStatement], late: Callable[[cst.CSTNode], bool]) -> Iterator[cst.Call]:
         """Files opened for writing outside the statements put on rank 0.
@@ -128,6 +131,7 @@ class Finder:
         """
         index = self.index
         tracker_refs = self.assigned_from(trackers)
+        self.tracker_fields = self._fields_holding(trackers)
         logger_refs = self.assigned_from(
             c for c in index.calls if index.is_call_to(c, torch_api.LOGGER_FACTORIES) and _assigned(index.parent(c))
         )
@@ -221,6 +225,8 @@ class Finder:
             receiver = index.carried_ref(call.func.value, scope)
             if receiver in trackers or self._on_a_tracker(call.func.value, trackers):
                 return "tracker call"
+            if self._on_a_tracker_field(call.func.value):
+                return "tracker call"
             if receiver in loggers and call.func.attr.value in torch_api.LOGGER_METHODS:
                 return "logging call"
             if call.func.attr.value in torch_api.OUTPUT_METHODS:
@@ -234,6 +240,36 @@ class Finder:
             expr = expr.value
             if self.index.carried_ref(expr, scope) in trackers:
                 return True
+        return False
+
+    def _fields_holding(self, calls: Iterable[cst.Call]) -> list[tuple[frozenset[Ref], str]]:
+        """``config.writer = SummaryWriter(...)`` where ``config`` is a plain object (parsed arguments, a
+        config): the places ``config`` passes through, and ``writer``."""
+        index = self.index
+        fields: list[tuple[frozenset[Ref], str]] = []
+        for call in calls:
+            assign = index.parent(call)
+            if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+                continue
+            target = assign.targets[0].target
+            if not isinstance(target, cst.Attribute) or index.ref_of(target, index.scope_of(call)) is not None:
+                continue  # ``self.writer`` is a field the value flow follows already
+            owner = index.carried_ref(target.value, index.scope_of(call))
+            if owner is not None:
+                fields.append((frozenset(index.lineage(owner)), target.attr.value))
+        return fields
+
+    def _on_a_tracker_field(self, expr: cst.BaseExpression) -> bool:
+        """``self.config.writer`` in ``self.config.writer.add_scalar(...)``, for a tracker kept on ``config``."""
+        index = self.index
+        scope = index.scope_of(expr)
+        while isinstance(expr, cst.Attribute):
+            owner = index.carried_ref(expr.value, scope)
+            if owner is not None and any(
+                expr.attr.value == name and owner in places for places, name in self.tracker_fields
+            ):
+                return True
+            expr = expr.value
         return False
 
     def _tracker_module_state(self, target: cst.BaseExpression) -> bool:
