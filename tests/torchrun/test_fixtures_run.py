@@ -59,6 +59,7 @@ CASES = [
     "model/optimizer_from_a_model_method_in_a_trainer",
     "tensors/numpy_arrays_converted_in_the_loop",
     "tensors/two_models_on_one_full_batch",
+    "tensors/example_list_shuffled_and_sliced",
 ]
 
 

@@ -27,7 +27,7 @@ NOT_ARRAYS = (
 # Calls that give the same rows as another type: an array as a tensor, a list as an array.
 CONVERSIONS = frozenset(
     {"torch.from_numpy", "torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor"}
-    | {"numpy.asarray", "numpy.array"}
+    | {"numpy.asarray", "numpy.array", "torch.stack", "numpy.stack"}
 )
 # Factories whose first argument is the number of rows: ``torch.randn(n, 8)``, ``torch.zeros((n, 1))``.
 SIZED_FACTORIES = frozenset(
@@ -112,7 +112,7 @@ class _SampleFinder(_StepReader):
             if self._is_parameter(ref) and not self._in_bounds(leaf):
                 raise Refused(leaf, f"`{leaf.value}` reaches the training step as a parameter of its function")
             return None  # a slice bound or batch size, or a global of another module
-        if self._is_tensor(leaf, index.scope_of(leaf), 0):
+        if self._is_tensor(leaf, index.scope_of(leaf), 0) or self._is_example_list(assignments):
             return ref
         if all(self._model_state(a.value) for a in assignments):
             return None  # ``hidden = model.init_hidden(bsz)``: the model's state, not data
@@ -214,6 +214,10 @@ class _SampleFinder(_StepReader):
             return value is not None and self._is_tensor(value, index.scope_of(last), depth + 1)
         return False
 
+    def _is_example_list(self, assignments: list[cst.Assign | cst.AugAssign | cst.AnnAssign]) -> bool:
+        """A Python list made by a comprehension: one item per example (``[(x, y) for ... in ...]``)."""
+        return bool(assignments) and all(isinstance(a.value, cst.ListComp) for a in assignments)
+
     def _numpy_generator(self, expr: cst.BaseExpression) -> bool:
         """``rng`` after ``rng = np.random.RandomState(0)`` (or ``default_rng``): what its methods draw are arrays."""
         index = self.index
@@ -246,6 +250,9 @@ class _SampleFinder(_StepReader):
             if isinstance(parent, (cst.Tuple, cst.List)) and isinstance(index.parent(parent), cst.Assign):
                 child = parent
                 continue
+            if isinstance(parent, cst.CompFor) and parent.iter is child:
+                child = next(a for a in index.ancestors(parent) if isinstance(a, cst.BaseComp))
+                continue  # ``[features for features, _ in batch]``: one item per example of ``batch``
             if isinstance(parent, cst.Arg) and parent.value is child:
                 call = index.parent(parent)
                 if not isinstance(call, cst.Call):

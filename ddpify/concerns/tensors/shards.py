@@ -16,7 +16,7 @@ import libcst as cst
 from ddpify.concerns.tensors.lineage import Refused, _binds, _code, _is_read, _Lineage
 from ddpify.concerns.tensors.samples import RANDOM_CHOICES, _SampleFinder
 from ddpify.engine.edits import EditPlan, fresh, statement
-from ddpify.engine.index import Ref, Scope
+from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.syntax import assigned
 
 
@@ -96,6 +96,7 @@ class _ShardFinder(_SampleFinder):
                 if isinstance(node, cst.Name)
                 and _is_read(index, node)
                 and index.ref_of(node, index.scope_of(node)) in tensors
+                and not self._shuffled_whole(node)
             ]
         else:
             reads = [read for ref in made for read in tensors[ref]]
@@ -224,7 +225,8 @@ class _ShardFinder(_SampleFinder):
         """Hand-made batches: each rank may batch its shard as the script batches the whole data, as long as
         the number of batches and the random choices follow the data's length (so they follow the shard's)."""
         index = self.index
-        for loop in {self._binding_loop(name, step) for name in lineage.step_variables}:
+        variables = [name for name in lineage.step_variables if not _bound_in_comprehension(self.index, name)]
+        for loop in {self._binding_loop(name, step) for name in variables}:
             if loop is None or not self._sized_by_data(loop.iter, step, data):
                 header = _code(index, loop.iter) if loop is not None else "?"
                 raise Refused(
@@ -242,6 +244,26 @@ class _ShardFinder(_SampleFinder):
         for subscript in lineage.subscripts:
             if not _whole_rows(subscript) and not self._picks_batch(subscript, step):
                 raise Refused(subscript, f"the training step uses part of the samples (`{_code(index, subscript)}`)")
+
+    def _shuffled_whole(self, read: cst.Name) -> bool:
+        """``random.shuffle(examples)``: the whole list is shuffled in place, alike on every rank (its generator
+        seeded alike, or this refuses), and each rank then reads its share of it."""
+        index = self.index
+        arg = index.parent(read)
+        call = index.parent(arg)
+        if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and call.args[0] is arg):
+            return False
+        names = index.qualified_names(call.func)
+        if not names & IN_PLACE_SHUFFLES:
+            return False
+        family = "numpy" if any(n.startswith("numpy.") for n in names) else "random"
+        if not self.seeding.seeded_before(call, family):
+            raise Refused(
+                call,
+                f"the samples are shuffled in place (`{_code(index, call.func)}`) by a generator no seed reaches "
+                "first: each rank would shuffle differently, and their shares would overlap",
+            )
+        return True
 
     def _binding_loop(self, name: cst.Name, step: cst.For | cst.While) -> cst.For | None:
         """The loop of the training step whose target ``name`` reads."""
@@ -286,6 +308,21 @@ class _ShardFinder(_SampleFinder):
             if parent is None or parent is scope or index.parent(parent) is scope or index.inside(other, parent):
                 return current
             current = index.statement_of(parent)
+
+
+IN_PLACE_SHUFFLES = frozenset({"random.shuffle", "numpy.random.shuffle"})
+
+
+def _bound_in_comprehension(index: Index, name: cst.Name) -> bool:
+    """``features`` in ``[features for features, _ in batch]``: an item of what the comprehension runs over."""
+    for ancestor in index.ancestors(name):
+        if isinstance(ancestor, cst.BaseComp):
+            comp: cst.CompFor | None = ancestor.for_in
+            while comp is not None:
+                if any(isinstance(n, cst.Name) and n.value == name.value for n in index.walk(comp.target)):
+                    return True
+                comp = comp.inner_for_in
+    return False
 
 
 def _whole_rows(subscript: cst.Subscript) -> bool:
