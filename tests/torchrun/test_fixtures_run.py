@@ -60,6 +60,7 @@ CASES = [
     "tensors/numpy_arrays_converted_in_the_loop",
     "tensors/two_models_on_one_full_batch",
     "tensors/example_list_shuffled_and_sliced",
+    "data/loader_from_a_method_through_a_generator",
 ]
 
 

@@ -136,8 +136,10 @@ class LoaderFinder:
             if loop is not None and entry is not None:  # set_epoch on the training entries of the dict
                 found = [EpochLoop(loop.loop, held, loop.after) for held in entry.indexed(loop.loader)]
             epoch_loops.extend(lp for lp in found if lp not in epoch_loops)
+        # the loop over the batches repeats in a ``while``, here or in a generator that yields them
+        passes = [node for node, _ in sites] + [node for node, _ in self.reads.iterations(self._refs_of(call))]
         repeated = any(
-            isinstance(lp, cst.While) for node, _ in sites for lp in index.enclosing_loops(node) if lp is not node
+            isinstance(lp, cst.While) for node in passes for lp in index.enclosing_loops(node) if lp is not node
         )
         if not epoch_loops and not restarts and repeated:
             self.program.report(
@@ -147,6 +149,10 @@ class LoaderFinder:
                 "at the start of each pass, or every pass shuffles the same way",
             )
         return epoch_loops
+
+    def _refs_of(self, call: cst.Call) -> set[Ref]:
+        origin = self._origin(call)
+        return self.index.downstream(origin) if origin is not None else set()
 
     def _spread(self, call: cst.Call, training: bool) -> tuple[cst.Arg | None, frozenset[str] | None]:
         """``DataLoader(ds, **kwargs)``: the ``**kwargs`` argument and the keys it may hold."""

@@ -52,16 +52,43 @@ class Reads:
                 return found
         return None
 
-    def _iterated_ref(self, expr: cst.BaseExpression, scope: Scope, refs: set[Ref]) -> Ref | None:
+    def _iterated_ref(self, expr: cst.BaseExpression, scope: Scope, refs: set[Ref], depth: int = 0) -> Ref | None:
         ref = self.index.carried_ref(expr, scope)
         if ref in refs:
             return ref
+        if isinstance(expr, cst.Call) and depth < 3 and (found := self._returned_or_yielded(expr, refs, depth)):
+            return found
         if isinstance(expr, cst.Call) and not m.matches(expr.func, m.Name("len") | m.Name("range")):
             for arg in expr.args:
                 if arg.keyword is None:
                     found = self._iterated_ref(arg.value, scope, refs)
                     if found is not None:
                         return found
+        return None
+
+    def _returned_or_yielded(self, call: cst.Call, refs: set[Ref], depth: int) -> Ref | None:
+        """The loader a call of the program's own function gives: one it returns (``self.get_loader(bs)``),
+        or, for a generator, one it iterates to yield its batches (``while True: for b in make(): yield b``)."""
+        index = self.index
+        resolved = index.resolve_callee(call, index.scope_of(call))
+        if resolved is None:
+            return None
+        function = resolved[0]
+        returned = Ref(function, "<return>")
+        if returned in refs:
+            return returned
+        own = [n for n in index.walk(function.body) if index.scope_of(n) is function]
+        if not any(isinstance(n, (cst.Yield)) for n in own):
+            return None
+        for node in own:
+            if isinstance(node, cst.For) and any(isinstance(y, cst.Yield) for y in index.walk(node.body)):
+                found = self._iterated_ref(node.iter, function, refs, depth + 1)
+                if found is not None:
+                    return found
+            if isinstance(node, cst.Yield) and isinstance(node.value, cst.From):
+                found = self._iterated_ref(node.value.item, function, refs, depth + 1)
+                if found is not None:
+                    return found
         return None
 
     def site_trains(self, node: cst.CSTNode) -> bool:
