@@ -50,7 +50,7 @@ from typing import cast
 import libcst as cst
 import libcst.matchers as m
 
-from ddpify.engine.edits import EditPlan, fresh, insert_arg
+from ddpify.engine.edits import EditPlan, fresh, insert_arg, with_comma
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, dotted, parameter_names
 from ddpify.engine.uniformity.sources import rng_family
@@ -66,7 +66,6 @@ SIZED_ONLY_SAMPLERS = frozenset(
     f"torch.utils.data{module}.{name}" for module in ("", ".sampler") for name in ("RandomSampler", "SequentialSampler")
 )
 TORCH_BATCH_SAMPLERS = frozenset({"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"})
-# Draws from torch's global RNG (unless given a generator=).
 # RNGs that forking and seeding torch's RNG does not reach.
 OTHER_RNGS = ("random.", "numpy.random.")
 
@@ -96,6 +95,9 @@ class OwnSampler:
     placeholders: tuple[cst.Assign, ...] = ()  # ``sampler = None``: a DistributedSampler over the dataset
     dataset: str = ""  # the dataset as written where the placeholders are
     shuffle: bool = False  # whether a placeholder's DistributedSampler shuffles
+    # ``RandomSampler(ds, replacement=True, ...)``: draws with replacement, which each rank makes with its own
+    # generator (an "infinite" sampler of 10**10 draws cannot be dealt out)
+    per_rank: tuple[cst.Call, ...] = ()
 
     @property
     def reshuffles(self) -> bool:
@@ -117,6 +119,8 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
     scope = index.scope_of(call)
     ref = index.ref_of(value, scope)
     if ref is None:
+        if _with_replacement(index, value):
+            return OwnSampler(arg, attribute, per_rank=(cast(cst.Call, value),))
         why = _why_not_wrappable(index, value, batches)
         return why if why else OwnSampler(arg, attribute, wrapped=(value,))
     spelled = index.module.code_for_node(value)
@@ -129,11 +133,23 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
         if why:
             return why
     placeholders = tuple(a for a in assigns if a not in samplers)
+    if not placeholders and samplers and all(_with_replacement(index, a.value) for a in samplers):
+        return OwnSampler(arg, attribute, per_rank=tuple(cast(cst.Call, a.value) for a in samplers))
     if not placeholders:
         return OwnSampler(arg, attribute, wrapped=(value,))
     if batches:
         return f"the batch_sampler `{spelled}` may be None: there is no sampler to give each rank its share of"
     return _placeholder(index, call, arg, placeholders, tuple(a.value for a in samplers))
+
+
+def _with_replacement(index: Index, value: cst.BaseExpression) -> bool:
+    """``RandomSampler(ds, replacement=True, ...)`` of torch's, drawing from its own stream (no ``generator=``)."""
+    if not isinstance(value, cst.Call) or not index.qualified_names(value.func) & SIZED_ONLY_SAMPLERS:
+        return False
+    if any(a.star for a in value.args) or argument(value, "generator", 3) is not None:
+        return False
+    replacement = argument(value, "replacement", 1)
+    return replacement is not None and m.matches(replacement.value, m.Name("True"))
 
 
 def _placeholder(
@@ -318,6 +334,40 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str) -> None:
         )
     for placeholder in own.placeholders:
         plan.change(placeholder, f"the sampler that stayed None is a {sampler} over `{own.dataset}`")
+    for call in own.per_rank:
+        _draw_per_rank(plan, call)
+
+
+def _draw_per_rank(plan: EditPlan, call: cst.Call) -> None:
+    """``RandomSampler(ds, replacement=True, num_samples=n)`` -> the same with ``num_samples=n //
+    world_size`` (the epoch's draws shared out) and a generator seeded apart on each rank."""
+    code = plan.index.module.code_for_node
+    generator = cst.parse_expression(f"torch.Generator().manual_seed(torch.initial_seed() + {plan.rank(call)})")
+    source = argument(call, "data_source", 0)
+    count = argument(call, "num_samples", 2)
+    length = code(count.value) if count is not None else f"len({code(source.value)})" if source is not None else None
+    share = cst.parse_expression(f"{length} // {plan.world_size(call)}") if length is not None else None
+    equal = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+    def rewrite(node: cst.CSTNode) -> cst.CSTNode:
+        new = cast(cst.Call, node)
+        args = list(new.args)
+        if share is not None and count is not None:
+            position = list(call.args).index(count)
+            args[position] = args[position].with_changes(value=share)
+        elif share is not None:
+            args = [*with_comma(args), cst.Arg(share, keyword=cst.Name("num_samples"), equal=equal)]
+        args = [*with_comma(args), cst.Arg(generator, keyword=cst.Name("generator"), equal=equal)]
+        return new.with_changes(args=args)
+
+    plan.replace(call, rewrite)
+    if "torch" not in plan.index.bound[plan.index.module]:
+        plan.need_import("torch")
+    plan.change(
+        call,
+        "a sampler that draws with replacement: each rank draws its share of the epoch's samples from a "
+        "generator seeded apart (torch.initial_seed() + rank), so that the ranks' draws differ",
+    )
 
 
 def _replaced_by(new: cst.CSTNode) -> Callable[[cst.CSTNode], cst.CSTNode]:

@@ -134,6 +134,7 @@ class _LoaderRecord:
         self.sampler: str | None = None
         self.dataset_len: int | None = None
         self.samples_per_epoch: int | None = None
+        self.with_replacement = False  # a sampler that draws with replacement: its draws may repeat
         self.iterations = 0
         self.batches = 0
         self.steps = 0
@@ -143,6 +144,7 @@ class _LoaderRecord:
         self.described = True
         self.dataset = type(loader.dataset).__qualname__
         self.sampler = type(loader.sampler).__qualname__
+        self.with_replacement = getattr(loader.sampler, "replacement", False) is True
         if isinstance(loader.dataset, IterableDataset):
             return
         self.dataset_len = _safe_len(loader.dataset)
@@ -157,6 +159,7 @@ class _LoaderRecord:
             "sampler": self.sampler,
             "dataset_len": self.dataset_len,
             "samples_per_epoch": self.samples_per_epoch,
+            "with_replacement": self.with_replacement,
             "iterations": self.iterations,
             "batches": self.batches,
             "steps": self.steps,

@@ -61,6 +61,7 @@ CASES = [
     "tensors/two_models_on_one_full_batch",
     "tensors/example_list_shuffled_and_sliced",
     "data/loader_from_a_method_through_a_generator",
+    "data/sampler_with_replacement",
 ]
 
 
