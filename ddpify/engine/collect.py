@@ -63,8 +63,12 @@ def _build(module: cst.Module, others: Sequence[Source], path: str, reach: Reach
     if reach is not None:
         index.identifiers |= reach.identifiers
     _collect_star_imports(index, imported)
-    _collect_flows(index)
-    _collect_imported_values(index, imported)
+
+    def flows() -> None:
+        _collect_flows(index)
+        _collect_imported_values(index, imported)
+
+    index._collect_flows = flows
     return index
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import builtins
 from bisect import bisect_right
 from collections import defaultdict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -94,6 +94,8 @@ class Index(ProgramClasses):
     _wanted: set[cst.CSTNode] = field(default_factory=set)
     _flows_from: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
     _flows_into: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
+    # What records the flows, run on the first question about them: "already distributed" needs none.
+    _collect_flows: Callable[[], None] | None = None
     _callers: dict[cst.FunctionDef, list[cst.Call]] | None = None
     _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
@@ -395,10 +397,18 @@ class Index(ProgramClasses):
         self._flows_into[flow.dst].append(flow)
 
     def flows_from(self, ref: Ref) -> list[Flow]:
+        self._flows_known()
         return self._flows_from.get(ref, [])
 
     def flows_into(self, ref: Ref) -> list[Flow]:
+        self._flows_known()
         return self._flows_into.get(ref, [])
+
+    def _flows_known(self) -> None:
+        collect = self._collect_flows
+        if collect is not None:
+            self._collect_flows = None
+            collect()
 
     def lineage(self, ref: Ref) -> set[Ref]:
         """Every place the value at ``ref`` came from or goes to."""
