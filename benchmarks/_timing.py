@@ -12,11 +12,13 @@ from __future__ import annotations
 import math
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,6 +37,43 @@ def run_wall(argv: Sequence[str], **kwargs: object) -> float:
     start = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
     return time.perf_counter() - start
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of every child process that has ended and been waited for:
+    with their own children (a worker pool), as far as each waited for them."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass(frozen=True)
+class Run:
+    """One subprocess: its CPU seconds (user + system, with the worker processes it waited for),
+    wall seconds, exit code, peak memory of the command's own process (MiB) and error output."""
+
+    cpu: float
+    wall: float
+    code: int
+    peak_mib: float
+    stderr: str
+
+
+def run_cpu(
+    argv: Sequence[str], *, ok: Sequence[int] = (0,), cwd: Path | str | None = None, env: dict[str, str] | None = None
+) -> Run:
+    """Run ``argv`` to its end; an exit code outside ``ok`` stops the benchmark with its error output."""
+    before = children_cpu()
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, env=env)
+    assert child.stderr is not None
+    err = child.stderr.read().decode(errors="replace")
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    child.returncode = code = os.waitstatus_to_exitcode(status)
+    if code not in ok:
+        raise SystemExit(f"{' '.join(map(str, argv))}: exit {code}\n{err[-3000:]}")
+    factor = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
+    return Run(children_cpu() - before, wall, code, usage.ru_maxrss * factor / 2**20, err)
 
 
 def summary(values: Sequence[float], unit: str = "s", digits: int = 3) -> str:

@@ -1,30 +1,45 @@
-"""A whole repository: ``ddpify REPO --check`` and ``ddpify REPO -o OUT`` against libcst's own cost.
+"""A whole repository: ``ddpify . --check``, ``ddpify . -o OUT`` and one entry script, against libcst's own cost.
 
 Most files of a real repository never train: a model library, data code,
 tests, tools. ddpify's first pass reads each file once with CPython's ``ast``
 and hands only the programs that may train to the full analysis, so a folder
 should cost a fraction of what libcst alone costs to read it.
 
+Everything is measured as a user runs it: a fresh process, in the repository
+(its working folder), by CPU time (user + system, the command with its worker
+processes, from ``getrusage(RUSAGE_CHILDREN)``), so that neither the number of
+free CPUs nor the machine's load changes the ratio much:
+
 (a) floor   ``libcst.parse_module(src).code`` for every ``*.py`` of the
-            repository, in this process (no start-up, no import of libcst
-            counted: a floor lower than any libcst-based tool pays);
-(b) check   ``python -m ddpify REPO --check -j 2``, subprocess wall time;
-(c) folder  ``python -m ddpify REPO -o OUT -j 2`` (every output written),
-            subprocess wall time.
+            repository, in one fresh process;
+(b) check   ``python -m ddpify . --check -j 2 -q``;
+(c) folder  ``python -m ddpify . -o OUT/ -j 2 -q`` (every output written);
+(d) entry   ``python -m ddpify ENTRY --diff`` for ``--entry`` (default
+            ``train.py`` when the repository has one): one program, with
+            every module of the repository it imports.
 
-Target: b/a and c/a <= 0.5. Each round measures (a), (b) and (c) back to back,
-in an order flipped every round; ratios are taken per round and summarised as
-median [min-max]. The peak memory (max RSS) of each ddpify run is printed too.
+Targets: b/a and c/a <= 0.5, d/a <= 0.1. Each round measures every step back
+to back, in an order flipped every round; ratios are taken per round and
+summarised as median [min-max]. Wall time and the peak memory (max RSS) of the
+command's own process are printed too.
 
-The repository is ``--repo PATH`` (any checkout, for instance a git clone of a
-real project; it is only read), or else a generated one of ``--files`` files
-(default 300), made from the bundled examples and committed to git when git is
-there: a library package whose ``__init__`` imports every module (as model
-libraries do), one of its modules holding a training step nothing calls, a
-training script, an evaluation script, tools and tests that import the
-library.
+The repository is one of:
 
-    .venv/bin/python benchmarks/repository.py [--repo PATH] [--files 300] [--repeat 3] [--budget 300]
+* ``--clone-from GITDIR --commit SHA``: the ``*.py`` files of that commit of a
+  git repository (``git archive``), committed to a fresh git repository, as a
+  user's clone would be. The benchmark's public reference is the model
+  library ``huggingface/pytorch-image-models`` at
+  ``aa4b5850c1543fa488abf260f18390eda46cf85d`` (315 files); nothing of it is
+  kept here, and the run stops with a message when GITDIR is missing;
+* ``--repo PATH``: any checkout (only read);
+* else a generated one of ``--files`` files (default 300), made from the
+  bundled examples and committed to git when git is there: a library package
+  whose ``__init__`` imports every module (as model libraries do), one of its
+  modules holding a training step nothing calls, a training script, an
+  evaluation script, tools and tests that import the library.
+
+    .venv/bin/python benchmarks/repository.py [--clone-from GITDIR --commit SHA | --repo PATH]
+        [--entry train.py] [--files 300] [--repeat 3] [--budget 300] [--skip folder]
 """
 
 from __future__ import annotations
@@ -35,16 +50,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import libcst
 from _inputs import _helpers, _merge_imports, examples, line_count
-from _timing import PYTHON, ROOT, Budget, machine, ratio_summary, summary, table, verdict
+from _timing import PYTHON, ROOT, Budget, Run, machine, ratio_summary, run_cpu, summary, table, verdict
 
-TARGET = 0.5
+GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
+TARGETS = {"check": 0.5, "folder": 0.5, "entry": 0.1}
 LIBRARY_LINES = 420  # about the size of a module of a real model library
 
 SCALER = '''"""A helper that runs the backward pass and the step; nothing in the library calls it."""
@@ -151,103 +165,129 @@ def generate(root: Path, files: int) -> None:
         path.write_text(text)
     (root / "pyproject.toml").write_text('[project]\nname = "lib"\n')
     if shutil.which("git"):
-        git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
         for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "generated"]):
-            subprocess.run([*git, *command], cwd=root, check=True, capture_output=True)
+            subprocess.run([*GIT, *command], cwd=root, check=True, capture_output=True)
 
 
-def floor(sources: list[str]) -> float:
-    start = time.perf_counter()
-    printed = 0
-    for source in sources:
-        printed += len(libcst.parse_module(source).code)
-    assert printed == sum(map(len, sources))
-    return time.perf_counter() - start
+FLOOR = """
+import sys
+import libcst
+for path in open(sys.argv[1], encoding="utf-8").read().splitlines():
+    with open(path, "rb") as file:
+        source = file.read()
+    assert libcst.parse_module(source).bytes == source, path
+"""
 
 
-def ddpify_run(repo: Path, *args: str) -> tuple[float, int, float, str]:
-    """Wall seconds, exit code, peak RSS (MiB) and summary line of ``python -m ddpify REPO ARGS``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
-    start = time.perf_counter()
-    child = subprocess.Popen(
-        [PYTHON, "-m", "ddpify", str(repo), *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    assert child.stderr is not None
-    err = child.stderr.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    child.returncode = code
-    if code not in (0, 1, 2):  # 2: files ddpify cannot read or programs too large; 1: --check found work
-        raise SystemExit(f"ddpify {repo} {' '.join(args)}: exit {code}\n{err.decode()[-3000:]}")
-    factor = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
-    last = err.decode(errors="replace").rstrip().rpartition("\n")[2]
-    return wall, code, usage.ru_maxrss * factor / 2**20, last
+def clone(git_dir: Path, commit: str, root: Path) -> None:
+    """The ``*.py`` files of ``commit`` of the repository at ``git_dir``, committed to a new repository at ``root``."""
+    if not git_dir.exists() or shutil.which("git") is None:
+        raise SystemExit(f"{git_dir}: no such git repository (or no git): cannot build the clone; skipped")
+    listed = subprocess.run(
+        ["git", "-C", str(git_dir), "ls-tree", "-r", "-z", "--name-only", commit],
+        check=True,
+        capture_output=True,
+    ).stdout.split(b"\0")
+    paths = [p.decode() for p in listed if p.endswith(b".py")]
+    root.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(git_dir), "archive", "--format=tar", commit, "--", *paths], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", f"*.py of {commit}"]):
+        subprocess.run([*GIT, *command], cwd=root, check=True, capture_output=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", type=Path, help="a checkout to measure (only read); default: a generated one")
+    parser.add_argument(
+        "--clone-from", type=Path, metavar="GITDIR", help="build the repository from this git directory"
+    )
+    parser.add_argument("--commit", help="the commit of --clone-from (default HEAD)", default="HEAD")
+    parser.add_argument("--entry", help="the entry script of (d), relative to the repository (default: train.py)")
     parser.add_argument("--files", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole run; 0: no limit")
+    parser.add_argument("--skip", action="append", default=[], choices=["check", "folder", "entry"])
     args = parser.parse_args(argv)
     budget = Budget(args.budget)
 
     print(f"repository: {machine()}")
     work = Path(tempfile.mkdtemp(prefix="ddpify-repository-"))
-    repo = args.repo.resolve() if args.repo else work / "repo"
-    if args.repo is None:
-        generate(repo, args.files)
+    try:
+        if args.clone_from is not None:
+            repo = work / "repo"
+            clone(args.clone_from.resolve(), args.commit, repo)
+            kind = f"clone of {args.clone_from} at {args.commit}"
+        elif args.repo is not None:
+            repo, kind = args.repo.resolve(), "given"
+        else:
+            repo, kind = work / "repo", "generated"
+            generate(repo, args.files)
+        return measure(repo, kind, work, args, budget)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(repo: Path, kind: str, work: Path, args: argparse.Namespace, budget: Budget) -> int:
     paths = sorted(p for p in repo.rglob("*.py") if not any(part.startswith(".") for part in p.relative_to(repo).parts))
     sources = [p.read_text(encoding="utf-8", errors="surrogateescape") for p in paths]
     lines = sum(line_count(s) for s in sources)
-    print(f"{'generated' if args.repo is None else 'given'}: {repo}, {len(paths)} files, {lines} lines")
+    print(f"{kind}: {repo}, {len(paths)} files, {lines} lines")
+    listing = work / "files.txt"
+    listing.write_text("".join(f"{p}\n" for p in paths))
+    entry = args.entry or ("train.py" if (repo / "train.py").is_file() else None)
 
-    floors: list[float] = []
-    walls: dict[str, list[float]] = {"check": [], "folder": []}
-    memory: dict[str, list[float]] = {"check": [], "folder": []}
-    codes: dict[str, set[int]] = {"check": set(), "folder": set()}
-    summaries: dict[str, str] = {}
-    commands = {"check": ["--check", "-j", "2"], "folder": ["-o", f"{work / 'out'}/", "-j", "2"]}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    out = f"{work / 'out'}{os.sep}"
+    commands = {
+        "floor": [PYTHON, "-c", FLOOR, str(listing)],
+        "check": [PYTHON, "-m", "ddpify", ".", "--check", "-j", "2", "-q"],
+        "folder": [PYTHON, "-m", "ddpify", ".", "-o", out, "-j", "2", "-q"],
+        "entry": [PYTHON, "-m", "ddpify", entry or "", "--diff", "-q"],
+    }
+    steps = ["floor", *(s for s in ("check", "folder", "entry") if s not in args.skip and (s != "entry" or entry))]
+    runs: dict[str, list[Run]] = {step: [] for step in steps}
     for round_index in range(args.repeat):
-        order = ["floor", "check", "folder"]
-        for step in order if round_index % 2 == 0 else reversed(order):
-            if step == "floor":
-                floors.append(floor(sources))
-                continue
+        for step in steps if round_index % 2 == 0 else reversed(steps):
             shutil.rmtree(work / "out", ignore_errors=True)
-            wall, code, peak, last = ddpify_run(repo, *commands[step])
-            summaries[step] = last
-            walls[step].append(wall)
-            memory[step].append(peak)
-            codes[step].add(code)
+            # 1: --check found work; 2: unreadable files or programs too large; 3: programs refused
+            ok = (0,) if step == "floor" else (0, 1, 2, 3)
+            runs[step].append(run_cpu(commands[step], ok=ok, cwd=repo, env=env))
         print(
-            f"  round {round_index + 1}: floor {floors[-1]:.1f}s, check {walls['check'][-1]:.1f}s, "
-            f"folder {walls['folder'][-1]:.1f}s",
+            f"  round {round_index + 1}: " + ", ".join(f"{step} {runs[step][-1].cpu:.1f} CPU s" for step in steps),
             file=sys.stderr,
         )
         done = round_index + 1
-        if done < args.repeat and not budget.allows((floors[-1] + walls["check"][-1] + walls["folder"][-1]) * 1.1):
+        if done < args.repeat and not budget.allows(sum(runs[step][-1].wall for step in steps) * 1.1):
             print(f"budget: stopping after {done} of {args.repeat} rounds (--budget 0 for all)")
             break
 
-    rows = [["(a) libcst parse+code, every file", summary(floors, "s", 2), "1.00x", "", ""]]
-    for step, label in (("check", "(b) ddpify REPO --check -j 2"), ("folder", "(c) ddpify REPO -o OUT -j 2")):
-        per_round = [wall / base for wall, base in zip(walls[step], floors)]
-        exits = ",".join(map(str, sorted(codes[step])))
-        rows.append(
-            [label, summary(walls[step], "s", 2), ratio_summary(per_round), f"{max(memory[step]):.0f} MiB", exits]
-        )
-    print(f"\n{len(paths)} files, {lines} lines; wall: median [min-max] (N=rounds); ratio to (a) per round")
-    print(table(["measure", "wall", "ratio", "peak RSS", "exit"], rows))
-    for step in ("check", "folder"):
-        per_round = sorted(wall / base for wall, base in zip(walls[step], floors))
-        print(f"{step}: {verdict(per_round[len(per_round) // 2], TARGET)}; ddpify said: {summaries[step]}")
-    shutil.rmtree(work, ignore_errors=True)
+    labels = {
+        "floor": "(a) libcst parse+code, every file, one process",
+        "check": "(b) ddpify . --check -j 2 -q",
+        "folder": "(c) ddpify . -o OUT/ -j 2 -q",
+        "entry": f"(d) ddpify {entry} --diff -q",
+    }
+    floors = [run.cpu for run in runs["floor"]]
+    rows = []
+    for step in steps:
+        cpu = [run.cpu for run in runs[step]]
+        per_round = [value / base for value, base in zip(cpu, floors)]
+        exits = ",".join(map(str, sorted({run.code for run in runs[step]})))
+        peak = max(run.peak_mib for run in runs[step])
+        wall = summary([run.wall for run in runs[step]], "s", 1)
+        rows.append([labels[step], summary(cpu, "s", 1), wall, ratio_summary(per_round), f"{peak:.0f} MiB", exits])
+    print(
+        f"\n{len(paths)} files, {lines} lines; CPU (user+sys) and wall: median [min-max] (N=rounds); ratio of CPU to (a) per round"
+    )
+    print(table(["measure", "CPU", "wall", "ratio", "peak RSS", "exit"], rows))
+    for step in steps[1:]:
+        per_round = sorted(run.cpu / base for run, base in zip(runs[step], floors))
+        last = runs[step][-1].stderr.rstrip().rpartition("\n")[2]
+        target = TARGETS[step]
+        print(f"{step}: {verdict(per_round[len(per_round) // 2], target)}; ddpify said: {last}")
     return 0
 
 

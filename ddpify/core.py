@@ -18,6 +18,10 @@ alone); a violation is refused with its DDP9xx code.
 
 from __future__ import annotations
 
+import ast
+import gc
+import hashlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -52,10 +56,18 @@ def convert(
 ) -> Conversion:
     """Convert one training script, or the program made of ``source`` (its entry script) and the
     local ``modules`` it imports; see the module docstring for what is guaranteed."""
+    # The trees and the index are millions of small objects, alive until the end and without
+    # cycles: the cyclic collector would walk them again and again (about half of the cost of
+    # parsing a large program). Reference counting still frees everything else at once.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         return _convert(source, path, options, modules)
     except Exception as exc:
         return _outcome(source, Status.INTERNAL_ERROR, [INTERNAL_ERROR.at(1, 1, f"internal error: {exc!r}", path)])
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _convert(
@@ -69,14 +81,14 @@ def _convert(
     tree = reach.parse(source)
     runs = None
     if tree is not None:
-        others_ = [reach.ModuleSource(local.name, local.package, reach.parse(local.source)) for local in modules]
+        others_ = [reach.ModuleSource(local.name, local.package, _PARSED.tree(local.source)) for local in modules]
         runs = reach.reach(reach.ModuleSource("__main__", "", tree), others_)
     others: list[Source] = []
     for local in modules:
         if runs is not None and not runs.runs(local.name):
             continue  # imported only by code that never runs: Python never loads it
         # Every module counts, torch or not: a package's __init__ re-exports, a config module names.
-        parsed = parse_checked(local.source, local.path, torch_only=False)
+        parsed = _PARSED.checked(local.source, local.path)
         if isinstance(parsed, Diagnostic):
             return _outcome(source, Status.INVALID, [parsed])
         if parsed is not None:
@@ -105,6 +117,62 @@ def _convert(
             return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
         return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), _changes(plan, path))
     return _apply_program(source, path, plan, diagnostics, by_path)
+
+
+class _Parsed:
+    """The trees of the modules that programs import, kept for the next program of this process.
+
+    The programs of a folder share their library: each one would parse every module of it
+    again, with libcst and with ``ast``. Trees are never changed (edits make new ones), so a
+    module read for one program serves the next, found by its text and path. At most
+    :attr:`LIMIT` bytes of text are kept, the least recently used left out first.
+    """
+
+    LIMIT = 8 << 20
+
+    def __init__(self) -> None:
+        self.kept: OrderedDict[tuple[bytes, bool, str], tuple[int, object]] = OrderedDict()
+        self.size = 0
+
+    def checked(self, source: str | bytes, path: str) -> cst.Module | Diagnostic | None:
+        """:func:`parse_checked` of a module of the program (torch or not)."""
+        found = self._get(source, path)
+        if found is None:
+            found = self._put(source, path, parse_checked(source, path, torch_only=False))
+        return found  # type: ignore[return-value]
+
+    def tree(self, source: str | bytes) -> ast.Module | None:
+        """:func:`reach.parse`, CPython's tree."""
+        found = self._get(source, "")
+        if found is None:
+            found = self._put(source, "", reach.parse(source))
+        return found  # type: ignore[return-value]
+
+    def _key(self, source: str | bytes, path: str) -> tuple[bytes, bool, str]:
+        data = source if isinstance(source, bytes) else source.encode("utf-8", "surrogatepass")
+        return hashlib.blake2b(data, digest_size=16).digest(), isinstance(source, bytes), path
+
+    def _get(self, source: str | bytes, path: str) -> object:
+        key = self._key(source, path)
+        found = self.kept.get(key)
+        if found is None:
+            return None
+        self.kept.move_to_end(key)
+        return found[1]
+
+    def _put(self, source: str | bytes, path: str, parsed: object) -> object:
+        size = len(source)
+        if parsed is None or size > self.LIMIT:
+            return parsed
+        self.kept[self._key(source, path)] = (size, parsed)
+        self.size += size
+        while self.size > self.LIMIT:
+            _, (dropped, _) = self.kept.popitem(last=False)
+            self.size -= dropped
+        return parsed
+
+
+_PARSED = _Parsed()
 
 
 def _plan(

@@ -8,10 +8,43 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ddpify.engine.collect import walk_tree
 from ddpify.engine.positions import locate
 from ddpify.engine.syntax import argument, dotted, imported_names, walk
 
 EXAMPLES = sorted((Path(__file__).parents[1] / "examples").glob("*.py"))
+FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("*/*/input.py"))
+# Every construct libcst has a node for, f-strings with and without format specs among them.
+CONSTRUCTS = """
+from . import a as b, c
+from .m import *
+import x.y as z
+@decorator(1)
+class A(B, metaclass=M):
+    x: int = 1
+    async def f(self, a, /, b=2, *args, c: "int", **kw) -> None:
+        global g
+        async with a as (b, c), d:
+            async for i in j:
+                yield from f"{x!r:>{width}} {y=} {z:{w}.{p}f}" f'{a}'
+        try:
+            pass
+        except* ValueError as e:
+            raise E from e
+        finally:
+            del a[1:2, ::3], b.c
+    def g():
+        nonlocal q
+        return lambda *a, k=1: [x async for x in y if x] or {k: v for k, v in d} or {*s} or (yield)
+match command:
+    case [Point(x=0, y=0), *rest] | {"k": 1, **kw} if rest:
+        print(~a @ b ** -c if not d else e, end="")
+    case str() as s:
+        assert s, "no"
+type Alias[T: int = str, *Ts, **P] = list[T]
+while (n := n - 1) > 0: continue
+else: x += 1; y >>= 2
+"""
 
 
 def call(code: str) -> cst.Call:
@@ -27,6 +60,37 @@ def test_positions_are_libcsts_syntactic_starts(example: Path) -> None:
     nodes = set(walk(module))
     found = locate(module, nodes)
     assert {n: found[n] for n in nodes} == {n: (expected[n].start.line, expected[n].start.column + 1) for n in nodes}
+
+
+class _Recorder(cst.CSTVisitor):
+    """Every call libcst makes on a visitor; some subtrees are not entered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, int]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.calls.append(("visit", id(node)))
+        return not isinstance(node, cst.IndentedBlock) or len(node.body) != 2
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.calls.append(("leave", id(original_node)))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [CONSTRUCTS, *(path.read_bytes() for path in [*EXAMPLES, *FIXTURES])],
+    ids=["constructs", *(str(path.parent.name) for path in [*EXAMPLES, *FIXTURES])],
+)
+def test_walk_tree_makes_the_calls_of_libcsts_visit(source: str | bytes) -> None:
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError:
+        pytest.skip("libcst cannot parse it")
+    expected, found = _Recorder(), _Recorder()
+    module.visit(expected)
+    walk_tree(module, found)
+    assert found.calls == expected.calls
 
 
 def test_argument_by_keyword_or_position() -> None:

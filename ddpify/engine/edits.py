@@ -271,8 +271,25 @@ def _place_setup_helpers(plan: EditPlan, names: Sequence[str] | None = None) -> 
 
 def _apply(plan: EditPlan, module: cst.Module) -> cst.Module:
     plan.rank_zero = plan.rank_zero_test(module)
-    merged_ifs = _ifs_run_on_rank_zero(plan)
-    return module.visit(_Applier(plan, merged_ifs))
+    inside = _inside(plan.index, module)
+    merged_ifs = _ifs_run_on_rank_zero(plan, inside)
+    return module.visit(_Applier(plan, merged_ifs, inside))
+
+
+def _inside(index: Index, module: cst.Module) -> Callable[[cst.CSTNode], bool]:
+    """Whether an edited node is one of ``module``'s (or a node the index does not number): the
+    edits of the program's other modules are left out of its rewrite, which would otherwise cost
+    every edit of the program for each module."""
+    if len(index.modules) <= 1:
+        return lambda node: True
+    order = index.order
+    first, last = order[module], index.last[module]
+
+    def inside(node: cst.CSTNode) -> bool:
+        at = order.get(node)
+        return at is None or first <= at <= last
+
+    return inside
 
 
 def _edited_nodes(plan: EditPlan) -> Iterator[cst.CSTNode]:
@@ -372,15 +389,15 @@ def _import_statement(item: Import) -> Statement:
     return cst.parse_statement(code + "\n")
 
 
-def _ifs_run_on_rank_zero(plan: EditPlan) -> set[cst.If]:
-    """``if step % 10 == 0: print(...)`` becomes ``if step % 10 == 0 and <rank 0>:``, not a nested ``if``."""
+def _ifs_run_on_rank_zero(plan: EditPlan, inside: Callable[[cst.CSTNode], bool]) -> set[cst.If]:
+    """``if step % 10 == 0: print(...)`` becomes ``if step % 10 == 0 and <rank 0>:``, not a nested ``if``
+    (in the module whose nodes are ``inside``)."""
     guarded = set(plan.rank_zero_only)
+    here = [s for s in plan.rank_zero_only if inside(s)]
     merged: set[cst.If] = {
-        s
-        for s in guarded
-        if isinstance(s, cst.If) and s.orelse is None and isinstance(s.body, cst.SimpleStatementSuite)
+        s for s in here if isinstance(s, cst.If) and s.orelse is None and isinstance(s.body, cst.SimpleStatementSuite)
     }
-    for stmt in guarded - merged:
+    for stmt in (s for s in here if s not in merged):
         block = plan.index.parent(stmt)
         owner = plan.index.parent(block)
         if (
@@ -396,7 +413,7 @@ def _ifs_run_on_rank_zero(plan: EditPlan) -> set[cst.If]:
 
 
 class _Applier(cst.CSTTransformer):
-    def __init__(self, plan: EditPlan, merged_ifs: set[cst.If]) -> None:
+    def __init__(self, plan: EditPlan, merged_ifs: set[cst.If], inside: Callable[[cst.CSTNode], bool]) -> None:
         super().__init__()
         self.plan = plan
         self.merged_ifs = merged_ifs
@@ -404,7 +421,8 @@ class _Applier(cst.CSTTransformer):
         self.guarded = {
             s
             for s in plan.rank_zero_only
-            if s not in merged_ifs
+            if inside(s)
+            and s not in merged_ifs
             and plan.index.parent(plan.index.parent(s)) not in merged_ifs
             and not any(a in everything for a in plan.index.ancestors(s))  # already inside a rank-0 block
         }
@@ -420,7 +438,7 @@ class _Applier(cst.CSTTransformer):
         )
         self.on_path: set[cst.CSTNode] = set()
         for node in edited:
-            if node not in self.on_path:
+            if node not in self.on_path and inside(node):
                 self.on_path.add(node)
                 self.on_path.update(plan.index.ancestors(node))
 

@@ -21,8 +21,9 @@ a ``Trainer`` class) without a full type inference.
 from __future__ import annotations
 
 import builtins
+from bisect import bisect_right
 from collections import defaultdict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -87,11 +88,14 @@ class Index(ProgramClasses):
     order: dict[cst.CSTNode, int] = field(default_factory=dict)
     last: dict[cst.CSTNode, int] = field(default_factory=dict)
     function_of: dict[cst.CSTNode, Scope] = field(default_factory=dict)  # see scope_of()
-    _bound_by_module: dict[cst.Module, set[str]] = field(default_factory=dict)
+    _bound_by_module: dict[cst.Module, set[str]] | None = None
+    _module_starts: list[int] = field(default_factory=list)  # each module's first number, as in ``modules``
     _positions: dict[cst.CSTNode, tuple[int, int]] = field(default_factory=dict)
     _wanted: set[cst.CSTNode] = field(default_factory=set)
     _flows_from: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
     _flows_into: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
+    # What records the flows, run on the first question about them: "already distributed" needs none.
+    _collect_flows: Callable[[], None] | None = None
     _callers: dict[cst.FunctionDef, list[cst.Call]] | None = None
     _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
@@ -127,9 +131,13 @@ class Index(ProgramClasses):
         if len(self.modules) <= 1:
             return self.module
         at = self.order[node]
-        for module in self.modules:
-            if self.order[module] <= at <= self.last[module]:
-                return module
+        # The modules are numbered one after the other, in the order of ``modules``.
+        starts = self._module_starts
+        if len(starts) != len(self.modules):
+            starts = self._module_starts = [self.order[module] for module in self.modules]
+        slot = bisect_right(starts, at) - 1
+        if slot >= 0 and at <= self.last[self.modules[slot]]:
+            return self.modules[slot]
         raise ValueError("the node is not in any module of the program")
 
     def path_of(self, node: cst.CSTNode) -> str:
@@ -180,16 +188,14 @@ class Index(ProgramClasses):
         return set()
 
     def _bound_in(self, module: cst.Module) -> set[str]:
-        """Every name ``module`` binds anywhere (computed once per module, on first use): another
+        """Every name ``module`` binds anywhere (computed for every module on first use): another
         module's ``from io import open`` does not hide the built-in ``open`` here."""
-        found = self._bound_by_module.get(module)
-        if found is None:
-            found = set()
+        by_module = self._bound_by_module
+        if by_module is None:
+            by_module = self._bound_by_module = {}
             for scope, names in self.bound.items():
-                if self.module_of(scope) is module:
-                    found |= names
-            self._bound_by_module[module] = found
-        return found
+                by_module.setdefault(self.module_of(scope), set()).update(names)
+        return by_module.get(module, set())
 
     def is_call_to(self, node: cst.CSTNode, names: frozenset[str]) -> bool:
         return isinstance(node, cst.Call) and bool(self.qualified_names(node.func) & names)
@@ -391,10 +397,18 @@ class Index(ProgramClasses):
         self._flows_into[flow.dst].append(flow)
 
     def flows_from(self, ref: Ref) -> list[Flow]:
+        self._flows_known()
         return self._flows_from.get(ref, [])
 
     def flows_into(self, ref: Ref) -> list[Flow]:
+        self._flows_known()
         return self._flows_into.get(ref, [])
+
+    def _flows_known(self) -> None:
+        collect = self._collect_flows
+        if collect is not None:
+            self._collect_flows = None
+            collect()
 
     def lineage(self, ref: Ref) -> set[Ref]:
         """Every place the value at ``ref`` came from or goes to."""
