@@ -211,6 +211,8 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder):
             return streams
         for call in lineage.calls:
             if index.qualified_names(call.func) & DIFFERENTIATES:
+                if len(backwards) > 1:
+                    return None  # several steps (a GAN's penalty on one of them): the data stays whole, as before
                 raise Refused(
                     call,
                     f"the loss differentiates with respect to the data (`{_code(index, call.func)}`), which "
