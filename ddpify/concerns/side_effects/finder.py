@@ -132,6 +132,7 @@ class Finder:
         index = self.index
         tracker_refs = self.assigned_from(trackers)
         self.tracker_fields = self._fields_holding(trackers)
+        tracker_refs |= self._aliases_of_fields()
         logger_refs = self.assigned_from(
             c for c in index.calls if index.is_call_to(c, torch_api.LOGGER_FACTORIES) and _assigned(index.parent(c))
         )
@@ -258,6 +259,24 @@ class Finder:
             if owner is not None:
                 fields.append((frozenset(index.lineage(owner)), target.attr.value))
         return fields
+
+    def _aliases_of_fields(self) -> set[Ref]:
+        """``tb_logger = self.config.tb_logger``: another name for a tracker kept on an object."""
+        index = self.index
+        refs: set[Ref] = set()
+        if not self.tracker_fields:
+            return refs
+        for stmt in index.statements:
+            for small in stmt.body:
+                if (
+                    isinstance(small, cst.Assign)
+                    and len(small.targets) == 1
+                    and isinstance(small.value, cst.Attribute)
+                    and self._on_a_tracker_field(small.value)
+                    and (ref := index.ref_of(small.targets[0].target, index.scope_of(small))) is not None
+                ):
+                    refs |= index.downstream(ref)
+        return refs
 
     def _on_a_tracker_field(self, expr: cst.BaseExpression) -> bool:
         """``self.config.writer`` in ``self.config.writer.add_scalar(...)``, for a tracker kept on ``config``."""
