@@ -13,17 +13,13 @@ import libcst.matchers as m
 from ddpify.concerns.tensors.lineage import Refused, _code, _Lineage, _StepReader, _value_of
 from ddpify.engine.index import Ref, Scope
 from ddpify.engine.syntax import assigned
+from ddpify.engine.uniformity.sources import NOT_NUMPY_DRAWS, NUMPY_GENERATORS
 
 # torch calls that do not make a data tensor.
 NOT_TENSORS = ("torch.nn.", "torch.optim.", "torch.utils.", "torch.cuda.", "torch.distributed.", "torch.backends.")
 NOT_TENSOR_CALLS = frozenset({"torch.device", "torch.Generator", "torch.manual_seed", "torch.load", "torch.no_grad"})
 # numpy functions that make no array of data: generators, seeds, the global generator's state.
-NUMPY_GENERATORS = frozenset(f"numpy.random.{name}" for name in ("RandomState", "default_rng", "Generator"))
-NOT_ARRAYS = (
-    NUMPY_GENERATORS
-    | frozenset(f"numpy.random.{name}" for name in ("seed", "SeedSequence", "get_state", "set_state"))
-    | frozenset({"numpy.dtype", "numpy.finfo", "numpy.iinfo"})
-)
+NOT_ARRAYS = NOT_NUMPY_DRAWS | {"numpy.random.set_state", "numpy.dtype", "numpy.finfo", "numpy.iinfo"}
 # Calls that give the same rows as another type: an array as a tensor, a list as an array.
 CONVERSIONS = frozenset(
     {"torch.from_numpy", "torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor"}

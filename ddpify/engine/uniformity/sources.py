@@ -69,9 +69,8 @@ GLOBAL_TORCH_DRAWS = frozenset(
     )
 )
 # numpy.random functions that draw nothing from the global generator (a seeded generator is the program's own).
-NOT_NUMPY_DRAWS = frozenset(
-    f"numpy.random.{name}" for name in ("seed", "default_rng", "RandomState", "Generator", "SeedSequence", "get_state")
-)
+NUMPY_GENERATORS = frozenset(f"numpy.random.{name}" for name in ("RandomState", "default_rng", "Generator"))
+NOT_NUMPY_DRAWS = NUMPY_GENERATORS | frozenset(f"numpy.random.{name}" for name in ("seed", "SeedSequence", "get_state"))
 NOT_RANDOM_DRAWS = frozenset({"random.seed", "random.Random", "random.SystemRandom", "random.getstate"})
 
 
