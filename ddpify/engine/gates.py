@@ -17,10 +17,12 @@ class whose every construction) is reached only through one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 
 from ddpify.engine.index import Index
+from ddpify.engine.syntax import assigned
 
 
 @dataclass(frozen=True)
@@ -102,28 +104,27 @@ def _is_setting(index: Index, stmt: cst.If) -> bool:
     for ancestor in index.ancestors(stmt):
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             break
-        if isinstance(ancestor, (cst.For, cst.While)):
-            bound = {
-                n.value
-                for n in index.walk(ancestor)
-                if isinstance(n, cst.Name) and _binds(index, n) and n.value in read
-            }
-            if bound:
-                return False
+        if isinstance(ancestor, (cst.For, cst.While)) and read & _names_bound_in(index, ancestor):
+            return False
     return True
 
 
-def _binds(index: Index, name: cst.Name) -> bool:
-    """Whether ``name`` is written here: an assignment's, a loop's or a ``with``'s target."""
-    child: cst.CSTNode = name
-    for ancestor in index.ancestors(name):
-        if isinstance(ancestor, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.AsName, cst.NamedExpr)):
-            target = getattr(ancestor, "target", None) or getattr(ancestor, "name", None)
-            return target is not None and (target is child or index.inside(name, target))
-        if not isinstance(ancestor, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
-            return False
-        child = ancestor
-    return False
+def _names_bound_in(index: Index, block: cst.CSTNode) -> set[str]:
+    """The names that an assignment, a loop, a ``with ... as`` or a ``:=`` inside ``block`` writes."""
+    targets: list[cst.BaseExpression] = []
+    for node in index.walk(block):
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
+            targets.append(node.target)
+        elif isinstance(node, cst.AsName):
+            targets.append(cast(cst.BaseExpression, node.name))
+    names: set[str] = set()
+    for target in targets:
+        for single in assigned(target):
+            if isinstance(single, cst.StarredElement):
+                single = single.value
+            if isinstance(single, cst.Name):
+                names.add(single.value)
+    return names
 
 
 def _runs_of(index: Index, function: cst.FunctionDef) -> list[cst.CSTNode]:
