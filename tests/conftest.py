@@ -37,11 +37,33 @@ QUICK_TORCHRUN = (
 )
 
 
+# The exhaustive matrix forks its ranks from a server that has imported torch
+# already (tests/forkrun.py): a third of the cost of three imports of torch per
+# run. DDPIFY_TEST_TORCHRUN=1 runs it under real torchrun instead.
+FORKED = os.environ.get("DDPIFY_TEST_TORCHRUN") != "1"
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("torchrun") is not None and item.nodeid not in QUICK_TORCHRUN:
             item.add_marker(pytest.mark.exhaustive)
+
+
+@pytest.fixture(autouse=True)
+def _forked_ranks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if FORKED and request.node.get_closest_marker("exhaustive") is not None:
+        import forkrun
+
+        from ddpify.verify import launcher
+
+        monkeypatch.setattr(launcher, "run_under_torchrun", forkrun.run_forked)
+
+
+def pytest_sessionfinish() -> None:
+    forkrun = sys.modules.get("forkrun")
+    if forkrun is not None:
+        forkrun.close_server()
 
 
 RunDdpify = Callable[..., subprocess.CompletedProcess[str]]
