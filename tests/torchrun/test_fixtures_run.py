@@ -62,6 +62,7 @@ CASES = [
     "tensors/example_list_shuffled_and_sliced",
     "data/loader_from_a_method_through_a_generator",
     "data/sampler_with_replacement",
+    "model/ema_copy_updated_beside_forward",
 ]
 
 

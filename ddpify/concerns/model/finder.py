@@ -126,7 +126,10 @@ class _Finder:
                         unwrap_where_wrapped=tuple(r for r in unwrap if self._runs_before(r, model.insert_after)),
                         through_forward=through_forward,
                         lineage=frozenset(self.index.lineage(model.ref)),
-                        unused=self.forward.skipped_submodule(classes)
+                        unused=self.forward.skipped_submodule(
+                            classes,
+                            frozenset({"forward", *(cast(cst.Attribute, c.func).attr.value for c in through_forward)}),
+                        )
                         or self.outputs.output_used_sometimes(model, classes),
                         small_batch_norm=self.forward.small_batch_norm(model, classes),
                         wrapped_again=tuple(self.reads.wrapped_again(model.ref, model.insert_after))

@@ -157,7 +157,12 @@ class ForwardChecks:
                 )
         return tuple(routed)
 
-    def skipped_submodule(self, classes: set[cst.ClassDef], seen: frozenset[cst.ClassDef] = frozenset()) -> str | None:
+    def skipped_submodule(
+        self,
+        classes: set[cst.ClassDef],
+        entries: frozenset[str] = frozenset({"forward"}),
+        seen: frozenset[cst.ClassDef] = frozenset(),
+    ) -> str | None:
         """A submodule that ``forward`` runs only on some calls: its parameters then get no gradient.
 
         ``if with_aux: aux = self.aux_head(h)``, or ``if big: return self.expert_big(h)`` before
@@ -165,17 +170,18 @@ class ForwardChecks:
         next step, unless built with ``find_unused_parameters=True``. So does a flag of the module's own
         (``if self.do_bn: x = self.bn(x)``): where it is off, the submodule never gets a gradient.
         ``if self.training:`` holds in every training step.
-        Submodules built from the script's own classes are followed.
+        ``entries`` are the methods the step runs as the wrapper's forward (``forward``, and a
+        ``compute_loss`` routed through it). Submodules built from the script's own classes are followed.
         """
         index = self.index
-        for cls in classes:
+        for cls in sorted(classes, key=index.position):
             forward = index.functions.get((cls, "forward"))
             self_name = index.self_name(forward) if forward is not None else None
             if forward is None or self_name is None:
                 continue
-            idle = self._never_used(cls)
+            idle = self._never_used(cls, entries)
             if idle is not None:
-                return f"`{self_name}.{idle}` is built but never used"
+                return f"`{self_name}.{idle}` is built but forward() never runs it"
             calls = [
                 node
                 for node in index.walk(forward.body)
@@ -200,13 +206,14 @@ class ForwardChecks:
                 if isinstance(node, cst.Call)
                 if (sub := index.local_class(node.func)) is not None and sub not in seen | {cls}
             }
-            if submodules and (found := self.skipped_submodule(submodules, seen | classes)) is not None:
+            if submodules and (found := self.skipped_submodule(submodules, seen=seen | classes)) is not None:
                 return found
         return None
 
-    def _never_used(self, cls: cst.ClassDef) -> str | None:
-        """A submodule ``__init__`` builds (``self.label_emb = nn.Embedding(...)``) that no other method of
-        the class mentions: its parameters never get a gradient."""
+    def _never_used(self, cls: cst.ClassDef, entries: frozenset[str]) -> str | None:
+        """A submodule ``__init__`` builds (``self.label_emb = nn.Embedding(...)``, an EMA copy
+        ``self.ema_model = deepcopy(self.model)``) that nothing the wrapper's forward runs mentions:
+        its parameters never get a gradient."""
         index = self.index
         init = index.functions.get((cls, "__init__"))
         self_name = index.self_name(init) if init is not None else None
@@ -226,18 +233,31 @@ class ForwardChecks:
                 )
             ):
                 built.append(cast(cst.Attribute, node.targets[0].target).attr.value)
-        # a method under no_grad (an EMA update, sampling) gives no submodule a gradient
-        methods = [
-            f
-            for (owner, _), f in index.functions.items()
-            if owner is cls and f is not init and not _no_grad_method(index, f)
-        ]
+        # Only what the wrapper's forward runs gets a gradient: forward (or the method the step runs as
+        # forward) and the methods of the class it calls, not an EMA update or sampling beside it.
+        methods = [f for f in self._run_by(cls, entries) if not _no_grad_method(index, f)]
         for name in built:
             if not any(
                 a.attr.value == name for f in methods for a in index.attributes.get(name, ()) if index.inside(a, f)
             ):
                 return name
         return None
+
+    def _run_by(self, cls: cst.ClassDef, entries: frozenset[str]) -> list[cst.FunctionDef]:
+        """The methods of ``cls`` named in ``entries`` and those they call or name on ``self``, to any depth."""
+        index = self.index
+        found = [f for name in sorted(entries) if (f := index.functions.get((cls, name))) is not None]
+        for method in found:  # grows as it goes
+            self_name = index.self_name(method)
+            for node in index.walk(method.body):
+                if (
+                    isinstance(node, cst.Attribute)
+                    and m.matches(node.value, m.Name(self_name or ""))
+                    and (callee := index.functions.get((cls, node.attr.value))) is not None
+                    and callee not in found
+                ):
+                    found.append(callee)
+        return found
 
     def _varying_condition(self, call: cst.Call, forward: cst.FunctionDef, self_name: str) -> cst.BaseExpression | None:
         """The test of an ``if`` that decides whether ``call`` runs, when it may differ between steps."""
