@@ -33,7 +33,7 @@ through its name -- stores ``model.module`` (found by the model concern with
 
 Limits: a ``torch.load`` without ``map_location`` whose result is not only fed
 to ``load_state_dict`` is reported (DDP401), not changed; a barrier follows a
-save only when the script loads the same path expression again.
+save only when the script loads a path of the same shape again (the same text, variables aside).
 """
 
 from __future__ import annotations
@@ -102,14 +102,14 @@ class _Finder:
         """Saves of a file the script reads back with ``torch.load``: the other ranks must wait for rank 0."""
         index = self.index
         loaded = {
-            index.module.code_for_node(call.args[0].value)
+            _path_shape(index, call.args[0].value)
             for call in index.calls
             if index.is_call_to(call, torch_api.LOAD) and call.args
         }
         for stmt in saves:
             call = cast(cst.Expr, stmt.body[0]).value
             path = argument(call, "f", 1) if isinstance(call, cst.Call) else None
-            if path is not None and index.module.code_for_node(path.value) in loaded:
+            if path is not None and _path_shape(index, path.value) in loaded:
                 yield stmt
 
     def state_loads(self) -> Iterator[cst.Call]:
@@ -213,6 +213,23 @@ def saved(index: Index, value: cst.BaseExpression) -> bool:
         and index.ref_of(call.args[0].value, index.scope_of(call)) == holder
         for call in index.calls
     )
+
+
+class _Blanked(cst.CSTTransformer):
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        return updated_node.with_changes(value="_")
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        return updated_node.with_changes(attr=original_node.attr)  # ``args.resume``: only ``args`` varies
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        return updated_node.with_changes(keyword=original_node.keyword)
+
+
+def _path_shape(index: Index, path: cst.BaseExpression) -> str:
+    """A path expression with every variable blanked: ``'{}.pkl'.format(epoch)`` and
+    ``'{}.pkl'.format(best_epoch)`` may name the same file, ``f"{d}/model.pt"`` and ``f"{d}/optim.pt"`` never do."""
+    return index.module.code_for_node(path.visit(_Blanked()))
 
 
 def _rank_zero_unit(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:

@@ -63,6 +63,7 @@ CASES = [
     "data/loader_from_a_method_through_a_generator",
     "data/sampler_with_replacement",
     "model/ema_copy_updated_beside_forward",
+    "checkpoints/best_epoch_reloaded",
 ]
 
 
