@@ -229,7 +229,7 @@ class _Blanked(cst.CSTTransformer):
 def _path_shape(index: Index, path: cst.BaseExpression) -> str:
     """A path expression with every variable blanked: ``'{}.pkl'.format(epoch)`` and
     ``'{}.pkl'.format(best_epoch)`` may name the same file, ``f"{d}/model.pt"`` and ``f"{d}/optim.pt"`` never do."""
-    return index.module.code_for_node(path.visit(_Blanked()))
+    return index.module.code_for_node(cast(cst.BaseExpression, path.visit(_Blanked())))
 
 
 def _rank_zero_unit(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
