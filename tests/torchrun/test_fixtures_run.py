@@ -64,6 +64,7 @@ CASES = [
     "data/sampler_with_replacement",
     "model/ema_copy_updated_beside_forward",
     "checkpoints/best_epoch_reloaded",
+    "model/model_read_through_a_trainer_instance",
 ]
 
 

@@ -221,11 +221,33 @@ class WrapperReads:
                     queue.append(flow.dst)
         return [
             (ref, read)
-            for ref in wrapped
-            for scope in index.scopes_reading(ref)
-            for read in index.mentions(scope, ref)
+            for ref in sorted(wrapped, key=lambda r: r.path)
+            for read in (
+                *(read for scope in index.scopes_reading(ref) for read in index.mentions(scope, ref)),
+                *self._through_instances(ref),
+            )
             if ref is not target or after_wrap(read)
         ]
+
+    def _through_instances(self, ref: Ref) -> Iterator[cst.Attribute]:
+        """``trainer.model`` after ``trainer = Trainer(model, ...)`` in the same function: the attribute
+        ``self.model`` of the program's class, read through an instance of it."""
+        index = self.index
+        cls = ref.scope
+        if not (isinstance(cls, cst.ClassDef) and ref.path.startswith("self.")):
+            return
+        for attribute in index.attributes.get(ref.path[5:], ()):
+            scope = index.scope_of(attribute)
+            holder = index.carried_ref(attribute.value, scope) if isinstance(attribute.value, cst.Name) else None
+            if holder is None or holder.scope is not scope:
+                continue
+            built = {
+                index.local_class(assign.value.func)
+                for assign in index.assignments_to(holder)
+                if isinstance(assign.value, cst.Call)
+            }
+            if built == {cls}:
+                yield attribute
 
     def _built_anew(
         self, target: Ref, wrap: cst.BaseStatement, reads: list[cst.BaseExpression]
