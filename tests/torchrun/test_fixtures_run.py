@@ -65,6 +65,7 @@ CASES = [
     "model/ema_copy_updated_beside_forward",
     "checkpoints/best_epoch_reloaded",
     "model/model_read_through_a_trainer_instance",
+    "tensors/batchified_by_a_corpus_method",
 ]
 
 

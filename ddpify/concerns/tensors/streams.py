@@ -71,14 +71,17 @@ class _StreamFinder(_SampleFinder):
         return Streams(stmt, ref.path, size.value, dim)
 
     def _batchified(self, call: cst.Call) -> tuple[cst.Arg, int] | None:
-        """For a call to the script's ``batchify(data, bsz)`` -- ``data.view(bsz, -1)``, then ``.t()`` or not --
+        """For a call to the script's ``batchify(data, bsz)`` -- ``data.view(bsz, -1)``, then ``.t()`` or not, or
+        ``corpus.get_data(path, bsz)`` that ends with ``ids.view(bsz, -1)`` --
         the argument that gives the number of streams, and the dimension they end up in."""
         index = self.index
-        callee = index.resolve_callee(call, index.scope_of(call))
-        if callee is None or callee[1]:
+        scope = index.scope_of(call)
+        # ``batchify(tokens, bsz)``, or a method of a corpus object: ``corpus.get_data(path, bsz)``
+        callee = index.resolve_callee(call, scope) or index.instance_method(call, scope)
+        if callee is None:
             return None
-        function = callee[0]
-        names = parameter_names(function)
+        function, implicit = callee
+        names = parameter_names(function)[implicit:]
         found: list[tuple[int, int]] = []
         for node in index.walk(function.body):
             if not (
