@@ -12,6 +12,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -366,8 +367,8 @@ def _collect_flows(index: Index) -> None:
             for key, entry in _string_entries(index, value, scope):
                 index.add_flow(Flow(entry, keyed(dst, key), stmt))
             return
-        if isinstance(value, cst.Call):  # values returned by the script's own functions
-            callee = index.resolve_callee(value, scope)
+        if isinstance(value, cst.Call):  # values returned by the script's own functions and methods
+            callee = index.resolve_callee(value, scope) or index.instance_method(value, scope)
             if callee is None or callee[0].name.value == "__init__":
                 return
             for ret in returns.get(callee[0], ()):
@@ -406,9 +407,17 @@ def _collect_flows(index: Index) -> None:
                 position += 1
             else:
                 name = arg.keyword.value if arg.keyword.value in keyword_params else None
+            if name is None:
+                continue
             src = index.carried_ref(arg.value, scope)
-            if name is not None and src is not None:
+            if src is not None:
                 index.add_flow(Flow(src, Ref(function, name), stmt))
+            elif isinstance(arg.value, cst.Call):  # ``Trainer(data.loader(), ...)``: what the inner call returns
+                inner = index.resolve_callee(arg.value, scope) or index.instance_method(arg.value, scope)
+                if inner is not None and inner[0].name.value != "__init__":
+                    for ret in returns.get(inner[0], ()):
+                        returned = _return_ref(index, cast(cst.BaseExpression, ret.value), inner[0], None)
+                        index.add_flow(Flow(returned, Ref(function, name), stmt))
 
 
 def _collect_imported_values(index: Index, imported: list[tuple[cst.ImportFrom, str]]) -> None:

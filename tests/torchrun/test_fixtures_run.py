@@ -66,6 +66,7 @@ CASES = [
     "checkpoints/best_epoch_reloaded",
     "model/model_read_through_a_trainer_instance",
     "tensors/batchified_by_a_corpus_method",
+    "data/loader_from_a_loader_class_into_a_trainer",
 ]
 
 

@@ -33,6 +33,7 @@ RECORDER = Path(__file__).parent / "record_examples.py"
 SHARDED = {
     "data/loader_passed_to_a_method": 0,
     "data/loader_read_through_a_generator": 0,
+    "data/loader_from_a_loader_class_into_a_trainer": 0,
     "model/ema_copy_updated_beside_forward": 0,
     "tensors/hand_made_batches": 0,
     "tensors/permutation": 0,
