@@ -67,6 +67,7 @@ CASES = [
     "model/model_read_through_a_trainer_instance",
     "tensors/batchified_by_a_corpus_method",
     "data/loader_from_a_loader_class_into_a_trainer",
+    "model/ema_copy_in_a_model_from_a_builder",
 ]
 
 

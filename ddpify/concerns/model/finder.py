@@ -31,7 +31,7 @@ from ddpify.concerns.model.freezing import Freezing
 from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.concerns.model.outputs import OutputUse
 from ddpify.concerns.model.reads import WrapperReads
-from ddpify.engine.index import Index, Ref
+from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward
 from ddpify.engine.syntax import argument
 
@@ -296,12 +296,36 @@ class _Finder:
 
     def _built_class(self, stmt: cst.SimpleStatementLine) -> cst.ClassDef | None:
         """The script's own class a statement builds the model from: ``Net`` in ``model = Net().to(device)``."""
-        value = statement_value(stmt)
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-            value = value.func.value
-        if isinstance(value, cst.Call):
-            return self.index.local_class(value.func)
-        return None
+        return self._class_made_by(statement_value(stmt), self.index.scope_of(stmt))
+
+    def _class_made_by(self, value: cst.BaseExpression | None, scope: Scope, depth: int = 0) -> cst.ClassDef | None:
+        """``Net(...)``, ``Net(...).to(device)``, or a builder of the program's own that returns one:
+        ``get_diffusion(args).to(device)`` where ``get_diffusion`` ends with ``return GaussianDiffusion(...)``."""
+        index = self.index
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and index.local_class(value.func) is None
+            and (depth >= 3 or index.resolve_callee(value, scope) is None)
+        ):
+            value = value.func.value  # ``.to(device)``, ``.cuda()``
+        if not isinstance(value, cst.Call):
+            return None
+        own = index.local_class(value.func)
+        callee = index.resolve_callee(value, scope) if own is None and depth < 3 else None
+        if callee is None or callee[0].name.value == "__init__":
+            return own
+        function = callee[0]
+        made = set()
+        for node in index.walk(function.body):
+            if isinstance(node, cst.Return) and index.scope_of(node) is function and node.value is not None:
+                returned: cst.BaseExpression | None = node.value
+                ref = index.carried_ref(node.value, function)
+                if ref is not None:  # ``model = Net(...)`` ... ``return model``
+                    values = [a.value for a in index.assignments_to(ref)]
+                    returned = values[0] if len(values) == 1 else None
+                made.add(self._class_made_by(returned, function, depth + 1))
+        return made.pop() if len(made) == 1 else None
 
     def _data_parallel_model(
         self, stmt: cst.SimpleStatementLine, target: Ref, moves: list[_Move], optimizer: cst.Call
