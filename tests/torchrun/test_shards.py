@@ -40,6 +40,7 @@ SHARDED = {
     "tensors/full_batch_in_main_guard": 0,
     "tensors/numpy_arrays_converted_in_the_loop": 0,
     "tensors/example_list_shuffled_and_sliced": 0,
+    "tensors/examples_batched_by_a_generator": 0,
 }
 DRAWN = {"data/sampler_with_replacement": 0, "tensors/drawn_each_step": 0}
 

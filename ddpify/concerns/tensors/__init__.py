@@ -63,6 +63,10 @@ same on every rank, and ``init_hidden(bsz)`` still fits::
     ->  train_data = batchify(corpus.train, args.batch_size * dist.get_world_size())
         train_data = train_data.narrow(1, dist.get_rank() * args.batch_size, args.batch_size).contiguous()
 
+Batches that a generator of the program's own makes from a sequence of examples
+(``for x, y in batch_iter(train_data, bs)``) come from this rank's equal share of
+the sequence, ``train_data[shard]`` (:mod:`.generated`).
+
 The tensors are recognised by what they are, never by their names: the
 tensor the model is called on (directly, or through ``xb = x[idx]``), made by
 torch (``torch.tensor(array)``, ``torch.randn``, arithmetic, ``.to(device)``,
@@ -98,6 +102,7 @@ import libcst as cst
 from ddpify import torch_api
 from ddpify.concerns import data, model, process_group
 from ddpify.concerns.tensors.draws import Reseed, _DrawFinder, rewrite_reseed
+from ddpify.concerns.tensors.generated import GeneratedBatches, _GeneratedFinder, rewrite_generated
 from ddpify.concerns.tensors.lineage import Refused, _code
 from ddpify.concerns.tensors.samples import RANDOM_CHOICES
 from ddpify.concerns.tensors.shards import Closure, FullBatch, _ShardFinder, rewrite_full_batch
@@ -122,6 +127,7 @@ class Facts:
     full_batches: tuple[FullBatch, ...] = ()
     reseeds: tuple[Reseed, ...] = ()
     streams: tuple[Streams, ...] = ()
+    generated: tuple[GeneratedBatches, ...] = ()
     # training data that cannot be sharded, and why: left whole on every rank (refused with --strict)
     unsharded: tuple[tuple[cst.CSTNode, str], ...] = ()
 
@@ -154,11 +160,14 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
         return Facts(reseeds=(found,))
     if isinstance(found, Streams):
         return Facts(streams=(found,))
+    if isinstance(found, GeneratedBatches):
+        return Facts(generated=(found,))
     return Facts((found,))
 
 
-class _Finder(_ShardFinder, _DrawFinder, _StreamFinder):
-    """Where the training step's data comes from: whole tensors, draws in the step, or batchified text."""
+class _Finder(_ShardFinder, _DrawFinder, _StreamFinder, _GeneratedFinder):
+    """Where the training step's data comes from: whole tensors, draws in the step, batchified text, or a
+    generator of the program's own over a sequence of examples."""
 
     def _loader_subclass(self, loop: cst.For | cst.While) -> cst.ClassDef | None:
         """The program's own DataLoader subclass whose instance ``loop`` iterates, if it is one."""
@@ -169,7 +178,7 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder):
         classes = index.constructed_classes(ref) if ref is not None else iter(())
         return next((cls for cls in classes if index.derives_from(cls, torch_api.DATALOADER)), None)
 
-    def shard(self) -> FullBatch | Reseed | Streams | None:
+    def shard(self) -> FullBatch | Reseed | Streams | GeneratedBatches | None:
         index = self.index
         backwards = [c for c in index.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"]
         if not backwards:
@@ -204,6 +213,9 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder):
                     "yourself, or build a plain DataLoader",
                     whole=True,
                 )
+        generated = self._generated(loops) if closure is None else None
+        if generated is not None:
+            return generated
         losses = [value for b in backwards for value in (cast(cst.Attribute, b.func).value, *(a.value for a in b.args))]
         lineage = self._lineage(losses, scope, step)
         streams = self._streams(lineage) if closure is None else None
@@ -252,6 +264,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             )
     for streams in facts.streams:
         rewrite_streams(streams, plan)
+    for generated in facts.generated:
+        rewrite_generated(generated, plan)
     for reseed in facts.reseeds:
         rewrite_reseed(reseed, plan)
     for full in facts.full_batches:
