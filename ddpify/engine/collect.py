@@ -66,8 +66,9 @@ def _build(module: cst.Module, others: Sequence[Source], path: str, reach: Reach
     _collect_star_imports(index, imported)
 
     def flows() -> None:
-        _collect_flows(index)
+        returns = _collect_flows(index)
         _collect_imported_values(index, imported)
+        _collect_registry_calls(index, returns)
 
     index._collect_flows = flows
     return index
@@ -343,7 +344,7 @@ def _check_aligned(node: cst.BaseCompoundStatement, skip: Skipped) -> None:
         raise _Misaligned
 
 
-def _collect_flows(index: Index) -> None:
+def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
     """Record how values move between places (see :class:`Flow`)."""
     returns: dict[cst.FunctionDef, list[cst.Return]] = defaultdict(list)
     for node in index.walk_program():
@@ -392,32 +393,54 @@ def _collect_flows(index: Index) -> None:
     for call in index.calls:
         scope = index.scope_of(call)
         callee = index.resolve_callee(call, scope) or index.instance_method(call, scope)
-        if callee is None:
+        if callee is not None:
+            _argument_flows(index, call, *callee, returns)
+    return returns
+
+
+def _collect_registry_calls(index: Index, returns: dict[cst.FunctionDef, list[cst.Return]]) -> None:
+    """``TRAINERS[cfg.trainer](model, loader)``: the arguments reach ``__init__`` of every class the registry
+    holds. After the other flows, which find the registry (imported from another module, say)."""
+    for call in index.calls:
+        if isinstance(call.func, cst.Subscript):
+            for cls in index.registry_classes(call.func):
+                init = index.method(cls, "__init__")
+                if init is not None:
+                    _argument_flows(index, call, init, 1, returns)
+
+
+def _argument_flows(
+    index: Index,
+    call: cst.Call,
+    function: cst.FunctionDef,
+    skipped: int,
+    returns: dict[cst.FunctionDef, list[cst.Return]],
+) -> None:
+    """The arguments of ``call`` reach the parameters of ``function`` (its first ``skipped`` filled implicitly)."""
+    scope = index.scope_of(call)
+    params = parameter_names(function)[skipped:]
+    keyword_params = set(parameter_names(function)) | {p.name.value for p in function.params.kwonly_params}
+    stmt = index.statement_of(call)
+    position = 0
+    for arg in call.args:
+        if arg.star:
+            break
+        if arg.keyword is None:
+            name = params[position] if position < len(params) else None
+            position += 1
+        else:
+            name = arg.keyword.value if arg.keyword.value in keyword_params else None
+        if name is None:
             continue
-        function, skipped = callee
-        params = parameter_names(function)[skipped:]
-        keyword_params = set(parameter_names(function)) | {p.name.value for p in function.params.kwonly_params}
-        stmt = index.statement_of(call)
-        position = 0
-        for arg in call.args:
-            if arg.star:
-                break
-            if arg.keyword is None:
-                name = params[position] if position < len(params) else None
-                position += 1
-            else:
-                name = arg.keyword.value if arg.keyword.value in keyword_params else None
-            if name is None:
-                continue
-            src = index.carried_ref(arg.value, scope)
-            if src is not None:
-                index.add_flow(Flow(src, Ref(function, name), stmt))
-            elif isinstance(arg.value, cst.Call):  # ``Trainer(data.loader(), ...)``: what the inner call returns
-                inner = index.resolve_callee(arg.value, scope) or index.instance_method(arg.value, scope)
-                if inner is not None and inner[0].name.value != "__init__":
-                    for ret in returns.get(inner[0], ()):
-                        returned = _return_ref(index, cast(cst.BaseExpression, ret.value), inner[0], None)
-                        index.add_flow(Flow(returned, Ref(function, name), stmt))
+        src = index.carried_ref(arg.value, scope)
+        if src is not None:
+            index.add_flow(Flow(src, Ref(function, name), stmt))
+        elif isinstance(arg.value, cst.Call):  # ``Trainer(data.loader(), ...)``: what the inner call returns
+            inner = index.resolve_callee(arg.value, scope) or index.instance_method(arg.value, scope)
+            if inner is not None and inner[0].name.value != "__init__":
+                for ret in returns.get(inner[0], ()):
+                    returned = _return_ref(index, cast(cst.BaseExpression, ret.value), inner[0], None)
+                    index.add_flow(Flow(returned, Ref(function, name), stmt))
 
 
 def _collect_imported_values(index: Index, imported: list[tuple[cst.ImportFrom, str]]) -> None:

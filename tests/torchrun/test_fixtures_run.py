@@ -69,6 +69,7 @@ CASES = [
     "data/loader_from_a_loader_class_into_a_trainer",
     "model/ema_copy_in_a_model_from_a_builder",
     "tensors/examples_batched_by_a_generator",
+    "model/distiller_from_a_registry",
 ]
 
 

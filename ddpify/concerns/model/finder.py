@@ -108,7 +108,7 @@ class _Finder:
                 model = self._model(ref, optimizer) if listed is None else self._list_model(listed, optimizer)
                 if model is not None and (model.insert_after, model.expression) not in seen:
                     seen.add((model.insert_after, model.expression))
-                    classes = self._model_classes.get(model.ref, set())
+                    classes = self._model_classes.get(model.ref) or self._model_classes.get(ref, set())
                     through_forward = self.forward.methods_on_gradient_path(model, classes)
                     routed = {cast(cst.Attribute, call.func).value for call in through_forward}
                     if self.forward.refuse_parts_run_directly(model, classes):
@@ -165,7 +165,7 @@ class _Finder:
         # where the model becomes ready; only the least nested places count.
         moves, creations, wraps = self._least_nested(moves), self._least_nested(creations), self._least_nested(wraps)
         built = [c[0] for c in moves] + [c[0] for c in creations] + [c[0] for c in wraps]
-        classes = {c for stmt in built if (c := self._built_class(stmt)) is not None}
+        classes = {c for stmt in built for c in self._built_classes(stmt)}
         self._model_classes[ref] = classes
         depth = depths(self.index, lineage)
         if wraps:
@@ -294,13 +294,14 @@ class _Finder:
         least = min(depth.values(), default=0)
         return [c for c in candidates if depth[id(c)] == least]
 
-    def _built_class(self, stmt: cst.SimpleStatementLine) -> cst.ClassDef | None:
-        """The script's own class a statement builds the model from: ``Net`` in ``model = Net().to(device)``."""
-        return self._class_made_by(statement_value(stmt), self.index.scope_of(stmt))
+    def _built_classes(self, stmt: cst.SimpleStatementLine) -> list[cst.ClassDef]:
+        """The script's own classes a statement builds the model from: ``Net`` in ``model = Net().to(device)``."""
+        return self._classes_made_by(statement_value(stmt), self.index.scope_of(stmt))
 
-    def _class_made_by(self, value: cst.BaseExpression | None, scope: Scope, depth: int = 0) -> cst.ClassDef | None:
-        """``Net(...)``, ``Net(...).to(device)``, or a builder of the program's own that returns one:
-        ``get_diffusion(args).to(device)`` where ``get_diffusion`` ends with ``return GaussianDiffusion(...)``."""
+    def _classes_made_by(self, value: cst.BaseExpression | None, scope: Scope, depth: int = 0) -> list[cst.ClassDef]:
+        """``Net(...)``, ``Net(...).to(device)``, ``MODELS[name](...)`` (every class the registry holds), or a
+        builder of the program's own that returns one: ``get_diffusion(args).to(device)`` where
+        ``get_diffusion`` ends with ``return GaussianDiffusion(...)``."""
         index = self.index
         while (
             isinstance(value, cst.Call)
@@ -310,13 +311,17 @@ class _Finder:
         ):
             value = value.func.value  # ``.to(device)``, ``.cuda()``
         if not isinstance(value, cst.Call):
-            return None
+            return []
         own = index.local_class(value.func)
-        callee = index.resolve_callee(value, scope) if own is None and depth < 3 else None
+        if own is not None:
+            return [own]
+        if isinstance(value.func, cst.Subscript):
+            return index.registry_classes(value.func)
+        callee = index.resolve_callee(value, scope) if depth < 3 else None
         if callee is None or callee[0].name.value == "__init__":
-            return own
+            return []
         function = callee[0]
-        made = set()
+        made: list[cst.ClassDef] = []
         for node in index.walk(function.body):
             if isinstance(node, cst.Return) and index.scope_of(node) is function and node.value is not None:
                 returned: cst.BaseExpression | None = node.value
@@ -324,8 +329,8 @@ class _Finder:
                 if ref is not None:  # ``model = Net(...)`` ... ``return model``
                     values = [a.value for a in index.assignments_to(ref)]
                     returned = values[0] if len(values) == 1 else None
-                made.add(self._class_made_by(returned, function, depth + 1))
-        return made.pop() if len(made) == 1 else None
+                made += [c for c in self._classes_made_by(returned, function, depth + 1) if c not in made]
+        return made
 
     def _data_parallel_model(
         self, stmt: cst.SimpleStatementLine, target: Ref, moves: list[_Move], optimizer: cst.Call

@@ -181,7 +181,7 @@ class ForwardChecks:
                 continue
             idle = self._never_used(cls, entries)
             if idle is not None:
-                return f"`{self_name}.{idle}` is built but forward() never runs it"
+                return idle
             calls = [
                 node
                 for node in index.walk(forward.body)
@@ -211,36 +211,44 @@ class ForwardChecks:
         return None
 
     def _never_used(self, cls: cst.ClassDef, entries: frozenset[str]) -> str | None:
-        """A submodule ``__init__`` builds (``self.label_emb = nn.Embedding(...)``, an EMA copy
-        ``self.ema_model = deepcopy(self.model)``) that nothing the wrapper's forward runs mentions:
-        its parameters never get a gradient."""
+        """Why a submodule gets no gradient from the wrapper's forward, if one does not: ``__init__`` builds it
+        (``self.label_emb = nn.Embedding(...)``, an EMA copy ``self.ema_model = deepcopy(self.model)``) and
+        nothing forward runs mentions it, or forward runs it only under ``torch.no_grad()`` (a teacher handed
+        to a distiller, ``self.teacher = teacher``)."""
         index = self.index
         init = index.functions.get((cls, "__init__"))
         self_name = index.self_name(init) if init is not None else None
         if init is None or self_name is None:
             return None
         built: list[str] = []
+        passed: list[str] = []  # ``self.teacher = teacher``: a module, if forward calls it
+        parameters = {p.name.value for p in init.params.params}
         for node in index.walk(init.body):
-            if (
+            if not (
                 isinstance(node, cst.Assign)
                 and len(node.targets) == 1
                 and m.matches(node.targets[0].target, m.Attribute(value=m.Name(self_name)))
-                and isinstance(node.value, cst.Call)
-                and (
-                    any(name.startswith("torch.nn.") for name in index.qualified_names(node.value.func))
-                    or index.local_class(node.value.func) is not None
-                    or "copy.deepcopy" in index.qualified_names(node.value.func)  # an EMA copy of a part
-                )
             ):
-                built.append(cast(cst.Attribute, node.targets[0].target).attr.value)
+                continue
+            name = cast(cst.Attribute, node.targets[0].target).attr.value
+            if isinstance(node.value, cst.Call) and (
+                any(q.startswith("torch.nn.") for q in index.qualified_names(node.value.func))
+                or index.local_class(node.value.func) is not None
+                or "copy.deepcopy" in index.qualified_names(node.value.func)  # an EMA copy of a part
+            ):
+                built.append(name)
+            elif isinstance(node.value, cst.Name) and node.value.value in parameters - {self_name}:
+                passed.append(name)
         # Only what the wrapper's forward runs gets a gradient: forward (or the method the step runs as
         # forward) and the methods of the class it calls, not an EMA update or sampling beside it.
         methods = [f for f in self._run_by(cls, entries) if not _no_grad_method(index, f)]
-        for name in built:
-            if not any(
-                a.attr.value == name for f in methods for a in index.attributes.get(name, ()) if index.inside(a, f)
-            ):
-                return name
+        for name in (*built, *passed):
+            mentions = [a for f in methods for a in index.attributes.get(name, ()) if index.inside(a, f)]
+            if not mentions and name in built:
+                return f"`{self_name}.{name}` is built but forward() never runs it"
+            runs = [a for a in mentions if isinstance(call := index.parent(a), cst.Call) and call.func is a]
+            if runs and all(self._without_grad(a) for a in mentions):
+                return f"forward() runs `{self_name}.{name}` only under torch.no_grad()"
         return None
 
     def _run_by(self, cls: cst.ClassDef, entries: frozenset[str]) -> list[cst.FunctionDef]:

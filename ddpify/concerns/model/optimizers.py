@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import cast
 
 import libcst as cst
+import libcst.matchers as m
 
 from ddpify import torch_api
 from ddpify.concerns import model_collections
@@ -183,6 +184,9 @@ class TrainedModels:
                 pieces = values[:1]
             elif isinstance(func, cst.Name) and func.value == "filter" and len(values) == 2:
                 pieces = values[1:]
+            elif self._own_parameters(expr, seen):
+                calls.append(expr)  # ``distiller.get_learnable_parameters()``: parameters of the receiver
+                return None
             elif (returned := self._returned_by_program(expr)) is not None:
                 pieces = returned  # ``param_groups(model, wd)``: a helper of the program builds the groups
             else:
@@ -225,6 +229,58 @@ class TrainedModels:
         if isinstance(expr, cst.Name):
             return self._trace_name(expr, calls, seen)
         return expr
+
+    def _own_parameters(self, call: cst.Call, seen: set[Ref]) -> bool:
+        """``model.get_learnable_parameters()``, a method of the program's model classes that every class
+        defining it returns parameters of ``self`` from (``self.student.parameters()``, ``super()``'s)."""
+        index = self.index
+        func = call.func
+        if not isinstance(func, cst.Attribute) or m.matches(func.value, m.Call(func=m.Name("super"))):
+            return False
+        methods = [
+            f
+            for (owner, name), f in index.functions.items()
+            if name == func.attr.value and isinstance(owner, cst.ClassDef) and index.self_name(f) is not None
+        ]
+        if not methods or self._module_ref(func.value) is None:
+            return False
+        for method in methods:
+            returns = [
+                n.value
+                for n in index.walk(method.body)
+                if isinstance(n, cst.Return) and n.value is not None and index.scope_of(n) is method
+            ]
+            for returned in returns:
+                found: list[cst.Call] = []
+                if self._trace(returned, found, seen) is not None or not all(map(self._on_self, found)):
+                    return False
+            if not returns:
+                return False
+        return True
+
+    def _on_self(self, call: cst.Call) -> bool:
+        """``self.student.parameters()``: a parameters call on ``self`` (or a part of it) in a method."""
+        index = self.index
+        function = next((a for a in index.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
+        method = index.method_scope(function) if function is not None else None
+        if method is None:
+            return False
+        self_name = index.self_name(method) or ""
+
+        def rooted(node: cst.BaseExpression, depth: int = 0) -> bool:
+            while isinstance(node, (cst.Attribute, cst.Subscript)):
+                node = node.value
+            if not isinstance(node, cst.Name) or depth > 2:
+                return False
+            if node.value == self_name:
+                return True
+            # ``for regressor in self.regressors: ... regressor.parameters()``
+            loops = [
+                n for n in index.walk(method.body) if isinstance(n, cst.For) and m.matches(n.target, m.Name(node.value))
+            ]
+            return bool(loops) and all(rooted(loop.iter, depth + 1) for loop in loops)
+
+        return rooted(cast(cst.Attribute, call.func).value)
 
     def _returned_by_program(self, call: cst.Call) -> list[cst.BaseExpression] | None:
         """What the program's own function that ``call`` runs returns (each ``return`` value), if it returns."""
