@@ -175,7 +175,7 @@ class ForwardChecks:
         """
         index = self.index
         for cls in sorted(classes, key=index.position):
-            forward = index.functions.get((cls, "forward"))
+            forward = index.method(cls, "forward")  # its own, or a base class's
             self_name = index.self_name(forward) if forward is not None else None
             if forward is None or self_name is None:
                 continue
@@ -216,29 +216,29 @@ class ForwardChecks:
         nothing forward runs mentions it, or forward runs it only under ``torch.no_grad()`` (a teacher handed
         to a distiller, ``self.teacher = teacher``)."""
         index = self.index
-        init = index.functions.get((cls, "__init__"))
-        self_name = index.self_name(init) if init is not None else None
-        if init is None or self_name is None:
-            return None
         built: list[str] = []
         passed: list[str] = []  # ``self.teacher = teacher``: a module, if forward calls it
-        parameters = {p.name.value for p in init.params.params}
-        for node in index.walk(init.body):
-            if not (
-                isinstance(node, cst.Assign)
-                and len(node.targets) == 1
-                and m.matches(node.targets[0].target, m.Attribute(value=m.Name(self_name)))
-            ):
-                continue
-            name = cast(cst.Attribute, node.targets[0].target).attr.value
-            if isinstance(node.value, cst.Call) and (
-                any(q.startswith("torch.nn.") for q in index.qualified_names(node.value.func))
-                or index.local_class(node.value.func) is not None
-                or "copy.deepcopy" in index.qualified_names(node.value.func)  # an EMA copy of a part
-            ):
-                built.append(name)
-            elif isinstance(node.value, cst.Name) and node.value.value in parameters - {self_name}:
-                passed.append(name)
+        for init in self._inits(cls):
+            self_name = index.self_name(init) or ""
+            parameters = {p.name.value for p in init.params.params} - {self_name}
+            for node in index.walk(init.body):
+                if not (
+                    isinstance(node, cst.Assign)
+                    and len(node.targets) == 1
+                    and m.matches(node.targets[0].target, m.Attribute(value=m.Name(self_name)))
+                ):
+                    continue
+                name = cast(cst.Attribute, node.targets[0].target).attr.value
+                if isinstance(node.value, cst.Call) and (
+                    any(q.startswith("torch.nn.") for q in index.qualified_names(node.value.func))
+                    or index.local_class(node.value.func) is not None
+                    or "copy.deepcopy" in index.qualified_names(node.value.func)  # an EMA copy of a part
+                ):
+                    built.append(name)
+                elif isinstance(node.value, cst.Name) and node.value.value in parameters:
+                    passed.append(name)
+        forward = index.method(cls, "forward")
+        self_name = (index.self_name(forward) if forward is not None else None) or "self"
         # Only what the wrapper's forward runs gets a gradient: forward (or the method the step runs as
         # forward) and the methods of the class it calls, not an EMA update or sampling beside it.
         methods = [f for f in self._run_by(cls, entries) if not _no_grad_method(index, f)]
@@ -251,19 +251,41 @@ class ForwardChecks:
                 return f"forward() runs `{self_name}.{name}` only under torch.no_grad()"
         return None
 
-    def _run_by(self, cls: cst.ClassDef, entries: frozenset[str]) -> list[cst.FunctionDef]:
-        """The methods of ``cls`` named in ``entries`` and those they call or name on ``self``, to any depth."""
+    def _inits(self, cls: cst.ClassDef) -> list[cst.FunctionDef]:
+        """``__init__`` of ``cls`` and of its bases in the program, which all set up an instance's fields."""
         index = self.index
-        found = [f for name in sorted(entries) if (f := index.functions.get((cls, name))) is not None]
+        found: list[cst.FunctionDef] = []
+        frontier, seen = [cls], set()
+        while frontier:
+            current = frontier.pop(0)
+            if current in seen:
+                continue
+            seen.add(current)
+            init = index.functions.get((current, "__init__"))
+            if init is not None and index.self_name(init) is not None:
+                found.append(init)
+            frontier += index.bases(current)
+        return found
+
+    def _run_by(self, cls: cst.ClassDef, entries: frozenset[str]) -> list[cst.FunctionDef]:
+        """The methods instances of ``cls`` run for ``entries`` (their own or a base class's), and those they
+        call or name on ``self`` (``super().forward(x)`` too), to any depth."""
+        index = self.index
+        found = [f for name in sorted(entries) if (f := index.method(cls, name)) is not None]
         for method in found:  # grows as it goes
             self_name = index.self_name(method)
             for node in index.walk(method.body):
-                if (
-                    isinstance(node, cst.Attribute)
-                    and m.matches(node.value, m.Name(self_name or ""))
-                    and (callee := index.functions.get((cls, node.attr.value))) is not None
-                    and callee not in found
-                ):
+                if not isinstance(node, cst.Attribute):
+                    continue
+                if m.matches(node.value, m.Name(self_name or "")):
+                    callee = index.method(cls, node.attr.value)
+                elif m.matches(node.value, m.Call(func=m.Name("super"))):
+                    owner = index.class_of.get(method)
+                    bases = index.bases(owner) if owner is not None else []
+                    callee = next((f for b in bases if (f := index.method(b, node.attr.value)) is not None), None)
+                else:
+                    continue
+                if callee is not None and callee not in found:
                     found.append(callee)
         return found
 
