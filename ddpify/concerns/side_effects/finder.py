@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 import libcst as cst
 
 from ddpify import torch_api
+from ddpify.concerns import checkpoints
 from ddpify.concerns.side_effects.facts import FILE_USE_NOT_GATED, OUTPUT_RUNS_WORK
 from ddpify.engine.index import Ref
 from ddpify.engine.program import Program
@@ -327,9 +328,39 @@ class Finder:
                         continue  # ``wins["acc"] = viz.line(...)``: another handle put in the dict
                     if self._picks_a_tracker_call(read, trackers):
                         continue  # ``if win is None: win = viz.line(...) else: viz.line(..., win=win)``
+                    if self._only_saved(read):
+                        continue  # ``{"recon": self.win_recon}`` in a checkpoint, which rank 0 alone writes
                     if self._tracker_call_around(read, trackers) is None:
                         return False
         return True
+
+    def _only_saved(self, read: cst.BaseExpression, depth: int = 0) -> bool:
+        """``read`` goes only into a checkpoint: an entry of a dict (or list) that ``torch.save`` writes, directly
+        or through names that hold it (``wins = {...}``, ``states = {"wins": wins}``, ``torch.save(states, f)``)."""
+        index = self.index
+        if checkpoints.saved(index, read):
+            return True
+        entry = index.parent(read)
+        container = index.parent(entry)
+        assign = index.parent(container)
+        if not (
+            depth < 3
+            and isinstance(entry, (cst.DictElement, cst.Element))
+            and entry.value is read
+            and isinstance(container, (cst.Dict, cst.List, cst.Tuple))
+            and isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+        ):
+            return False
+        scope = index.scope_of(assign)
+        holder = index.ref_of(assign.targets[0].target, scope)
+        reads = (
+            [r for r in index.mentions(scope, holder) if not isinstance(index.parent(r), cst.AssignTarget)]
+            if holder
+            else []
+        )
+        return bool(reads) and all(self._only_saved(r, depth + 1) for r in reads)
 
     def _picks_a_tracker_call(self, read: cst.BaseExpression, trackers: set[Ref]) -> bool:
         """Whether ``read`` is in the test of an ``if`` whose every branch only calls the tracker (and keeps
