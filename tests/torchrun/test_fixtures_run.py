@@ -70,6 +70,7 @@ CASES = [
     "model/ema_copy_in_a_model_from_a_builder",
     "tensors/examples_batched_by_a_generator",
     "model/distiller_from_a_registry",
+    "model/optimizer_from_a_factory_helper",
 ]
 
 

@@ -11,7 +11,7 @@ import libcst.matchers as m
 from ddpify import torch_api
 from ddpify.concerns import model_collections
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.syntax import argument
+from ddpify.engine.syntax import argument, parameter_names
 
 
 class TrainedModels:
@@ -27,8 +27,53 @@ class TrainedModels:
         model's parameters that the script calls ``.step()`` on: ``getattr(optim, args.optim)(...)``, an
         optimizer class of the program's own (a SAM-style wrapper)."""
         for call in self.index.calls:
-            if self._torch_optimizer(call) or self._stepped_over_parameters(call):
+            if self._torch_optimizer(call) or self._stepped_over_parameters(call) or self._factory_params(call):
                 yield call
+
+    def params_of(self, optimizer: cst.Call) -> cst.BaseExpression | None:
+        """What the optimizer built by ``optimizer`` takes as its ``params``."""
+        factory = self._factory_params(optimizer)
+        if factory is not None:
+            return factory
+        params_arg = argument(optimizer, "params", 0)
+        return params_arg.value if params_arg is not None else None
+
+    def _factory_params(self, call: cst.Call) -> cst.BaseExpression | None:
+        """``get_instance(torch.optim, "optimizer", config, params)``: a helper of the program that returns
+        ``getattr(module, name)(*args, **kwargs)``, handed ``torch.optim``; the argument that becomes the
+        optimizer's ``params`` (the first of ``*args``, or the parameter the inner call passes first)."""
+        index = self.index
+        if not any(index.qualified_names(a.value) & {torch_api.OPTIMIZER_MODULE} for a in call.args):
+            return None
+        resolved = index.resolve_callee(call, index.scope_of(call))
+        if resolved is None:
+            return None
+        function, implicit = resolved
+        names = parameter_names(function)[implicit:]
+        star = function.params.star_arg
+        star_name = star.name.value if isinstance(star, cst.Param) else None
+        positional = [a.value for a in call.args if a.keyword is None and not a.star]
+        for node in index.walk(function.body):
+            if not (isinstance(node, cst.Return) and isinstance(node.value, cst.Call)):
+                continue
+            made, getter = node.value, node.value.func
+            if not (isinstance(getter, cst.Call) and m.matches(getter.func, m.Name("getattr")) and getter.args):
+                continue
+            module = getter.args[0].value
+            if not (isinstance(module, cst.Name) and module.value in names):
+                continue
+            given = positional[names.index(module.value)] if names.index(module.value) < len(positional) else None
+            if given is None or torch_api.OPTIMIZER_MODULE not in index.qualified_names(given):
+                continue
+            first = made.args[0] if made.args else None
+            if first is None:
+                return None
+            if first.star == "*" and m.matches(first.value, m.Name(star_name or "")):
+                return positional[len(names)] if len(positional) > len(names) else None
+            if not first.star and isinstance(first.value, cst.Name) and first.value.value in names:
+                position = names.index(first.value.value)
+                return positional[position] if position < len(positional) else None
+        return None
 
     def _torch_optimizer(self, call: cst.Call) -> bool:
         for name in self.index.qualified_names(call.func):
@@ -79,11 +124,11 @@ class TrainedModels:
         ``named_parameters()`` -- and every piece must come from some module's ``parameters()``: a bare
         tensor or a parameter from elsewhere would train without DDP averaging its gradients.
         """
-        params_arg = argument(optimizer, "params", 0)
-        if params_arg is None:
+        params = self.params_of(optimizer)
+        if params is None:
             return [], optimizer
         calls: list[cst.Call] = []
-        untraced = self._trace(params_arg.value, calls, set())
+        untraced = self._trace(params, calls, set())
         refs: list[Ref] = []
         for call in calls:
             receiver = cast(cst.Attribute, call.func).value
@@ -251,6 +296,8 @@ class TrainedModels:
                 if isinstance(n, cst.Return) and n.value is not None and index.scope_of(n) is method
             ]
             for returned in returns:
+                if isinstance(returned, (cst.List, cst.Tuple)) and not returned.elements:
+                    continue  # ``return []``: no parameters of its own (a model without a backbone)
                 found: list[cst.Call] = []
                 if self._trace(returned, found, seen) is not None or not all(map(self._on_self, found)):
                     return False
