@@ -31,6 +31,7 @@ NOT_OPTIMIZERS = frozenset({"lr_scheduler", "swa_utils", "Optimizer", "optimizer
 SAVE = frozenset({"torch.save"})
 LOAD = frozenset({"torch.load"})
 
+NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 DATA_PARALLEL = frozenset(
     {
         "torch.nn.DataParallel",

@@ -138,10 +138,26 @@ class TrainedModels:
             found = listed.ref if listed is not None else self._module_ref(receiver)
             if found is None:
                 return refs, untraced or receiver
-            for model in self._callers_receivers(found) or [found]:
+            for model in self._whole_model(found, call) or self._callers_receivers(found) or [found]:
                 if model not in refs:
                     refs.append(model)
         return refs, untraced
+
+    def _whole_model(self, ref: Ref, call: cst.Call) -> list[Ref]:
+        """The models a method of a model class runs on, for ``self.model.classifier.parameters()`` in it (a
+        ``get_optimizer`` that trains only a head): the part belongs to them. [] where the method has no
+        such receivers (``__init__``, a GAN's parts each trained apart)."""
+        index = self.index
+        method = index.method_scope(index.scope_of(call))
+        if (
+            method is None
+            or method.name.value == "__init__"
+            or not isinstance(ref.scope, cst.ClassDef)
+            or not ref.path.startswith("self.")
+            or not index.derives_from(index.class_of[method], torch_api.NN_MODULE)
+        ):
+            return []
+        return self._callers_receivers(Ref(method, index.self_name(method) or "self"))
 
     def _callers_receivers(self, ref: Ref) -> list[Ref]:
         """``self`` of a model's own method (``configure_optimizers``): the models it is called on
@@ -166,14 +182,10 @@ class TrainedModels:
                 continue
             receiver = self._module_ref(call.func.value)
             # built there, or handed on from where it was built (``model = self.model`` in a Trainer)
-            built = (
-                receiver is not None
-                and init is not None
-                and any(
-                    self._built_by(a.value, init)
-                    for place in index.lineage(receiver)
-                    for a in index.assignments_to(place)
-                )
+            built = receiver is not None and any(
+                (init is not None and self._built_by(a.value, init)) or self._built_by_name(a.value)
+                for place in index.lineage(receiver)
+                for a in index.assignments_to(place)
             )
             if receiver is not None and built and receiver not in found:
                 found.append(receiver)
@@ -198,6 +210,24 @@ class TrainedModels:
         if subscripted and any(isinstance(a.value, containers) for a in index.assignments_to(ref)):
             return None
         return ref
+
+    def _built_by_name(self, value: cst.BaseExpression | None) -> bool:
+        """``getattr(models, opt.model)()``: a class of a package of the program, chosen by name."""
+        index = self.index
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in torch_api.MODULE_CHAINING_METHODS | {"eval", "train"}
+        ):
+            value = value.func.value
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Call)):
+            return False
+        getter = value.func
+        return (
+            m.matches(getter.func, m.Name("getattr"))
+            and len(getter.args) >= 2
+            and any(name in index.module_names for name in index.qualified_names(getter.args[0].value))
+        )
 
     def _built_by(self, value: cst.BaseExpression | None, init: cst.FunctionDef) -> bool:
         """Whether ``value`` is a new object of the class whose ``__init__`` is ``init`` (``Net().to(device)``)."""
