@@ -125,7 +125,7 @@ def test_a_parameter_holding_the_data_is_refused(read) -> None:
         """
     )
     assert find(program).full_batches == ()
-    assert "`x` reaches the training step as a parameter" in refusal(program)
+    assert "`x` reaches the training step through a parameter" in refusal(program)
 
 
 def test_nothing_is_found_when_a_dataloader_feeds_training(read) -> None:
@@ -360,3 +360,20 @@ def test_a_step_function_called_in_the_loop_reads_the_shard(read) -> None:
     program = read(CLOSURE.format(optimizer="SGD").replace("optimizer.step(closure)", "closure()"))
     (full,) = find(program).full_batches
     assert full.closure is not None and full.closure.ret is None
+
+
+def test_batches_from_an_iterable_it_cannot_follow_are_named_by_it(read) -> None:
+    program = read(
+        """
+        import torch
+        from batches import stream
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step, (x, y) in enumerate(stream()):
+            optimizer.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            optimizer.step()
+        """
+    )
+    assert find(program).full_batches == ()
+    assert "come from `enumerate(stream())`, which ddpify cannot follow to a DataLoader" in refusal(program)

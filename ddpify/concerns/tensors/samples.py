@@ -106,7 +106,14 @@ class _SampleFinder(_StepReader):
         assignments = list(self._assignments(ref))
         if not assignments:
             if self._is_parameter(ref) and not self._in_bounds(leaf):
-                raise Refused(leaf, f"`{leaf.value}` reaches the training step as a parameter of its function")
+                shown: cst.BaseExpression = leaf  # ``self.train_loader``, not ``self``
+                while isinstance(up := index.parent(shown), (cst.Attribute, cst.Subscript)) and up.value is shown:
+                    shown = up
+                if isinstance(call := index.parent(shown), cst.Call) and call.func is shown:
+                    return None  # ``self.criterion(out, y)``: a loss module or a method, not data
+                raise Refused(
+                    leaf, f"`{_code(index, shown)}` reaches the training step through a parameter of its function"
+                )
             return None  # a slice bound or batch size, or a global of another module
         if self._is_tensor(leaf, index.scope_of(leaf), 0) or self._is_example_list(assignments):
             return ref

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import cast
 
 import libcst as cst
+import libcst.matchers as m
 
 from ddpify.concerns.tensors.lineage import Refused, _binds, _code, _is_read, _Lineage
 from ddpify.concerns.tensors.samples import RANDOM_CHOICES, _SampleFinder
@@ -64,6 +65,13 @@ class _ShardFinder(_SampleFinder):
             )
         if first is None and lineage.step_variables:
             name = lineage.step_variables[0]
+            loop = next((a for a in index.ancestors(name) if isinstance(a, cst.For)), None)
+            if loop is not None and not m.matches(loop.iter, m.Call(func=m.Name("range"))):
+                raise Refused(
+                    name,
+                    f"the batches `{name.value}` come from `{_code(index, loop.iter)}`, which ddpify cannot "
+                    "follow to a DataLoader",
+                )
             raise Refused(
                 name,
                 f"the training step makes its data from the loop variable `{name.value}` alone, the same on every rank",
