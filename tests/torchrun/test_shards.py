@@ -42,7 +42,11 @@ SHARDED = {
     "tensors/example_list_shuffled_and_sliced": 0,
     "tensors/examples_batched_by_a_generator": 0,
 }
-DRAWN = {"data/sampler_with_replacement": 0, "tensors/drawn_each_step": 0}
+DRAWN = {
+    "data/sampler_with_replacement": 0,
+    "tensors/drawn_each_step": 0,
+    "tensors/get_batch_numpy": 0,  # windows of one array drawn with np.random
+}
 
 
 def _record(case: str, position: int, workdir: Path, nproc: int) -> list[list[str]]:
