@@ -8,7 +8,9 @@ positional argument POSITION to a list, in order. At exit the list goes to
 ``OUT_DIR/rows-<RANK>.json``. The examples are told apart by their bytes, so
 the scripts it serves draw distinct random rows; every generator is seeded
 with 0 first, so that the rows a script draws are the same in every run and on
-every rank.
+every rank. POSITION ``0/tokens`` notes each element of the argument instead of
+each row: the token ids of a language model's windows, one id per position
+of a text whose every token is distinct.
 """
 
 from __future__ import annotations
@@ -36,8 +38,12 @@ _forward = DistributedDataParallel.forward
 def _recording_forward(self: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
     if torch.is_grad_enabled() and (not first or first[0] == id(self)):
         first[:] = [id(self)]
-        batch = inputs[int(position)]
-        rows.extend(hashlib.sha1(row.detach().cpu().numpy().tobytes()).hexdigest() for row in batch)
+        index, _, unit = position.partition("/")
+        batch = inputs[int(index)].detach().cpu()
+        if unit == "tokens":
+            rows.extend(str(token) for token in batch.flatten().tolist())
+        else:
+            rows.extend(hashlib.sha1(row.numpy().tobytes()).hexdigest() for row in batch)
     return _forward(self, *inputs, **kwargs)
 
 

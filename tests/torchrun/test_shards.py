@@ -10,6 +10,9 @@ ranks. Each rank's first len(E)/2 rows must be its own (no row on both ranks)
 and together they must be E. Programs that draw their data at random with
 replacement have no epoch to share: their ranks must draw differently (an
 unconverted program draws the same sequence on every rank from the same seed).
+Batchified text is told apart token by token (a text whose every word is
+distinct): each rank's streams are its own, and together they hold the text
+that one process reads, less the last window of each stream.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ DRAWN = {
 }
 
 
-def _record(case: str, position: int, workdir: Path, nproc: int) -> list[list[str]]:
+def _record(case: str, position: int | str, workdir: Path, nproc: int) -> list[list[str]]:
     script = workdir / "train_ddp.py"
     shutil.copy(FIXTURES / case / "expected.py", script)
     out = workdir / f"rows-{nproc}"
@@ -97,3 +100,16 @@ def test_ranks_that_draw_with_replacement_draw_differently(case: str, tmp_path: 
     # draws may repeat an example, on one rank or on both; the same sequence on both is what must not happen
     assert rank0[:steps] != rank1[:steps], "the ranks drew the same examples in the same order"
     assert sum(a == b for a, b in zip(rank0, rank1)) < steps / 2
+
+
+@pytest.mark.torchrun
+def test_ranks_read_their_own_streams_of_batchified_text(tmp_path: Path) -> None:
+    case = "tensors/batchified_by_a_corpus_method"
+    (single,) = _record(case, "0/tokens", tmp_path, nproc=1)
+    text = set(_first_epoch(single))
+    rank0, rank1 = (set(_first_epoch(rows)) for rows in _record(case, "0/tokens", tmp_path, nproc=2))
+    assert not rank0 & rank1, "the ranks read the same text"
+    assert rank0 | rank1 <= text
+    # each stream's last window is not read: twice as many streams leave out a few more tokens
+    assert len(rank0 | rank1) >= 0.95 * len(text), (len(rank0 | rank1), len(text))
+    assert abs(len(rank0) - len(rank1)) <= 1
