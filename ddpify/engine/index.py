@@ -32,7 +32,7 @@ import libcst.matchers as m
 from ddpify import torch_api
 from ddpify.engine.classes import ProgramClasses
 from ddpify.engine.positions import locate
-from ddpify.engine.syntax import dotted
+from ddpify.engine.syntax import dotted, parameter_names
 
 Scope = cst.Module | cst.FunctionDef | cst.ClassDef
 
@@ -350,6 +350,35 @@ class Index(ProgramClasses):
                 method = next((f for b in bases if (f := self.method(b, func.attr.value)) is not None), None)
                 return (method, 1) if method is not None else None
         return None
+
+    def parameter_of(self, arg: cst.Arg) -> Ref | None:
+        """The parameter of the script's own function that ``arg`` fills in its call."""
+        call = self.parent(arg)
+        if not isinstance(call, cst.Call) or arg.star:
+            return None
+        resolved = self.resolve_callee(call, self.scope_of(call))
+        if resolved is None:
+            return None
+        function, implicit = resolved
+        if arg.keyword is not None:
+            name = arg.keyword.value if any(p.name.value == arg.keyword.value for p in function.params.params) else ""
+        else:
+            names = parameter_names(function)
+            position = implicit + list(call.args).index(arg)
+            name = names[position] if position < len(names) else ""
+        return Ref(function, name) if name else None
+
+    def returned_values(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        """What the ``return`` statements of ``function`` itself give (not those of functions inside it)."""
+        return [
+            node.value
+            for node in self.walk(function.body)
+            if isinstance(node, cst.Return) and node.value is not None and self.scope_of(node) is function
+        ]
+
+    def is_generator(self, function: cst.FunctionDef) -> bool:
+        """Whether ``function`` itself yields (a ``yield`` of a function inside it does not count)."""
+        return any(isinstance(node, cst.Yield) and self.scope_of(node) is function for node in self.walk(function.body))
 
     def instance_method(self, call: cst.Call, scope: Scope) -> tuple[cst.FunctionDef, int] | None:
         """``Solver(model).train(loader)``, or ``solver.train(loader)`` after ``solver = Solver(model)`` in the

@@ -11,6 +11,7 @@ progress bar over it, can be named for ``sampler.set_epoch(epoch)``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -27,7 +28,6 @@ from ddpify.concerns.samplers import DictEntry, dict_entry, entry_iterations, ke
 from ddpify.engine.edits import statement
 from ddpify.engine.index import Flow, Ref, Scope
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import parameter_names
 from ddpify.engine.values import dict_keys
 
 
@@ -54,32 +54,17 @@ class LoaderFinder:
             return index.ref_of(parent.targets[0].target, scope)
         if isinstance(parent, cst.Return) and isinstance(scope, cst.FunctionDef):
             return Ref(scope, "<return>")
-        if isinstance(parent, cst.Arg) and isinstance(outer := index.parent(parent), cst.Call):
-            return self._parameter_of(outer, parent, scope)
+        if isinstance(parent, cst.Arg):
+            # ``cycle(DataLoader(...))``: the parameter of a generator of the program's own that receives the
+            # loader built in its call holds the loader from there on
+            param = index.parameter_of(parent)
+            return param if param is not None and index.is_generator(cast(cst.FunctionDef, param.scope)) else None
         if isinstance(parent, cst.Element) and isinstance(returned := index.parent(parent), cst.Tuple):
             ret = index.parent(returned)
             if isinstance(ret, cst.Return) and isinstance(scope, cst.FunctionDef):
                 slot = list(returned.elements).index(parent)
                 return Ref(scope, f"<return {slot}>")
         return None
-
-    def _parameter_of(self, call: cst.Call, arg: cst.Arg, scope: Scope) -> Ref | None:
-        """``cycle(DataLoader(...))``: the parameter of a generator of the program's own that receives the
-        loader built in its call, which holds the loader from there on."""
-        index = self.index
-        resolved = index.resolve_callee(call, scope)
-        if resolved is None or arg.star:
-            return None
-        function, implicit = resolved
-        if not any(isinstance(n, cst.Yield) and index.scope_of(n) is function for n in index.walk(function.body)):
-            return None
-        names = parameter_names(function)
-        if arg.keyword is not None:
-            name = arg.keyword.value
-        else:
-            position = implicit + list(call.args).index(arg)
-            name = names[position] if position < len(names) else ""
-        return Ref(function, name) if name in names else None
 
     def loaders(self) -> Iterator[Loader]:
         index = self.index

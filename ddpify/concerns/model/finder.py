@@ -322,14 +322,13 @@ class _Finder:
             return []
         function = callee[0]
         made: list[cst.ClassDef] = []
-        for node in index.walk(function.body):
-            if isinstance(node, cst.Return) and index.scope_of(node) is function and node.value is not None:
-                returned: cst.BaseExpression | None = node.value
-                ref = index.carried_ref(node.value, function)
-                if ref is not None:  # ``model = Net(...)`` ... ``return model``
-                    values = [a.value for a in index.assignments_to(ref)]
-                    returned = values[0] if len(values) == 1 else None
-                made += [c for c in self._classes_made_by(returned, function, depth + 1) if c not in made]
+        for value in index.returned_values(function):
+            returned: cst.BaseExpression | None = value
+            ref = index.carried_ref(value, function)
+            if ref is not None:  # ``model = Net(...)`` ... ``return model``
+                values = [a.value for a in index.assignments_to(ref)]
+                returned = values[0] if len(values) == 1 else None
+            made += [c for c in self._classes_made_by(returned, function, depth + 1) if c not in made]
         return made
 
     def _data_parallel_model(

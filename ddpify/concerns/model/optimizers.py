@@ -53,10 +53,10 @@ class TrainedModels:
         star = function.params.star_arg
         star_name = star.name.value if isinstance(star, cst.Param) else None
         positional = [a.value for a in call.args if a.keyword is None and not a.star]
-        for node in index.walk(function.body):
-            if not (isinstance(node, cst.Return) and isinstance(node.value, cst.Call)):
+        for made in index.returned_values(function):
+            if not isinstance(made, cst.Call):
                 continue
-            made, getter = node.value, node.value.func
+            getter = made.func
             if not (isinstance(getter, cst.Call) and m.matches(getter.func, m.Name("getattr")) and getter.args):
                 continue
             module = getter.args[0].value
@@ -320,11 +320,7 @@ class TrainedModels:
         if not methods or self._module_ref(func.value) is None:
             return False
         for method in methods:
-            returns = [
-                n.value
-                for n in index.walk(method.body)
-                if isinstance(n, cst.Return) and n.value is not None and index.scope_of(n) is method
-            ]
+            returns = index.returned_values(method)
             for returned in returns:
                 if isinstance(returned, (cst.List, cst.Tuple)) and not returned.elements:
                     continue  # ``return []``: no parameters of its own (a model without a backbone)
@@ -361,17 +357,10 @@ class TrainedModels:
 
     def _returned_by_program(self, call: cst.Call) -> list[cst.BaseExpression] | None:
         """What the program's own function that ``call`` runs returns (each ``return`` value), if it returns."""
-        index = self.index
-        resolved = index.resolve_callee(call, index.scope_of(call))
+        resolved = self.index.resolve_callee(call, self.index.scope_of(call))
         if resolved is None:
             return None
-        function = resolved[0]
-        returns = [
-            n.value
-            for n in index.walk(function.body)
-            if isinstance(n, cst.Return) and n.value is not None and index.scope_of(n) is function
-        ]
-        return returns or None
+        return self.index.returned_values(resolved[0]) or None
 
     def _trace_argument(
         self, function: cst.FunctionDef, param: str, calls: list[cst.Call], seen: set[Ref]

@@ -335,25 +335,6 @@ class WrapperReads:
                 return True
         return False
 
-    def _parameter_of(self, arg: cst.Arg) -> Ref | None:
-        """The parameter of the script's own function that ``arg`` fills."""
-        index = self.index
-        call = index.parent(arg)
-        if not isinstance(call, cst.Call):
-            return None
-        resolved = index.resolve_callee(call, index.scope_of(call))
-        if resolved is None:
-            return None
-        function, implicit = resolved
-        params = list(function.params.params)
-        if arg.keyword is not None:
-            names = [p for p in params if p.name.value == arg.keyword.value]
-        elif arg.star or call.args.index(arg) + implicit >= len(params):
-            return None
-        else:
-            names = [params[call.args.index(arg) + implicit]]
-        return Ref(function, names[0].name.value) if names else None
-
     def _unwraps_itself(self, param: Ref) -> bool:
         """A parameter the function tests with ``hasattr(model, ...)`` and never runs: it expects a plain module."""
         function = param.scope
@@ -377,7 +358,7 @@ class WrapperReads:
             return checkpoints.saved(self.index, read)
         if isinstance(parent, cst.Arg) and self._named_by_string(parent):
             return True  # hasattr(model, "block") asks the module, as model.block reads it
-        if isinstance(parent, cst.Arg) and (param := self._parameter_of(parent)) is not None:
+        if isinstance(parent, cst.Arg) and (param := self.index.parameter_of(parent)) is not None:
             return self._unwraps_itself(param)  # unwrap(model) that tests hasattr(model, ...): give it the module
         if isinstance(parent, cst.Arg):
             call = self.index.parent(parent)

@@ -48,7 +48,7 @@ class _GeneratedFinder:
             if resolved is None:
                 continue
             function, implicit = resolved
-            if not any(isinstance(n, cst.Yield) and index.scope_of(n) is function for n in index.walk(function.body)):
+            if not index.is_generator(function):
                 continue
             names = parameter_names(function)[implicit:]
             for position, arg in enumerate(loop.iter.args):
