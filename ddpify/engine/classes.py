@@ -83,6 +83,18 @@ class ProgramClasses:
             self._bases[cls] = found = [b for b in found if b is not cls]
         return found
 
+    def ancestry(self, cls: cst.ClassDef) -> Iterator[cst.ClassDef]:
+        """``cls``, then the program's classes it derives from, nearest first (each once)."""
+        seen: set[cst.ClassDef] = set()
+        frontier = [cls]
+        while frontier:
+            current = frontier.pop(0)
+            if current in seen:
+                continue
+            seen.add(current)
+            yield current
+            frontier += self.bases(current)
+
     def method(self, cls: cst.ClassDef, name: str, *, dispatch: bool = False) -> cst.FunctionDef | None:
         """The method ``name`` that instances of ``cls`` run: its own or a base class's.
 
@@ -90,16 +102,7 @@ class ProgramClasses:
         ``NotImplementedError`` (or does nothing) and is overridden in exactly one
         subclass of the program is that override: the one the program runs.
         """
-        found: cst.FunctionDef | None = None
-        seen: set[cst.ClassDef] = set()
-        frontier = [cls]
-        while frontier and found is None:
-            current = frontier.pop(0)
-            if current in seen:
-                continue
-            seen.add(current)
-            found = self.functions.get((current, name))
-            frontier += self.bases(current)
+        found = next((f for c in self.ancestry(cls) if (f := self.functions.get((c, name))) is not None), None)
         if dispatch and found is not None and _is_abstract(found):
             overrides = [f for sub in self._subclasses(cls) if (f := self.functions.get((sub, name))) is not None]
             if len(overrides) == 1:

@@ -218,8 +218,11 @@ class ForwardChecks:
         index = self.index
         built: list[str] = []
         passed: list[str] = []  # ``self.teacher = teacher``: a module, if forward calls it
-        for init in self._inits(cls):
-            self_name = index.self_name(init) or ""
+        for owner in index.ancestry(cls):  # ``__init__`` of the class and of its bases set up the fields
+            init = index.functions.get((owner, "__init__"))
+            self_name = index.self_name(init) if init is not None else None
+            if init is None or self_name is None:
+                continue
             parameters = {p.name.value for p in init.params.params} - {self_name}
             for node in index.walk(init.body):
                 if not (
@@ -250,22 +253,6 @@ class ForwardChecks:
             if runs and all(self._without_grad(a) for a in mentions):
                 return f"forward() runs `{self_name}.{name}` only under torch.no_grad()"
         return None
-
-    def _inits(self, cls: cst.ClassDef) -> list[cst.FunctionDef]:
-        """``__init__`` of ``cls`` and of its bases in the program, which all set up an instance's fields."""
-        index = self.index
-        found: list[cst.FunctionDef] = []
-        frontier, seen = [cls], set()
-        while frontier:
-            current = frontier.pop(0)
-            if current in seen:
-                continue
-            seen.add(current)
-            init = index.functions.get((current, "__init__"))
-            if init is not None and index.self_name(init) is not None:
-                found.append(init)
-            frontier += index.bases(current)
-        return found
 
     def _run_by(self, cls: cst.ClassDef, entries: frozenset[str]) -> list[cst.FunctionDef]:
         """The methods instances of ``cls`` run for ``entries`` (their own or a base class's), and those they

@@ -214,12 +214,7 @@ class TrainedModels:
     def _built_by_name(self, value: cst.BaseExpression | None) -> bool:
         """``getattr(models, opt.model)()``: a class of a package of the program, chosen by name."""
         index = self.index
-        while (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value in torch_api.MODULE_CHAINING_METHODS | {"eval", "train"}
-        ):
-            value = value.func.value
+        value = _unchained(value)
         if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Call)):
             return False
         getter = value.func
@@ -231,12 +226,7 @@ class TrainedModels:
 
     def _built_by(self, value: cst.BaseExpression | None, init: cst.FunctionDef) -> bool:
         """Whether ``value`` is a new object of the class whose ``__init__`` is ``init`` (``Net().to(device)``)."""
-        while (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value in torch_api.MODULE_CHAINING_METHODS
-        ):
-            value = value.func.value
+        value = _unchained(value)
         return isinstance(value, cst.Call) and self.index.resolve_callee(value, self.index.scope_of(value)) == (init, 1)
 
     def _trace(self, expr: cst.BaseExpression, calls: list[cst.Call], seen: set[Ref]) -> cst.BaseExpression | None:
@@ -441,3 +431,14 @@ class TrainedModels:
         if self._all_trained is None:
             self._all_trained = {ref for opt in self.optimizers() for ref in self.trained_refs(opt)[0]}
         return self._all_trained
+
+
+def _unchained(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """``value`` without the module methods chained on it: ``Net()`` for ``Net().to(device).eval()``."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in torch_api.MODULE_CHAINING_METHODS
+    ):
+        value = value.func.value
+    return value
