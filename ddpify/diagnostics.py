@@ -214,6 +214,14 @@ INVARIANT_BOUND = Code(
     "removed, a read moved above its assignment): an internal error, nothing is written",
     "report it with the input script",
 )
+INVARIANT_COLLECTIVE = Code(
+    "DDP908",
+    Severity.ERROR,
+    "ddpify",
+    "the converted script would run a collective (a broadcast, a reduction, the wrap) on some ranks only, where "
+    "the others never join it and the run hangs: nothing is written",
+    "report it with the input script",
+)
 
 INPUT_CODES = (
     STOPPED_PATH,
@@ -241,6 +249,7 @@ INTERNAL_CODES = (
     INVARIANT_RUNS,
     INVARIANT_WITHOUT_GROUP,
     INVARIANT_BOUND,
+    INVARIANT_COLLECTIVE,
 )
 
 

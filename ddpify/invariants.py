@@ -16,7 +16,9 @@ train wrongly under ``torchrun``:
   follows a ``return``, ``raise``, ``break`` or ``continue`` in its block, so it never runs;
 * DDP906 in a module other than the entry script (which other scripts may
   import without a process group), a distributed call runs where no
-  ``dist.is_initialized()`` test guards it.
+  ``dist.is_initialized()`` test guards it;
+* DDP908 a collective ddpify added (a broadcast, a reduction, the wrap, or a helper
+  of the script that runs one) runs under a test of the rank.
 
 Each check looks only at what it can decide from the syntax in one scope, and
 passes whenever it cannot decide: it exists to catch a clear violation, never
@@ -84,6 +86,7 @@ def check(code: str, path: str = "<string>", *, entry: bool = True, original: st
         *script.optimized_models_wrapped(),
         *where.distributed_calls_run(script),
         *(() if entry else where.distributed_calls_guarded(script)),
+        *where.collectives_on_every_rank(script),
     ]
     return [
         code.at(

@@ -334,6 +334,48 @@ def test_a_helper_called_where_there_may_be_no_group_is_caught() -> None:
         """) == [("DDP906", 2)]
 
 
+def test_a_collective_under_a_rank_test_is_caught() -> None:
+    assert codes("""
+        def same_on_every_rank(value):
+            values = [value]
+            dist.broadcast_object_list(values, src=0)
+            return values[0]
+
+
+        def main(path):
+            setup_distributed()
+            if dist.get_rank() == 0:
+                exists = same_on_every_rank(os.path.exists(path))
+            model = torch.nn.Linear(2, 1)
+            if args.local_rank in (-1, 0) and same_on_every_rank(os.path.exists(path)):
+                model = DDP(model)
+        """) == [("DDP908", 10), ("DDP908", 12), ("DDP908", 13)]
+
+
+def test_a_collective_that_every_rank_reaches_is_fine() -> None:
+    assert (
+        codes("""
+        def same_on_every_rank(value):
+            values = [value]
+            dist.broadcast_object_list(values, src=0)
+            return values[0]
+
+
+        def main(path):
+            setup_distributed()
+            if same_on_every_rank(os.path.exists(path)) and dist.get_rank() == 0:
+                print("overwriting")
+            if dist.get_rank() != 0:
+                dist.barrier()  # rank 0 first, the others after it
+            data = torch.randn(8, 2)
+            if dist.get_rank() == 0:
+                dist.barrier()
+            model = DDP(torch.nn.Linear(2, 1))
+        """)
+        == []
+    )
+
+
 @pytest.mark.parametrize(
     "path",
     sorted((ROOT / "tests" / "fixtures" / "projects").glob("*/expected/**/*.py"), key=str),

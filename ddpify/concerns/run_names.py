@@ -30,6 +30,7 @@ from ddpify.diagnostics import Code, Severity
 from ddpify.engine import uniformity
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.program import Program
+from ddpify.engine.uniformity import files
 from ddpify.result import Options
 
 NAME_PER_RANK = Code(
@@ -54,6 +55,8 @@ CODES = (NAME_PER_RANK, TRAINING_PER_RANK)
 class Facts:
     # ``run_dir = <per-process value>``, where the value decides what every rank must decide alike, and what
     names: tuple[tuple[cst.Assign, str], ...]
+    # ``os.path.exists(path)`` in an ``if`` that then changes ``path``: another rank may change it first
+    looks: tuple[cst.Call, ...] = ()
 
 
 def find(program: Program, setup: process_group.Facts) -> Facts:
@@ -71,17 +74,30 @@ def find(program: Program, setup: process_group.Facts) -> Facts:
             )
             continue
         found.append((assign, value.decides))
-    return Facts(tuple(found))
+    looks = tuple(
+        call
+        for call in files.raced_checks(index)
+        if not setup.runs_before_setup(index, call) and not uniformity.in_worker_code(index, call)
+    )
+    return Facts(tuple(found), looks)
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
-    if not facts.names:
+    if not facts.names and not facts.looks:
         return
     helper = uniformity.same_on_every_rank(plan)
+
+    def shared(node: cst.CSTNode) -> cst.CSTNode:
+        return cst.Call(func=cst.Name(helper), args=[cst.Arg(cast(cst.BaseExpression, node))])
+
     for assign, decides in facts.names:
-        plan.replace(
-            assign.value,
-            lambda node: cst.Call(func=cst.Name(helper), args=[cst.Arg(cast(cst.BaseExpression, node))]),
-        )
+        plan.replace(assign.value, shared)
         target = plan.index.module.code_for_node(assign.targets[0].target)
         plan.change(assign, f"`{target}` {decides}: rank 0's value on every rank, not one per rank")
+    for look in facts.looks:
+        plan.replace(look, shared)
+        plan.change(
+            look,
+            f"`{plan.index.module_of(look).code_for_node(look)}`: rank 0's answer on every rank, "
+            "given before any rank changes that path",
+        )

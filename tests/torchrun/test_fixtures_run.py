@@ -71,6 +71,7 @@ CASES = [
     "tensors/examples_batched_by_a_generator",
     "model/distiller_from_a_registry",
     "model/optimizer_from_a_factory_helper",
+    "run_names/folder_looked_at_then_made",
 ]
 
 

@@ -82,7 +82,7 @@ def deciding_values(index: Index) -> Iterator[Deciding]:
     seeding = Seeding(index)
     for assign in _per_process_assignments(index, seeding):
         target = index.ref_of(assign.targets[0].target, index.scope_of(assign))
-        if target is None or _in_worker_code(index, assign):
+        if target is None or in_worker_code(index, assign):
             continue
         for decides, test in (
             ("names a file or folder", _in_path_call),
@@ -108,7 +108,7 @@ def _per_process_assignments(index: Index, seeding: Seeding) -> Iterator[cst.Ass
             yield assign
 
 
-def _in_worker_code(index: Index, node: cst.CSTNode) -> bool:
+def in_worker_code(index: Index, node: cst.CSTNode) -> bool:
     """Inside a method of a class that has data set methods: DataLoader workers may run it."""
     for ancestor in index.ancestors(node):
         if isinstance(ancestor, cst.ClassDef):
@@ -197,7 +197,7 @@ def _assigned_from(index: Index, read: cst.CSTNode) -> Ref | None:
 
 SAME_ON_EVERY_RANK = '''
 def {helper}(value):
-    """Rank 0's value on every rank: a value drawn from the clock or at random is the same everywhere."""
+    """Rank 0's value on every rank, where each process could see its own (the clock, a draw, a file)."""
     values = [value]
     {broadcast}
     return values[0]

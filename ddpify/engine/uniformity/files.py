@@ -1,0 +1,127 @@
+"""A look at the file system that another rank may already have changed.
+
+A file read is the same on every rank, as long as no rank changes it before
+the others have read it. Set-up code often looks before it changes::
+
+    if os.path.exists(args.log_path):
+        if not args.overwrite:
+            sys.exit("the folder exists")
+        shutil.rmtree(args.log_path)
+    os.makedirs(args.log_path)
+
+One process looks before it makes. N processes race: rank 1 may make the
+folder before rank 0 looks, and rank 0 then takes the other branch (it exits,
+or removes a folder the others are using) while the others train and wait for
+it. :func:`raced_checks` finds such looks; every rank then takes rank 0's
+answer (``same_on_every_rank``), which rank 0 gives before any rank can go on.
+
+A look whose ``if`` does nothing but change that path, or say so
+(``if not os.path.exists(d): os.makedirs(d)``), is harmless either way and
+left as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from ddpify.engine.index import Index
+
+# Calls that tell whether a path exists; their path is the first argument.
+QUERIES = frozenset({"os.path.exists", "os.path.isdir", "os.path.isfile", "os.path.lexists"})
+# ``Path(...).exists()``: the path is the receiver.
+QUERY_METHODS = frozenset({"exists", "is_dir", "is_file"})
+# Calls that make, remove or replace the path among their arguments.
+CHANGES = frozenset(
+    {
+        "os.makedirs",
+        "os.mkdir",
+        "os.remove",
+        "os.unlink",
+        "os.rmdir",
+        "os.rename",
+        "os.replace",
+        "shutil.rmtree",
+        "shutil.copytree",
+        "shutil.copy",
+        "shutil.copyfile",
+        "shutil.move",
+    }
+)
+CHANGE_METHODS = frozenset({"mkdir", "rmdir", "unlink", "touch"})
+# What an ``if`` may also do and stay harmless whichever branch a rank takes.
+_REPORTS = frozenset({"builtins.print"})
+
+
+def raced_checks(index: Index) -> Iterator[cst.Call]:
+    """Each look at a path in the test of an ``if`` that the program changes right after, in source order."""
+    for node in index.walk_program():
+        if not isinstance(node, cst.If):
+            continue
+        for call in _queries(index, node.test):
+            path = _text(index, _queried(index, call))
+            if path is not None and not _harmless(index, node, call, path) and _changed_after(index, node, path):
+                yield call
+
+
+def _queries(index: Index, test: cst.BaseExpression) -> Iterator[cst.Call]:
+    for node in index.walk(test):
+        if isinstance(node, cst.Call) and _queried(index, node) is not None:
+            yield node
+
+
+def _queried(index: Index, call: cst.Call) -> cst.BaseExpression | None:
+    """The path a query looks at: ``p`` in ``os.path.exists(p)`` or ``p.exists()``; None for other calls."""
+    func = call.func
+    if index.is_call_to(call, QUERIES):
+        first = call.args[0] if call.args else None
+        return first.value if first is not None and first.keyword is None and not first.star else None
+    if isinstance(func, cst.Attribute) and func.attr.value in QUERY_METHODS and not call.args:
+        return None if index.qualified_names(func) else func.value
+    return None
+
+
+def _text(index: Index, expr: cst.BaseExpression | None) -> str | None:
+    if expr is None or isinstance(expr, cst.SimpleString | cst.FormattedString | cst.Name | cst.Attribute):
+        return None if expr is None else index.module_of(expr).code_for_node(expr)
+    if isinstance(expr, cst.Call):  # os.path.join(...), Path(...)
+        return index.module_of(expr).code_for_node(expr)
+    return None
+
+
+def _changes(index: Index, node: cst.CSTNode, path: str) -> bool:
+    """Whether ``node`` is a call that makes, removes or replaces ``path``."""
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    if isinstance(func, cst.Attribute) and func.attr.value in CHANGE_METHODS:
+        return _text(index, func.value) == path
+    return index.is_call_to(node, CHANGES) and any(_text(index, arg.value) == path for arg in node.args)
+
+
+def _harmless(index: Index, stmt: cst.If, query: cst.Call, path: str) -> bool:
+    """``if [not] exists(p): <changes of p, prints>`` with no other branch: the same outcome either way."""
+    if stmt.orelse is not None:
+        return False
+    for line in stmt.body.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            return False
+        for small in line.body:
+            if not isinstance(small, cst.Expr) or not (
+                _changes(index, small.value, path) or index.is_call_to(small.value, _REPORTS)
+            ):
+                return False
+    return True
+
+
+def _changed_after(index: Index, stmt: cst.If, path: str) -> bool:
+    """Whether the ``if`` or the statements after it in its block change ``path`` before training starts."""
+    parent = index.parent(stmt)
+    siblings = list(parent.body) if isinstance(parent, cst.IndentedBlock | cst.Module) else [stmt]
+    for later in siblings[siblings.index(stmt) :]:
+        if later is not stmt and index.trains(later):
+            return False
+        if any(_changes(index, node, path) for node in index.walk(later)):
+            return True
+    return False
