@@ -38,7 +38,8 @@ def unbound_names(code: str, path: str) -> set[tuple[str, str]]:
 
 def lost_bindings(original: str, converted: str, path: str) -> list[Diagnostic]:
     """One finding per name that ``converted`` reads unbound where ``original`` never does."""
-    extra = unbound_names(converted, path) - unbound_names(original, path)
+    after = unbound_names(converted, path)
+    extra = after - unbound_names(original, path) if after else after  # the input is read only when needed
     return [
         INVARIANT_BOUND.at(
             1,

@@ -106,13 +106,15 @@ def _convert(
     plan, diagnostics = planned
     if not others:
         converted = apply(plan)
-        code = converted.bytes if isinstance(source, bytes) else converted.code
+        text = converted.code  # each read of ``.code`` prints the whole tree again
+        code = converted.bytes if isinstance(source, bytes) else text
         compile_quietly(code, path)  # output that does not compile is a bug: an internal error, nothing written
-        lost = bindings.lost_bindings(plan.index.module.code, converted.code, path)
+        original = source if isinstance(source, str) else plan.index.module.code
+        lost = bindings.lost_bindings(original, text, path)
         if lost:
             return _outcome(source, Status.INTERNAL_ERROR, [*diagnostics, *lost])
         # a safety net that does not trust the analysis above
-        broken = invariants.check(converted.code, path, original=plan.index.module.code)
+        broken = invariants.check(text, path, original=original)
         if broken:
             return _outcome(source, Status.REFUSED, [*diagnostics, *broken])
         return Conversion(source, code, Status.CONVERTED, tuple(diagnostics), _changes(plan, path))
@@ -241,10 +243,12 @@ def _apply_program(
     for tree, converted in apply_program(plan).items():
         file = index.paths[tree]
         original = source if tree is index.module else by_path[file].source
-        new = converted.bytes if isinstance(original, bytes) else converted.code
+        text = converted.code  # each read of ``.code`` prints the whole tree again
+        new = converted.bytes if isinstance(original, bytes) else text
         compile_quietly(new, file)
-        lost += bindings.lost_bindings(tree.code, converted.code, file)
-        broken += invariants.check(converted.code, file, entry=tree is index.module, original=tree.code)
+        before = original if isinstance(original, str) else tree.code
+        lost += bindings.lost_bindings(before, text, file)
+        broken += invariants.check(text, file, entry=tree is index.module, original=before)
         if tree is index.module:
             code = new
             continue

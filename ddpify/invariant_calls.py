@@ -76,17 +76,14 @@ COLLECTIVES = frozenset(
 
 def _distributed(script: _Script, node: ast.AST) -> bool:
     """A call ddpify added into torch.distributed, DDP or DistributedSampler, or ``loader.sampler.set_epoch(...)``."""
-    if isinstance(node, ast.Call) and script.own_calls[ast.unparse(node)] > 0:
-        return False
-    if script.calls_to(node, DISTRIBUTED):
-        return True
-    return (
+    distributed = script.calls_to(node, DISTRIBUTED) or (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr == "set_epoch"
         and isinstance(node.func.value, ast.Attribute)
         and node.func.value.attr in ("sampler", "batch_sampler")
     )
+    return distributed and not script.made_before(node)
 
 
 def distributed_calls_run(script: _Script) -> Iterator[_Violation]:
@@ -117,13 +114,11 @@ def collectives_on_every_rank(script: _Script) -> Iterator[_Violation]:
         function.name
         for functions in script.functions.values()
         for function in functions
-        if any(script.calls_to(n, COLLECTIVES) for n in script.body_nodes(function))
+        if any(script.calls_to(n, COLLECTIVES) for n in script.in_scope[function])
     }
     for call in script.calls:
-        if script.own_calls[ast.unparse(call)] > 0:
-            continue
         collective = script.calls_to(call, COLLECTIVES) or (isinstance(call.func, ast.Name) and call.func.id in helpers)
-        if collective and _under_rank_test(script, call):
+        if collective and _under_rank_test(script, call) and not script.made_before(call):
             what = f"call `{ast.unparse(call.func)}(...)` on some ranks only, where the others never join it"
             yield INVARIANT_COLLECTIVE, call.lineno, what
 

@@ -78,7 +78,7 @@ def check(code: str, path: str = "<string>", *, entry: bool = True, original: st
         return []  # the output is compiled elsewhere; what does not parse is not decidable here
     script = _Script(tree)
     script.entry = entry
-    script.own_calls = Counter(ast.unparse(n) for n in ast.walk(before) if isinstance(n, ast.Call))
+    script.before = before
     found = [
         *script.setup_first(),
         *script.training_data(),
@@ -153,7 +153,15 @@ class _Script:
                     if isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While)):
                         self.backward_loops.add(ancestor)
         self._setup: dict[str, bool] = {}
-        self.own_calls: Counter[str] = Counter()
+        self.before: ast.Module | None = None  # the module before the conversion
+        self._own_calls: Counter[str] | None = None
+
+    def made_before(self, call: ast.AST) -> bool:
+        """Whether the module before the conversion already makes ``call`` (the same text)."""
+        if self._own_calls is None:
+            before = self.before if self.before is not None else ast.Module(body=[], type_ignores=[])
+            self._own_calls = Counter(ast.unparse(n) for n in ast.walk(before) if isinstance(n, ast.Call))
+        return self._own_calls[ast.unparse(call)] > 0
 
     def _record(self, node: ast.stmt | ast.NamedExpr, scope: ast.AST) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -134,3 +134,32 @@ def test_imported_names(statement: str, bound: list[tuple[str, str]]) -> None:
     node = line.body[0]
     assert isinstance(node, (cst.Import, cst.ImportFrom))
     assert list(imported_names(node)) == bound
+
+
+def test_the_shape_tests_agree_with_libcst_matchers() -> None:
+    import libcst.matchers as lm
+
+    import ddpify.engine.match as dm
+
+    def both(build):  # the same pattern in each library
+        return build(dm), build(lm)
+
+    patterns = [
+        both(lambda m: m.Name("len")),
+        both(lambda m: m.Call(func=m.Name("super"), args=[])),
+        both(lambda m: m.Call(func=m.Attribute(attr=m.Name("to") | m.Name("cuda")))),
+        both(lambda m: m.Call(func=m.Name("hasattr"), args=[m.Arg(m.Name("model")), m.Arg()])),
+        both(lambda m: m.Subscript(slice=[m.SubscriptElement(m.Index(m.Integer()))])),
+        both(lambda m: m.Comparison(comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))])),
+    ]
+    source = "len\nsuper()\nsuper(A, self)\nx.to(d)\nx.cuda()\nx.cpu()\nhasattr(model, 'a')\nhasattr(model)\n"
+    source += "out[0]\nout[i]\nout[0, 1]\nshuffle is None\nshuffle is not None\nlen(x)\n"
+    module = cst.parse_module(source)
+    nodes = [n for line in module.body for n in (line.body[0].value,)]
+    checked = 0
+    for ours, theirs in patterns:
+        for node in nodes:
+            assert dm.matches(node, ours) == lm.matches(node, theirs), module.code_for_node(node)
+            checked += lm.matches(node, theirs)
+    assert checked == 7  # each pattern matches something, and not everything
+    assert [module.code_for_node(n) for n in dm.findall(module, dm.Name("len"))] == ["len", "len"]

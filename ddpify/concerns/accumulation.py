@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify.concerns import model
 from ddpify.diagnostics import Code
 from ddpify.engine.edits import EditPlan

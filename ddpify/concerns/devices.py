@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify.engine.syntax import dotted
 
 if TYPE_CHECKING:

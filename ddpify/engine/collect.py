@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import cast
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify.engine.index import Flow, Index, Ref, Scope, constant_key, keyed
 from ddpify.engine.reach import Reach, Skipped
 from ddpify.engine.syntax import assigned, imported_names, parameter_names, relative_base

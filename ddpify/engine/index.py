@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.engine.classes import ProgramClasses
 from ddpify.engine.positions import locate
@@ -486,6 +486,9 @@ class Index(ProgramClasses):
 
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         """Whether ``container`` is a proper ancestor of ``node``."""
+        at, first, end = self.order.get(node), self.order.get(container), self.last.get(container)
+        if at is not None and first is not None and end is not None:
+            return first < at <= end  # numbered in preorder: a subtree is one run of numbers
         return any(ancestor is container for ancestor in self.ancestors(node))
 
     def assignments_to(self, ref: Ref) -> Iterator[cst.Assign]:

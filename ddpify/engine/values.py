@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify.engine.index import Index, Scope
 
 

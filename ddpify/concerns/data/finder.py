@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from typing import cast
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns.data.checks import Checks
 from ddpify.concerns.data.codes import NO_EPOCH, NO_TRAINING_LOADER, OWN_SAMPLER, UNFOLLOWED_LOADER

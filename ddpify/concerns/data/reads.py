@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.syntax import assigned
 

@@ -13,8 +13,8 @@ from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns import batch_negatives, model_collections
 from ddpify.concerns.model.codes import (

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from typing import cast
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns.model.codes import MOVES_IN_TRAINING, OUTSIDE_FORWARD, PARTS_RUN_DIRECTLY
 from ddpify.concerns.model.facts import Model
@@ -174,7 +174,7 @@ class ForwardChecks:
         ``compute_loss`` routed through it). Submodules built from the script's own classes are followed.
         """
         index = self.index
-        for cls in sorted(classes, key=index.position):
+        for cls in sorted(classes, key=index.order.__getitem__):
             forward = index.method(cls, "forward")  # its own, or a base class's
             self_name = index.self_name(forward) if forward is not None else None
             if forward is None or self_name is None:

@@ -8,8 +8,8 @@ the wrap's name and function allow it, and are refused otherwise (DDP306).
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify.concerns.model.codes import UNFROZEN_AFTER_WRAP
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Ref

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from math import inf
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns import checkpoints, model_collections
 from ddpify.concerns.model.codes import STORED_BEFORE_WRAP, WRAPPER_IN_CONTAINER

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import cast
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify.concerns.side_effects.facts import _TERMINAL, MODULE_OUTPUT_KEPT, Facts
 from ddpify.concerns.side_effects.finder import _callee_name
 from ddpify.engine import uniformity

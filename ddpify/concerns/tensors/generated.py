@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify.engine.edits import EditPlan, fresh, statement
 from ddpify.engine.index import Index
 from ddpify.engine.syntax import assigned, parameter_names

@@ -8,8 +8,8 @@ random choice of samples in its making must be seeded.
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify.concerns.tensors.lineage import Refused, _code, _Lineage, _StepReader, _value_of
 from ddpify.engine.index import Ref, Scope
 from ddpify.engine.syntax import assigned

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import cast
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify.concerns.tensors.lineage import Refused, _binds, _code, _is_read, _Lineage
 from ddpify.concerns.tensors.samples import RANDOM_CHOICES, _SampleFinder
 from ddpify.engine.edits import EditPlan, fresh, statement

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import libcst as cst
-import libcst.matchers as m
 
+import ddpify.engine.match as m
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import dotted
 from ddpify.engine.uniformity.sources import Seeding, per_process
