@@ -94,10 +94,15 @@ def _changes(index: Index, node: cst.CSTNode, path: str) -> bool:
     """Whether ``node`` is a call that makes, removes or replaces ``path``."""
     if not isinstance(node, cst.Call):
         return False
-    func = node.func
-    if isinstance(func, cst.Attribute) and func.attr.value in CHANGE_METHODS:
-        return _text(index, func.value) == path
-    return index.is_call_to(node, CHANGES) and any(_text(index, arg.value) == path for arg in node.args)
+    if index.is_call_to(node, CHANGES):
+        return any(_text(index, arg.value) == path for arg in node.args)
+    func = node.func  # ``Path(...).mkdir()``: the receiver is the path
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value in CHANGE_METHODS
+        and not index.qualified_names(func)
+        and _text(index, func.value) == path
+    )
 
 
 def _harmless(index: Index, stmt: cst.If, query: cst.Call, path: str) -> bool:
