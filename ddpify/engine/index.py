@@ -21,10 +21,11 @@ a ``Trainer`` class) without a full type inference.
 from __future__ import annotations
 
 import builtins
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import libcst as cst
 
@@ -100,6 +101,7 @@ class Index(ProgramClasses):
     _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
     _assignments: dict[Ref, list[cst.Assign]] | None = None
+    _candidate_orders: dict[int, list[int]] = field(default_factory=dict)  # see _orders_of()
 
     # -- metadata --------------------------------------------------------
     def parent(self, node: cst.CSTNode | None) -> cst.CSTNode | None:
@@ -297,6 +299,18 @@ class Index(ProgramClasses):
             else:
                 return None
 
+    def _orders_of(self, candidates: list[cst.Name] | list[cst.Attribute]) -> list[int]:
+        """The source order of each of ``candidates`` (a list of names or attributes of one spelling, kept
+        in source order as the walk found them), computed once per list."""
+        orders = self._candidate_orders.get(id(candidates))
+        if orders is None or len(orders) != len(candidates):
+            orders = [self.order[c] for c in candidates]
+            if any(a > b for a, b in pairwise(orders)):
+                candidates.sort(key=self.order.__getitem__)
+                orders.sort()
+            self._candidate_orders[id(candidates)] = orders
+        return orders
+
     def mentions(self, node: cst.CSTNode, ref: Ref) -> list[cst.BaseExpression]:
         """Every expression inside ``node`` that reads ``ref``."""
         found: list[cst.BaseExpression] = []
@@ -307,8 +321,9 @@ class Index(ProgramClasses):
         else:
             candidates = self.names.get(ref.path, [])
         first, last = self.order[node], self.last[node]
-        for expr in candidates:
-            if first <= self.order[expr] <= last and self.ref_of(expr, self.scope_of(expr)) == ref:
+        orders = self._orders_of(candidates)
+        for expr in candidates[bisect_left(orders, first) : bisect_right(orders, last)]:
+            if self.ref_of(expr, self.scope_of(expr)) == ref:
                 parent = self.parent(expr)
                 # ``self.model`` is one read, not also a read of ``self``.
                 if not (

@@ -16,6 +16,7 @@ script; these few lines cost nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,7 +28,7 @@ class Pattern:
 
     def __init__(self, kind: type[cst.CSTNode], *positional: Any, **fields: Any) -> None:
         if positional:
-            fields[dataclasses.fields(kind)[0].name] = positional[0]
+            fields[_first_field(kind)] = positional[0]
         self.kind = kind
         self.fields = fields
 
@@ -74,9 +75,16 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         yield from _walk(child)
 
 
+@functools.cache
+def _first_field(kind: type[cst.CSTNode]) -> str:
+    return dataclasses.fields(kind)[0].name
+
+
 def __getattr__(name: str) -> Callable[..., Pattern]:
-    """``Name``, ``Call``, ...: a pattern for the libcst node type of that name."""
+    """``Name``, ``Call``, ...: a pattern for the libcst node type of that name (made once, then kept)."""
     kind = getattr(cst, name, None)
     if not (isinstance(kind, type) and issubclass(kind, cst.CSTNode)):
         raise AttributeError(name)
-    return lambda *positional, **fields: Pattern(kind, *positional, **fields)
+    factory = functools.partial(Pattern, kind)
+    globals()[name] = factory
+    return factory

@@ -45,6 +45,7 @@ class LoaderFinder:
         self.reads = Reads(self.index)
         self.checks = Checks(program, self.reads, Seeds(self.index))
         self._loader_refs: set[Ref] = set()  # the places holding the loader being examined
+        self._iter_calls: list[tuple[cst.SimpleStatementLine, cst.Call]] | None = None  # ``it = iter(x)``
 
     def _origin(self, call: cst.Call) -> Ref | None:
         index = self.index
@@ -201,13 +202,16 @@ class LoaderFinder:
     def _restarts(self, refs: set[Ref]) -> Iterator[Restart]:
         """``except StopIteration: it = iter(loader)``: the statements that start another pass."""
         index = self.index
-        for stmt in index.statements:
-            small = stmt.body[0]
-            if len(stmt.body) != 1 or not isinstance(small, cst.Assign):
-                continue
-            value = small.value
-            if not (isinstance(value, cst.Call) and m.matches(value.func, m.Name("iter")) and value.args):
-                continue
+        if self._iter_calls is None:
+            self._iter_calls = []
+            for stmt in index.statements:
+                small = stmt.body[0]
+                if len(stmt.body) != 1 or not isinstance(small, cst.Assign):
+                    continue
+                value = small.value
+                if isinstance(value, cst.Call) and m.matches(value.func, m.Name("iter")) and value.args:
+                    self._iter_calls.append((stmt, value))
+        for stmt, value in self._iter_calls:
             ref = index.ref_of(value.args[0].value, index.scope_of(stmt))
             if ref in refs and self._starts_a_pass(stmt):
                 loader = self._loader_itself(ref, index.scope_of(stmt))

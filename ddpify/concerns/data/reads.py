@@ -14,82 +14,94 @@ import ddpify.engine.match as m
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.syntax import assigned
 
+_COUNTS = m.Name("len") | m.Name("range")
+
 
 class Reads:
     def __init__(self, index: Index) -> None:
         self.index = index
+        self._sites: list[tuple[cst.CSTNode, tuple[Ref, ...]]] | None = None
+        self._known: dict[tuple[cst.CSTNode, Scope, int], tuple[Ref, ...]] = {}
 
     def iterations(self, refs: set[Ref]) -> list[tuple[cst.CSTNode, Ref]]:
         """Where batches are drawn from the loader: ``for ... in loader`` loops and ``next(it)`` calls."""
-        index = self.index
+        if self._sites is None:
+            self._sites = list(self._draw_sites())
         sites: list[tuple[cst.CSTNode, Ref]] = []
+        for node, candidates in self._sites:
+            found = next((ref for ref in candidates if ref in refs), None)
+            if found is not None:
+                sites.append((node, found))
+        return sites
+
+    def _draw_sites(self) -> Iterator[tuple[cst.CSTNode, tuple[Ref, ...]]]:
+        """Every place batches may be drawn, with the places it may draw them from in the order they are
+        tried: the first that holds the loader asked about is the one it draws from. Found once for all
+        the loaders of the program."""
+        index = self.index
         for loop in index.loops:
             if isinstance(loop, cst.For):
                 scope = index.scope_of(loop)
-                ref = self._iterated_ref(loop.iter, scope, refs)
-                if ref is None and (held := index.carried_ref(loop.iter, scope)) is not None:
-                    ref = self._made_from(held, scope, refs)  # ``stream = tqdm(enumerate(loader))``
-                if ref is not None:
-                    sites.append((loop, ref))
+                candidates = self._candidates(loop.iter, scope)
+                if (held := index.carried_ref(loop.iter, scope)) is not None:
+                    candidates += self._made_from(held, scope)  # ``stream = tqdm(enumerate(loader))``
+                yield loop, candidates
         for comprehension in index.comprehensions:
-            ref = self._iterated_ref(comprehension.iter, index.scope_of(comprehension), refs)
-            if ref is not None:
-                sites.append((comprehension, ref))
+            yield comprehension, self._candidates(comprehension.iter, index.scope_of(comprehension))
         for call in index.calls:
-            if m.matches(call.func, m.Name("next")) and call.args:
+            if isinstance(call.func, cst.Name) and call.func.value == "next" and call.args:
                 scope = index.scope_of(call)
                 ref = index.carried_ref(call.args[0].value, scope)
-                if ref in refs:
-                    sites.append((call, ref))
-                elif ref is not None and (made := self._made_from(ref, scope, refs)) is not None:
-                    sites.append((call, made))  # ``batches = cycle(loader)`` then ``next(batches)``
-        return sites
+                if ref is not None:
+                    # ``batches = cycle(loader)`` then ``next(batches)``
+                    yield call, (ref, *self._made_from(ref, scope))
 
-    def _made_from(self, ref: Ref, scope: Scope, refs: set[Ref]) -> Ref | None:
-        """The loader that an iterator at ``ref`` is made from by a call (a generator of the program's own)."""
+    def _made_from(self, ref: Ref, scope: Scope) -> tuple[Ref, ...]:
+        """What an iterator at ``ref`` may be made from by a call (a generator of the program's own)."""
+        found: tuple[Ref, ...] = ()
         for assign in self.index.assignments_to(ref):
-            if isinstance(assign.value, cst.Call) and (found := self._iterated_ref(assign.value, scope, refs)):
-                return found
-        return None
+            if isinstance(assign.value, cst.Call):
+                found += self._candidates(assign.value, scope)
+        return found
 
-    def _iterated_ref(self, expr: cst.BaseExpression, scope: Scope, refs: set[Ref], depth: int = 0) -> Ref | None:
+    def _candidates(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> tuple[Ref, ...]:
+        """The places whose loader ``expr`` iterates, in the order they are tried: what it holds, what a call
+        of the program's own returns or yields, then what its arguments iterate."""
+        key = (expr, scope, depth)
+        known = self._known.get(key)
+        if known is not None:
+            return known
+        found: tuple[Ref, ...] = ()
         ref = self.index.carried_ref(expr, scope)
-        if ref in refs:
-            return ref
-        if isinstance(expr, cst.Call) and depth < 3 and (found := self._returned_or_yielded(expr, refs, depth)):
-            return found
-        if isinstance(expr, cst.Call) and not m.matches(expr.func, m.Name("len") | m.Name("range")):
+        if ref is not None:
+            found += (ref,)
+        if isinstance(expr, cst.Call) and depth < 3:
+            found += self._returned_or_yielded(expr, depth)
+        if isinstance(expr, cst.Call) and not m.matches(expr.func, _COUNTS):
             for arg in expr.args:
                 if arg.keyword is None:
-                    found = self._iterated_ref(arg.value, scope, refs)
-                    if found is not None:
-                        return found
-        return None
+                    found += self._candidates(arg.value, scope)
+        self._known[key] = found
+        return found
 
-    def _returned_or_yielded(self, call: cst.Call, refs: set[Ref], depth: int) -> Ref | None:
+    def _returned_or_yielded(self, call: cst.Call, depth: int) -> tuple[Ref, ...]:
         """The loader a call of the program's own function gives: one it returns (``self.get_loader(bs)``),
         or, for a generator, one it iterates to yield its batches (``while True: for b in make(): yield b``)."""
         index = self.index
         resolved = index.resolve_callee(call, index.scope_of(call))
         if resolved is None:
-            return None
+            return ()
         function = resolved[0]
-        returned = Ref(function, "<return>")
-        if returned in refs:
-            return returned
+        found: tuple[Ref, ...] = (Ref(function, "<return>"),)
         own = [n for n in index.walk(function.body) if index.scope_of(n) is function]
         if not any(isinstance(n, (cst.Yield)) for n in own):
-            return None
+            return found
         for node in own:
             if isinstance(node, cst.For) and any(isinstance(y, cst.Yield) for y in index.walk(node.body)):
-                found = self._iterated_ref(node.iter, function, refs, depth + 1)
-                if found is not None:
-                    return found
+                found += self._candidates(node.iter, function, depth + 1)
             if isinstance(node, cst.Yield) and isinstance(node.value, cst.From):
-                found = self._iterated_ref(node.value.item, function, refs, depth + 1)
-                if found is not None:
-                    return found
-        return None
+                found += self._candidates(node.value.item, function, depth + 1)
+        return found
 
     def site_trains(self, node: cst.CSTNode) -> bool:
         if isinstance(node, cst.CompFor):
