@@ -32,6 +32,7 @@ from ddpify.concerns.process_group import distributed_use
 from ddpify.diagnostics import (
     ALREADY_DISTRIBUTED,
     INTERNAL_ERROR,
+    TRAINING_IN_A_LIBRARY,
     TRAINING_UNFOLLOWED,
     UNFOLLOWED_IMPORT,
     Change,
@@ -206,6 +207,18 @@ def _plan(
                 "trains; import that module by name so that ddpify can follow it"
             )
             return _outcome(source, Status.REFUSED, [TRAINING_UNFOLLOWED.at(1, 1, message, path)])
+        handed = program.optimizer_handed_away()
+        if handed is not None:
+            optimizer, outer = handed
+            index = program.index
+            message = (
+                f"no training step (`.backward()`) in the code ddpify can follow, but this optimizer is handed to "
+                f"`{index.module_of(outer).code_for_node(outer.func)}(...)` (line {index.position(outer)[0]}), "
+                "which trains out of sight (a library's loop): write the loop out, or use the library's own "
+                "distributed support"
+            )
+            where = TRAINING_IN_A_LIBRARY.at(*index.position(optimizer), message, index.path_of(optimizer))
+            return _outcome(source, Status.REFUSED, [where])
         files = {name: program.index.paths[tree] for name, tree in program.index.module_names.items()}
         unfollowed = [
             UNFOLLOWED_IMPORT.at(

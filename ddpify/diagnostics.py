@@ -159,6 +159,14 @@ TRAINING_UNFOLLOWED = Code(
     "import the module that trains by name, or convert that module's entry point; ddpify cannot tell which "
     "module the computed name picks",
 )
+TRAINING_IN_A_LIBRARY = Code(
+    "DDP016",
+    Severity.ERROR,
+    "input",
+    "no training step in the code ddpify can follow, and the program hands its optimizer to a call it cannot "
+    "follow (a library's training loop): nothing is written",
+    "write the training loop out (forward, backward, step), or use the library's own distributed support",
+)
 INTERNAL_ERROR = Code(
     "DDP900", Severity.ERROR, "ddpify", "a bug in ddpify: nothing is written", "report it with the input script"
 )
@@ -236,6 +244,7 @@ INPUT_CODES = (
     UNFOLLOWED_IMPORT,
     UNFOLLOWED_IN_FOLDER,
     TRAINING_UNFOLLOWED,
+    TRAINING_IN_A_LIBRARY,
     NOTEBOOK_SETUP,
     NOTEBOOK_ONLY,
     NOTEBOOK_DISPLAY,

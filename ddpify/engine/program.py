@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ddpify import torch_api
 from ddpify.diagnostics import Code, Diagnostic
-from ddpify.engine.called import commands_of
+from ddpify.engine.called import called_functions, commands_of, enclosing_function
 from ddpify.engine.collect import Source, build_index
 from ddpify.engine.index import Index
 from ddpify.engine.reach import Reach
@@ -57,6 +58,37 @@ class Program:
     def first_backward(self) -> cst.Call | None:
         return next((call for call in self.index.calls if is_backward(call)), None)
 
+    def optimizer_handed_away(self) -> tuple[cst.Call, cst.Call] | None:
+        """An optimizer that code which runs builds and hands to a call the program does not define
+        (``engine.train(step, loader, epochs, optimizer)``), with that call: the training loop is then
+        a library's, out of sight."""
+        index = self.index
+        called: set[cst.FunctionDef] | None = None
+        for call in index.calls:
+            if not any(_builds_optimizer(name) for name in index.qualified_names(call.func)):
+                continue
+            assign = index.parent(call)
+            if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+                continue
+            if called is None:
+                called = called_functions(index)
+            function = enclosing_function(index, call)
+            if function is not None and function not in called:
+                continue
+            scope = index.scope_of(call)
+            ref = index.ref_of(assign.targets[0].target, scope)
+            for read in index.mentions(scope, ref) if ref is not None else ():
+                arg = index.parent(read)
+                outer = index.parent(arg)
+                if (
+                    isinstance(arg, cst.Arg)
+                    and isinstance(outer, cst.Call)
+                    and index.resolve_callee(outer, index.scope_of(outer)) is None
+                    and not any(name.startswith("torch.") for name in index.qualified_names(outer.func))
+                ):
+                    return call, outer
+        return None
+
 
 def read_program(module: cst.Module, path: str, others: Sequence[Source] = (), runs: Reach | None = None) -> Program:
     """The program of the entry script ``module``; with ``runs``, only the code of it that runs."""
@@ -102,6 +134,10 @@ def _callees(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
         return []
     methods = (index.method(cls, func.attr.value, dispatch=True) for cls in index.constructed_classes(ref))
     return [method for method in methods if method is not None]
+
+
+def _builds_optimizer(name: str) -> bool:
+    return name.startswith(torch_api.OPTIMIZER_MODULE + ".") and not name.startswith("torch.optim.lr_scheduler")
 
 
 def is_backward(call: cst.Call) -> bool:
