@@ -72,6 +72,7 @@ CASES = [
     "model/distiller_from_a_registry",
     "model/optimizer_from_a_factory_helper",
     "run_names/folder_looked_at_then_made",
+    "model/moved_again_after_training",
 ]
 
 

@@ -56,10 +56,9 @@ class LoaderFinder:
         if isinstance(parent, cst.Return) and isinstance(scope, cst.FunctionDef):
             return Ref(scope, "<return>")
         if isinstance(parent, cst.Arg):
-            # ``cycle(DataLoader(...))``: the parameter of a generator of the program's own that receives the
-            # loader built in its call holds the loader from there on
-            param = index.parameter_of(parent)
-            return param if param is not None and index.is_generator(cast(cst.FunctionDef, param.scope)) else None
+            # ``train(DataLoader(...), epochs)``, ``cycle(DataLoader(...))``: the parameter of the program's own
+            # function (or generator) that receives the loader built in its call holds it from there on
+            return index.parameter_of(parent)
         if isinstance(parent, cst.Element) and isinstance(returned := index.parent(parent), cst.Tuple):
             ret = index.parent(returned)
             if isinstance(ret, cst.Return) and isinstance(scope, cst.FunctionDef):

@@ -31,6 +31,7 @@ from ddpify.concerns.model.freezing import Freezing
 from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.concerns.model.outputs import OutputUse
 from ddpify.concerns.model.reads import WrapperReads
+from ddpify.engine.called import enclosing_function
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward
 from ddpify.engine.syntax import argument
@@ -443,16 +444,27 @@ class _Finder:
                 return current
 
     def _before_training(
-        self, stmt: cst.SimpleStatementLine, lineage: set[Ref], building: list[cst.SimpleStatementLine]
+        self,
+        stmt: cst.BaseStatement,
+        lineage: set[Ref],
+        building: list[cst.SimpleStatementLine],
+        depth: int = 0,
     ) -> bool:
         """Whether neither ``stmt`` nor a statement before it in its block, since the model first
-        appears there, trains.
+        appears there, trains; in a function of the program, whether some call of it does not come
+        after such training either (``features(net)`` after ``net = fit(loader)``).
 
         Defining a training function or class (``def train(model): ...`` above ``model = Net()``)
         runs none of it; training before the model is built or named in the block trains another
         model (a teacher trained before its student is built).
         """
         index = self.index
+        function = enclosing_function(index, stmt)
+        callers = index.callers(function) if function is not None and depth < 3 else []
+        if callers and not any(
+            self._before_training(index.statement_of(call), lineage, building, depth + 1) for call in callers
+        ):
+            return False
         block = index.parent(stmt)
         siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [stmt]
         runs = [s for s in siblings[: siblings.index(stmt) + 1] if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
@@ -463,7 +475,8 @@ class _Finder:
             )
 
         first = next((i for i, s in enumerate(runs) if touches(s)), len(runs) - 1)
-        if any(index.trains(s) for s in runs[first:]):
+        # a call of the function that holds the move: what that call trains comes after the move
+        if any(index.trains(s) for s in runs[first : len(runs) - (depth > 0)]):
             return False
         # ``with open(path) as f: model = torch.load(f)`` after the training loop: an earlier statement
         # of an enclosing block trained this model already
