@@ -24,7 +24,9 @@ and without scopes:
   definition of their file run, and ``getattr(module, name)`` with a computed
   name every definition of the program;
 * any ``.backward`` (or a name ``backward``) in running code counts as a
-  backward pass.
+  backward pass, and so does a mention of ``optim`` or of an optimizer class
+  of ``torch.optim``: an optimizer handed to a library's training loop is
+  refused by the full analysis (DDP016), not passed over.
 
 So a program this pass calls non-training is one the full analysis calls
 non-training too (``tests/test_screening.py`` compares them on every fixture
@@ -44,6 +46,16 @@ from dataclasses import dataclass, field
 from ddpify.engine.reach import definition_header, is_main_block
 from ddpify.modules import absolute_import
 
+# Names whose mention in running code may mean training: a backward pass, or an optimizer (which a
+# library's training loop may step out of sight).
+_TRAINS = frozenset(
+    {
+        "backward",
+        "optim",
+        *("SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "NAdam", "RAdam"),
+        *("ASGD", "LBFGS", "SparseAdam"),
+    }
+)
 # Calls through which a module's own names are reached by a computed string.
 DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec"})
 # Calls that load a module whose name is a value: ``(qualified name of the call, what it is)``.
@@ -249,13 +261,13 @@ class _Reader:
             if kind is ast.Name:
                 name = node.id  # type: ignore[attr-defined]
                 mentions.add(name)
-                if name == "backward":
+                if name in _TRAINS:
                     unit.backward = True
                 continue
             if kind is ast.Attribute:
                 attr = node.attr  # type: ignore[attr-defined]
                 mentions.add(attr)
-                if attr == "backward":
+                if attr in _TRAINS:
                     unit.backward = True
             elif kind is ast.Call:
                 self.call(node, unit)  # type: ignore[arg-type]

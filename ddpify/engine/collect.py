@@ -359,6 +359,12 @@ def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
                 for t, v in zip(target.elements, value.elements):
                     assign(t.value, v.value, scope, stmt)
             return
+        if isinstance(value, cst.IfExp):  # ``loader = train_loader if training else val_loader``: as an ``if``
+            # (not ``net.module if hasattr(net, "module") else net``: one value, unwrapped or not)
+            if index.root_ref(value.body, scope) != index.root_ref(value.orelse, scope):
+                assign(target, value.body, scope, stmt)
+                assign(target, value.orelse, scope, stmt)
+            return
         dst = index.ref_of(target, scope) if not isinstance(target, (cst.Tuple, cst.List)) else None
         src = index.carried_ref(value, scope)
         if dst is not None and src is not None:
@@ -435,6 +441,9 @@ def _argument_flows(
         src = index.carried_ref(arg.value, scope)
         if src is not None:
             index.add_flow(Flow(src, Ref(function, name), stmt))
+        elif isinstance(arg.value, cst.Dict):  # ``Solver({"train": tr_loader, "cv": cv_loader})``
+            for key, entry in _string_entries(index, arg.value, scope):
+                index.add_flow(Flow(entry, keyed(Ref(function, name), key), stmt))
         elif isinstance(arg.value, cst.Call):  # ``Trainer(data.loader(), ...)``: what the inner call returns
             inner = index.resolve_callee(arg.value, scope) or index.instance_method(arg.value, scope)
             if inner is not None and inner[0].name.value != "__init__":

@@ -73,6 +73,7 @@ CASES = [
     "model/optimizer_from_a_factory_helper",
     "run_names/folder_looked_at_then_made",
     "model/moved_again_after_training",
+    "data/loader_chosen_by_a_conditional_expression",
 ]
 
 

@@ -11,7 +11,6 @@ progress bar over it, can be named for ``sampler.set_epoch(epoch)``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import cast
 
 import libcst as cst
 
