@@ -72,7 +72,7 @@ CONCERNS: tuple[ModuleType, ...] = (
 NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     process_group: (model, data),
     downloads: (process_group,),
-    run_names: (process_group,),
+    run_names: (process_group, downloads),
     evaluation: (data,),
     tensors: (data, model, process_group),
     accumulation: (model,),

@@ -25,7 +25,7 @@ from typing import cast
 
 import libcst as cst
 
-from ddpify.concerns import process_group
+from ddpify.concerns import downloads, process_group
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine import uniformity
 from ddpify.engine.edits import EditPlan
@@ -59,7 +59,7 @@ class Facts:
     looks: tuple[cst.Call, ...] = ()
 
 
-def find(program: Program, setup: process_group.Facts) -> Facts:
+def find(program: Program, setup: process_group.Facts, fetches: downloads.Facts) -> Facts:
     index = program.index
     found: list[tuple[cst.Assign, str]] = []
     for value in uniformity.deciding_values(index):
@@ -77,7 +77,9 @@ def find(program: Program, setup: process_group.Facts) -> Facts:
     looks = tuple(
         call
         for call in files.raced_checks(index)
-        if not setup.runs_before_setup(index, call) and not uniformity.in_worker_code(index, call)
+        if not setup.runs_before_setup(index, call)
+        and not uniformity.in_worker_code(index, call)
+        and not fetches.in_turns(index, call)  # rank 0 first, then the others: no race, and no collective
     )
     return Facts(tuple(found), looks)
 
