@@ -1,7 +1,10 @@
-"""ddpify.engine.uniformity.sources: which calls give each process its own value."""
+"""ddpify.engine.uniformity: which calls give each process its own value; which looks at the file system race."""
 
 from __future__ import annotations
 
+from conftest import code
+
+from ddpify.engine.uniformity import files
 from ddpify.engine.uniformity.sources import SCALAR_DRAWS, Seeding, per_process
 
 PROGRAM = """
@@ -60,3 +63,33 @@ def test_only_the_named_draws_count_when_given(read) -> None:
     unseeded = PROGRAM.replace("    seed_all(0)\n", "")
     assert _per_process(read, "np.random.permutation(10)", unseeded) == ["an unseeded draw from numpy's generator"]
     assert _per_process(read, "np.random.permutation(10)", unseeded, SCALAR_DRAWS) == [""]
+
+
+def test_a_look_at_a_path_the_set_up_then_changes_is_raced_unless_harmless_or_rank_aware(read) -> None:
+    program = read(
+        """
+        import os
+        import shutil
+        import sys
+
+        def main(args, is_master):
+            if os.path.exists(args.out):
+                if not args.resume:
+                    sys.exit("exists")
+            else:
+                os.makedirs(args.out)
+            if not os.path.isdir("ckpt"):
+                os.makedirs("ckpt")
+            if os.path.exists(args.tb):
+                shutil.rmtree(args.tb)
+            if is_master and os.path.exists(args.cache):
+                sys.exit("cache exists")
+            os.makedirs(args.cache)
+            if os.path.isfile(args.log):
+                print("appending")
+            train()
+            os.remove(args.log)
+        """
+    )
+    index = program.index
+    assert [code(program, call) for call in files.raced_checks(index)] == ["os.path.exists(args.out)"]

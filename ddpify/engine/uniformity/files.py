@@ -61,7 +61,12 @@ def raced_checks(index: Index) -> Iterator[cst.Call]:
             continue
         for call in _queries(index, node.test):
             path = _text(index, _queried(index, call))
-            if path is not None and not _harmless(index, node, call, path) and _changed_after(index, node, path):
+            if (
+                path is not None
+                and not _harmless(index, node, call, path)
+                and not _rank_aware(index, node)
+                and _changed_after(index, node, path)
+            ):
                 yield call
 
 
@@ -118,6 +123,22 @@ def _harmless(index: Index, stmt: cst.If, query: cst.Call, path: str) -> bool:
             ):
                 return False
     return True
+
+
+_RANK_WORDS = ("rank", "master", "main_process", "is_main", "local_root")
+
+
+def _rank_aware(index: Index, stmt: cst.If) -> bool:
+    """Whether the ``if``, or one around it, already tests the rank (``if is_master and os.path.exists(d)``):
+    code written for several processes, which ranks may reach apart, where no collective may be added."""
+    for node in (stmt, *(a for a in index.ancestors(stmt) if isinstance(a, cst.If))):
+        for name in index.walk(node.test):
+            text = (
+                name.value if isinstance(name, cst.Name) else name.attr.value if isinstance(name, cst.Attribute) else ""
+            )
+            if any(word in text.lower() for word in _RANK_WORDS):
+                return True
+    return False
 
 
 def _changed_after(index: Index, stmt: cst.If, path: str) -> bool:
