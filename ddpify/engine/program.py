@@ -11,7 +11,7 @@ from ddpify import torch_api
 from ddpify.diagnostics import Code, Diagnostic
 from ddpify.engine.called import called_functions, commands_of, enclosing_function
 from ddpify.engine.collect import Source, build_index
-from ddpify.engine.index import Index
+from ddpify.engine.index import Index, Ref
 from ddpify.engine.reach import Reach
 
 
@@ -61,32 +61,45 @@ class Program:
     def optimizer_handed_away(self) -> tuple[cst.Call, cst.Call] | None:
         """An optimizer that code which runs builds and hands to a call the program does not define
         (``engine.train(step, loader, epochs, optimizer)``), with that call: the training loop is then
-        a library's, out of sight."""
+        a library's, out of sight. The optimizer is followed from where it is built (``opt = SGD(...)``,
+        or ``return SGD(...)`` in a helper) to every place it flows to."""
         index = self.index
         called: set[cst.FunctionDef] | None = None
         for call in index.calls:
             if not any(_builds_optimizer(name) for name in index.qualified_names(call.func)):
                 continue
-            assign = index.parent(call)
-            if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+            holder = index.parent(call)
+            scope = index.scope_of(call)
+            if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
+                built = index.ref_of(holder.targets[0].target, scope)
+            elif isinstance(holder, cst.Return) and isinstance(scope, cst.FunctionDef):
+                built = Ref(scope, "<return>")
+            else:
+                continue
+            if built is None:
                 continue
             if called is None:
                 called = called_functions(index)
             function = enclosing_function(index, call)
             if function is not None and function not in called:
                 continue
-            scope = index.scope_of(call)
-            ref = index.ref_of(assign.targets[0].target, scope)
-            for read in index.mentions(scope, ref) if ref is not None else ():
-                arg = index.parent(read)
-                outer = index.parent(arg)
-                if (
-                    isinstance(arg, cst.Arg)
-                    and isinstance(outer, cst.Call)
-                    and index.resolve_callee(outer, index.scope_of(outer)) is None
-                    and not any(name.startswith("torch.") for name in index.qualified_names(outer.func))
-                ):
-                    return call, outer
+            for place in sorted(
+                index.downstream(built) | {built}, key=lambda r: (index.order.get(r.scope, -1), r.path)
+            ):
+                for reader in index.scopes_reading(place):
+                    for read in index.mentions(reader, place):
+                        arg = index.parent(read)
+                        outer = index.parent(arg)
+                        if (
+                            isinstance(arg, cst.Arg)
+                            and isinstance(outer, cst.Call)
+                            and index.resolve_callee(outer, index.scope_of(outer)) is None
+                            and index.instance_method(outer, index.scope_of(outer)) is None
+                            and not any(
+                                name.startswith(("torch.", "builtins.")) for name in index.qualified_names(outer.func)
+                            )
+                        ):
+                            return call, outer
         return None
 
 

@@ -461,6 +461,8 @@ class _Finder:
         index = self.index
         function = enclosing_function(index, stmt)
         callers = index.callers(function) if function is not None and depth < 3 else []
+        # the calls that hand it this model (``get_embeds(model_am)``, not ``get_embeds(model_baseline)``)
+        callers = [c for c in callers if any(index.mentions(c, ref) for ref in lineage)]
         if callers and not any(
             self._before_training(index.statement_of(call), lineage, building, depth + 1) for call in callers
         ):
