@@ -214,8 +214,9 @@ def _plan(
             message = (
                 f"no training step (`.backward()`) in the code ddpify can follow, but this optimizer is handed to "
                 f"`{index.module_of(outer).code_for_node(outer.func)}(...)` (line {index.position(outer)[0]}), "
-                "which trains out of sight (a library's loop): write the loop out, or use the library's own "
-                "distributed support"
+                "which it cannot follow: the training runs out of its sight (a library's loop, or code reached "
+                "in a way it cannot trace); write the loop out where the script runs it, or use the library's "
+                "own distributed support"
             )
             where = TRAINING_IN_A_LIBRARY.at(*index.position(optimizer), message, index.path_of(optimizer))
             return _outcome(source, Status.REFUSED, [where])

@@ -164,7 +164,7 @@ TRAINING_IN_A_LIBRARY = Code(
     Severity.ERROR,
     "input",
     "no training step in the code ddpify can follow, and the program hands its optimizer to a call it cannot "
-    "follow (a library's training loop): nothing is written",
+    "follow (a library's training loop, or code it cannot trace): nothing is written",
     "write the training loop out (forward, backward, step), or use the library's own distributed support",
 )
 INTERNAL_ERROR = Code(
