@@ -101,9 +101,10 @@ def _per_process_assignments(index: Index, seeding: Seeding) -> Iterator[cst.Ass
             continue
         assign = stmt.body[0]
         if any(
-            isinstance(node, cst.Call) and per_process(index, node, seeding, SCALAR_DRAWS)
+            isinstance(node, cst.Call)
+            and per_process(index, node, seeding, SCALAR_DRAWS)
+            and not any(isinstance(a, cst.Lambda) for a in index.ancestors(node) if index.inside(a, assign.value))
             for node in index.walk(assign.value)
-            if not any(isinstance(a, cst.Lambda) for a in index.ancestors(node) if index.inside(a, assign.value))
         ):
             yield assign
 
