@@ -63,7 +63,7 @@ def raced_checks(index: Index) -> Iterator[cst.Call]:
             path = _text(index, _queried(index, call))
             if (
                 path is not None
-                and not _harmless(index, node, call, path)
+                and not _harmless(index, node, path)
                 and not _rank_aware(index, node)
                 and _changed_after(index, node, path)
             ):
@@ -88,9 +88,8 @@ def _queried(index: Index, call: cst.Call) -> cst.BaseExpression | None:
 
 
 def _text(index: Index, expr: cst.BaseExpression | None) -> str | None:
-    if expr is None or isinstance(expr, cst.SimpleString | cst.FormattedString | cst.Name | cst.Attribute):
-        return None if expr is None else index.module_of(expr).code_for_node(expr)
-    if isinstance(expr, cst.Call):  # os.path.join(...), Path(...)
+    """The source text of a path written as a name, an attribute, a string or a call (``os.path.join(...)``)."""
+    if isinstance(expr, cst.SimpleString | cst.FormattedString | cst.Name | cst.Attribute | cst.Call):
         return index.module_of(expr).code_for_node(expr)
     return None
 
@@ -110,7 +109,7 @@ def _changes(index: Index, node: cst.CSTNode, path: str) -> bool:
     )
 
 
-def _harmless(index: Index, stmt: cst.If, query: cst.Call, path: str) -> bool:
+def _harmless(index: Index, stmt: cst.If, path: str) -> bool:
     """``if [not] exists(p): <changes of p, prints>`` with no other branch: the same outcome either way."""
     if stmt.orelse is not None:
         return False
