@@ -5,8 +5,10 @@
 search probes until the loss falls far enough). DDP averages the gradients,
 but each rank's loss is its own: the ranks would then run the closure a
 different number of times, and their gradient all-reduces stop pairing up (a
-hang, or "Connection closed by peer"). The loss the closure returns is
-averaged over the ranks instead, so every rank decides alike::
+hang, or "Connection closed by peer"). Which closures those are, and whether
+what they return varies between ranks, is the uniformity analysis's answer
+(:mod:`ddpify.engine.uniformity.steering`). A loss that varies is averaged over
+the ranks, so every rank decides alike::
 
     def closure():                          def closure():
         optimizer.zero_grad()                   optimizer.zero_grad()
@@ -27,9 +29,8 @@ import libcst as cst
 
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, fresh
-from ddpify.engine.index import Index, Scope
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import argument
+from ddpify.engine.uniformity import steering
 from ddpify.result import Options
 
 UNFOLLOWED_CLOSURE = Code(
@@ -40,9 +41,6 @@ UNFOLLOWED_CLOSURE = Code(
     "define the closure with `def` next to the step, and return the loss from it",
 )
 CODES = (UNFOLLOWED_CLOSURE,)
-
-# Optimizers whose step runs the closure a number of times that its loss values decide.
-STEERED_BY_LOSS = frozenset({"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"})
 
 HELPER = '''
 def {helper}(loss):
@@ -55,62 +53,25 @@ def {helper}(loss):
 
 @dataclass(frozen=True)
 class Facts:
-    returned: tuple[cst.BaseExpression, ...]  # what each closure of such an optimizer returns
+    returned: tuple[cst.BaseExpression, ...]  # each per-rank loss a closure of such an optimizer returns
 
 
 def find(program: Program) -> Facts:
+    """The losses that decide how often a step runs the model, where the uniformity analysis says they vary."""
     index = program.index
     returned: list[cst.BaseExpression] = []
-    for call in index.calls:
-        closure = _closure_of_step(index, call)
-        if closure is None:
-            continue
-        values = _returned(index, closure, index.scope_of(call))
-        if values is None:
+    for found in steering.steering_losses(index):
+        if found.returned is None:
             program.report(
-                closure,
+                found.closure,
                 UNFOLLOWED_CLOSURE,
-                f"`{index.module.code_for_node(closure)}` is the closure of an optimizer that steers by the loss "
-                "(LBFGS); every rank must return the same loss from it, or the ranks take different steps: define "
-                "it with `def` next to the step",
+                f"`{index.module.code_for_node(found.closure)}` is the closure of an optimizer that steers by the "
+                "loss (LBFGS); every rank must return the same loss from it, or the ranks take different steps: "
+                "define it with `def` next to the step",
             )
             continue
-        returned.extend(v for v in values if v not in returned)
+        returned.extend(v for v in found.returned if steering.varies(index, v) and v not in returned)
     return Facts(tuple(returned))
-
-
-def _closure_of_step(index: Index, call: cst.Call) -> cst.BaseExpression | None:
-    """The closure in ``optimizer.step(closure)`` where ``optimizer`` is built by an LBFGS."""
-    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"):
-        return None
-    closure = argument(call, "closure", 0)
-    if closure is None:
-        return None
-    ref = index.carried_ref(call.func.value, index.scope_of(call))
-    if ref is None or not any(
-        isinstance(a.value, cst.Call) and index.is_call_to(a.value, STEERED_BY_LOSS) for a in index.assignments_to(ref)
-    ):
-        return None
-    return closure.value
-
-
-def _returned(index: Index, closure: cst.BaseExpression, scope: Scope) -> list[cst.BaseExpression] | None:
-    """What ``closure`` returns: the body of a lambda, or each ``return`` value of a local ``def``."""
-    if isinstance(closure, cst.Lambda):
-        return [closure.body]
-    if not isinstance(closure, cst.Name):
-        return None
-    current: Scope = scope
-    while True:
-        function = index.functions.get((current, closure.value))
-        if function is not None:
-            returns = [
-                n for n in index.walk(function.body) if isinstance(n, cst.Return) and index.scope_of(n) is function
-            ]
-            return [r.value for r in returns if r.value is not None] or None
-        if isinstance(current, cst.Module):
-            return None
-        current = index.scope_of(current)
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import code
 
-from ddpify.engine.uniformity import files
+from ddpify.engine.uniformity import files, steering
 from ddpify.engine.uniformity.sources import SCALAR_DRAWS, Seeding, per_process
 
 PROGRAM = """
@@ -93,3 +93,42 @@ def test_a_look_at_a_path_the_set_up_then_changes_is_raced_unless_harmless_or_ra
     )
     index = program.index
     assert [code(program, call) for call in files.raced_checks(index)] == ["os.path.exists(args.out)"]
+
+
+def test_the_losses_an_optimizer_steers_by_vary_unless_constant_and_an_unfollowed_closure_is_told(read) -> None:
+    program = read(
+        """
+        import functools
+        import torch
+
+        optimizer = torch.optim.LBFGS(model.parameters())
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def closure():
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            if loss.isnan():
+                return 0.0
+            return loss
+
+        optimizer.step(closure)
+        optimizer.step(lambda: criterion(model(x), y))
+        optimizer.step(functools.partial(closure))
+        sgd.step(closure)
+        """
+    )
+    index = program.index
+    found = list(steering.steering_losses(index))
+    assert [code(program, s.closure) for s in found] == [
+        "closure",
+        "lambda: criterion(model(x), y)",
+        "functools.partial(closure)",
+    ]
+    assert [[code(program, v) for v in s.returned or ()] for s in found] == [
+        ["0.0", "loss"],
+        ["criterion(model(x), y)"],
+        [],
+    ]
+    assert found[2].returned is None
+    assert [steering.varies(index, v) for s in found[:2] for v in s.returned or ()] == [False, True, True]

@@ -11,7 +11,12 @@ decides something that every rank must decide alike:
   in a random search: every rank steps with its own learning rate and the
   replicas drift apart);
 * the **trip count of a training loop** (``epochs = random.choice([5, 10])``:
-  one rank stops early and the others wait for it in the gradient all-reduce).
+  one rank stops early and the others wait for it in the gradient all-reduce);
+* the **exit from a training loop** (``if loss.item() < tol: break``; values
+  computed from this rank's batches, :mod:`.batches`);
+* **how often a step runs the model** (the loss an LBFGS closure returns,
+  :mod:`.steering`);
+* a **look at a path** that another rank may have changed first (:mod:`.files`).
 
 :func:`deciding_values` finds the assignments of per-process values that reach
 one of those, following the value through the statements built from it and
