@@ -40,7 +40,7 @@ from ddpify.diagnostics import (
     Severity,
     nothing_to_do,
 )
-from ddpify.engine import reach
+from ddpify.engine import already, reach
 from ddpify.engine.collect import Source
 from ddpify.engine.edits import EditPlan, apply, apply_program
 from ddpify.engine.program import Program, read_program
@@ -82,8 +82,12 @@ def _convert(
     tree = reach.parse(source)
     runs = None
     if tree is not None:
-        others_ = [reach.ModuleSource(local.name, local.package, _PARSED.tree(local.source)) for local in modules]
+        others_ = [reach.ModuleSource(local.name, local.package, reach.parse(local.source)) for local in modules]
         runs = reach.reach(reach.ModuleSource("__main__", "", tree), others_)
+    if tree is not None and runs is not None:
+        early = _already_distributed(source, path, tree, modules, runs)
+        if early is not None:
+            return early  # before libcst reads the other modules: a model library can be hundreds of them
     others: list[Source] = []
     for local in modules:
         if runs is not None and not runs.runs(local.name):
@@ -126,7 +130,7 @@ class _Parsed:
     """The trees of the modules that programs import, kept for the next program of this process.
 
     The programs of a folder share their library: each one would parse every module of it
-    again, with libcst and with ``ast``. Trees are never changed (edits make new ones), so a
+    again with libcst (CPython's trees are kept by :func:`ddpify.engine.reach.parse`). Trees are never changed (edits make new ones), so a
     module read for one program serves the next, found by its text and path. At most
     :attr:`LIMIT` bytes of text are kept, the least recently used left out first.
     """
@@ -142,13 +146,6 @@ class _Parsed:
         found = self._get(source, path)
         if found is None:
             found = self._put(source, path, parse_checked(source, path, torch_only=False))
-        return found  # type: ignore[return-value]
-
-    def tree(self, source: str | bytes) -> ast.Module | None:
-        """:func:`reach.parse`, CPython's tree."""
-        found = self._get(source, "")
-        if found is None:
-            found = self._put(source, "", reach.parse(source))
         return found  # type: ignore[return-value]
 
     def _key(self, source: str | bytes, path: str) -> tuple[bytes, bool, str]:
@@ -176,6 +173,26 @@ class _Parsed:
 
 
 _PARSED = _Parsed()
+
+
+def _already_distributed(
+    source: str | bytes, path: str, tree: ast.Module, modules: Sequence[LocalModule], runs: reach.Reach
+) -> Conversion | None:
+    """ "Already distributed" from CPython's trees (:mod:`ddpify.engine.already`), or None: not found there."""
+    found: list[tuple[already.TreeModule, str | bytes, str]] = [
+        (already.TreeModule("__main__", "", tree), source, path)
+    ]
+    for local in modules:
+        other = reach.parse(local.source) if runs.runs(local.name) else None
+        if other is not None:
+            found.append((already.TreeModule(local.name, local.package, other), local.source, local.path))
+    use = already.distributed_use([m for m, _, _ in found], runs)
+    if use is None:
+        return None
+    _, text, where = found[use.module]
+    message = f"already distributed (uses {use.name}): left unchanged"
+    line, column = use.call.lineno, already.column(text, use.call.lineno, use.call.col_offset)
+    return _outcome(source, Status.UNCHANGED, [ALREADY_DISTRIBUTED.at(line, column, message, where)])
 
 
 def _plan(

@@ -43,7 +43,7 @@ import gc
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ddpify.engine.reach import definition_header, is_main_block
+from ddpify.engine.reach import definition_header, is_main_block, parse
 from ddpify.modules import absolute_import
 
 # Names whose mention in running code may mean training: a backward pass, or an optimizer (which a
@@ -161,10 +161,8 @@ def screen(source: bytes | str) -> Facts | None:
     collecting = gc.isenabled()
     gc.disable()  # the tree is many small objects and no cycles: collections only cost time here
     try:
-        try:
-            return _Reader().read(ast.parse(source))
-        except (SyntaxError, ValueError, RecursionError, MemoryError):  # the full analysis says why
-            return None
+        tree = parse(source)
+        return None if tree is None else _Reader().read(tree)  # unparsable: the full analysis says why
     finally:
         if collecting:
             gc.enable()

@@ -29,12 +29,14 @@ tree and libcst's tree number alike, so that the libcst index can skip them.
 from __future__ import annotations
 
 import ast
+import hashlib
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ddpify.modules import absolute_import
 
-_COMPOUND = (
+COMPOUND = (
     ast.FunctionDef,
     ast.AsyncFunctionDef,
     ast.ClassDef,
@@ -147,7 +149,7 @@ def _read(module: _Module) -> None:
         if name is not None:
             module.identifiers.add(name)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for local, full in _imported(node, module.source.package):
+            for local, full in imported(node, module.source.package):
                 module.imports.setdefault(local, set()).add(full)
             if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
                 base = absolute_import(node.level, node.module or "", module.source.package)
@@ -163,7 +165,7 @@ def _read_statement(module: _Module, stmt: ast.stmt, top: _Unit) -> None:
         module.definitions.setdefault(stmt.name, []).append(unit)
         top.refs += definition_header(stmt)
         return
-    if isinstance(stmt, _COMPOUND):
+    if isinstance(stmt, COMPOUND):
         for name, value in ast.iter_fields(stmt):
             if isinstance(value, list) and value and all(isinstance(s, ast.stmt) for s in value):
                 for inner in value:
@@ -384,22 +386,22 @@ def _skipped(module: _Module, live: set[_Unit]) -> Iterator[Skipped]:
     def visit(stmts: Sequence[ast.stmt]) -> Iterator[Skipped]:
         nonlocal counter
         for stmt in stmts:
-            if not isinstance(stmt, _COMPOUND):
+            if not isinstance(stmt, COMPOUND):
                 continue
             first = counter
             counter += 1
             if id(stmt) in dead:
-                counter += sum(1 for _ in _compounds_below(stmt))
+                counter += sum(1 for _ in compounds_below(stmt))
                 kind = "if" if isinstance(stmt, ast.If) else "class" if isinstance(stmt, ast.ClassDef) else "def"
                 yield Skipped(first, counter - 1, kind, getattr(stmt, "name", ""))
             else:
-                for block in _blocks(stmt):
+                for block in blocks(stmt):
                     yield from visit(block)
 
     yield from visit(tree.body)
 
 
-def _blocks(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
+def blocks(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
     """The statement lists of a compound statement, in source order."""
     for name, value in ast.iter_fields(stmt):
         if name == "handlers":
@@ -412,12 +414,12 @@ def _blocks(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
             yield value
 
 
-def _compounds_below(stmt: ast.stmt) -> Iterator[ast.stmt]:
-    for block in _blocks(stmt):
+def compounds_below(stmt: ast.stmt) -> Iterator[ast.stmt]:
+    for block in blocks(stmt):
         for inner in block:
-            if isinstance(inner, _COMPOUND):
+            if isinstance(inner, COMPOUND):
                 yield inner
-                yield from _compounds_below(inner)
+                yield from compounds_below(inner)
 
 
 def is_main_block(stmt: ast.stmt) -> bool:
@@ -432,7 +434,7 @@ def is_main_block(stmt: ast.stmt) -> bool:
     return len(names) == 1 and len(constants) == 1
 
 
-def _imported(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[tuple[str, str]]:
+def imported(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[tuple[str, str]]:
     """``(local name, full name)`` for each name an import binds; ``import a.b`` binds ``a``
     (and makes ``a.b`` reachable as an attribute of it)."""
     if isinstance(node, ast.Import):
@@ -496,8 +498,41 @@ def _walk(root: ast.AST) -> Iterator[ast.AST]:
 
 
 def parse(source: str | bytes) -> ast.Module | None:
-    """CPython's tree of ``source``, or None where it cannot be parsed."""
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    """CPython's tree of ``source``, or None where it cannot be parsed.
+
+    The first pass, the reach of each program and the early answers all read the same modules:
+    a tree is kept by its text for the next reader of this process (trees are never changed).
+    """
+    return _TREES.parse(source)
+
+
+class _Trees:
+    """Trees by their text, at most :attr:`LIMIT` bytes of it, the least recently used left out first."""
+
+    LIMIT = 8 << 20
+
+    def __init__(self) -> None:
+        self.kept: OrderedDict[tuple[bytes, bool], tuple[int, ast.Module | None]] = OrderedDict()
+        self.size = 0
+
+    def parse(self, source: str | bytes) -> ast.Module | None:
+        data = source if isinstance(source, bytes) else source.encode("utf-8", "surrogatepass")
+        key = (hashlib.blake2b(data, digest_size=16).digest(), isinstance(source, bytes))
+        found = self.kept.get(key)
+        if found is not None:
+            self.kept.move_to_end(key)
+            return found[1]
+        try:
+            tree: ast.Module | None = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+        if len(data) <= self.LIMIT:
+            self.kept[key] = (len(data), tree)
+            self.size += len(data)
+            while self.size > self.LIMIT:
+                _, (dropped, _) = self.kept.popitem(last=False)
+                self.size -= dropped
+        return tree
+
+
+_TREES = _Trees()

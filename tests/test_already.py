@@ -1,0 +1,138 @@
+""""Already distributed" from CPython's trees (``ddpify.engine.already``) against the full analysis.
+
+The early answer is only a shortcut: wherever it answers, the full analysis on libcst's trees must
+give the same outcome, byte for byte, and wherever the full analysis says "already distributed" on
+the project's own programs, the early pass must have said so first.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ddpify import Status, convert, core
+from ddpify.cli.program import local_modules
+from ddpify.engine import already, reach
+
+ROOT = Path(__file__).resolve().parents[1]
+TREES = [
+    *sorted((ROOT / "tests" / "fixtures" / "projects").glob("*/input")),
+    *sorted(p.parent for p in (ROOT / "tests" / "fixtures").glob("*/*/input.py")),
+    ROOT / "tests" / "trial",
+    ROOT / "examples",
+]
+
+
+def _entries(tree: Path):
+    cwd = Path.cwd()
+    os.chdir(tree)
+    try:
+        for path in sorted(tree.rglob("*.py")):
+            entry = str(path.relative_to(tree))
+            source = path.read_bytes()
+            yield entry, source, local_modules(entry, source, max_size=1 << 20, root=tree).modules
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("tree", TREES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_early_answer_is_the_full_analysiss(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    answered: list[bool] = []
+    early_answer = core._already_distributed
+
+    def spied(*args):
+        found = early_answer(*args)
+        answered.append(found is not None)
+        return found
+
+    monkeypatch.setattr(core, "_already_distributed", spied)
+    for entry, source, modules in _entries(tree):
+        answered.clear()
+        early = convert(source, path=entry, modules=modules)
+        said = [d.format() for d in early.diagnostics]
+        if not any(answered):
+            assert not any(" DDP010 " in line for line in said), f"{entry}: the early pass missed it"
+            continue
+        monkeypatch.setattr(core, "_already_distributed", lambda *args: None)
+        full = convert(source, path=entry, modules=modules)
+        monkeypatch.setattr(core, "_already_distributed", spied)
+        assert (early.status, said) == (full.status, [d.format() for d in full.diagnostics]), entry
+
+
+def _use(entry: str, **others: str) -> tuple[str, str, int] | None:
+    """What the early pass finds in the program of ``entry`` and ``others`` (name -> text): the
+    qualified name, the module and the line."""
+    trees = [already.TreeModule("__main__", "", ast.parse(textwrap.dedent(entry)))]
+    trees += [already.TreeModule(n, n.rpartition(".")[0], ast.parse(textwrap.dedent(t))) for n, t in others.items()]
+    sources = [reach.ModuleSource(t.name, t.package, t.tree) for t in trees]
+    runs = reach.reach(sources[0], sources[1:])
+    running = [t for t in trees if t.name == "__main__" or runs.runs(t.name)]
+    use = already.distributed_use(running, runs)
+    return None if use is None else (use.name, running[use.module].name, use.call.lineno)
+
+
+HELPERS = """
+import torch.distributed as dist
+
+def init_distributed_mode(args):
+    dist.init_process_group("nccl")
+
+if __name__ == "__main__":
+    init_distributed_mode(None)
+"""
+
+
+def test_a_helper_that_is_called_makes_the_program_distributed() -> None:
+    entry = """
+        from helpers import init_distributed_mode
+
+        def main():
+            init_distributed_mode(args)
+
+        if __name__ == "__main__":
+            main()
+        """
+    assert _use(entry, helpers=HELPERS) == ("torch.distributed.init_process_group", "helpers", 5)
+
+
+def test_an_import_a_reexport_or_the_helpers_own_main_block_is_not_a_call() -> None:
+    entry = """
+        import utils
+        from utils import init_distributed_mode
+
+        def main():
+            train(init_distributed_mode)  # handed on: it may be called
+        """
+    assert _use(entry, utils="from helpers import *\n", helpers=HELPERS) is None
+    assert _use(entry + "main()\n", utils="from helpers import *\n", helpers=HELPERS) is not None
+
+
+def test_python_calls_forward_where_its_class_is_and_a_spawn_is_a_launch() -> None:
+    entry = """
+        import torch.multiprocessing as mp
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        class Wrapped(nn.Module):
+            def forward(self, x):
+                return DDP(self.inner)(x)
+
+        def worker(rank):
+            pass
+
+        if __name__ == "__main__":
+            model = Wrapped()
+            mp.spawn(worker, nprocs=2)
+        """
+    assert _use(entry) == ("torch.nn.parallel.DistributedDataParallel", "__main__", 8)
+    assert _use(entry.replace("def forward", "def predict")) == ("torch.multiprocessing.spawn", "__main__", 15)
+
+
+def test_the_column_is_counted_in_characters_as_libcst_counts_it() -> None:
+    text = 'x = "é"; dist.init_process_group()\n'
+    offset = ast.parse(text).body[1].value.col_offset  # bytes of UTF-8
+    assert (offset, already.column(text, 1, offset), already.column(text.encode(), 1, offset)) == (10, 10, 10)
