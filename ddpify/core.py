@@ -111,10 +111,10 @@ def _convert(
     plan, diagnostics = planned
     if not others:
         converted = apply(plan)
-        text = converted.code  # each read of ``.code`` prints the whole tree again
-        code = converted.bytes if isinstance(source, bytes) else text
+        text = converted.code  # each read of ``.code`` (or ``.bytes``) prints the whole tree again
+        code = text.encode(converted.encoding) if isinstance(source, bytes) else text
         compile_quietly(code, path)  # output that does not compile is a bug: an internal error, nothing written
-        original = source if isinstance(source, str) else plan.index.module.code
+        original = _decoded(source, plan.index.module)
         lost = bindings.lost_bindings(original, text, path)
         if lost:
             return _outcome(source, Status.INTERNAL_ERROR, [*diagnostics, *lost])
@@ -274,10 +274,10 @@ def _apply_program(
     for tree, converted in apply_program(plan).items():
         file = index.paths[tree]
         original = source if tree is index.module else by_path[file].source
-        text = converted.code  # each read of ``.code`` prints the whole tree again
-        new = converted.bytes if isinstance(original, bytes) else text
+        text = converted.code  # each read of ``.code`` (or ``.bytes``) prints the whole tree again
+        new = text.encode(converted.encoding) if isinstance(original, bytes) else text
         compile_quietly(new, file)
-        before = original if isinstance(original, str) else tree.code
+        before = _decoded(original, tree)
         lost += bindings.lost_bindings(before, text, file)
         broken += invariants.check(text, file, entry=tree is index.module, original=before)
         if tree is index.module:
@@ -367,6 +367,11 @@ def _with_stops(
         tuple(sorted([*second.changes, *here], key=lambda c: (c.path != path, c.path, c.line))),
         tuple(changed[local.path] for local in modules if local.path in changed),
     )
+
+
+def _decoded(source: str | bytes, tree: cst.Module) -> str:
+    """The text of ``source``, libcst's tree of it (which reproduces it byte for byte: ``parse_checked``)."""
+    return source if isinstance(source, str) else source.decode(tree.encoding)
 
 
 def _text(code: str | bytes) -> str:

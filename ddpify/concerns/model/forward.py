@@ -328,8 +328,8 @@ class ForwardChecks:
         ]
         if not any(
             isinstance(node, (cst.Name, cst.Attribute))
-            and (dotted := index.module.code_for_node(node)).rsplit(".", 1)[-1].startswith("BatchNorm")
-            and "Sync" not in dotted
+            and (node.value if isinstance(node, cst.Name) else node.attr.value).startswith("BatchNorm")
+            and "Sync" not in index.module.code_for_node(node)
             for place in places
             for node in index.walk(place)
         ):
