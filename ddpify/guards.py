@@ -42,6 +42,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from ddpify.diagnostics import FORM_FEED, INVALID_SYNTAX, NO_ROUND_TRIP, TOO_DEEP, UNREADABLE, UNSUPPORTED, Diagnostic
+from ddpify.engine.syntax import NODE_KINDS
 
 # A tree up to this deep is walked without a trial: a level costs at most about
 # four Python frames in libcst's visitors, well within Python's default
@@ -117,10 +118,10 @@ def nesting_depth(module: cst.Module) -> int:
         deepest = max(deepest, depth)
         for name in _child_fields(type(node)):
             value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
+            if type(value) in NODE_KINDS:
                 stack.append((value, depth + 1))
             elif isinstance(value, (tuple, list)):
-                stack.extend((item, depth + 1) for item in value if isinstance(item, cst.CSTNode))
+                stack.extend((item, depth + 1) for item in value if type(item) in NODE_KINDS)
     return deepest
 
 

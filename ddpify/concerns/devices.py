@@ -82,7 +82,7 @@ def find(program: Program) -> Facts:
     indices: list[GpuIndex] = []
     removed: list[cst.BaseStatement] = []
     index = program.index
-    for node in index.walk_program():
+    for node in index.nodes_of(cst.FormattedString, cst.SimpleString, cst.Call, cst.AssignTarget):
         if isinstance(node, cst.FormattedString) and _formats_cuda_index(node):
             indices.append(GpuIndex(node, "f-string"))
         elif isinstance(node, cst.SimpleString) and _CUDA_INDEX.match(node.value):

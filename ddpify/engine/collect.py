@@ -19,7 +19,7 @@ import libcst as cst
 import ddpify.engine.match as m
 from ddpify.engine.index import Flow, Index, Ref, Scope, constant_key, keyed
 from ddpify.engine.reach import Reach, Skipped
-from ddpify.engine.syntax import assigned, imported_names, parameter_names, relative_base
+from ddpify.engine.syntax import COMPOUND_KINDS, NODE_KINDS, assigned, imported_names, parameter_names, relative_base
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def walk_tree(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
         children: list[cst.CSTNode] = []
         for name in _visited_fields(node):
             value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
+            if type(value) in NODE_KINDS:
                 children.append(value)
             elif isinstance(value, (tuple, list)):
                 children += value
@@ -152,8 +152,8 @@ def _visited_fields(node: cst.CSTNode) -> tuple[str, ...]:
 
 
 def _holds_nodes(value: object) -> bool:
-    return isinstance(value, cst.CSTNode) or (
-        isinstance(value, (tuple, list)) and any(isinstance(item, cst.CSTNode) for item in value)
+    return type(value) in NODE_KINDS or (
+        isinstance(value, (tuple, list)) and any(type(item) in NODE_KINDS for item in value)
     )
 
 
@@ -207,19 +207,25 @@ class _Collector(cst.CSTVisitor):
             self.index.parents[node] = parent
             self.index.children.setdefault(parent, []).append(node)
         self.path.append(node)
+        kind = type(node)
+        found = self.index.kinds.get(kind)
+        if found is None:
+            self.index.kinds[kind] = [node]
+        else:
+            found.append(node)
         self.index.order[node] = self.counter
         self.index.function_of[node] = self.functions[-1]
         self.counter += 1
-        if isinstance(node, cst.BaseCompoundStatement):
+        if type(node) in COMPOUND_KINDS:
             skip = self.skips.get(self.compound)
             self.compound += 1
             if skip is not None:
-                _check_aligned(node, skip)
+                _check_aligned(cast(cst.BaseCompoundStatement, node), skip)
                 self.compound = skip.last + 1
                 self.unread.add(node)
                 return False
-        if isinstance(node, cst.FunctionDef):
-            self.functions.append(node)
+        if kind is cst.FunctionDef:
+            self.functions.append(cast(cst.FunctionDef, node))
         return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
@@ -229,7 +235,7 @@ class _Collector(cst.CSTVisitor):
             return
         super().on_leave(original_node)
         self.index.last[original_node] = self.counter - 1
-        if isinstance(original_node, cst.FunctionDef):
+        if type(original_node) is cst.FunctionDef:
             self.functions.pop()
         self.path.pop()
 
@@ -347,7 +353,7 @@ def _check_aligned(node: cst.BaseCompoundStatement, skip: Skipped) -> None:
 def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
     """Record how values move between places (see :class:`Flow`)."""
     returns: dict[cst.FunctionDef, list[cst.Return]] = defaultdict(list)
-    for node in index.walk_program():
+    for node in index.nodes_of(cst.Return):
         if isinstance(node, cst.Return) and node.value is not None:
             scope = index.scope_of(node)
             if isinstance(scope, cst.FunctionDef):
@@ -387,7 +393,7 @@ def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
                     for key, entry in _string_entries(index, ret.value, callee[0]):
                         index.add_flow(Flow(entry, keyed(receiver, key), stmt))
 
-    for node in index.walk_program():
+    for node in index.nodes_of(cst.Assign, cst.AnnAssign):
         if isinstance(node, cst.Assign):
             scope = index.scope_of(node)
             stmt = index.statement_of(node)

@@ -26,6 +26,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import cast
 
 import libcst as cst
 
@@ -33,7 +34,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.engine.classes import ProgramClasses
 from ddpify.engine.positions import locate
-from ddpify.engine.syntax import dotted, parameter_names
+from ddpify.engine.syntax import STATEMENT_KINDS, dotted, parameter_names
 
 Scope = cst.Module | cst.FunctionDef | cst.ClassDef
 
@@ -83,6 +84,8 @@ class Index(ProgramClasses):
     main_guard: cst.If | None = None
     children: dict[cst.CSTNode, list[cst.CSTNode]] = field(default_factory=dict)
     parents: dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)
+    # every node by its class, in source order (see nodes_of())
+    kinds: dict[type[cst.CSTNode], list[cst.CSTNode]] = field(default_factory=dict)
     # each module's imports: local name -> the modules or objects it refers to
     imports: dict[cst.Module, dict[str, set[str]]] = field(default_factory=dict)
     # Source order: each node's number in a pre-order walk, and the last number inside it.
@@ -218,6 +221,14 @@ class Index(ProgramClasses):
             if below:
                 stack.extend(reversed(below))
 
+    def nodes_of(self, *kinds: type[cst.CSTNode]) -> list[cst.CSTNode]:
+        """Every node of the program of exactly these classes (libcst's concrete node classes), in
+        source order: what a walk of the whole program testing each node would find, without the walk."""
+        found = [node for kind in kinds for node in self.kinds.get(kind, ())]
+        if len(kinds) > 1:
+            found.sort(key=self.order.__getitem__)
+        return found
+
     def walk_program(self) -> Iterator[cst.CSTNode]:
         """Every node of every module of the program, module by module, each in source order."""
         for module in self.modules or [self.module]:
@@ -236,11 +247,11 @@ class Index(ProgramClasses):
     def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement:
         """The innermost statement (simple line or compound) that contains ``node``."""
         current: cst.CSTNode | None = node
-        while not isinstance(current, cst.BaseStatement):
+        while type(current) not in STATEMENT_KINDS:
             if current is None:
                 raise ValueError("the node is not inside a statement of the indexed module")
             current = self.parent(current)
-        return current
+        return cast(cst.BaseStatement, current)
 
     def enclosing_loops(self, node: cst.CSTNode) -> Iterator[cst.For | cst.While]:
         """Loops around ``node`` inside its own function, innermost first."""
@@ -486,7 +497,7 @@ class Index(ProgramClasses):
             return known
         found = False
         for inner in self.walk(node):
-            if not isinstance(inner, cst.Call):
+            if type(inner) is not cst.Call:
                 continue
             if isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "backward":
                 found = True

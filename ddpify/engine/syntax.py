@@ -3,18 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
 from ddpify.modules import absolute_import
 
 
+def _kinds(base: type) -> frozenset[type]:
+    """``base`` and every class below it: ``type(node) in`` this set answers ``isinstance(node, base)``
+    for libcst's nodes without ``ABCMeta.__instancecheck__``, a Python call on every test."""
+    found: set[type] = {base}
+    stack: list[type] = [base]
+    while stack:
+        below: list[type] = stack.pop().__subclasses__()
+        for kind in below:
+            if kind not in found:
+                found.add(kind)
+                stack.append(kind)
+    return frozenset(found)
+
+
+NODE_KINDS = _kinds(cst.CSTNode)
+STATEMENT_KINDS = _kinds(cst.BaseStatement)
+COMPOUND_KINDS = _kinds(cst.BaseCompoundStatement)
+
+
 def dotted(expr: cst.CSTNode) -> str:
     """``torch.utils.data`` for that attribute chain; empty for anything that is not a plain dotted name
     (``f().x``, ``a[0].b``)."""
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
+    kind = type(expr)  # not isinstance: every libcst class is an ABC, and this runs for every name read
+    if kind is cst.Name:
+        return cast(cst.Name, expr).value
+    if kind is cst.Attribute:
+        expr = cast(cst.Attribute, expr)
         inner = dotted(expr.value)
         return f"{inner}.{expr.attr.value}" if inner else ""
     return ""

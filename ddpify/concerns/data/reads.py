@@ -166,6 +166,10 @@ class Reads:
                         yield attribute
 
 
+# What carries a batch on (:meth:`_Batch._spread`) or uses it (:meth:`Reads.batches_train`).
+_FOLLOWED = frozenset({cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.WithItem, cst.Call})
+
+
 class _Batch:
     """The names of one function that hold a batch drawn at ``site``, or values derived from it."""
 
@@ -173,7 +177,11 @@ class _Batch:
         self.index = index
         self.site = site
         self.scope = index.scope_of(site)
-        self.nodes = [n for n in index.walk(self.scope) if index.scope_of(n) is self.scope and n is not self.scope]
+        self.nodes = [
+            n
+            for n in index.walk(self.scope)
+            if type(n) in _FOLLOWED and index.scope_of(n) is self.scope and n is not self.scope
+        ]
         self.names: set[str] = set()
         if isinstance(site, cst.For):
             self._hold(site.target)

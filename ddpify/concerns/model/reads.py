@@ -340,7 +340,7 @@ class WrapperReads:
         function = param.scope
         if not isinstance(function, cst.FunctionDef) or param.path.startswith("self."):
             return False
-        calls = [node for node in self.index.walk(function.body) if isinstance(node, cst.Call)]
+        calls = [node for node in self.index.walk(function.body) if type(node) is cst.Call]
         hasattr_test = m.Call(func=m.Name("hasattr"), args=[m.Arg(m.Name(param.path)), m.Arg()])
         tested = any(m.matches(call, hasattr_test) for call in calls)
         runs = any(m.matches(call.func, m.Name(param.path)) for call in calls)

@@ -158,7 +158,7 @@ class Finder:
                     )
                     continue
                 yield stmt, kind
-        for node in index.walk_program():
+        for node in index.nodes_of(cst.With, cst.If):
             if isinstance(node, cst.With) and self._writes_file(node) and not self._runs_collectives(node, model_refs):
                 yield node, "file write"
             elif isinstance(node, cst.If) and isinstance(node.body, cst.SimpleStatementSuite) and node.orelse is None:

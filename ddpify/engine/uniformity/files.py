@@ -56,7 +56,7 @@ _REPORTS = frozenset({"builtins.print"})
 
 def raced_checks(index: Index) -> Iterator[cst.Call]:
     """Each look at a path in the test of an ``if`` that the program changes right after, in source order."""
-    for node in index.walk_program():
+    for node in index.nodes_of(cst.If):
         if not isinstance(node, cst.If):
             continue
         for call in _queries(index, node.test):
