@@ -174,7 +174,8 @@ def apply(plan: EditPlan) -> cst.Module:
     """The script with every edit of ``plan`` made (a program of one module)."""
     _place_setup_helpers(plan)
     _place_imports(plan, plan.index.module, plan.imports)
-    return _apply(plan, plan.index.module)
+    everything: set[cst.CSTNode] = set(plan.rank_zero_only)
+    return _apply(plan, plan.index.module, list(_edited_nodes(plan)), everything)
 
 
 def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
@@ -185,12 +186,14 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
     and mentions now is one the edits brought.
     """
     index = plan.index
-    edited = {index.module_of(node) for node in _edited_nodes(plan)}
+    by_module = _edited_by_module(plan)
+    everywhere = by_module.pop(None, [])  # nodes the index does not number
+    rank_zero: set[cst.CSTNode] = set(plan.rank_zero_only)
     result: dict[cst.Module, cst.Module] = {}
     for module in index.modules:
-        if module not in edited:
+        if module not in by_module:
             continue
-        draft = _apply(plan, module)
+        draft = _apply(plan, module, [*by_module[module], *everywhere], rank_zero)
         before, after = module.code, draft.code
         used = [n for n in plan.setup_helpers if _mentions(after, n) > _mentions(before, n)]
         # the helpers' own code counts too: it calls dist, DistributedSampler, ...
@@ -207,8 +210,9 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
             _place_helpers(plan, module, [plan.helpers_without_group.get(n, plan.setup_helpers[n]) for n in used])
         if needed:
             _place_imports(plan, module, needed)
-        if used or needed:
-            draft = _apply(plan, module)
+        if used or needed:  # the helpers and imports are placed at the module's own top-level statements
+            placed = [stmt for stmt in module.body if stmt in plan.replacements or stmt in plan.before]
+            draft = _apply(plan, module, [*by_module[module], *everywhere, *placed], rank_zero)
         result[module] = draft
     return result
 
@@ -269,27 +273,24 @@ def _place_setup_helpers(plan: EditPlan, names: Sequence[str] | None = None) -> 
                 stmts[at:at] = helpers
 
 
-def _apply(plan: EditPlan, module: cst.Module) -> cst.Module:
+def _apply(plan: EditPlan, module: cst.Module, edited: list[cst.CSTNode], rank_zero: set[cst.CSTNode]) -> cst.Module:
+    """``module`` with its ``edited`` nodes' edits made (``rank_zero``: every statement of the program
+    that runs on rank 0 only)."""
     plan.rank_zero = plan.rank_zero_test(module)
-    inside = _inside(plan.index, module)
-    merged_ifs = _ifs_run_on_rank_zero(plan, inside)
-    return module.visit(_Applier(plan, merged_ifs, inside))
+    here = [node for node in edited if node in rank_zero]
+    merged_ifs = _ifs_run_on_rank_zero(plan, here, rank_zero)
+    return module.visit(_Applier(plan, merged_ifs, edited, here, rank_zero))
 
 
-def _inside(index: Index, module: cst.Module) -> Callable[[cst.CSTNode], bool]:
-    """Whether an edited node is one of ``module``'s (or a node the index does not number): the
-    edits of the program's other modules are left out of its rewrite, which would otherwise cost
-    every edit of the program for each module."""
-    if len(index.modules) <= 1:
-        return lambda node: True
-    order = index.order
-    first, last = order[module], index.last[module]
-
-    def inside(node: cst.CSTNode) -> bool:
-        at = order.get(node)
-        return at is None or first <= at <= last
-
-    return inside
+def _edited_by_module(plan: EditPlan) -> dict[cst.Module | None, list[cst.CSTNode]]:
+    """The edited nodes of each module (None: nodes the index does not number), found once: each
+    module's rewrite looks only at its own, not at every edit of the program."""
+    index = plan.index
+    found: dict[cst.Module | None, list[cst.CSTNode]] = {}
+    for node in _edited_nodes(plan):
+        module = index.module_of(node) if node in index.order else None
+        found.setdefault(module, []).append(node)
+    return found
 
 
 def _edited_nodes(plan: EditPlan) -> Iterator[cst.CSTNode]:
@@ -389,11 +390,9 @@ def _import_statement(item: Import) -> Statement:
     return cst.parse_statement(code + "\n")
 
 
-def _ifs_run_on_rank_zero(plan: EditPlan, inside: Callable[[cst.CSTNode], bool]) -> set[cst.If]:
+def _ifs_run_on_rank_zero(plan: EditPlan, here: list[cst.CSTNode], guarded: set[cst.CSTNode]) -> set[cst.If]:
     """``if step % 10 == 0: print(...)`` becomes ``if step % 10 == 0 and <rank 0>:``, not a nested ``if``
-    (in the module whose nodes are ``inside``)."""
-    guarded = set(plan.rank_zero_only)
-    here = [s for s in plan.rank_zero_only if inside(s)]
+    (of the statements ``here``, in one module, that run on rank 0 only, of all those ``guarded``)."""
     merged: set[cst.If] = {
         s for s in here if isinstance(s, cst.If) and s.orelse is None and isinstance(s.body, cst.SimpleStatementSuite)
     }
@@ -413,32 +412,28 @@ def _ifs_run_on_rank_zero(plan: EditPlan, inside: Callable[[cst.CSTNode], bool])
 
 
 class _Applier(cst.CSTTransformer):
-    def __init__(self, plan: EditPlan, merged_ifs: set[cst.If], inside: Callable[[cst.CSTNode], bool]) -> None:
+    def __init__(
+        self,
+        plan: EditPlan,
+        merged_ifs: set[cst.If],
+        edited: list[cst.CSTNode],
+        here: list[cst.CSTNode],
+        everything: set[cst.CSTNode],
+    ) -> None:
         super().__init__()
         self.plan = plan
         self.merged_ifs = merged_ifs
-        everything = set(plan.rank_zero_only)
         self.guarded = {
             s
-            for s in plan.rank_zero_only
-            if inside(s)
-            and s not in merged_ifs
+            for s in here
+            if s not in merged_ifs
             and plan.index.parent(plan.index.parent(s)) not in merged_ifs
             and not any(a in everything for a in plan.index.ancestors(s))  # already inside a rank-0 block
         }
         # Only the paths from the root to an edited node are rebuilt; every other subtree is kept as it is.
-        edited = (
-            *plan.replacements,
-            *plan.before,
-            *plan.after,
-            *plan.removed,
-            *plan.inlined,
-            *plan.rank_zero_only,
-            *merged_ifs,
-        )
         self.on_path: set[cst.CSTNode] = set()
-        for node in edited:
-            if node not in self.on_path and inside(node):
+        for node in (*edited, *merged_ifs):
+            if node not in self.on_path:
                 self.on_path.add(node)
                 self.on_path.update(plan.index.ancestors(node))
 
