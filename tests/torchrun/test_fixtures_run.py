@@ -74,6 +74,7 @@ CASES = [
     "run_names/folder_looked_at_then_made",
     "model/moved_again_after_training",
     "data/loader_chosen_by_a_conditional_expression",
+    "data/one_step_function_for_several_loaders",
 ]
 
 

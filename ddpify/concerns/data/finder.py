@@ -44,6 +44,7 @@ class LoaderFinder:
         self.reads = Reads(self.index)
         self.checks = Checks(program, self.reads, Seeds(self.index))
         self._loader_refs: set[Ref] = set()  # the places holding the loader being examined
+        self._sources_by_statement: dict[Ref, dict[cst.CSTNode, Ref]] = {}  # see _ref_at_call()
         self._iter_calls: list[tuple[cst.SimpleStatementLine, cst.Call]] | None = None  # ``it = iter(x)``
 
     def _origin(self, call: cst.Call) -> Ref | None:
@@ -133,14 +134,16 @@ class LoaderFinder:
         index = self.index
         epoch_loops: list[EpochLoop] = []
         for node, ref in sites:
-            loop = self._epoch_loop(starts.get(node, node), ref)
-            if loop is not None and index.inside(call, loop.loop):
-                built = next(a for a in (call, *index.ancestors(call)) if index.parent(index.parent(a)) is loop.loop)
-                loop = EpochLoop(loop.loop, loop.loader, statement(built))
-            found = [loop] if loop is not None else []
-            if loop is not None and entry is not None:  # set_epoch on the training entries of the dict
-                found = [EpochLoop(loop.loop, held, loop.after) for held in entry.indexed(loop.loader)]
-            epoch_loops.extend(lp for lp in found if lp not in epoch_loops)
+            for loop in self._epoch_loop(starts.get(node, node), ref):
+                if index.inside(call, loop.loop):
+                    built = next(
+                        a for a in (call, *index.ancestors(call)) if index.parent(index.parent(a)) is loop.loop
+                    )
+                    loop = EpochLoop(loop.loop, loop.loader, statement(built))
+                found = [loop]
+                if entry is not None:  # set_epoch on the training entries of the dict
+                    found = [EpochLoop(loop.loop, held, loop.after) for held in entry.indexed(loop.loader)]
+                epoch_loops.extend(lp for lp in found if lp not in epoch_loops)
         # the loop over the batches repeats in a ``while``, here or in a generator that yields them
         passes = [node for node, _ in sites] + [node for node, _ in self.reads.iterations(self._refs_of(call))]
         repeated = any(
@@ -238,7 +241,10 @@ class LoaderFinder:
         loops = list(self.index.enclosing_loops(stmt))  # innermost first, within the function
         return bool(loops) and isinstance(loops[0], cst.While) and not any(isinstance(lp, cst.For) for lp in loops)
 
-    def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0) -> EpochLoop | None:
+    def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0) -> list[EpochLoop]:
+        """The epoch loop around ``site``, where ``ref`` holds the loader; in a function, the epoch loops
+        of each call that hands it this loader (``train(model, source)``, then ``train(model, target)``:
+        each loader has its own)."""
         index = self.index
         loops = [lp for lp in index.enclosing_loops(site) if lp is not site]
         if depth == 0 and isinstance(site, cst.Call):  # next(it): the loop drawing batches is the innermost one
@@ -253,25 +259,49 @@ class LoaderFinder:
                         "the DataLoader is not reachable by name in this epoch loop: call "
                         "`loader.sampler.set_epoch(epoch)` at the start of each epoch yourself",
                     )
-                    return None
+                    return []
                 # ``loader = make_loader(...)`` inside the loop: the epoch is set once it is built
                 built = [a for a in index.assignments_to(loader) if index.inside(a, loop)]
                 after = index.statement_of(built[-1]) if built else None
-                return EpochLoop(loop, self.index.spelled(loader, index.scope_of(loop)), after)
-            return None  # a `while` loop counts steps, not epochs
+                return [EpochLoop(loop, self.index.spelled(loader, index.scope_of(loop)), after)]
+            return []  # a `while` loop counts steps, not epochs
         scope = index.scope_of(site)
         if not isinstance(scope, cst.FunctionDef) or depth > 4:
-            return None
+            return []
         # The callers may know only the loader, not the progress bar over it (``pbar = tqdm(loader)``).
         known = [ref, *self._holding_before(ref)]
+        handed: list[tuple[cst.Call, Ref]] = []
         for call in index.callers(scope):
             caller_scope = index.scope_of(call)
             caller_ref = next((r for k in known if (r := self._ref_at_call(k, call, caller_scope)) is not None), None)
             if caller_ref is not None:
-                found = self._epoch_loop(call, caller_ref, depth + 1)
-                if found is not None:
-                    return found
-        return None
+                handed.append((call, caller_ref))
+        carrying = [(call, caller_ref) for call, caller_ref in handed if self._carries_loader(caller_ref)]
+        if not carrying:  # no call is seen to hand this loader: the first caller's loop says what it can
+            for call, caller_ref in handed:
+                first = self._epoch_loop(call, caller_ref, depth + 1)
+                if first:
+                    return first
+            return []
+        found: list[EpochLoop] = []
+        for call, caller_ref in carrying:
+            found.extend(lp for lp in self._epoch_loop(call, caller_ref, depth + 1) if lp not in found)
+        return found
+
+    def _carries_loader(self, ref: Ref) -> bool:
+        """Whether the value at ``ref`` is this loader or comes from it (a progress bar over it): a call
+        of a shared function that hands it another loader is that loader's business."""
+        seen = {ref}
+        queue = [ref]
+        while queue:
+            current = queue.pop()
+            if current in self._loader_refs:
+                return True
+            for flow in self.index.flows_into(current):
+                if flow.src not in seen:
+                    seen.add(flow.src)
+                    queue.append(flow.src)
+        return False
 
     def _only_evaluated_by(self, ref: Ref, refs: set[Ref]) -> bool:
         """Whether every call that hands this loader to the function iterating it (``ref``, a parameter)
@@ -374,5 +404,9 @@ class LoaderFinder:
         if isinstance(ref.scope, cst.ClassDef):
             owner = index.method_scope(caller)
             return ref if owner is not None and index.attribute_class(owner) is ref.scope else None
-        stmt = index.statement_of(call)
-        return next((flow.src for flow in index.flows_into(ref) if flow.stmt is stmt), None)
+        by_statement = self._sources_by_statement.get(ref)
+        if by_statement is None:  # a function called from hundreds of places: one scan, not one per call
+            by_statement = self._sources_by_statement[ref] = {}
+            for flow in index.flows_into(ref):
+                by_statement.setdefault(flow.stmt, flow.src)
+        return by_statement.get(index.statement_of(call))
