@@ -1,4 +1,4 @@
-""""Already distributed" from CPython's trees (``ddpify.engine.already``) against the full analysis.
+"""The early answer "already distributed" (``ddpify.engine.already``) against the full analysis.
 
 The early answer is only a shortcut: wherever it answers, the full analysis on libcst's trees must
 give the same outcome, byte for byte, and wherever the full analysis says "already distributed" on
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpify import Status, convert, core
+from ddpify import convert, core
 from ddpify.cli.program import local_modules
 from ddpify.engine import already, reach
 

@@ -1,4 +1,4 @@
-""" "Already distributed", answered from CPython's trees before libcst reads the program.
+"""The answer "already distributed", from CPython's trees before libcst reads the program.
 
 A program that sets up distributed training itself is left alone
 (:func:`ddpify.concerns.process_group.distributed_use`). The question needs no
