@@ -95,7 +95,7 @@ class Index(ProgramClasses):
     _bound_by_module: dict[cst.Module, set[str]] | None = None
     _module_starts: list[int] = field(default_factory=list)  # each module's first number, as in ``modules``
     _positions: dict[cst.CSTNode, tuple[int, int]] = field(default_factory=dict)
-    _wanted: set[cst.CSTNode] = field(default_factory=set)
+    _wanted: dict[cst.Module, set[cst.CSTNode]] = field(default_factory=dict)  # by module: see position()
     _flows_from: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
     _flows_into: dict[Ref, list[Flow]] = field(default_factory=lambda: defaultdict(list))
     # What records the flows, run on the first question about them: "already distributed" needs none.
@@ -112,9 +112,9 @@ class Index(ProgramClasses):
         return self.parents.get(node) if node is not None else None
 
     def want_position(self, node: cst.CSTNode) -> None:
-        """``node``'s position will be asked for: find it together with the others."""
+        """``node``'s position will be asked for: find it together with the others of its module."""
         if node not in self._positions:
-            self._wanted.add(node)
+            self._wanted.setdefault(self.module_of(node), set()).add(node)
 
     def position(self, node: cst.CSTNode) -> tuple[int, int]:
         """Line and column (both 1-based) where ``node`` starts in the input.
@@ -125,9 +125,8 @@ class Index(ProgramClasses):
         """
         if node not in self._positions:
             module = self.module_of(node)
-            wanted = {n for n in self._wanted if self.module_of(n) is module} | {node}
+            wanted = self._wanted.pop(module, set()) | {node}
             self._positions.update(locate(module, wanted))
-            self._wanted -= wanted
         return self._positions[node]
 
     # -- modules ---------------------------------------------------------

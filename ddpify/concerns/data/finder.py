@@ -45,6 +45,8 @@ class LoaderFinder:
         self.checks = Checks(program, self.reads, Seeds(self.index))
         self._loader_refs: set[Ref] = set()  # the places holding the loader being examined
         self._sources_by_statement: dict[Ref, dict[cst.CSTNode, Ref]] = {}  # see _ref_at_call()
+        self._upstream_of: dict[Ref, list[Ref]] = {}  # see _upstream()
+        self._statement_of_call: dict[cst.Call, cst.BaseStatement] = {}  # see _ref_at_call()
         self._iter_calls: list[tuple[cst.SimpleStatementLine, cst.Call]] | None = None  # ``it = iter(x)``
 
     def _origin(self, call: cst.Call) -> Ref | None:
@@ -291,17 +293,8 @@ class LoaderFinder:
     def _carries_loader(self, ref: Ref) -> bool:
         """Whether the value at ``ref`` is this loader or comes from it (a progress bar over it): a call
         of a shared function that hands it another loader is that loader's business."""
-        seen = {ref}
-        queue = [ref]
-        while queue:
-            current = queue.pop()
-            if current in self._loader_refs:
-                return True
-            for flow in self.index.flows_into(current):
-                if flow.src not in seen:
-                    seen.add(flow.src)
-                    queue.append(flow.src)
-        return False
+        loader = self._loader_refs
+        return ref in loader or any(place in loader for place in self._upstream(ref))
 
     def _only_evaluated_by(self, ref: Ref, refs: set[Ref]) -> bool:
         """Whether every call that hands this loader to the function iterating it (``ref``, a parameter)
@@ -365,15 +358,20 @@ class LoaderFinder:
 
     def _holding_before(self, ref: Ref) -> list[Ref]:
         """The places holding this loader that ``ref``'s value comes from, nearest first."""
-        seen = {ref}
-        queue = [ref]
-        found: list[Ref] = []
-        while queue:
-            for flow in self.index.flows_into(queue.pop(0)):
-                if flow.src not in seen:
-                    seen.add(flow.src)
-                    queue.append(flow.src)
-                    if flow.src in self._loader_refs:
+        return [place for place in self._upstream(ref) if place in self._loader_refs]
+
+    def _upstream(self, ref: Ref) -> list[Ref]:
+        """Every place ``ref``'s value comes from, nearest first (found once for all the loaders)."""
+        found = self._upstream_of.get(ref)
+        if found is None:
+            found = self._upstream_of[ref] = []
+            seen = {ref}
+            queue = [ref]
+            while queue:
+                for flow in self.index.flows_into(queue.pop(0)):
+                    if flow.src not in seen:
+                        seen.add(flow.src)
+                        queue.append(flow.src)
                         found.append(flow.src)
         return found
 
@@ -409,4 +407,7 @@ class LoaderFinder:
             by_statement = self._sources_by_statement[ref] = {}
             for flow in index.flows_into(ref):
                 by_statement.setdefault(flow.stmt, flow.src)
-        return by_statement.get(index.statement_of(call))
+        stmt = self._statement_of_call.get(call)
+        if stmt is None:
+            stmt = self._statement_of_call[call] = index.statement_of(call)
+        return by_statement.get(stmt)
