@@ -24,7 +24,10 @@ torchaudio and torchtext data sets, or the script's own class), and any value
 but ``False`` counts: ``download=args.download`` downloads on request. So is
 a call into the program's own code that fetches files (``urllib``,
 ``requests``, ``torch.hub.download_url_to_file``...): that code runs as it
-is, output and writes included, since the ranks run it in turns.
+is, output and writes included, since the ranks run it in turns. The same
+holds for code that writes a cache file only when it is missing
+(``if not os.path.exists(cache): ... torch.save(data, cache)``, often in a data
+set's ``__init__``): rank 0 writes it, and the others find it in place.
 
 Limits: a download where the rank cannot be asked yet (before the process
 group is set up), one inside a compound statement's header or in a statement
@@ -34,7 +37,7 @@ that also trains, is reported (DDP209), not changed.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
@@ -62,6 +65,7 @@ class Download:
 
     first: cst.SimpleStatementLine
     last: cst.SimpleStatementLine
+    fetches: bool = True  # False: the statements only build cache files (no download)
 
 
 @dataclass(frozen=True)
@@ -93,11 +97,26 @@ FETCHES = frozenset(
 )
 
 
+EXISTENCE_QUERIES = frozenset({"os.path.exists", "os.path.isfile", "os.path.isdir"})
+PATH_CLASSES = frozenset({"pathlib.Path"})
+OPENS = frozenset({"builtins.open", "io.open"})
+# Calls that save to a path: the keyword and position of the path.
+SAVES = {
+    "torch.save": ("f", 1),
+    "numpy.save": ("file", 0),
+    "numpy.savez": ("file", 0),
+    "numpy.savez_compressed": ("file", 0),
+    "h5py.File": ("name", 0),
+}
+
+
 def find(program: Program, setup: process_group.Facts) -> Facts:
     index = program.index
     statements: list[cst.SimpleStatementLine] = []
     fetchers = _fetchers(index)
-    for call in [*_downloading(index), *_calling(index, fetchers)]:
+    downloading = [*_downloading(index), *_calling(index, _fetchers(index, caches=False))]
+    fetching = {index.statement_of(call) for call in downloading}
+    for call in [*downloading, *_calling(index, fetchers)]:
         stmt = index.statement_of(call)
         why = _why_not(index, setup, stmt)
         if why is not None:
@@ -109,15 +128,25 @@ def find(program: Program, setup: process_group.Facts) -> Facts:
             )
         elif isinstance(stmt, cst.SimpleStatementLine) and stmt not in statements:
             statements.append(stmt)
-    return Facts(tuple(_runs(index, statements)), fetchers)
+    runs = [replace(run, fetches=_run_fetches(index, run, fetching)) for run in _runs(index, statements)]
+    return Facts(tuple(runs), fetchers)
 
 
-def _fetchers(index: Index) -> frozenset[cst.FunctionDef]:
-    """The program's functions that fetch files from the network, and the functions that call them."""
+def _run_fetches(index: Index, run: Download, fetching: set[cst.BaseStatement]) -> bool:
+    block = index.parent(run.first)
+    body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [run.first]
+    return any(stmt in fetching for stmt in body[body.index(run.first) : body.index(run.last) + 1])
+
+
+def _fetchers(index: Index, *, caches: bool = True) -> frozenset[cst.FunctionDef]:
+    """The program's functions that fetch files from the network or (with ``caches``) build a cache
+    file on first use, and the functions that call them."""
     found: set[cst.FunctionDef] = set()
     for call in index.calls:
         if index.is_call_to(call, FETCHES) and isinstance(scope := index.scope_of(call), cst.FunctionDef):
             found.add(scope)
+    if caches:
+        found.update(_cache_builders(index))
     frontier = list(found)
     while frontier:
         for caller in index.callers(frontier.pop()):
@@ -126,6 +155,54 @@ def _fetchers(index: Index) -> frozenset[cst.FunctionDef]:
                 found.add(scope)
                 frontier.append(scope)
     return frozenset(found)
+
+
+def _cache_builders(index: Index) -> Iterator[cst.FunctionDef]:
+    """Functions that write a file only when it is missing (``if not os.path.exists(cache): ...
+    pickle.dump(data, open(cache, "wb"))``) and read it after: every rank would find it missing,
+    build it and write it at once, and read another rank's half-written file."""
+    for node in index.nodes_of(cst.If):
+        assert isinstance(node, cst.If)
+        scope = index.scope_of(node)
+        if not isinstance(scope, cst.FunctionDef):
+            continue
+        test, negated = node.test, False
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, negated = test.expression, True
+        path = _existence_query(index, test)
+        missing = node.body if negated else node.orelse
+        if path is None or missing is None:
+            continue
+        if any(_writes(index, inner, path) for inner in index.walk(missing) if isinstance(inner, cst.Call)):
+            yield scope
+
+
+def _existence_query(index: Index, test: cst.BaseExpression) -> str | None:
+    """The path that ``os.path.exists(p)`` (``isfile``, ``Path(p).exists()``, ``p.is_file()``) asks about."""
+    if not isinstance(test, cst.Call):
+        return None
+    if index.is_call_to(test, EXISTENCE_QUERIES) and test.args:
+        return index.module.code_for_node(test.args[0].value)
+    func = test.func
+    if isinstance(func, cst.Attribute) and func.attr.value in {"exists", "is_file"} and not test.args:
+        owner = func.value
+        if isinstance(owner, cst.Call) and index.is_call_to(owner, PATH_CLASSES) and owner.args:
+            owner = owner.args[0].value
+        return index.module.code_for_node(owner)
+    return None
+
+
+def _writes(index: Index, call: cst.Call, path: str) -> bool:
+    """Whether ``call`` writes the file at ``path`` (the same expression): opened for writing, or saved to."""
+    target = None
+    if index.is_call_to(call, OPENS):
+        mode = argument(call, "mode", 1)
+        writing = mode is not None and isinstance(mode.value, cst.SimpleString) and set("wax") & set(mode.value.value)
+        target = argument(call, "file", 0) if writing else None
+    else:
+        for name in sorted(index.qualified_names(call.func) & SAVES.keys()):
+            target = argument(call, *SAVES[name])
+    return target is not None and index.module.code_for_node(target.value) == path
 
 
 def _calling(index: Index, fetchers: frozenset[cst.FunctionDef]) -> Iterator[cst.Call]:
@@ -176,7 +253,7 @@ def _runs(index: Index, statements: list[cst.SimpleStatementLine]) -> Iterator[D
         yield Download(run[0], run[-1])
 
 
-COMMENT = "# Rank 0 downloads first, then one process on each other node (its disk may not be shared), then the rest."
+COMMENT = "# Rank 0 {what} first, then one process on each other node (its disk may not be shared), then the rest."
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
@@ -186,7 +263,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         first = download.first
         before = [_wait(plan.with_group(first, t), dist) for t in (f"{dist}.get_rank() != 0", f"{local_rank} != 0")]
         after = [_wait(plan.with_group(first, t), dist) for t in (f"{dist}.get_rank() == 0", f"{local_rank} == 0")]
-        comment = cst.EmptyLine(comment=cst.Comment(COMMENT))
+        what = "downloads" if download.fetches else "builds the cache"
+        comment = cst.EmptyLine(comment=cst.Comment(COMMENT.format(what=what)))
         if not plan.before.get(download.first):  # the turns open under the statement's blank lines and comments
             leading = [*download.first.leading_lines, comment]
             plan.replace(download.first, lambda n: statement(n).with_changes(leading_lines=()))
@@ -195,10 +273,11 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         before[0] = before[0].with_changes(leading_lines=leading)
         plan.insert_before(download.first, *before)
         plan.insert_after(download.last, *after)
+        kind = "download: rank 0 builds the data set" if download.fetches else "cache file: rank 0 writes it"
         plan.change(
             download.first,
-            "download: rank 0 builds the data set first, then the first process of each other node, then the "
-            "rest (dist.barrier() between the turns)",
+            f"{kind} first, then the first process of each other node, then the rest (dist.barrier() between "
+            "the turns)",
         )
 
 

@@ -75,6 +75,7 @@ CASES = [
     "model/moved_again_after_training",
     "data/loader_chosen_by_a_conditional_expression",
     "data/one_step_function_for_several_loaders",
+    "downloads/cache_built_on_first_use",
 ]
 
 
