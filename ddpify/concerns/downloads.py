@@ -119,12 +119,19 @@ def find(program: Program, setup: process_group.Facts) -> Facts:
     for call in [*downloading, *_calling(index, fetchers)]:
         stmt = index.statement_of(call)
         why = _why_not(index, setup, stmt)
-        if why is not None:
+        if why is not None and stmt in fetching:
             program.report(
                 call,
                 DOWNLOAD_ON_EVERY_RANK,
                 f"every rank downloads this data set at the same time into the same folder ({why}); download it "
                 "before launching, or build it on rank 0 first and on the others after a dist.barrier()",
+            )
+        elif why is not None:
+            program.report(
+                call,
+                DOWNLOAD_ON_EVERY_RANK,
+                f"every rank may write the same cache file at once here, the file being missing on each ({why}); "
+                "build the cache before launching, or on rank 0 first and on the others after a dist.barrier()",
             )
         elif isinstance(stmt, cst.SimpleStatementLine) and stmt not in statements:
             statements.append(stmt)
