@@ -183,9 +183,12 @@ def _already_distributed(
         (already.TreeModule("__main__", "", tree), source, path)
     ]
     for local in modules:
-        other = reach.parse(local.source) if runs.runs(local.name) else None
-        if other is not None:
-            found.append((already.TreeModule(local.name, local.package, other), local.source, local.path))
+        if not runs.runs(local.name):
+            continue
+        other = reach.parse(local.source)
+        if other is None:
+            return None  # a module Python cannot read: the full analysis says where, before anything else
+        found.append((already.TreeModule(local.name, local.package, other), local.source, local.path))
     use = already.distributed_use([m for m, _, _ in found], runs)
     if use is None:
         return None

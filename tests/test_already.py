@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from ddpify import convert, core
+from ddpify import Status, convert, core
 from ddpify.cli.program import local_modules
 from ddpify.engine import already, reach
+from ddpify.result import LocalModule
 
 ROOT = Path(__file__).resolve().parents[1]
 TREES = [
@@ -136,3 +137,15 @@ def test_the_column_is_counted_in_characters_as_libcst_counts_it() -> None:
     text = 'x = "é"; dist.init_process_group()\n'
     offset = ast.parse(text).body[1].value.col_offset  # bytes of UTF-8
     assert (offset, already.column(text, 1, offset), already.column(text.encode(), 1, offset)) == (10, 10, 10)
+
+
+def test_a_module_python_cannot_read_is_told_before_already_distributed() -> None:
+    entry = "import torch.distributed as dist\nimport models\n\ndist.init_process_group('gloo')\nmodels.build()\n"
+    broken = LocalModule(path="models.py", name="models", source="def build():\n    print 'old'\n")
+    conversion = convert(entry, path="train.py", modules=[broken])
+    assert (conversion.status, [d.format() for d in conversion.diagnostics]) == (
+        Status.INVALID,
+        ["models.py:2:5: DDP002 invalid Python 3: Missing parentheses in call to 'print'. Did you mean print(...)?"],
+    )
+    fixed = LocalModule(path="models.py", name="models", source="def build():\n    print('new')\n")
+    assert convert(entry, path="train.py", modules=[fixed]).status is Status.UNCHANGED
