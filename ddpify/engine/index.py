@@ -501,7 +501,8 @@ class Index(ProgramClasses):
             if isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "backward":
                 found = True
                 break
-            callee = self.resolve_callee(inner, self.scope_of(inner))
+            scope = self.scope_of(inner)
+            callee = self.resolve_callee(inner, scope) or self.instance_method(inner, scope)  # ``trainer.step()``
             if callee is not None and callee[0] not in seen and self._trains_within(callee[0].body, seen | {callee[0]}):
                 found = True
                 break

@@ -76,6 +76,8 @@ CASES = [
     "data/loader_chosen_by_a_conditional_expression",
     "data/one_step_function_for_several_loaders",
     "downloads/cache_built_on_first_use",
+    "model/loss_method_on_weights_in_a_step_method",
+    "side_effects/step_of_a_trainer_inside_a_print",
 ]
 
 

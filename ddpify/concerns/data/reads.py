@@ -128,7 +128,8 @@ class Reads:
                 if batch.read_by(node.func.value) or any(batch.read_by(arg.value) for arg in node.args):
                     return True
                 continue
-            callee = index.resolve_callee(node, batch.scope)
+            # ``train_step(model, x, y)``, or ``trainer.step(x, y)`` on an object of the program's own class
+            callee = index.resolve_callee(node, batch.scope) or index.instance_method(node, batch.scope)
             if (
                 callee is not None
                 and index.trains(callee[0].body)

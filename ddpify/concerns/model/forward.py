@@ -36,6 +36,10 @@ _COMPUTES_NOTHING = (torch_api.WRAPPER_SAFE_ATTRIBUTES - {"forward"}) | {
 }
 
 
+# A submodule's own parameters, read directly (``self.users.weight[u]``).
+_PARAMETERS = frozenset({"weight", "bias"})
+
+
 class ForwardChecks:
     """Checks of the training step and of the forward of the script's own model classes."""
 
@@ -143,7 +147,9 @@ class ForwardChecks:
             )
             if method is None or self._without_grad(call) or _no_grad_method(index, method):
                 continue
-            if not any(index.trains(loop.body) for loop in index.enclosing_loops(call)):
+            function = index.scope_of(call)
+            in_step = isinstance(function, cst.FunctionDef) and index.trains(function.body)  # a train_step method
+            if not in_step and not any(index.trains(loop.body) for loop in index.enclosing_loops(call)):
                 continue
             if reaches_backward(index, call):
                 routed.append(call)
@@ -365,11 +371,21 @@ class ForwardChecks:
                         return True
         return False
 
-    def _runs_submodules(self, method: cst.FunctionDef, cls: cst.ClassDef) -> bool:
+    def _runs_submodules(self, method: cst.FunctionDef, cls: cst.ClassDef, depth: int = 0) -> bool:
+        """Whether ``method`` computes with the model's parameters: it runs a submodule, reads a
+        submodule's weights (``self.users.weight``), or calls a method of the class that does."""
         self_name = self.index.self_name(method)
         if self_name is None:
             return False
         for node in self.index.walk(method.body):
+            if isinstance(node, cst.Attribute) and node.attr.value in _PARAMETERS:
+                owner = node.value  # ``self.embedding.weight``
+                if (
+                    isinstance(owner, cst.Attribute)
+                    and m.matches(owner.value, m.Name(self_name))
+                    and (cls, owner.attr.value) not in self.index.functions
+                ):
+                    return True
             if not isinstance(node, cst.Call):
                 continue
             func = node.func
@@ -380,6 +396,15 @@ class ForwardChecks:
                 and func.attr.value not in _COMPUTES_NOTHING
                 and ((cls, func.attr.value) not in self.index.functions or func.attr.value == "forward")
             ) or m.matches(func, m.Name(self_name)):
+                return True
+            if (  # ``self.propagate()``, a method of the class that does
+                depth < 3
+                and isinstance(func, cst.Attribute)
+                and m.matches(func.value, m.Name(self_name))
+                and (inner := self.index.functions.get((cls, func.attr.value))) is not None
+                and inner is not method
+                and self._runs_submodules(inner, cls, depth + 1)
+            ):
                 return True
         return False
 

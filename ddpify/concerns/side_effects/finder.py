@@ -9,7 +9,7 @@ import libcst as cst
 from ddpify import torch_api
 from ddpify.concerns import checkpoints
 from ddpify.concerns.side_effects.facts import FILE_USE_NOT_GATED, OUTPUT_RUNS_WORK
-from ddpify.engine.index import Ref
+from ddpify.engine.index import Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument
 
@@ -431,11 +431,20 @@ class Finder:
             scope = self.index.scope_of(node)
             if (
                 self.index.resolve_callee(node, scope) is not None
+                or self._method_of_own_object(node, scope, model_refs)  # ``trainer.step(x)``
                 or self.index.carried_ref(node.func, scope) in model_refs
                 or self._item_of_models(node.func, model_refs)
             ):
                 return [node]
         return [call for child in self.index.children.get(node, ()) for call in self._work_calls(child, model_refs)]
+
+    def _method_of_own_object(self, call: cst.Call, scope: Scope, model_refs: frozenset[Ref]) -> bool:
+        """``trainer.step(x)`` on an object of the program's own class (not a model: a model's own
+        methods, ``model.sample(n)``, are the wrapped model's reads, run on rank 0 through ``.module``)."""
+        if self.index.instance_method(call, scope) is None:
+            return False
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        return receiver is None or self.index.carried_ref(receiver, scope) not in model_refs
 
     def _item_of_models(self, func: cst.BaseExpression, model_refs: frozenset[Ref]) -> bool:
         """``net`` in ``for net in nets:`` (or ``zip(nets, opts)``), where ``nets`` holds models."""
