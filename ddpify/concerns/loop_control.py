@@ -32,6 +32,7 @@ import libcst as cst
 from ddpify.concerns import data, model
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan
+from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
 from ddpify.engine.uniformity.batches import RankLocal
 from ddpify.result import Options
@@ -65,7 +66,8 @@ class _Finder:
         self.program = program
         self.index = program.index
         sites = [site for loader in training for site in loader.sites]
-        self.rank_local = RankLocal(self.index, sites, frozenset(ref for loader in training for ref in loader.refs))
+        refs = frozenset(ref for loader in training for ref in _trained_refs(self.index, loader))
+        self.rank_local = RankLocal(self.index, sites, refs)
 
     def rank_local_exits(self) -> Iterator[cst.Break | cst.Return]:
         """``if loss.item() < tol: break`` -- each rank decides on its own shard, and the others hang.
@@ -99,3 +101,23 @@ class _Finder:
                             "and broadcast) before deciding",
                         )
                         break
+
+
+def _trained_refs(index: Index, loader: data.Loader) -> frozenset[Ref]:
+    """The places holding the loader that its training loops draw from: where one factory also builds
+    the validation loader (which keeps the whole set), the places only that one reaches are left out."""
+    if not loader.evaluated:
+        return loader.refs
+    found: set[Ref] = set()
+    for site in loader.sites:
+        ref = index.carried_ref(site.iter, index.scope_of(site)) if isinstance(site, cst.For) else None
+        if ref is None:
+            return loader.refs
+        found.add(ref)
+    queue = list(found)
+    while queue:
+        for flow in index.flows_into(queue.pop()):
+            if flow.src in loader.refs and flow.src not in found:
+                found.add(flow.src)
+                queue.append(flow.src)
+    return frozenset(found)

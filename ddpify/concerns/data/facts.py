@@ -49,6 +49,8 @@ class Loader:
     entry: DictEntry | None = None
     # an IterableDataset of the script's own: each rank takes its share of the stream
     stream: Stream | None = None
+    # also iterated where nothing trains (one factory builds the training and the validation loaders)
+    evaluated: bool = False
 
 
 @dataclass(frozen=True)

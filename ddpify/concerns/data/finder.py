@@ -105,6 +105,8 @@ class LoaderFinder:
                     UNFOLLOWED_LOADER,
                     "cannot follow this DataLoader to a loop: left without a DistributedSampler",
                 )
+            trained = {node for node, _ in sites}
+            evaluated = training and entry is None and any(n not in trained for n, _ in self.reads.iterations(refs))
             spread, keys = self._spread(call, training)
             lengths = tuple(self.reads.dataset_lengths(refs)) if training else ()
             full = self.checks.batch_size_in_shapes(call, [node for node, _ in sites], keys) if training else None
@@ -122,6 +124,7 @@ class LoaderFinder:
                 own,
                 entry,
                 stream,
+                evaluated,
             )
 
     def _epoch_loops(

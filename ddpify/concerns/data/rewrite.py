@@ -111,7 +111,13 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         shuffles = False
     elif not is_true(shuffle.value):
         arguments += f", shuffle={index.module.code_for_node(shuffle.value)}"
-    value = cst.parse_expression(f"{sampler}({arguments})")
+    code = f"{sampler}({arguments})"
+    if loader.evaluated and shuffle is not None and not is_true(shuffle.value) and not is_false(shuffle.value):
+        # ``make_loader(split)`` builds the validation loader too: it keeps the whole set on every rank,
+        # and the loader that shuffles (the training one) gets the sampler
+        condition = index.module.code_for_node(shuffle.value)
+        code = f"{sampler}({dataset_code}) if {condition} else None"
+    value = cst.parse_expression(code)
     new_arg = cst.Arg(
         value=value,
         keyword=cst.Name("sampler"),
