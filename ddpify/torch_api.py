@@ -68,18 +68,15 @@ MODULE_CHAINING_METHODS = frozenset(
 
 # Attributes that behave the same on a DistributedDataParallel wrapper as on the
 # module it wraps. Every other attribute (state_dict, custom methods, submodules)
-# must be reached through ``.module``.
+# must be reached through ``.module``: also the named ones (the wrapper prefixes
+# every name with ``module.``, so ``n in other.state_dict()`` no longer matches)
+# and ``children()`` (the wrapper's one child is the module itself).
 WRAPPER_SAFE_ATTRIBUTES = frozenset(
     {
         "forward",
         "parameters",
-        "named_parameters",
         "buffers",
-        "named_buffers",
-        "children",
-        "named_children",
         "modules",
-        "named_modules",
         "train",
         "eval",
         "training",

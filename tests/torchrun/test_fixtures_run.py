@@ -79,6 +79,7 @@ CASES = [
     "model/loss_method_on_weights_in_a_step_method",
     "side_effects/step_of_a_trainer_inside_a_print",
     "data/validation_loader_from_the_training_factory",
+    "model/momentum_encoder_updated_by_name",
 ]
 
 

@@ -33,6 +33,11 @@ _COMPUTES_NOTHING = (torch_api.WRAPPER_SAFE_ATTRIBUTES - {"forward"}) | {
     "get_parameter",
     "get_buffer",
     "get_submodule",
+    "named_parameters",
+    "named_buffers",
+    "children",
+    "named_children",
+    "named_modules",
 }
 
 

@@ -347,6 +347,8 @@ class WrapperReads:
         return tested and not runs
 
     def needs_module(self, read: cst.BaseExpression) -> bool:
+        if self._unwrapped_before(read):
+            return False
         parent = self.index.parent(read)
         if isinstance(parent, cst.Subscript) and parent.value is read:  # model[0] of an nn.Sequential
             return True
@@ -368,6 +370,24 @@ class WrapperReads:
                 and self.index.is_call_to(call, torch_api.SAVE | DEEPCOPY)
                 and call.args[0] is parent
             ) or checkpoints.saved(self.index, read)  # torch.save(dict(model=model), f)
+        return False
+
+    def _unwrapped_before(self, read: cst.BaseExpression) -> bool:
+        """``model = model.module`` (under ``if isinstance(model, DDP):`` or not) earlier in the function:
+        the name holds the module itself from there on."""
+        if not isinstance(read, cst.Name):
+            return False
+        index = self.index
+        scope = index.scope_of(read)
+        stmt = index.statement_of(read)
+        for name in index.names.get(read.value, ()):
+            parent = index.parent(name)
+            target = index.parent(parent)
+            if not (isinstance(parent, cst.AssignTarget) and isinstance(target, cst.Assign)):
+                continue
+            unwraps = m.matches(target.value, m.Attribute(value=m.Name(read.value), attr=m.Name("module")))
+            if unwraps and index.scope_of(name) is scope and index.after(stmt, index.statement_of(name)):
+                return True
         return False
 
 
