@@ -39,6 +39,7 @@ class ProgramClasses:
         def scope_of(self, node: cst.CSTNode) -> Scope: ...
         def lineage(self, ref: Ref) -> set[Ref]: ...
         def assignments_to(self, ref: Ref) -> Iterator[cst.Assign]: ...
+        def alias_of(self, name: cst.Name, scope: Scope | None = None) -> cst.Name | None: ...
 
         def root_ref(self, expr: cst.BaseExpression, scope: Scope) -> Ref | None: ...
 
@@ -57,11 +58,14 @@ class ProgramClasses:
             None,
         )
 
-    def local_class(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
+    def local_class(self, expr: cst.BaseExpression, depth: int = 0) -> cst.ClassDef | None:
         """The program's own class that ``expr`` names (``Net``, ``models.Net``) where it is written:
-        defined in that module, or imported from another module of the program."""
+        defined in that module, imported from another module of the program, or bound to another
+        name once (``Exp = ExpMain``)."""
         if isinstance(expr, cst.Name):
             found = self.classes.get((self.module_of(expr), expr.value))
+            if found is None and depth < 3 and (alias := self.alias_of(expr)) is not None:
+                return self.local_class(alias, depth + 1)
             if found is not None or len(self.modules) <= 1:
                 return found
         elif not isinstance(expr, cst.Attribute) or len(self.modules) <= 1:

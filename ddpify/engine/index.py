@@ -349,19 +349,7 @@ class Index(ProgramClasses):
         """The script's own function a call runs, and how many leading parameters it fills implicitly."""
         func = call.func
         if isinstance(func, cst.Name):
-            current: Scope = scope
-            while True:
-                found = self.functions.get((current, func.value))
-                if found is not None:
-                    return found, 0
-                if isinstance(current, cst.Module):
-                    break
-                current = self.scope_of(current)
-            cls = self.classes.get((self.module_of(current), func.value))
-            if cls is not None:
-                init = self.method(cls, "__init__")  # its own, or a base class's
-                return (init, 1) if init is not None else None
-            return self._imported_callee(func)
+            return self._named_callee(func, scope)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
             owner = self.method_scope(scope)
             if owner is not None and func.value.value == self.self_name(owner):
@@ -375,6 +363,41 @@ class Index(ProgramClasses):
                 method = next((f for b in bases if (f := self.method(b, func.attr.value)) is not None), None)
                 return (method, 1) if method is not None else None
         return None
+
+    def _named_callee(self, func: cst.Name, scope: Scope, depth: int = 0) -> tuple[cst.FunctionDef, int] | None:
+        """What a call of the name ``func`` in ``scope`` runs: a function, a class's ``__init__``, an
+        imported one; or, for ``Exp = Exp_Main`` then ``Exp(args)`` (a name assigned once, from another
+        name), what that name runs."""
+        current: Scope = scope
+        while True:
+            found = self.functions.get((current, func.value))
+            if found is not None:
+                return found, 0
+            if isinstance(current, cst.Module):
+                break
+            current = self.scope_of(current)
+        cls = self.classes.get((self.module_of(current), func.value))
+        if cls is not None:
+            init = self.method(cls, "__init__")  # its own, or a base class's
+            return (init, 1) if init is not None else None
+        imported = self._imported_callee(func)
+        if imported is not None or depth > 2:
+            return imported
+        alias = self.alias_of(func, scope)
+        return self._named_callee(alias, self.scope_of(alias), depth + 1) if alias is not None else None
+
+    def alias_of(self, name: cst.Name, scope: Scope | None = None) -> cst.Name | None:
+        """``ExpMain`` for ``Exp`` after ``Exp = ExpMain``: the name that ``name`` was assigned from, where
+        it is assigned once (in ``scope``, or where it is read, or an enclosing scope)."""
+        current: Scope = self.scope_of(name) if scope is None else scope
+        while name.value not in self.bound[current]:
+            if isinstance(current, cst.Module):
+                return None
+            current = self.scope_of(current)
+        assigned = list(self.assignments_to(Ref(current, name.value)))
+        if len(assigned) != 1 or not isinstance(alias := assigned[0].value, cst.Name) or alias.value == name.value:
+            return None
+        return alias
 
     def parameter_of(self, arg: cst.Arg) -> Ref | None:
         """The parameter of the script's own function that ``arg`` fills in its call."""
