@@ -153,6 +153,8 @@ def _add_sampler_where_distributed(
     name = fresh("sampler", index.identifiers | taken)
     taken.add(name)
     code = index.module.code_for_node(sampler.value)
+    if isinstance(sampler.value, cst.IfExp):  # the training loader's own test: ``(A if train else None) if ...``
+        code = f"({code})"
     _hoist(plan, index.statement_of(loader.call), f"{name} = {code} if {plan.names.dist}.is_initialized() else None")
     if shuffle is not None and not is_false(shuffle.value):
         own = index.module.code_for_node(shuffle.value)
