@@ -379,16 +379,15 @@ class WrapperReads:
             return False
         index = self.index
         scope = index.scope_of(read)
+        ref = index.ref_of(read, scope)
+        if ref is None or ref.scope is not scope:
+            return False
         stmt = index.statement_of(read)
-        for name in index.names.get(read.value, ()):
-            parent = index.parent(name)
-            target = index.parent(parent)
-            if not (isinstance(parent, cst.AssignTarget) and isinstance(target, cst.Assign)):
-                continue
-            unwraps = m.matches(target.value, m.Attribute(value=m.Name(read.value), attr=m.Name("module")))
-            if unwraps and index.scope_of(name) is scope and index.after(stmt, index.statement_of(name)):
-                return True
-        return False
+        unwrapping = m.Attribute(value=m.Name(read.value), attr=m.Name("module"))
+        return any(
+            m.matches(assign.value, unwrapping) and index.after(stmt, index.statement_of(assign))
+            for assign in index.assignments_to(ref)
+        )
 
 
 _BY_NAME = frozenset({"builtins.hasattr", "builtins.getattr", "builtins.setattr", "builtins.delattr"})
