@@ -28,13 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ddpify import torch_api
-from ddpify.engine.reach import COMPOUND, Reach, blocks, compounds_below, imported
+from ddpify.engine.called import CALLED_BY_PYTHON
+from ddpify.engine.reach import COMPOUND, Reach, blocks, compounds_below, definition_header, dotted, imported
 
 _NEWLINE = re.compile(r"\r\n?|\n")
 _FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
-_CALLED_BY_PYTHON = frozenset(
-    {"forward", "__call__", "__enter__", "__exit__", "__iter__", "__next__", "__getitem__", "__len__"}
-)
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,7 @@ def _called(readers: list[_Reader], by_name: dict[str, list[_Function]]) -> set[
     for reader in readers:
         todo += [(reader, call) for call, function in reader.calls if function is None]
         for function in reader.functions.values():
-            if function.in_class and function.node.name in _CALLED_BY_PYTHON:
+            if function.in_class and function.node.name in CALLED_BY_PYTHON:
                 called.add(function)
                 todo += [(reader, call) for call in function.calls]
     while todo:
@@ -127,13 +125,13 @@ def _callees(reader: _Reader, call: ast.Call, by_name: dict[str, list[_Function]
     if not call.args and not call.keywords and "fire.Fire" in reader.qualified_names(call.func):
         found += [f for (owner, _), f in reader.functions.items() if owner is None]
     func = call.func
-    named = func.attr if isinstance(func, ast.Attribute) else _dotted(func)
+    named = func.attr if isinstance(func, ast.Attribute) else dotted(func)
     if named:
         found += by_name.get(named.rsplit(".", 1)[-1], [])
     for value in [*call.args, *(k.value for k in call.keywords)]:  # a function handed on is called by its receiver
         if isinstance(value, ast.Starred):
             value = value.value
-        passed = _dotted(value)
+        passed = dotted(value)
         if passed:
             found += by_name.get(passed.rsplit(".", 1)[-1], [])
     return found
@@ -154,7 +152,7 @@ class _Reader:
         self._statements(module.tree.body, None, None)
 
     def qualified_names(self, node: ast.expr) -> set[str]:
-        text = _dotted(node)
+        text = dotted(node)
         root, _, rest = text.partition(".")
         return {f"{full}.{rest}" if rest else full for full in self.imports.get(root, ())} if text else set()
 
@@ -177,10 +175,10 @@ class _Reader:
             if isinstance(stmt, _FUNCTION):
                 inner = _Function(stmt, self.number, isinstance(owner, ast.ClassDef))
                 self.functions[(owner, stmt.name)] = inner
-                self._expressions(definition_parts(stmt), inner)  # libcst's tree holds them inside the ``def``
+                self._expressions(definition_header(stmt), inner)  # libcst's tree holds them inside the ``def``
                 self._statements(stmt.body, stmt, inner)
             elif isinstance(stmt, ast.ClassDef):
-                self._expressions(definition_parts(stmt), function)
+                self._expressions(definition_header(stmt), function)
                 self._statements(stmt.body, stmt, function)
             elif isinstance(stmt, COMPOUND):
                 self._expressions(_headers(stmt), function)
@@ -205,13 +203,6 @@ class _Reader:
                     stack.extend(v for v in value if isinstance(v, ast.AST) and not isinstance(v, ast.stmt))
 
 
-def definition_parts(definition: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> list[ast.AST]:
-    """What runs where a ``def`` or ``class`` statement runs: decorators, defaults, bases, annotations."""
-    if isinstance(definition, ast.ClassDef):
-        return [*definition.decorator_list, *definition.bases, *definition.keywords]
-    return [*definition.decorator_list, definition.args, *([definition.returns] if definition.returns else [])]
-
-
 def _headers(stmt: ast.stmt) -> list[ast.AST]:
     """The expressions of a compound statement outside its blocks: a test, an iterable, a context manager."""
     parts: list[ast.AST] = []
@@ -227,12 +218,3 @@ def _headers(stmt: ast.stmt) -> list[ast.AST]:
                 elif isinstance(item, ast.AST) and not isinstance(item, ast.stmt):
                     parts.append(item)
     return parts
-
-
-def _dotted(expr: ast.AST) -> str:
-    if isinstance(expr, ast.Name):
-        return expr.id
-    if isinstance(expr, ast.Attribute):
-        inner = _dotted(expr.value)
-        return f"{inner}.{expr.attr}" if inner else ""
-    return ""

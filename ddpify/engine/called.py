@@ -81,11 +81,12 @@ def _callees(index: Index, call: cst.Call, by_name: dict[str, list[cst.FunctionD
     return found
 
 
-_CALLED_BY_PYTHON = frozenset(
+# Methods that Python or torch call on an object of their class (also read by :mod:`ddpify.engine.already`).
+CALLED_BY_PYTHON = frozenset(
     {"forward", "__call__", "__enter__", "__exit__", "__iter__", "__next__", "__getitem__", "__len__"}
 )
 
 
 def _called_by_python(index: Index, function: cst.FunctionDef) -> bool:
     """A method that Python or torch calls on an object of its class, which runs where the class is built."""
-    return index.method_class(function) is not None and function.name.value in _CALLED_BY_PYTHON
+    return index.method_class(function) is not None and function.name.value in CALLED_BY_PYTHON

@@ -301,7 +301,7 @@ class _Walker:
 
     def _dynamic(self, module: _Module, call: ast.Call) -> None:
         """Names reached through a computed string: everything they could name runs."""
-        func = _dotted(call.func)
+        func = dotted(call.func)
         name = module.source.name
         line = getattr(call, "lineno", 1)
         if func in _DYNAMIC_NAMES or (func in _EVERY_FUNCTION_A_COMMAND and not call.args and not call.keywords):
@@ -452,11 +452,11 @@ def imported(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[tuple[
             yield alias.asname or alias.name, f"{base}.{alias.name}"
 
 
-def _dotted(expr: ast.AST) -> str:
+def dotted(expr: ast.AST) -> str:
     if isinstance(expr, ast.Name):
         return expr.id
     if isinstance(expr, ast.Attribute):
-        inner = _dotted(expr.value)
+        inner = dotted(expr.value)
         return f"{inner}.{expr.attr}" if inner else ""
     return ""
 
