@@ -47,6 +47,7 @@ from ddpify.engine.edits import EditPlan, Statement, statement
 from ddpify.engine.index import Index
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument
+from ddpify.engine.uniformity import files
 from ddpify.result import Options
 
 DOWNLOAD_ON_EVERY_RANK = Code(
@@ -97,7 +98,6 @@ FETCHES = frozenset(
 )
 
 
-EXISTENCE_QUERIES = frozenset({"os.path.exists", "os.path.isfile", "os.path.isdir"})
 PATH_CLASSES = frozenset({"pathlib.Path"})
 OPENS = frozenset({"builtins.open", "io.open"})
 # Calls that save to a path: the keyword and position of the path.
@@ -186,17 +186,10 @@ def _cache_builders(index: Index) -> Iterator[cst.FunctionDef]:
 
 def _existence_query(index: Index, test: cst.BaseExpression) -> str | None:
     """The path that ``os.path.exists(p)`` (``isfile``, ``Path(p).exists()``, ``p.is_file()``) asks about."""
-    if not isinstance(test, cst.Call):
-        return None
-    if index.is_call_to(test, EXISTENCE_QUERIES) and test.args:
-        return index.module.code_for_node(test.args[0].value)
-    func = test.func
-    if isinstance(func, cst.Attribute) and func.attr.value in {"exists", "is_file"} and not test.args:
-        owner = func.value
-        if isinstance(owner, cst.Call) and index.is_call_to(owner, PATH_CLASSES) and owner.args:
-            owner = owner.args[0].value
-        return index.module.code_for_node(owner)
-    return None
+    path = files.queried(index, test) if isinstance(test, cst.Call) else None
+    if isinstance(path, cst.Call) and index.is_call_to(path, PATH_CLASSES) and path.args:
+        path = path.args[0].value  # ``Path(cache).exists()`` asks about ``cache``
+    return index.module.code_for_node(path) if path is not None else None
 
 
 def _writes(index: Index, call: cst.Call, path: str) -> bool:

@@ -60,7 +60,7 @@ def raced_checks(index: Index) -> Iterator[cst.Call]:
         if not isinstance(node, cst.If):
             continue
         for call in _queries(index, node.test):
-            path = _text(index, _queried(index, call))
+            path = _text(index, queried(index, call))
             if (
                 path is not None
                 and not _harmless(index, node, path)
@@ -72,11 +72,11 @@ def raced_checks(index: Index) -> Iterator[cst.Call]:
 
 def _queries(index: Index, test: cst.BaseExpression) -> Iterator[cst.Call]:
     for node in index.walk(test):
-        if isinstance(node, cst.Call) and _queried(index, node) is not None:
+        if isinstance(node, cst.Call) and queried(index, node) is not None:
             yield node
 
 
-def _queried(index: Index, call: cst.Call) -> cst.BaseExpression | None:
+def queried(index: Index, call: cst.Call) -> cst.BaseExpression | None:
     """The path a query looks at: ``p`` in ``os.path.exists(p)`` or ``p.exists()``; None for other calls."""
     func = call.func
     if index.is_call_to(call, QUERIES):
