@@ -381,7 +381,7 @@ def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
                 index.add_flow(Flow(entry, keyed(dst, key), stmt))
             return
         if isinstance(value, cst.Call):  # values returned by the script's own functions and methods
-            callee = index.resolve_callee(value, scope) or index.instance_method(value, scope)
+            callee = index.runs(value, scope)
             if callee is None or callee[0].name.value == "__init__":
                 return
             for ret in returns.get(callee[0], ()):
@@ -404,7 +404,7 @@ def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
 
     for call in index.calls:
         scope = index.scope_of(call)
-        callee = index.resolve_callee(call, scope) or index.instance_method(call, scope)
+        callee = index.runs(call, scope)
         if callee is not None:
             _argument_flows(index, call, *callee, returns)
     return returns
@@ -451,7 +451,7 @@ def _argument_flows(
             for key, entry in _string_entries(index, arg.value, scope):
                 index.add_flow(Flow(entry, keyed(Ref(function, name), key), stmt))
         elif isinstance(arg.value, cst.Call):  # ``Trainer(data.loader(), ...)``: what the inner call returns
-            inner = index.resolve_callee(arg.value, scope) or index.instance_method(arg.value, scope)
+            inner = index.runs(arg.value, scope)
             if inner is not None and inner[0].name.value != "__init__":
                 for ret in returns.get(inner[0], ()):
                     returned = _return_ref(index, cast(cst.BaseExpression, ret.value), inner[0], None)

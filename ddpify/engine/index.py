@@ -428,6 +428,11 @@ class Index(ProgramClasses):
         """Whether ``function`` itself yields (a ``yield`` of a function inside it does not count)."""
         return any(isinstance(node, cst.Yield) and self.scope_of(node) is function for node in self.walk(function.body))
 
+    def runs(self, call: cst.Call, scope: Scope) -> tuple[cst.FunctionDef, int] | None:
+        """What :meth:`resolve_callee` resolves, or else the method of the program's own class that a call
+        on one of its objects runs (:meth:`instance_method`: ``trainer.step(x)``)."""
+        return self.resolve_callee(call, scope) or self.instance_method(call, scope)
+
     def instance_method(self, call: cst.Call, scope: Scope) -> tuple[cst.FunctionDef, int] | None:
         """``Solver(model).train(loader)``, or ``solver.train(loader)`` after ``solver = Solver(model)`` in the
         same function: the method of the program's own class that the call runs (its ``self`` filled)."""
@@ -525,7 +530,7 @@ class Index(ProgramClasses):
                 found = True
                 break
             scope = self.scope_of(inner)
-            callee = self.resolve_callee(inner, scope) or self.instance_method(inner, scope)  # ``trainer.step()``
+            callee = self.runs(inner, scope)  # ``trainer.step()`` too
             if callee is not None and callee[0] not in seen and self._trains_within(callee[0].body, seen | {callee[0]}):
                 found = True
                 break

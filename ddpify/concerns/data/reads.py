@@ -129,7 +129,7 @@ class Reads:
                     return True
                 continue
             # ``train_step(model, x, y)``, or ``trainer.step(x, y)`` on an object of the program's own class
-            callee = index.resolve_callee(node, batch.scope) or index.instance_method(node, batch.scope)
+            callee = index.runs(node, batch.scope)
             if (
                 callee is not None
                 and index.trains(callee[0].body)

@@ -77,7 +77,7 @@ class _StreamFinder(_SampleFinder):
         index = self.index
         scope = index.scope_of(call)
         # ``batchify(tokens, bsz)``, or a method of a corpus object: ``corpus.get_data(path, bsz)``
-        callee = index.resolve_callee(call, scope) or index.instance_method(call, scope)
+        callee = index.runs(call, scope)
         if callee is None:
             return None
         function, implicit = callee
