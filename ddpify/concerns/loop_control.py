@@ -113,11 +113,5 @@ def _trained_refs(index: Index, loader: data.Loader) -> frozenset[Ref]:
         ref = index.carried_ref(site.iter, index.scope_of(site)) if isinstance(site, cst.For) else None
         if ref is None:
             return loader.refs
-        found.add(ref)
-    queue = list(found)
-    while queue:
-        for flow in index.flows_into(queue.pop()):
-            if flow.src in loader.refs and flow.src not in found:
-                found.add(flow.src)
-                queue.append(flow.src)
+        found |= {ref, *(place for place in index.upstream(ref) if place in loader.refs)}
     return frozenset(found)

@@ -105,6 +105,7 @@ class Index(ProgramClasses):
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
     _assignments: dict[Ref, list[cst.Assign]] | None = None
     _candidate_orders: dict[int, list[int]] = field(default_factory=dict)  # see _orders_of()
+    _upstream: dict[Ref, list[Ref]] = field(default_factory=dict)  # see upstream()
 
     # -- metadata --------------------------------------------------------
     def parent(self, node: cst.CSTNode | None) -> cst.CSTNode | None:
@@ -495,6 +496,21 @@ class Index(ProgramClasses):
     def lineage(self, ref: Ref) -> set[Ref]:
         """Every place the value at ``ref`` came from or goes to."""
         return self._reach(ref, upstream=True)
+
+    def upstream(self, ref: Ref) -> list[Ref]:
+        """Every place the value at ``ref`` comes from, nearest first (found once per place)."""
+        found = self._upstream.get(ref)
+        if found is None:
+            found = self._upstream[ref] = []
+            seen = {ref}
+            queue = deque([ref])
+            while queue:
+                for flow in self.flows_into(queue.popleft()):
+                    if flow.src not in seen:
+                        seen.add(flow.src)
+                        queue.append(flow.src)
+                        found.append(flow.src)
+        return found
 
     def downstream(self, ref: Ref) -> set[Ref]:
         """Every place the value at ``ref`` goes to."""

@@ -45,7 +45,6 @@ class LoaderFinder:
         self.checks = Checks(program, self.reads, Seeds(self.index))
         self._loader_refs: set[Ref] = set()  # the places holding the loader being examined
         self._sources_by_statement: dict[Ref, dict[cst.CSTNode, Ref]] = {}  # see _ref_at_call()
-        self._upstream_of: dict[Ref, list[Ref]] = {}  # see _upstream()
         self._statement_of_call: dict[cst.Call, cst.BaseStatement] = {}  # see _ref_at_call()
         self._iter_calls: list[tuple[cst.SimpleStatementLine, cst.Call]] | None = None  # ``it = iter(x)``
 
@@ -297,7 +296,7 @@ class LoaderFinder:
         """Whether the value at ``ref`` is this loader or comes from it (a progress bar over it): a call
         of a shared function that hands it another loader is that loader's business."""
         loader = self._loader_refs
-        return ref in loader or any(place in loader for place in self._upstream(ref))
+        return ref in loader or any(place in loader for place in self.index.upstream(ref))
 
     def _only_evaluated_by(self, ref: Ref, refs: set[Ref]) -> bool:
         """Whether every call that hands this loader to the function iterating it (``ref``, a parameter)
@@ -361,22 +360,7 @@ class LoaderFinder:
 
     def _holding_before(self, ref: Ref) -> list[Ref]:
         """The places holding this loader that ``ref``'s value comes from, nearest first."""
-        return [place for place in self._upstream(ref) if place in self._loader_refs]
-
-    def _upstream(self, ref: Ref) -> list[Ref]:
-        """Every place ``ref``'s value comes from, nearest first (found once for all the loaders)."""
-        found = self._upstream_of.get(ref)
-        if found is None:
-            found = self._upstream_of[ref] = []
-            seen = {ref}
-            queue = [ref]
-            while queue:
-                for flow in self.index.flows_into(queue.pop(0)):
-                    if flow.src not in seen:
-                        seen.add(flow.src)
-                        queue.append(flow.src)
-                        found.append(flow.src)
-        return found
+        return [place for place in self.index.upstream(ref) if place in self._loader_refs]
 
     def _loader_itself(self, ref: Ref, scope: Scope) -> Ref | None:
         """The place, readable in ``scope``, holding the loader that ``ref`` holds or iterates over."""
