@@ -130,8 +130,9 @@ class _Parsed:
     """The trees of the modules that programs import, kept for the next program of this process.
 
     The programs of a folder share their library: each one would parse every module of it
-    again with libcst (CPython's trees are kept by :func:`ddpify.engine.reach.parse`). Trees are never changed (edits make new ones), so a
-    module read for one program serves the next, found by its text and path. At most
+    again with libcst (CPython's trees are kept by :func:`ddpify.engine.reach.parse`). Trees
+    are never changed (edits make new ones), so a module read for one program serves the
+    next, found by its text and path. At most
     :attr:`LIMIT` bytes of text are kept, the least recently used left out first.
     """
 
@@ -178,7 +179,8 @@ _PARSED = _Parsed()
 def _already_distributed(
     source: str | bytes, path: str, tree: ast.Module, modules: Sequence[LocalModule], runs: reach.Reach
 ) -> Conversion | None:
-    """ "Already distributed" from CPython's trees (:mod:`ddpify.engine.already`), or None: not found there."""
+    """The outcome "already distributed", from CPython's trees (:mod:`ddpify.engine.already`); or None
+    where those trees do not show it."""
     found: list[tuple[already.TreeModule, str | bytes, str]] = [
         (already.TreeModule("__main__", "", tree), source, path)
     ]
