@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import ast
 import gc
-import hashlib
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -93,7 +91,7 @@ def _convert(
         if runs is not None and not runs.runs(local.name):
             continue  # imported only by code that never runs: Python never loads it
         # Every module counts, torch or not: a package's __init__ re-exports, a config module names.
-        parsed = _PARSED.checked(local.source, local.path)
+        parsed = _PARSED.get(local.source, local.path, _checked)
         if isinstance(parsed, Diagnostic):
             return _outcome(source, Status.INVALID, [parsed])
         if parsed is not None:
@@ -126,54 +124,13 @@ def _convert(
     return _apply_program(source, path, plan, diagnostics, by_path)
 
 
-class _Parsed:
-    """The trees of the modules that programs import, kept for the next program of this process.
-
-    The programs of a folder share their library: each one would parse every module of it
-    again with libcst (CPython's trees are kept by :func:`ddpify.engine.reach.parse`). Trees
-    are never changed (edits make new ones), so a module read for one program serves the
-    next, found by its text and path. At most
-    :attr:`LIMIT` bytes of text are kept, the least recently used left out first.
-    """
-
-    LIMIT = 8 << 20
-
-    def __init__(self) -> None:
-        self.kept: OrderedDict[tuple[bytes, bool, str], tuple[int, object]] = OrderedDict()
-        self.size = 0
-
-    def checked(self, source: str | bytes, path: str) -> cst.Module | Diagnostic | None:
-        """:func:`parse_checked` of a module of the program (torch or not)."""
-        found = self._get(source, path)
-        if found is None:
-            found = self._put(source, path, parse_checked(source, path, torch_only=False))
-        return found  # type: ignore[return-value]
-
-    def _key(self, source: str | bytes, path: str) -> tuple[bytes, bool, str]:
-        data = source if isinstance(source, bytes) else source.encode("utf-8", "surrogatepass")
-        return hashlib.blake2b(data, digest_size=16).digest(), isinstance(source, bytes), path
-
-    def _get(self, source: str | bytes, path: str) -> object:
-        key = self._key(source, path)
-        found = self.kept.get(key)
-        if found is None:
-            return None
-        self.kept.move_to_end(key)
-        return found[1]
-
-    def _put(self, source: str | bytes, path: str, parsed: object) -> object:
-        size = len(source)
-        if parsed is None or size > self.LIMIT:
-            return parsed
-        self.kept[self._key(source, path)] = (size, parsed)
-        self.size += size
-        while self.size > self.LIMIT:
-            _, (dropped, _) = self.kept.popitem(last=False)
-            self.size -= dropped
-        return parsed
+# The libcst trees of the modules that programs import: the programs of a folder share their library.
+_PARSED = reach.KeptByText()
 
 
-_PARSED = _Parsed()
+def _checked(source: str | bytes, path: str) -> cst.Module | Diagnostic | None:
+    """:func:`parse_checked` of a module of the program (torch or not)."""
+    return parse_checked(source, path, torch_only=False)
 
 
 def _already_distributed(

@@ -31,8 +31,9 @@ from __future__ import annotations
 import ast
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 from ddpify.modules import absolute_import
 
@@ -503,36 +504,46 @@ def parse(source: str | bytes) -> ast.Module | None:
     The first pass, the reach of each program and the early answers all read the same modules:
     a tree is kept by its text for the next reader of this process (trees are never changed).
     """
-    return _TREES.parse(source)
+    return _TREES.get(source, "", _parse)
 
 
-class _Trees:
-    """Trees by their text, at most :attr:`LIMIT` bytes of it, the least recently used left out first."""
+def _parse(source: str | bytes, path: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+T = TypeVar("T")
+
+
+class KeptByText:
+    """What was made from a module's text (its tree), kept for the next reader of this process,
+    found by the text and its path: at most :attr:`LIMIT` bytes of text, the least recently used
+    left out first. What is kept is never changed (edits make new trees)."""
 
     LIMIT = 8 << 20
 
     def __init__(self) -> None:
-        self.kept: OrderedDict[tuple[bytes, bool], tuple[int, ast.Module | None]] = OrderedDict()
+        self.kept: OrderedDict[tuple[bytes, bool, str], tuple[int, object]] = OrderedDict()
         self.size = 0
 
-    def parse(self, source: str | bytes) -> ast.Module | None:
+    def get(self, source: str | bytes, path: str, make: Callable[[str | bytes, str], T]) -> T:
+        """The value kept for ``source`` at ``path``, or ``make(source, path)``, kept from now on."""
         data = source if isinstance(source, bytes) else source.encode("utf-8", "surrogatepass")
-        key = (hashlib.blake2b(data, digest_size=16).digest(), isinstance(source, bytes))
+        key = (hashlib.blake2b(data, digest_size=16).digest(), isinstance(source, bytes), path)
         found = self.kept.get(key)
         if found is not None:
             self.kept.move_to_end(key)
-            return found[1]
-        try:
-            tree: ast.Module | None = ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            tree = None
+            return cast(T, found[1])
+        made = make(source, path)
         if len(data) <= self.LIMIT:
-            self.kept[key] = (len(data), tree)
+            self.kept[key] = (len(data), made)
             self.size += len(data)
             while self.size > self.LIMIT:
                 _, (dropped, _) = self.kept.popitem(last=False)
                 self.size -= dropped
-        return tree
+        return made
 
 
-_TREES = _Trees()
+_TREES = KeptByText()
