@@ -14,7 +14,12 @@ N-th item from its rank on::
     ->  loader = DataLoader(ds, batch_size=50, sampler=DistributedSamplerWrapper(WeightedRandomSampler(w, len(ds))))
 
 The wrapper is a ``DistributedSampler`` subclass defined once in the
-generated script, so ``loader.sampler.set_epoch(epoch)`` works as usual. A
+generated script, so ``loader.sampler.set_epoch(epoch)`` works as usual.
+Where one pass of the loader is the whole training (no epoch loop), the
+sampler's length is the run's number of steps, a budget that schedules and a
+last checkpoint count on; each rank keeps it (``DistributedWholeRunSampler``
+draws the sampler once for every rank and deals the draws out; a sampler with
+replacement keeps its ``num_samples``). A
 placeholder that stays ``None`` on one GPU (``train_sampler = None`` ...
 ``DataLoader(ds, shuffle=(train_sampler is None), sampler=train_sampler)``)
 becomes ``train_sampler = DistributedSampler(ds)``, the idiom of the PyTorch
@@ -82,6 +87,26 @@ class {wrapper}({sampler}):
             torch.manual_seed(self.seed + self.epoch)
             drawn = list(self.sampler)
         return (drawn[i] for i in super().__iter__())
+'''
+
+# One pass of the loader is the whole training: the sampler's length is the run's number of steps (a
+# budget of ``iterations * batch_size`` draws), which the schedule and the last checkpoint count on.
+WHOLE_RUN_WRAPPER = '''
+class {wrapper}({sampler}):
+    """This rank's share of what `sampler` draws once for every rank, all ranks alike (torch's RNG seeded by the
+    epoch): one pass is the whole training, so each rank keeps len(sampler) steps."""
+
+    def __init__(self, sampler):
+        super().__init__(range(len(sampler)), shuffle=False)
+        self.sampler = sampler
+        self.num_samples = len(sampler)
+        self.total_size = len(sampler) * self.num_replicas
+
+    def __iter__(self):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed + self.epoch)
+            drawn = [i for _ in range(self.num_replicas) for i in self.sampler]
+        return iter(drawn[self.rank :: self.num_replicas])
 '''
 
 
@@ -312,8 +337,10 @@ def _has_length(index: Index, cls: cst.ClassDef) -> bool:
     return index.method(cls, "__len__") is not None or index.derives_from(cls, TORCH_SAMPLERS | TORCH_BATCH_SAMPLERS)
 
 
-def share(plan: EditPlan, own: OwnSampler, wrapper: str) -> None:
-    """Wrap each of the samplers in ``wrapper``; each placeholder becomes a DistributedSampler."""
+def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False) -> None:
+    """Wrap each of the samplers in ``wrapper``; each placeholder becomes a DistributedSampler. Where one pass
+    is the whole training (``whole_run``), each rank keeps the sampler's length: ``wrapper`` draws it once
+    for every rank, and a sampler drawing with replacement keeps its number of draws."""
     sampler = plan.names.sampler
     plan.need_import(
         "torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler
@@ -326,27 +353,31 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str) -> None:
     for placeholder in own.placeholders:
         plan.replace(placeholder.value, _replaced_by(cst.parse_expression(f"{sampler}({own.dataset}{shuffle})")))
     drawn = "the batches" if own.attribute == "batch_sampler" else "what"
+    times = " once for every rank, so that each rank keeps its number of steps (one pass is the whole training)"
     for value in own.wrapped:
         plan.change(
             value,
-            f"each rank takes its share of {drawn} `{plan.index.module.code_for_node(value)}` draws; "
-            "all ranks draw alike (torch's RNG seeded by the epoch)",
+            f"each rank takes its share of {drawn} `{plan.index.module.code_for_node(value)}` draws"
+            f"{times if whole_run else ''}; all ranks draw alike (torch's RNG seeded by the epoch)",
         )
     for placeholder in own.placeholders:
         plan.change(placeholder, f"the sampler that stayed None is a {sampler} over `{own.dataset}`")
     for call in own.per_rank:
-        _draw_per_rank(plan, call)
+        _draw_per_rank(plan, call, whole_run)
 
 
-def _draw_per_rank(plan: EditPlan, call: cst.Call) -> None:
+def _draw_per_rank(plan: EditPlan, call: cst.Call, whole_run: bool) -> None:
     """``RandomSampler(ds, replacement=True, num_samples=n)`` -> the same with ``num_samples=n //
-    world_size`` (the epoch's draws shared out) and a generator seeded apart on each rank."""
+    world_size`` (the epoch's draws shared out), or ``n`` where one pass is the whole training, and a
+    generator seeded apart on each rank."""
     code = plan.index.module.code_for_node
     generator = cst.parse_expression(f"torch.Generator().manual_seed(torch.initial_seed() + {plan.rank(call)})")
     source = argument(call, "data_source", 0)
     count = argument(call, "num_samples", 2)
     length = code(count.value) if count is not None else f"len({code(source.value)})" if source is not None else None
     share = cst.parse_expression(f"{length} // {plan.world_size(call)}") if length is not None else None
+    if whole_run:
+        share = None
     equal = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
     def rewrite(node: cst.CSTNode) -> cst.CSTNode:
@@ -363,9 +394,10 @@ def _draw_per_rank(plan: EditPlan, call: cst.Call) -> None:
     plan.replace(call, rewrite)
     if "torch" not in plan.index.bound[plan.index.module]:
         plan.need_import("torch")
+    draws = "as many samples (one pass is the whole training)" if whole_run else "its share of the epoch's samples"
     plan.change(
         call,
-        "a sampler that draws with replacement: each rank draws its share of the epoch's samples from a "
+        f"a sampler that draws with replacement: each rank draws {draws} from a "
         "generator seeded apart (torch.initial_seed() + rank), so that the ranks' draws differ",
     )
 
@@ -374,11 +406,14 @@ def _replaced_by(new: cst.CSTNode) -> Callable[[cst.CSTNode], cst.CSTNode]:
     return lambda _: new
 
 
-def define_wrapper(plan: EditPlan, taken: set[str]) -> str:
+def define_wrapper(plan: EditPlan, taken: set[str], whole_run: bool = False) -> str:
     """Define the wrapper class once, right after the setup function; its name."""
-    name = fresh("DistributedSamplerWrapper", plan.index.identifiers | taken)
+    name = fresh(
+        "DistributedWholeRunSampler" if whole_run else "DistributedSamplerWrapper", plan.index.identifiers | taken
+    )
     taken.add(name)
-    definition = cst.parse_module(WRAPPER.format(wrapper=name, sampler=plan.names.sampler)).body[0]
+    template = WHOLE_RUN_WRAPPER if whole_run else WRAPPER
+    definition = cst.parse_module(template.format(wrapper=name, sampler=plan.names.sampler)).body[0]
     plan.add_setup_helper(name, cast(cst.ClassDef, definition))
     return name
 

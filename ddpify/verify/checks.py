@@ -460,10 +460,11 @@ def _sharded_data(run: RunOutcome) -> Check:
                     f"ranks {r} and {s} drew the same batches from {name}: every rank reads the same data "
                     f"(no DistributedSampler?)"
                 )
-        if all(loader.get("with_replacement") and loader.get("recorded") for loader in loaders.values()):
-            # drawn with replacement: how many each rank draws is the program's choice, and draws may repeat;
-            # that the ranks drew different batches (above) is what shows each draws its own
-            passed.append(f"{name}: drawn with replacement, different batches on every rank")
+        if all(loader.get("repeats") and loader.get("recorded") for loader in loaders.values()):
+            # drawn with replacement, or more draws than the data set holds: how many each rank draws is the
+            # program's choice, and draws repeat; that the ranks drew different batches (above) is what shows
+            # each draws its own
+            passed.append(f"{name}: draws that repeat, different batches on every rank")
             continue
         per_rank, size = loaders[0].get("samples_per_epoch"), loaders[0].get("dataset_len")
         if per_rank and size and per_rank * run.nproc > size + run.nproc - 1:

@@ -134,7 +134,9 @@ class _LoaderRecord:
         self.sampler: str | None = None
         self.dataset_len: int | None = None
         self.samples_per_epoch: int | None = None
-        self.with_replacement = False  # a sampler that draws with replacement: its draws may repeat
+        # draws may repeat: a sampler with replacement, or one (or the one a rank takes its share of)
+        # that draws more than the data set holds, as a budget of iterations does
+        self.repeats = False
         self.iterations = 0
         self.batches = 0
         self.steps = 0
@@ -144,10 +146,13 @@ class _LoaderRecord:
         self.described = True
         self.dataset = type(loader.dataset).__qualname__
         self.sampler = type(loader.sampler).__qualname__
-        self.with_replacement = getattr(loader.sampler, "replacement", False) is True
+        self.repeats = getattr(loader.sampler, "replacement", False) is True
         if isinstance(loader.dataset, IterableDataset):
             return
         self.dataset_len = _safe_len(loader.dataset)
+        drawn = _safe_len(getattr(loader.sampler, "sampler", loader.sampler))
+        if drawn is not None and self.dataset_len is not None and drawn > self.dataset_len:
+            self.repeats = True
         if loader.batch_sampler is None or type(loader.batch_sampler) is BatchSampler:
             self.samples_per_epoch = _safe_len(loader.sampler)
 
@@ -159,7 +164,7 @@ class _LoaderRecord:
             "sampler": self.sampler,
             "dataset_len": self.dataset_len,
             "samples_per_epoch": self.samples_per_epoch,
-            "with_replacement": self.with_replacement,
+            "repeats": self.repeats,
             "iterations": self.iterations,
             "batches": self.batches,
             "steps": self.steps,

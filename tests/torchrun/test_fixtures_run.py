@@ -84,6 +84,17 @@ CASES = [
 
 
 @pytest.mark.torchrun
+def test_a_budget_of_iterations_in_one_pass_keeps_its_steps_on_every_rank(tmp_path: Path) -> None:
+    """The sampler's length is the run's number of iterations: the schedule and the last checkpoint count on it."""
+    script = tmp_path / "train_ddp.py"
+    shutil.copy(FIXTURES / "data/iteration_budget_in_one_pass/expected.py", script)
+    report = verify(script, nproc=2, workdir=tmp_path, timeout=240)
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    assert [rank.steps for rank in report.ranks] == [30, 30]
+    assert (tmp_path / "final.pt").exists()  # saved at the last iteration, which a split budget never reaches
+
+
+@pytest.mark.torchrun
 @pytest.mark.parametrize("case", CASES)
 def test_the_golden_output_trains_in_sync(case: str, tmp_path: Path) -> None:
     script = tmp_path / "train_ddp.py"

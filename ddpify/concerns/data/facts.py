@@ -51,6 +51,8 @@ class Loader:
     stream: Stream | None = None
     # also iterated where nothing trains (one factory builds the training and the validation loaders)
     evaluated: bool = False
+    # one pass over it is the whole training (no epoch loop): its length is the run's number of steps
+    whole_run: bool = False
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,7 @@ class LoaderFinder:
                 )
             trained = {node for node, _ in sites}
             evaluated = training and entry is None and any(n not in trained for n, _ in self.reads.iterations(refs))
+            whole_run = training and not epoch_loops and not restarts and all(self._runs_once(n) for n in trained)
             spread, keys = self._spread(call, training)
             lengths = tuple(self.reads.dataset_lengths(refs)) if training else ()
             full = self.checks.batch_size_in_shapes(call, [node for node, _ in sites], keys) if training else None
@@ -124,6 +125,7 @@ class LoaderFinder:
                 entry,
                 stream,
                 evaluated,
+                whole_run,
             )
 
     def _epoch_loops(
@@ -291,6 +293,21 @@ class LoaderFinder:
         for call, caller_ref in carrying:
             found.extend(lp for lp in self._epoch_loop(call, caller_ref, depth + 1) if lp not in found)
         return found
+
+    def _runs_once(self, site: cst.CSTNode, depth: int = 0) -> bool:
+        """Whether the pass over the batches at ``site`` runs once in the whole run: no loop around it
+        (for ``next(it)``, none but the loop that draws the batches), nor around any call of its function."""
+        index = self.index
+        loops = [lp for lp in index.enclosing_loops(site) if lp is not site]
+        if depth == 0 and isinstance(site, cst.Call):
+            loops = loops[1:]
+        scope = index.scope_of(site)
+        if loops or not isinstance(scope, (cst.FunctionDef, cst.Module)):
+            return False
+        if isinstance(scope, cst.Module):
+            return True
+        callers = index.callers(scope)
+        return bool(callers) and depth < 4 and all(self._runs_once(call, depth + 1) for call in callers)
 
     def _carries_loader(self, ref: Ref) -> bool:
         """Whether the value at ``ref`` is this loader or comes from it (a progress bar over it): a call

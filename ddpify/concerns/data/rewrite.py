@@ -35,7 +35,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for split in facts.splits:
         seed_split(plan, split)
     taken: set[str] = set()
-    helper = wrapper = shard = None
+    helper = wrapper = whole_run_wrapper = shard = None
     for loader in facts.loaders:
         if loader.training:
             own = loader.own_sampler
@@ -44,9 +44,11 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 shard_stream(plan, loader.stream, shard)
                 reshuffles = False
             elif own is not None:
-                if own.wrapped:
+                if own.wrapped and loader.whole_run:
+                    whole_run_wrapper = whole_run_wrapper or define_wrapper(plan, taken, whole_run=True)
+                elif own.wrapped:
                     wrapper = wrapper or define_wrapper(plan, taken)
-                share(plan, own, wrapper or "")
+                share(plan, own, (whole_run_wrapper if loader.whole_run else wrapper) or "", loader.whole_run)
                 reshuffles = own.reshuffles
             else:
                 reshuffles = _add_sampler(plan, loader, taken, options.keep_global_batch)
