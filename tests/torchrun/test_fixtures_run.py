@@ -9,6 +9,7 @@ would hide behind one: ranks that are not synchronised then end apart.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from ddpify.verify.checks import SHARDED_DATA
 pytest.importorskip("torch")
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
+WEIGHTS = Path(__file__).parent / "record_weights.py"
 
 CASES = [
     "model/init_function_after_move",
@@ -81,6 +83,19 @@ CASES = [
     "data/validation_loader_from_the_training_factory",
     "model/momentum_encoder_updated_by_name",
 ]
+
+
+@pytest.mark.torchrun
+def test_a_copy_of_the_model_starts_from_the_weights_every_rank_shares(tmp_path: Path) -> None:
+    """A key encoder deep-copied from the query encoder, no seed set: copied before the wrap, each rank's
+    copy keeps its own initial draw, and the momentum update never brings the ranks together."""
+    script = tmp_path / "train_ddp.py"
+    shutil.copy(FIXTURES / "model/key_encoder_copied_before_the_wrap/expected.py", script)
+    report = verify(WEIGHTS, nproc=2, workdir=tmp_path, timeout=240, script_args=[str(tmp_path), str(script)])
+    assert report.ranks and all(rank.steps > 0 for rank in report.ranks), report.output[-3000:]
+    rank0, rank1 = (json.loads((tmp_path / f"weights-{rank}.json").read_text()) for rank in (0, 1))
+    assert len(rank0) == 4  # two layers of each encoder
+    assert rank0 == rank1, "a model ends with different weights on the two ranks"
 
 
 @pytest.mark.torchrun

@@ -131,6 +131,31 @@ class WrapperReads:
         # ``nn.ModuleList([a, b])`` builds a new module; ``for net in [a, b]: net.to(device)`` prepares both
         return None
 
+    def copied(self, read: cst.BaseExpression) -> bool:
+        """``copy.deepcopy(model)``, ``other.load_state_dict(model.state_dict())``: another model takes this
+        one's weights, which must be every rank's same weights (the wrap broadcasts rank 0's)."""
+        index = self.index
+        parent = index.parent(read)
+        if isinstance(parent, cst.Attribute) and parent.value is read and parent.attr.value == "state_dict":
+            call = index.parent(parent)
+            if not (isinstance(call, cst.Call) and call.func is parent):
+                return False
+            parent = index.parent(call)
+            taker = index.parent(parent)
+            return (
+                isinstance(parent, cst.Arg)
+                and isinstance(taker, cst.Call)
+                and m.matches(taker.func, m.Attribute(attr=m.Name("load_state_dict")))
+                and taker.args[0] is parent
+            )
+        call = index.parent(parent)
+        return (
+            isinstance(parent, cst.Arg)
+            and isinstance(call, cst.Call)
+            and index.is_call_to(call, DEEPCOPY)
+            and call.args[0] is parent
+        )
+
     def runs_model(self, read: cst.BaseExpression) -> bool:
         parent = self.index.parent(read)
         if isinstance(parent, cst.Call) and parent.func is read:
