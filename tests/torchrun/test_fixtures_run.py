@@ -82,6 +82,7 @@ CASES = [
     "side_effects/step_of_a_trainer_inside_a_print",
     "data/validation_loader_from_the_training_factory",
     "model/momentum_encoder_updated_by_name",
+    "side_effects/file_passed_to_helper",
 ]
 
 

@@ -29,9 +29,12 @@ reported (DDP501).
 
 A file opened without ``with`` (``f = open(path, "w")``, and what is built on
 it, such as ``writer = csv.writer(f)``) is opened, written and closed on
-rank 0 only; a use of it that cannot go there is refused (DDP503). A
-``with open(path, "w")`` block that also trains must run on every rank, so the
-other ranks write to ``os.devnull``::
+rank 0 only. Where a use of it cannot go there (the file handed to a function
+of the program, ``sys.stdout = open(...)``), it is opened on every rank and the
+other ranks write to ``os.devnull``; one opened at import time, before the rank
+is known, is refused (DDP503). A ``with open(path, "w")`` block that also
+trains is kept the same way: it must run on every rank, and the other ranks
+write to ``os.devnull``::
 
     with open("log.csv", "w") as f:
     ->  with open("log.csv", "w") if dist.get_rank() == 0 else open(os.devnull, "w") as f:
@@ -91,8 +94,21 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
                 "rank would create it: create it inside the function that trains",
             )
     trackers = tuple(filter(late, trackers))
-    hoisted: list[cst.Call] = []
-    found = [(stmt, kind) for stmt, kind in finder.outputs(models.refs, trackers, hoisted) if not finder.exempt(stmt)]
+
+    def found_outputs() -> tuple[list[tuple[cst.BaseStatement, str]], list[cst.Call]]:
+        hoisted: list[cst.Call] = []
+        found = finder.outputs(models.refs, trackers, hoisted)
+        return [(stmt, kind) for stmt, kind in found if not finder.exempt(stmt)], hoisted
+
+    reported = len(program.findings)
+    found, hoisted = found_outputs()
+    # A file opened without ``with`` and used where rank 0's statements cannot take it (handed to a
+    # function, read in a test): opened on every rank, as os.devnull off rank 0, and used as it is.
+    gated = {stmt for stmt, _ in found if late(stmt)}
+    spared = finder.opened_everywhere((read for _, _, read in _reads_off_rank_zero(index, finder.files, gated)), late)
+    if spared:
+        del program.findings[reported:]  # found again, without those files
+        found, hoisted = found_outputs()
     hoisted = [call for call in hoisted if not finder.exempt(call)]
     outputs = tuple((stmt, kind) for stmt, kind in found if late(stmt))
     # output in a helper that also runs before the process group exists: a test that needs no group

@@ -18,7 +18,10 @@ class Finder:
     def __init__(self, program: Program) -> None:
         self.program = program
         self.index = program.index
-        self.files = self._open_files()
+        # the names bound to each file opened for writing without ``with``, and to what is built on it
+        self.opened = self._open_files()
+        self.files: set[Ref] = set().union(*self.opened.values())
+        self.everywhere: list[cst.Call] = []  # such opens left on every rank, os.devnull off rank 0
         # code whose output and writes stay as they are (a download the ranks run in turns)
         self.exempt: Callable[[cst.CSTNode], bool] = lambda node: False
         # trackers kept as a field of an object the program hands on (``config.writer = SummaryWriter()``):
@@ -39,18 +42,11 @@ class Finder:
             stmt = index.statement_of(call)
             if stmt in gated or any(a in gated for a in index.ancestors(stmt)):
                 continue
-            item = index.parent(call)
-            if (
-                isinstance(item, cst.WithItem)
-                and late(call)
-                and call.args
-                and call.args[0].keyword is None
-                and not _writes(call, "x")  # os.devnull exists already
-            ):
-                yield call
-                continue
             if self._targets_of(call) & self.files:
                 continue  # reported with its uses by _check_files_written_once
+            if call in self.everywhere or self._to_devnull(call, late):
+                yield call  # ``with open(...)`` around training, ``sys.stdout = open(...)``, a file handed on
+                continue
             self.program.report(
                 call,
                 FILE_USE_NOT_GATED,
@@ -87,30 +83,49 @@ class Finder:
         assign = self.index.parent(call)
         return self._targets(assign) if isinstance(assign, cst.Assign) and assign.value is call else set()
 
-    def _open_files(self) -> set[Ref]:
-        """Names bound to a file opened for writing without ``with`` (``f = open(path, "w")``), and
-        to what is built on it (``writer = csv.writer(f)``)."""
+    def _open_files(self) -> dict[cst.Call, set[Ref]]:
+        """Each file opened for writing without ``with`` (``f = open(path, "w")``): the names bound to
+        it, and to what is built on it (``writer = csv.writer(f)``)."""
         index = self.index
-        files: set[Ref] = set()
+        opened: dict[cst.Call, set[Ref]] = {}
         assigns = [small for stmt in index.statements for small in stmt.body if isinstance(small, cst.Assign)]
         for small in assigns:
             call = small.value
             if isinstance(call, cst.Call) and "builtins.open" in index.qualified_names(call.func) and _writes(call):
-                files.update(self._targets(small))
-        grown = bool(files)
-        while grown:
-            grown = False
-            for small in assigns:
-                call, scope = small.value, index.scope_of(small)
-                if (
-                    isinstance(call, cst.Call)
-                    and index.resolve_callee(call, scope) is None
-                    and any(index.carried_ref(arg.value, scope) in files for arg in call.args)
-                    and not self._targets(small) <= files
-                ):
-                    files.update(self._targets(small))
-                    grown = True
-        return files
+                opened.setdefault(call, set()).update(self._targets(small))
+        for files in opened.values():
+            grown = bool(files)
+            while grown:
+                grown = False
+                for small in assigns:
+                    call, scope = small.value, index.scope_of(small)
+                    if (
+                        isinstance(call, cst.Call)
+                        and index.resolve_callee(call, scope) is None
+                        and any(index.carried_ref(arg.value, scope) in files for arg in call.args)
+                        and not self._targets(small) <= files
+                    ):
+                        files.update(self._targets(small))
+                        grown = True
+        return opened
+
+    def opened_everywhere(self, stray: Iterable[cst.BaseExpression], late: Callable[[cst.CSTNode], bool]) -> bool:
+        """Leave on every rank each file with a use in ``stray`` (where rank 0's statements cannot take
+        it) whose ``open`` can write to os.devnull off rank 0; whether any was."""
+        index = self.index
+        used = {index.carried_ref(read, index.scope_of(read)) for read in stray}
+        for call, files in self.opened.items():
+            if files & used and self._to_devnull(call, late):
+                self.everywhere.append(call)
+        if self.everywhere:
+            kept = [files for call, files in self.opened.items() if call not in self.everywhere]
+            self.files = set().union(*kept)
+        return bool(self.everywhere)
+
+    def _to_devnull(self, call: cst.Call, late: Callable[[cst.CSTNode], bool]) -> bool:
+        """Whether ``open(path, mode)`` can open os.devnull off rank 0: after the process group exists,
+        the path first, a mode that neither needs a new file ("x") nor reads back ("+")."""
+        return late(call) and bool(call.args) and call.args[0].keyword is None and not _writes(call, "x+")
 
     def _targets(self, small: cst.Assign) -> set[Ref]:
         scope = self.index.scope_of(small)
