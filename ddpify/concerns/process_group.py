@@ -289,7 +289,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     anchor = _first_statement_after_imports(module)
     if facts.setup_at_module_level or index.main_guard is None:
         anchor = _module_level_anchor(index)
-        plan.imports_before = anchor  # the setup (and what it calls) must find them imported
+    plan.imports_before = anchor  # the setup (and the helpers after it) must find them imported
     plan.insert_before(anchor, setup)
     _two_blank_lines_before(plan, anchor)
     plan.setup_definition = setup
