@@ -83,6 +83,7 @@ CASES = [
     "data/validation_loader_from_the_training_factory",
     "model/momentum_encoder_updated_by_name",
     "side_effects/file_passed_to_helper",
+    "data/loader_built_for_each_phase",
 ]
 
 

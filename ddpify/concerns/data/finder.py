@@ -10,6 +10,7 @@ progress bar over it, can be named for ``sampler.set_epoch(epoch)``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import libcst as cst
@@ -18,7 +19,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns.data.checks import Checks
 from ddpify.concerns.data.codes import NO_EPOCH, NO_TRAINING_LOADER, OWN_SAMPLER, UNFOLLOWED_LOADER
-from ddpify.concerns.data.facts import EpochLoop, Facts, Loader, Restart
+from ddpify.concerns.data.facts import EpochLoop, Facts, Loader, Restart, is_false, is_true
 from ddpify.concerns.data.reads import Reads
 from ddpify.concerns.data.seeds import Seeds
 from ddpify.concerns.data.streams import find_stream
@@ -26,7 +27,8 @@ from ddpify.concerns.data.switches import backward_switched_off
 from ddpify.concerns.samplers import DictEntry, dict_entry, entry_iterations, keys_drawn
 from ddpify.engine.edits import statement
 from ddpify.engine.index import Flow, Ref, Scope
-from ddpify.engine.program import Program
+from ddpify.engine.program import Program, is_backward
+from ddpify.engine.syntax import argument
 from ddpify.engine.values import dict_keys
 
 
@@ -105,7 +107,14 @@ class LoaderFinder:
                     "cannot follow this DataLoader to a loop: left without a DistributedSampler",
                 )
             trained = {node for node, _ in sites}
-            evaluated = training and entry is None and any(n not in trained for n, _ in self.reads.iterations(refs))
+            evaluated = (
+                training
+                and entry is None
+                and (
+                    any(n not in trained for n, _ in self.reads.iterations(refs))
+                    or self._trains_when_shuffled(call, trained)
+                )
+            )
             whole_run = training and not epoch_loops and not restarts and all(self._runs_once(n) for n in trained)
             spread, keys = self._spread(call, training)
             lengths = tuple(self.reads.dataset_lengths(refs)) if training else ()
@@ -141,9 +150,9 @@ class LoaderFinder:
         epoch_loops: list[EpochLoop] = []
         for node, ref in sites:
             for loop in self._epoch_loop(starts.get(node, node), ref):
-                if index.inside(call, loop.loop):
-                    built = next(
-                        a for a in (call, *index.ancestors(call)) if index.parent(index.parent(a)) is loop.loop
+                if index.inside(call, loop.loop):  # set after the statement that builds it in that loop
+                    built = next(  # (or in a loop over the phases inside it)
+                        a for a in (call, *index.ancestors(call)) if isinstance(index.parent(index.parent(a)), cst.For)
                     )
                     loop = EpochLoop(loop.loop, loop.loader, statement(built))
                 found = [loop]
@@ -256,6 +265,8 @@ class LoaderFinder:
         if depth == 0 and isinstance(site, cst.Call):  # next(it): the loop drawing batches is the innermost one
             loops = loops[1:]
         for loop in loops:
+            if isinstance(loop, cst.For) and self._over_phases(loop):
+                continue  # ``for split in ("train", "valid"):`` inside the epoch loop
             if isinstance(loop, cst.For):
                 loader = self._loader_itself(ref, index.scope_of(loop))
                 if loader is None:
@@ -294,6 +305,31 @@ class LoaderFinder:
             found.extend(lp for lp in self._epoch_loop(call, caller_ref, depth + 1) if lp not in found)
         return found
 
+    def _trains_when_shuffled(self, call: cst.Call, sites: set[cst.CSTNode]) -> bool:
+        """``DataLoader(sets[split], shuffle=split == "train")`` iterated by a loop whose every backward pass
+        is under ``if split == "train":``: the same loader serves evaluation, when it does not shuffle."""
+        index = self.index
+        shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
+        if shuffle is None or is_true(shuffle.value) or is_false(shuffle.value):
+            return False
+        test = _spelled(index.module.code_for_node(shuffle.value))
+        for site in sites:
+            if not isinstance(site, cst.For):
+                return False
+            backwards = [n for n in index.walk(site.body) if type(n) is cst.Call and is_backward(n)]
+            if not backwards:
+                return False
+            for backward in backwards:
+                guards = []
+                for ancestor in index.ancestors(backward):
+                    if ancestor is site:
+                        break
+                    if isinstance(ancestor, cst.If):
+                        guards.append(_spelled(index.module.code_for_node(ancestor.test)))
+                if test not in guards:
+                    return False
+        return bool(sites)
+
     def _runs_once(self, site: cst.CSTNode, depth: int = 0) -> bool:
         """Whether the pass over the batches at ``site`` runs once in the whole run: no loop around it
         (for ``next(it)``, none but the loop that draws the batches), nor around any call of its function."""
@@ -308,6 +344,23 @@ class LoaderFinder:
             return True
         callers = index.callers(scope)
         return bool(callers) and depth < 4 and all(self._runs_once(call, depth + 1) for call in callers)
+
+    def _over_phases(self, loop: cst.For) -> bool:
+        """Whether ``loop`` goes over names of phases or splits (strings), not over epochs: a display of
+        strings, or a name only ever bound to one."""
+        index = self.index
+
+        def strings(expr: cst.BaseExpression) -> bool:
+            return isinstance(expr, (cst.List, cst.Tuple, cst.Set)) and any(
+                isinstance(e.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
+                for e in expr.elements
+            )
+
+        if strings(loop.iter):
+            return True
+        ref = index.ref_of(loop.iter, index.scope_of(loop))
+        assigns = list(index.assignments_to(ref)) if ref is not None else []
+        return bool(assigns) and all(strings(a.value) for a in assigns)
 
     def _carries_loader(self, ref: Ref) -> bool:
         """Whether the value at ``ref`` is this loader or comes from it (a progress bar over it): a call
@@ -415,3 +468,8 @@ class LoaderFinder:
         if stmt is None:
             stmt = self._statement_of_call[call] = index.statement_of(call)
         return by_statement.get(stmt)
+
+
+def _spelled(code: str) -> str:
+    """``code`` without its spaces and parentheses, to compare two spellings of one test."""
+    return re.sub(r"[\s()]", "", code)

@@ -90,7 +90,7 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         return sample_entries(plan, call, loader.entry, dataset)
     stmt = index.statement_of(call)
     if not isinstance(dataset, (cst.Name, cst.Attribute)):
-        name = fresh("train_dataset", index.identifiers | taken)
+        name = fresh("dataset" if loader.evaluated else "train_dataset", index.identifiers | taken)
         taken.add(name)
         _hoist(plan, stmt, f"{name} = {index.module.code_for_node(dataset)}")
         plan.replace(dataset, _name(name))
@@ -249,14 +249,27 @@ def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str], attribute: str) 
             epoch = fresh("epoch", plan.index.identifiers | taken)
             taken.add(epoch)
             plan.replace(target, _renamed(epoch))
-        stmt = plan.where_distributed(
-            loop, cst.parse_statement(f"{epoch_loop.loader}.{attribute}.set_epoch({epoch})\n")
-        )
+        code = f"{epoch_loop.loader}.{attribute}.set_epoch({epoch})"
+        condition = _sampled_when(plan, loader) if epoch_loop.after is not None else None
+        if condition is not None and not plan.index.inside(loader.call, loop):  # the test is the builder's
+            condition = f"isinstance({epoch_loop.loader}.{attribute}, {plan.names.sampler})"
+        if condition is not None:  # built anew for each phase: only the training one has the sampler
+            code = f"if {condition}:\n    {code}"
+        stmt = plan.where_distributed(loop, cst.parse_statement(code + "\n"))
         if epoch_loop.after is not None:  # the loader is built anew each epoch
             plan.insert_after(epoch_loop.after, stmt)
         else:
             plan.insert_before(loop.body.body[0], stmt)
         plan.change(loop, f"call `{epoch_loop.loader}.{attribute}.set_epoch({epoch})` at the start of each epoch")
+
+
+def _sampled_when(plan: EditPlan, loader: Loader) -> str | None:
+    """The test under which the loader gets its sampler (``split == "train"``), where it also serves
+    evaluation without one; None where it always has one."""
+    shuffle = argument(loader.call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
+    if not loader.evaluated or shuffle is None or is_true(shuffle.value) or is_false(shuffle.value):
+        return None
+    return plan.index.module.code_for_node(shuffle.value)
 
 
 def _name(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
