@@ -84,6 +84,7 @@ CASES = [
     "model/momentum_encoder_updated_by_name",
     "side_effects/file_passed_to_helper",
     "data/loader_built_for_each_phase",
+    "model/parameter_used_by_a_method_behind_a_flag",
 ]
 
 

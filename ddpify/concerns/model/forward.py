@@ -201,6 +201,7 @@ class ForwardChecks:
                 and m.matches(node.func.value, m.Name(self_name))
                 and (cls, node.func.attr.value) not in index.functions
             ]
+            calls += self._methods_with_own_weights(cls, forward, self_name)
             count = Counter(cast(cst.Attribute, c.func).attr.value for c in calls)
             # name the submodule run on fewest paths: ``self.recon`` rather than ``self.cls`` in
             # ``if with_recon: return self.cls(h), self.recon(h)`` / ``return self.cls(h), None``
@@ -221,15 +222,36 @@ class ForwardChecks:
                 return found
         return None
 
-    def _never_used(self, cls: cst.ClassDef, entries: frozenset[str]) -> str | None:
-        """Why a submodule gets no gradient from the wrapper's forward, if one does not: ``__init__`` builds it
-        (``self.label_emb = nn.Embedding(...)``, an EMA copy ``self.ema_model = deepcopy(self.model)``) and
-        nothing forward runs mentions it, or forward runs it only under ``torch.no_grad()`` (a teacher handed
-        to a distiller, ``self.teacher = teacher``)."""
+    def _methods_with_own_weights(self, cls: cst.ClassDef, forward: cst.FunctionDef, self_name: str) -> list[cst.Call]:
+        """``self.reweight(h)`` in forward, a method of the class that runs weights of its own (``self.eps =
+        nn.Parameter(...)``, a submodule) that forward itself never mentions: where forward skips the call,
+        those weights get no gradient, as a skipped submodule's."""
+        index = self.index
+        built, _ = self._fields(cls)
+        in_forward = {a.attr.value for a in index.walk(forward.body) if isinstance(a, cst.Attribute)}
+        found = []
+        for node in index.walk(forward.body):
+            if not (
+                type(node) is cst.Call
+                and isinstance(node.func, cst.Attribute)
+                and m.matches(node.func.value, m.Name(self_name))
+                and (cls, node.func.attr.value) in index.functions
+            ):
+                continue
+            methods = self._run_by(cls, frozenset({node.func.attr.value}))
+            used = {a.attr.value for f in methods for a in index.walk(f.body) if isinstance(a, cst.Attribute)}
+            if (used & set(built)) - in_forward:
+                found.append(node)
+        return found
+
+    def _fields(self, cls: cst.ClassDef) -> tuple[list[str], list[str]]:
+        """The fields ``__init__`` of the class and of its bases builds as modules or parameters
+        (``self.head = nn.Linear(...)``, ``self.eps = nn.Parameter(...)``, a class of the program, an
+        EMA copy), and those it sets from its parameters (``self.teacher = teacher``)."""
         index = self.index
         built: list[str] = []
-        passed: list[str] = []  # ``self.teacher = teacher``: a module, if forward calls it
-        for owner in index.ancestry(cls):  # ``__init__`` of the class and of its bases set up the fields
+        passed: list[str] = []
+        for owner in index.ancestry(cls):
             init = index.functions.get((owner, "__init__"))
             self_name = index.self_name(init) if init is not None else None
             if init is None or self_name is None:
@@ -251,6 +273,15 @@ class ForwardChecks:
                     built.append(name)
                 elif isinstance(node.value, cst.Name) and node.value.value in parameters:
                     passed.append(name)
+        return built, passed
+
+    def _never_used(self, cls: cst.ClassDef, entries: frozenset[str]) -> str | None:
+        """Why a submodule gets no gradient from the wrapper's forward, if one does not: ``__init__`` builds it
+        (``self.label_emb = nn.Embedding(...)``, an EMA copy ``self.ema_model = deepcopy(self.model)``) and
+        nothing forward runs mentions it, or forward runs it only under ``torch.no_grad()`` (a teacher handed
+        to a distiller, ``self.teacher = teacher``)."""
+        index = self.index
+        built, passed = self._fields(cls)  # passed: ``self.teacher = teacher``, a module if forward calls it
         forward = index.method(cls, "forward")
         self_name = (index.self_name(forward) if forward is not None else None) or "self"
         # Only what the wrapper's forward runs gets a gradient: forward (or the method the step runs as
