@@ -70,18 +70,23 @@ class Program:
                 continue
             holder = index.parent(call)
             scope = index.scope_of(call)
-            if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
-                built = index.ref_of(holder.targets[0].target, scope)
-            elif isinstance(holder, cst.Return) and isinstance(scope, cst.FunctionDef):
-                built = Ref(scope, "<return>")
-            else:
-                continue
-            if built is None:
-                continue
             if called is None:
                 called = called_functions(index)
             function = enclosing_function(index, call)
             if function is not None and function not in called:
+                continue
+            if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
+                built = index.ref_of(holder.targets[0].target, scope)
+            elif isinstance(holder, cst.Return) and isinstance(scope, cst.FunctionDef):
+                built = Ref(scope, "<return>")
+            elif isinstance(holder, cst.Arg):  # ``Warmup(torch.optim.Adam(...))``: handed on where it is built
+                outer = index.parent(holder)
+                if isinstance(outer, cst.Call) and self._out_of_sight(outer):
+                    return call, outer
+                built = index.parameter_of(holder)
+            else:
+                continue
+            if built is None:
                 continue
             for place in sorted(
                 index.downstream(built) | {built}, key=lambda r: (index.order.get(r.scope, -1), r.path)
@@ -90,17 +95,19 @@ class Program:
                     for read in index.mentions(reader, place):
                         arg = index.parent(read)
                         outer = index.parent(arg)
-                        if (
-                            isinstance(arg, cst.Arg)
-                            and isinstance(outer, cst.Call)
-                            and index.resolve_callee(outer, index.scope_of(outer)) is None
-                            and index.instance_method(outer, index.scope_of(outer)) is None
-                            and not any(
-                                name.startswith(("torch.", "builtins.")) for name in index.qualified_names(outer.func)
-                            )
-                        ):
+                        if isinstance(arg, cst.Arg) and isinstance(outer, cst.Call) and self._out_of_sight(outer):
                             return call, outer
         return None
+
+    def _out_of_sight(self, call: cst.Call) -> bool:
+        """Whether ``call`` runs code the program does not define, and that is neither torch's nor a builtin."""
+        index = self.index
+        scope = index.scope_of(call)
+        return (
+            index.resolve_callee(call, scope) is None
+            and index.instance_method(call, scope) is None
+            and not any(name.startswith(("torch.", "builtins.")) for name in index.qualified_names(call.func))
+        )
 
 
 def read_program(module: cst.Module, path: str, others: Sequence[Source] = (), runs: Reach | None = None) -> Program:
