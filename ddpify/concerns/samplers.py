@@ -291,6 +291,8 @@ def rng_draws(index: Index, value: cst.Call) -> list[tuple[cst.Call, str]]:
                 source = argument(node, "data_source", 0)
                 if source is not None:
                     sized_only.update(index.walk(source.value))
+            if isinstance(node, cst.Call) and m.matches(node.func, m.Name("len")) and len(node.args) == 1:
+                sized_only.update(index.walk(node.args[0].value))  # ``permutation(len(data))``: its length only
             if isinstance(node, cst.Call) and node is not value:
                 family = rng_family(index, node)
                 if family and (node, family) not in found:

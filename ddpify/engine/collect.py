@@ -17,7 +17,7 @@ from typing import cast
 import libcst as cst
 
 import ddpify.engine.match as m
-from ddpify.engine.index import Flow, Index, Ref, Scope, constant_key, keyed
+from ddpify.engine.index import Flow, Index, Ref, Scope, constant_key, keyed, position_key
 from ddpify.engine.reach import Reach, Skipped
 from ddpify.engine.syntax import COMPOUND_KINDS, NODE_KINDS, assigned, imported_names, parameter_names, relative_base
 
@@ -69,9 +69,58 @@ def _build(module: cst.Module, others: Sequence[Source], path: str, reach: Reach
         returns = _collect_flows(index)
         _collect_imported_values(index, imported)
         _collect_registry_calls(index, returns)
+        _collect_item_flows(index)
 
     index._collect_flows = flows
     return index
+
+
+def _collect_item_flows(index: Index) -> None:
+    """Items go where their holder goes: ``loaders = make_loaders()`` (``loaders[0]`` is the training
+    loader), then ``Trainer(loaders)``, whose ``__init__`` reads ``loaders[0]``; a dict of loaders too.
+    After every other flow, until nothing new comes."""
+    items: dict[Ref, set[str]] = defaultdict(set)  # holder -> the item suffixes seen (``[0]``, ``["train"]``)
+    for flow in index.flows:
+        for ref in (flow.src, flow.dst):
+            if "[" in ref.path:
+                holder, bracket, rest = ref.path.partition("[")
+                items[Ref(ref.scope, holder)].add(bracket + rest)
+    known = set(index.flows)
+    todo = [flow for flow in index.flows if flow.src in items]
+    while todo:
+        flow = todo.pop()
+        for suffix in sorted(items[flow.src]):
+            new = Flow(
+                Ref(flow.src.scope, flow.src.path + suffix), Ref(flow.dst.scope, flow.dst.path + suffix), flow.stmt
+            )
+            if new in known or "[" in flow.dst.path:
+                continue
+            known.add(new)
+            index.add_flow(new)
+            if suffix not in items[flow.dst]:
+                items[flow.dst].add(suffix)
+                todo.extend(f for f in index.flows_from(flow.dst))
+    # ``self.train_loader = loaders[0]``: an item read at its position from a holder known to hold items
+    # (positions are followed only there, never on a model: ``model[0]`` is a layer)
+    for node in index.nodes_of(cst.Assign):
+        assert isinstance(node, cst.Assign)
+        scope = index.scope_of(node)
+        for target in node.targets:
+            pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = [(target.target, node.value)]
+            unpacked, values = target.target, node.value
+            if (
+                isinstance(unpacked, (cst.Tuple, cst.List))
+                and isinstance(values, (cst.Tuple, cst.List))
+                and len(unpacked.elements) == len(values.elements)
+            ):
+                pairs = [(t.value, v.value) for t, v in zip(unpacked.elements, values.elements)]
+            for dst_expr, value in pairs:
+                if not isinstance(value, cst.Subscript) or (key := position_key(value)) is None:
+                    continue
+                held_by = index.ref_of(value.value, scope)
+                dst = index.ref_of(dst_expr, scope)
+                if held_by is not None and dst is not None and f"[{key}]" in items.get(held_by, set()):
+                    index.add_flow(Flow(keyed(held_by, key), dst, index.statement_of(node)))
 
 
 def _collect_star_imports(index: Index, imported: list[tuple[cst.ImportFrom, str]]) -> None:
@@ -380,6 +429,11 @@ def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
             for key, entry in _string_entries(index, value, scope):
                 index.add_flow(Flow(entry, keyed(dst, key), stmt))
             return
+        if dst is not None and isinstance(value, (cst.Tuple, cst.List)):  # loaders = (train_loader, val_loader)
+            for slot, element in enumerate(value.elements):
+                if isinstance(element, cst.Element) and (src := index.carried_ref(element.value, scope)) is not None:
+                    index.add_flow(Flow(src, keyed(dst, str(slot)), stmt))
+            return
         if isinstance(value, cst.Call):  # values returned by the script's own functions and methods
             callee = index.runs(value, scope)
             if callee is None or callee[0].name.value == "__init__":
@@ -389,6 +443,8 @@ def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
                     receiver = index.ref_of(part, scope)
                     if receiver is not None:
                         index.add_flow(Flow(returned, receiver, stmt))
+                if (receiver := index.ref_of(target, scope)) is not None:
+                    _tuple_items(index, ret, callee[0], receiver, stmt)
                 if isinstance(ret.value, cst.Dict) and (receiver := index.ref_of(target, scope)) is not None:
                     for key, entry in _string_entries(index, ret.value, callee[0]):
                         index.add_flow(Flow(entry, keyed(receiver, key), stmt))
@@ -456,6 +512,7 @@ def _argument_flows(
                 for ret in returns.get(inner[0], ()):
                     returned = _return_ref(index, cast(cst.BaseExpression, ret.value), inner[0], None)
                     index.add_flow(Flow(returned, Ref(function, name), stmt))
+                    _tuple_items(index, ret, inner[0], Ref(function, name), stmt)
 
 
 def _collect_imported_values(index: Index, imported: list[tuple[cst.ImportFrom, str]]) -> None:
@@ -488,6 +545,15 @@ def _return_ref(index: Index, expr: cst.BaseExpression, function: cst.FunctionDe
     if ref is not None:
         return ref
     return Ref(function, "<return>" if slot is None else f"<return {slot}>")
+
+
+def _tuple_items(index: Index, ret: cst.Return, function: cst.FunctionDef, receiver: Ref, stmt: cst.CSTNode) -> None:
+    """``loaders = make_loaders()`` where it returns ``(train, valid)``: each item reaches ``loaders[i]``."""
+    if isinstance(ret.value, cst.Tuple):
+        for slot, element in enumerate(ret.value.elements):
+            if isinstance(element, cst.Element):
+                returned = _return_ref(index, element.value, function, slot)
+                index.add_flow(Flow(returned, keyed(receiver, str(slot)), stmt))
 
 
 def _unpack_return(

@@ -589,6 +589,16 @@ def string_key(subscript: cst.Subscript) -> str | None:
     return constant_key(index.value) if isinstance(index, cst.Index) else None
 
 
+def position_key(subscript: cst.Subscript) -> str | None:
+    """``"0"`` for ``loaders[0]``: one item of a tuple or list, at a position written as a number."""
+    if len(subscript.slice) != 1:
+        return None
+    index = subscript.slice[0].slice
+    if isinstance(index, cst.Index) and isinstance(index.value, cst.Integer):
+        return index.value.value
+    return None
+
+
 def constant_key(expr: cst.BaseExpression | None) -> str | None:
     """The text of a dict key written as a plain string that could be a name (``"train"``)."""
     if not isinstance(expr, cst.SimpleString):
@@ -598,8 +608,9 @@ def constant_key(expr: cst.BaseExpression | None) -> str | None:
 
 
 def keyed(holder: Ref, key: str) -> Ref:
-    """The place ``holder[key]``: a dict entry under a constant key is followed like a name."""
-    return Ref(holder.scope, f'{holder.path}["{key}"]')
+    """The place ``holder[key]``: a dict entry under a constant key, or an item of a tuple at a constant
+    position (``holder[0]``), is followed like a name."""
+    return Ref(holder.scope, f"{holder.path}[{key}]" if key.isdigit() else f'{holder.path}["{key}"]')
 
 
 # Nodes that hold no code: what precedes a node's first token without moving where it starts.

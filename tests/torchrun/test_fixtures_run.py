@@ -85,6 +85,7 @@ CASES = [
     "side_effects/file_passed_to_helper",
     "data/loader_built_for_each_phase",
     "model/parameter_used_by_a_method_behind_a_flag",
+    "data/loaders_in_a_tuple_into_a_trainer",
 ]
 
 

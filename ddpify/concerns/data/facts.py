@@ -53,6 +53,8 @@ class Loader:
     evaluated: bool = False
     # one pass over it is the whole training (no epoch loop): its length is the run's number of steps
     whole_run: bool = False
+    # ``loader.sampler.indices``: reads of its own sampler through the loader
+    sampler_reads: tuple[cst.Attribute, ...] = ()
 
 
 @dataclass(frozen=True)

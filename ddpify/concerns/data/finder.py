@@ -135,6 +135,7 @@ class LoaderFinder:
                 stream,
                 evaluated,
                 whole_run,
+                tuple(self.reads.sampler_reads(refs)) if own is not None and own.wrapped else (),
             )
 
     def _epoch_loops(

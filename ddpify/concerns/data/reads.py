@@ -166,6 +166,30 @@ class Reads:
                     if isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and m.matches(call.func, m.Name("len")):
                         yield attribute
 
+    def sampler_reads(self, refs: set[Ref]) -> Iterator[cst.Attribute]:
+        """``loader.sampler.indices``: what the program reads of its own sampler through the loader (the
+        sampler itself, once wrapped, sits at ``loader.sampler.sampler``)."""
+        index = self.index
+        for ref in sorted(refs, key=lambda r: (index.order.get(r.scope, -1), r.path)):
+            for scope in index.scopes_reading(ref):
+                for read in index.mentions(scope, ref):
+                    sampler = index.parent(read)
+                    attribute = index.parent(sampler)
+                    if (
+                        isinstance(sampler, cst.Attribute)
+                        and sampler.value is read
+                        and sampler.attr.value == "sampler"
+                        and isinstance(attribute, cst.Attribute)
+                        and attribute.value is sampler
+                        and attribute.attr.value not in _DISTRIBUTED_SAMPLER_API
+                    ):
+                        yield attribute
+
+
+# What a DistributedSampler answers itself (``loader.sampler.set_epoch(epoch)``).
+_DISTRIBUTED_SAMPLER_API = frozenset(
+    {"set_epoch", "epoch", "num_replicas", "rank", "num_samples", "total_size", "shuffle", "seed", "drop_last"}
+)
 
 # What carries a batch on (:meth:`_Batch._spread`) or uses it (:meth:`Reads.batches_train`).
 _FOLLOWED = frozenset({cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.WithItem, cst.Call})

@@ -11,6 +11,7 @@ from typing import cast
 
 import libcst as cst
 
+import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, NO_DATASET, NO_EPOCH
 from ddpify.concerns.data.facts import Facts, Loader, batch_size_arg, is_false, is_true
@@ -60,6 +61,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 _split_batch(plan, loader, helper)
             if loader.full_batches is not None:
                 _drop_last(plan, loader)
+            for attribute in loader.sampler_reads:
+                _read_own_sampler(plan, attribute)
             for attribute in loader.dataset_lengths if loader.stream is None else ():
                 plan.replace(attribute, lambda n: n.with_changes(attr=cst.Name("sampler")))
                 text = plan.index.module.code_for_node(attribute.value)
@@ -261,6 +264,24 @@ def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str], attribute: str) 
         else:
             plan.insert_before(loop.body.body[0], stmt)
         plan.change(loop, f"call `{epoch_loop.loader}.{attribute}.set_epoch({epoch})` at the start of each epoch")
+
+
+def _read_own_sampler(plan: EditPlan, attribute: cst.Attribute) -> None:
+    """``len(loader.sampler.indices)`` -> ``len(loader.sampler)``, the samples this rank trains on; any
+    other read of the program's own sampler -> ``loader.sampler.sampler.<attribute>``."""
+    index = plan.index
+    text = index.module.code_for_node(attribute)
+    arg = index.parent(attribute)
+    call = index.parent(arg)
+    sampler = cast(cst.Attribute, attribute.value)
+    if isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and m.matches(call.func, m.Name("len")):
+        plan.replace(attribute, lambda _: sampler)
+        plan.change(
+            attribute, f"len({text}) -> len({index.module.code_for_node(sampler)}): the samples this rank trains on"
+        )
+        return
+    plan.replace(sampler, lambda n: cst.Attribute(value=cast(cst.BaseExpression, n), attr=cst.Name("sampler")))
+    plan.change(attribute, f"`{text}` reads the script's own sampler, which the DistributedSampler wraps")
 
 
 def _sampled_when(plan: EditPlan, loader: Loader) -> str | None:
