@@ -103,6 +103,10 @@ class _SampleFinder(_StepReader):
         ref = index.ref_of(leaf, index.scope_of(leaf))
         if ref is None or ref in self.model_refs:
             return None
+        parent = index.parent(leaf)
+        mover = index.parent(parent) if isinstance(parent, cst.Arg) else None
+        if isinstance(mover, cst.Call) and m.matches(mover.func, m.Attribute(attr=m.Name("to") | m.Name("cuda"))):
+            return None  # ``x.to(device)``: where the data goes, not data
         assignments = list(self._assignments(ref))
         if not assignments:
             if self._is_parameter(ref) and not self._in_bounds(leaf):
@@ -123,10 +127,6 @@ class _SampleFinder(_StepReader):
             return None  # a number of batches, a batch size
         if self._model_input(leaf):
             raise Refused(leaf, f"ddpify cannot tell what the model's input `{leaf.value}` holds")
-        parent = index.parent(leaf)
-        mover = index.parent(parent) if isinstance(parent, cst.Arg) else None
-        if isinstance(mover, cst.Call) and m.matches(mover.func, m.Attribute(attr=m.Name("to") | m.Name("cuda"))):
-            return None  # ``x.to(device)``: where the data goes, not data
         if (
             (isinstance(parent, cst.Attribute) and parent.value is leaf)
             or (isinstance(parent, cst.Arg) and parent.keyword is not None)
