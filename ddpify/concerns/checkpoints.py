@@ -33,7 +33,8 @@ through its name -- stores ``model.module`` (found by the model concern with
 
 Limits: a ``torch.load`` without ``map_location`` whose result is not only fed
 to ``load_state_dict`` is reported (DDP401), not changed; a barrier follows a
-save only when the script loads a path of the same shape again (the same text, variables aside).
+save only when the script loads a path of the same shape again (the same strings and attributes, values
+aside).
 """
 
 from __future__ import annotations
@@ -215,21 +216,20 @@ def saved(index: Index, value: cst.BaseExpression) -> bool:
     )
 
 
-class _Blanked(cst.CSTTransformer):
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
-        return updated_node.with_changes(value="_")
-
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
-        return updated_node.with_changes(attr=original_node.attr)  # ``args.resume``: only ``args`` varies
-
-    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
-        return updated_node.with_changes(keyword=original_node.keyword)
-
-
 def _path_shape(index: Index, path: cst.BaseExpression) -> str:
-    """A path expression with every variable blanked: ``'{}.pkl'.format(epoch)`` and
-    ``'{}.pkl'.format(best_epoch)`` may name the same file, ``f"{d}/model.pt"`` and ``f"{d}/optim.pt"`` never do."""
-    return index.module.code_for_node(cast(cst.BaseExpression, path.visit(_Blanked())))
+    """What a path expression spells out, its values left aside: the text of its strings and the names of
+    the attributes it reads, in order. ``'{}.pkl'.format(epoch)`` and ``'{}.pkl'.format(best_epoch)`` may
+    name the same file, and so may ``save + "_epoch_" + str(i) + ".pth"`` and ``save + "_epoch_" +
+    str(best + 1) + ".pth"``; ``f"{d}/model.pt"`` and ``f"{d}/optim.pt"`` never do."""
+    parts = []
+    for node in index.walk(path):
+        if isinstance(node, cst.SimpleString):
+            parts.append(node.value[1:-1])
+        elif isinstance(node, cst.FormattedStringText):
+            parts.append(node.value)
+        elif isinstance(node, cst.Attribute):
+            parts.append("." + node.attr.value)
+    return "|".join(parts)
 
 
 def _rank_zero_unit(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:

@@ -86,6 +86,7 @@ CASES = [
     "data/loader_built_for_each_phase",
     "model/parameter_used_by_a_method_behind_a_flag",
     "data/loaders_in_a_tuple_into_a_trainer",
+    "checkpoints/best_epoch_file_named_by_its_loss",
 ]
 
 
