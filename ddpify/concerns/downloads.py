@@ -180,8 +180,22 @@ def _cache_builders(index: Index) -> Iterator[cst.FunctionDef]:
         missing = node.body if negated else node.orelse
         if path is None or missing is None:
             continue
-        if any(_writes(index, inner, path) for inner in index.walk(missing) if isinstance(inner, cst.Call)):
+        if _builds(index, missing, path):
             yield scope
+
+
+def _builds(index: Index, node: cst.CSTNode, path: str, depth: int = 0) -> bool:
+    """Whether running ``node`` writes the file at ``path``: itself, or in a function or method of the
+    program it calls (``self._create_data()``, whose ``open(path, "wb")`` names the same path)."""
+    for inner in index.walk(node):
+        if type(inner) is not cst.Call:
+            continue
+        if _writes(index, inner, path):
+            return True
+        callee = index.runs(inner, index.scope_of(inner)) if depth < 3 else None
+        if callee is not None and _builds(index, callee[0].body, path, depth + 1):
+            return True
+    return False
 
 
 def _existence_query(index: Index, test: cst.BaseExpression) -> str | None:

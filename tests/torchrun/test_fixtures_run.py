@@ -87,6 +87,7 @@ CASES = [
     "model/parameter_used_by_a_method_behind_a_flag",
     "data/loaders_in_a_tuple_into_a_trainer",
     "checkpoints/best_epoch_file_named_by_its_loss",
+    "downloads/cache_built_by_a_method",
 ]
 
 

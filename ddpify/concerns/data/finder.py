@@ -351,11 +351,20 @@ class LoaderFinder:
         strings, or a name only ever bound to one."""
         index = self.index
 
-        def strings(expr: cst.BaseExpression) -> bool:
-            return isinstance(expr, (cst.List, cst.Tuple, cst.Set)) and any(
+        def strings(expr: cst.BaseExpression, empty: bool = False) -> bool:
+            """A display of strings (``["train", "valid"]``), also grown by ``+`` or chosen by a condition
+            (``["train", "valid"] + (["test"] if args.test else [])``)."""
+            if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+                return strings(expr.left, True) and strings(expr.right, True)
+            if isinstance(expr, cst.IfExp):
+                return strings(expr.body, True) and strings(expr.orelse, True)
+            if not isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+                return False
+            texts = [
                 isinstance(e.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
                 for e in expr.elements
-            )
+            ]
+            return all(texts) and (bool(texts) or empty)
 
         if strings(loop.iter):
             return True
