@@ -31,6 +31,7 @@ class ProgramClasses:
     imports: dict[cst.Module, dict[str, set[str]]]
     _bases: dict[cst.ClassDef, list[cst.ClassDef]]
     order: dict[cst.CSTNode, int]
+    bound: dict[Scope, set[str]]
 
     if TYPE_CHECKING:
 
@@ -160,8 +161,16 @@ class ProgramClasses:
         list) that ``TRAINERS`` is assigned, where each names a class of the program; [] otherwise."""
         if not isinstance(expr, cst.Subscript):
             return []
-        ref = self.root_ref(expr.value, self.scope_of(expr))
-        if ref is None or not isinstance(expr.value, cst.Name):
+        ref = self.root_ref(expr.value, self.scope_of(expr)) if isinstance(expr.value, cst.Name) else None
+        if isinstance(expr.value, cst.Attribute):  # ``register.MODELS[name]``: a dict of another module
+            from ddpify.engine.index import Ref  # here: the index module imports this one
+
+            for qualified in sorted(self.qualified_names(expr.value)):
+                owner, _, registry = qualified.rpartition(".")
+                module = self.module_names.get(owner)
+                if module is not None and registry in self.bound[module]:
+                    ref = Ref(module, registry)
+        if ref is None:
             return []
         found: list[cst.ClassDef] = []
         for place in sorted(self.lineage(ref), key=lambda p: (self.order.get(p.scope, -1), p.path)):

@@ -65,6 +65,7 @@ def trains_in_sync(script: Path) -> None:
         pytest.param("folder_looked_at_in_a_runner", "-o", marks=pytest.mark.exhaustive),
         pytest.param("experiment_class_bound_to_a_short_name", "-o", marks=pytest.mark.exhaustive),
         pytest.param("validation_loader_from_a_shared_factory", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("model_from_a_registry_of_another_module", "-o", marks=pytest.mark.exhaustive),
     ],
 )
 def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path, run_ddpify: RunDdpify) -> None:
