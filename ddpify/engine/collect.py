@@ -17,6 +17,7 @@ from typing import cast
 import libcst as cst
 
 import ddpify.engine.match as m
+from ddpify import torch_api
 from ddpify.engine.index import Flow, Index, Ref, Scope, constant_key, keyed, position_key
 from ddpify.engine.reach import Reach, Skipped
 from ddpify.engine.syntax import COMPOUND_KINDS, NODE_KINDS, assigned, imported_names, parameter_names, relative_base
@@ -70,6 +71,7 @@ def _build(module: cst.Module, others: Sequence[Source], path: str, reach: Reach
         _collect_imported_values(index, imported)
         _collect_registry_calls(index, returns)
         _collect_item_flows(index)
+        _collect_loader_fields(index)
 
     index._collect_flows = flows
     return index
@@ -121,6 +123,66 @@ def _collect_item_flows(index: Index) -> None:
                 dst = index.ref_of(dst_expr, scope)
                 if held_by is not None and dst is not None and f"[{key}]" in items.get(held_by, set()):
                     index.add_flow(Flow(keyed(held_by, key), dst, index.statement_of(node)))
+
+
+def _collect_loader_fields(index: Index) -> None:
+    """``trainloader = dataset.trainloader``, where ``dataset`` is an object of a class of the program (built
+    here, or returned by a factory, a registry's pick included) whose ``__init__`` keeps a DataLoader in
+    ``self.trainloader``: the field reaches the name. Only fields that hold a DataLoader are followed this
+    way, so that what is known of models stays as it was."""
+    fields: set[Ref] = set()
+    for call in index.calls:
+        if not index.is_call_to(call, torch_api.DATALOADER):
+            continue
+        holder = index.parent(call)
+        if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
+            origin = index.ref_of(holder.targets[0].target, index.scope_of(call))
+            if origin is not None:
+                fields |= {ref for ref in index.downstream(origin) if ref.path.startswith("self.")}
+    if not fields:
+        return
+    for node in index.nodes_of(cst.Assign):
+        assert isinstance(node, cst.Assign)
+        scope = index.scope_of(node)
+        for target in node.targets:
+            unpacked, values = target.target, node.value
+            pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = [(unpacked, values)]
+            if isinstance(unpacked, (cst.Tuple, cst.List)) and isinstance(values, (cst.Tuple, cst.List)):
+                pairs = [(t.value, v.value) for t, v in zip(unpacked.elements, values.elements)]
+            for dst_expr, value in pairs:
+                if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name)):
+                    continue
+                dst = index.ref_of(dst_expr, scope)
+                if dst is None or index.ref_of(value, scope) is not None:
+                    continue  # ``self.x``: a field of this object, known already
+                for cls in _object_classes(index, value.value, scope):
+                    init = index.method(cls, "__init__")
+                    field = Ref(index.attribute_class(init), f"self.{value.attr.value}") if init else None
+                    if field in fields:
+                        index.add_flow(Flow(field, dst, index.statement_of(node)))
+
+
+def _object_classes(index: Index, name: cst.Name, scope: Scope) -> list[cst.ClassDef]:
+    """The program's classes of the object ``name`` holds where every assignment in its scope builds one:
+    ``Data(...)``, or a function of the program returning ``Data(...)`` or ``FACTORY[key](...)``."""
+    ref = index.ref_of(name, scope)
+    assigns = list(index.assignments_to(ref)) if ref is not None and ref.scope is scope else []
+    found: list[cst.ClassDef] = []
+    for assign in assigns:
+        made: list[cst.ClassDef] = []
+        value = assign.value
+        if isinstance(value, cst.Call) and (own := index.local_class(value.func)) is not None:
+            made = [own]
+        elif isinstance(value, cst.Call) and (callee := index.resolve_callee(value, scope)) is not None:
+            for returned in index.returned_values(callee[0]):
+                if isinstance(returned, cst.Call) and (own := index.local_class(returned.func)) is not None:
+                    made.append(own)
+                elif isinstance(returned, cst.Call) and isinstance(returned.func, cst.Subscript):
+                    made += index.registry_classes(returned.func)
+        if not made:
+            return []
+        found += [cls for cls in made if cls not in found]
+    return found
 
 
 def _collect_star_imports(index: Index, imported: list[tuple[cst.ImportFrom, str]]) -> None:

@@ -88,6 +88,7 @@ CASES = [
     "data/loaders_in_a_tuple_into_a_trainer",
     "checkpoints/best_epoch_file_named_by_its_loss",
     "downloads/cache_built_by_a_method",
+    "data/loader_fields_of_an_object_from_a_factory",
 ]
 
 
