@@ -49,6 +49,7 @@ DRAWN = {
     "data/sampler_with_replacement": 0,
     "tensors/drawn_each_step": 0,
     "tensors/get_batch_numpy": 0,  # windows of one array drawn with np.random
+    "tensors/examples_picked_from_a_parameter": 0,  # a random pick each step from a list handed in
 }
 
 

@@ -234,7 +234,14 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder, _GeneratedFinder):
                 )
         choices = [call for call in lineage.calls if index.qualified_names(call.func) & RANDOM_CHOICES]
         draws = [call for call in lineage.calls if call not in choices and self._draws(call)]
-        tensors, first = self._tensors(lineage, scope)
+        try:
+            tensors, first = self._tensors(lineage, scope)
+        except Refused:
+            if not (choices and not draws and closure is None and all(index.inside(c, step) for c in choices)):
+                raise
+            # Samples chosen at random in every step (``permutation(len(graphs))[:batch]``) from data ddpify
+            # cannot shard where it is made: each rank chooses its own, with its own seed
+            return self._reseed(choices, cast(cst.For | cst.While, step))
         if draws and (first is not None or choices):
             raise Refused(
                 draws[0],

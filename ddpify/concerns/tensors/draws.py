@@ -108,8 +108,9 @@ class _DrawFinder(_StepReader):
                         "drawn differently on each rank, it would make them take different paths",
                         hazard=True,
                     )
+        anchor = self._once_before(step)
         rank = f"{self.dist}.get_rank()"
-        if index.module_of(step) is not index.module:  # other scripts may import it without a process group
+        if index.module_of(anchor) is not index.module:  # other scripts may import it without a process group
             rank = f"({rank} if {self.dist}.is_initialized() else 0)"
         seeds: list[str] = []
         if "torch" in libraries:
@@ -118,7 +119,7 @@ class _DrawFinder(_StepReader):
         for library, seed_call in (("numpy", "numpy.random.seed"), ("random", "random.seed")):
             if library not in libraries:
                 continue
-            seeded = [c for c in index.calls if index.is_call_to(c, frozenset({seed_call})) and index.after(step, c)]
+            seeded = [c for c in index.calls if index.is_call_to(c, frozenset({seed_call})) and self._before(c, anchor)]
             if not seeded:
                 continue  # never seeded: each process draws differently already
             value = seeded[-1].args[0].value if seeded[-1].args else None
@@ -127,7 +128,39 @@ class _DrawFinder(_StepReader):
             ):
                 raise Refused(seeded[-1], f"ddpify cannot seed `{_code(index, seeded[-1])}` differently per rank")
             seeds.append(f"{_code(index, seeded[-1].func)}({_code(index, value)} + {rank})")
-        return Reseed(step, tuple(seeds), tuple(sorted({_code(index, c.func) for c in draws})))
+        return Reseed(anchor, tuple(seeds), tuple(sorted({_code(index, c.func) for c in draws})))
+
+    def _callers_up(self, node: cst.CSTNode) -> list[cst.Call]:
+        """The calls that run ``node``'s function, one per level up, while each level has a single caller."""
+        index = self.index
+        chain: list[cst.Call] = []
+        scope = index.scope_of(node)
+        while isinstance(scope, cst.FunctionDef) and len(chain) < 4:
+            callers = index.callers(scope)
+            if len(callers) != 1:
+                break
+            chain.append(callers[0])
+            scope = index.scope_of(callers[0])
+        return chain
+
+    def _once_before(self, step: cst.For | cst.While) -> cst.BaseStatement:
+        """Where the seeds go: before the training loop, or, where its function is called in a loop
+        (``train(...)`` once per epoch), before that loop, so that each rank seeds once, not at every call
+        (which would draw the same samples again each epoch)."""
+        index = self.index
+        anchor: cst.BaseStatement = step
+        for call in self._callers_up(step):
+            loops = list(index.enclosing_loops(call))
+            if loops:
+                anchor = loops[-1]
+        return anchor
+
+    def _before(self, seed: cst.Call, anchor: cst.CSTNode) -> bool:
+        """Whether the ``seed`` call runs before ``anchor``: earlier in its function, or earlier in a
+        function that calls it (``np.random.seed(0)`` in ``main`` before ``train(...)``)."""
+        index = self.index
+        places = [anchor, *self._callers_up(anchor)]
+        return any(index.scope_of(seed) is index.scope_of(p) and index.after(p, seed) for p in places)
 
     def _imported_as(self, module: str) -> str:
         """The name the script imports ``module`` as."""
