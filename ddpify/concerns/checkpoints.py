@@ -75,8 +75,9 @@ class Facts:
 
 def find(program: Program, fetches: downloads.Facts) -> Facts:
     finder = _Finder(program)
-    saves = tuple(finder.saves())
-    # a download's own files (fetched, unpacked, removed) are handled in turns, not on rank 0
+    # a download's own files (fetched, unpacked, removed) and a cache's (built in turns: each rank writes
+    # it in its turn where it is still missing) are handled in turns, not on rank 0
+    saves = tuple(s for s in finder.saves() if not fetches.in_turns(program.index, s))
     moves = tuple(m for m in finder.file_moves() if not fetches.in_turns(program.index, m)) if saves else ()
     return Facts(saves, moves, tuple(finder.reloaded(saves)), tuple(finder.state_loads()))
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 
 import libcst as cst
 
+import ddpify.engine.match as m
 from ddpify.concerns import process_group
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, Statement, statement
@@ -107,6 +108,7 @@ SAVES = {
     "numpy.savez": ("file", 0),
     "numpy.savez_compressed": ("file", 0),
     "h5py.File": ("name", 0),
+    "lmdb.open": ("path", 0),  # a database folder, written unless opened readonly
 }
 
 
@@ -136,7 +138,28 @@ def find(program: Program, setup: process_group.Facts) -> Facts:
         elif isinstance(stmt, cst.SimpleStatementLine) and stmt not in statements:
             statements.append(stmt)
     runs = [replace(run, fetches=_run_fetches(index, run, fetching)) for run in _runs(index, statements)]
-    return Facts(tuple(runs), fetchers)
+    return Facts(tuple(runs), _with_helpers(index, fetchers))
+
+
+def _with_helpers(index: Index, fetchers: frozenset[cst.FunctionDef]) -> frozenset[cst.FunctionDef]:
+    """The fetchers and the functions only they call (``self._build(cache)``): all of that runs in turns,
+    so its writes stay as they are, on every rank in its turn."""
+    found = set(fetchers)
+    grown = True
+    while grown:
+        grown = False
+        for function in list(found):
+            for call in index.walk(function.body):
+                if type(call) is not cst.Call:
+                    continue
+                callee = index.runs(call, index.scope_of(call))
+                if callee is None or callee[0] in found:
+                    continue
+                callers = index.callers(callee[0])
+                if callers and all(any(a in found for a in index.ancestors(c)) for c in callers):
+                    found.add(callee[0])
+                    grown = True
+    return frozenset(found)
 
 
 def _run_fetches(index: Index, run: Download, fetching: set[cst.BaseStatement]) -> bool:
@@ -174,6 +197,10 @@ def _cache_builders(index: Index) -> Iterator[cst.FunctionDef]:
         if not isinstance(scope, cst.FunctionDef):
             continue
         test, negated = node.test, False
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+            test = test.right  # ``rebuild or not os.path.exists(cache)``: the body runs when it is missing
+            if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)):
+                continue
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             test, negated = test.expression, True
         path = _existence_query(index, test)
@@ -215,8 +242,22 @@ def _writes(index: Index, call: cst.Call, path: str) -> bool:
         target = argument(call, "file", 0) if writing else None
     else:
         for name in sorted(index.qualified_names(call.func) & SAVES.keys()):
+            readonly = argument(call, "readonly")
+            if readonly is not None and not m.matches(readonly.value, m.Name("False")):
+                continue
             target = argument(call, *SAVES[name])
-    return target is not None and index.module.code_for_node(target.value) == path
+    if target is None:
+        return False
+    written = target.value
+    if index.module.code_for_node(written) == path:
+        return True
+    return (  # ``os.path.join(cache, "table.pt")``: a file in the folder asked about
+        isinstance(written, cst.Call)
+        and index.is_call_to(written, frozenset({"os.path.join"}))
+        and bool(written.args)
+        and not written.args[0].star
+        and index.module.code_for_node(written.args[0].value) == path
+    )
 
 
 def _calling(index: Index, fetchers: frozenset[cst.FunctionDef]) -> Iterator[cst.Call]:
