@@ -89,6 +89,8 @@ CASES = [
     "checkpoints/best_epoch_file_named_by_its_loss",
     "downloads/cache_built_by_a_method",
     "data/loader_fields_of_an_object_from_a_factory",
+    "downloads/cache_rebuilt_on_request",
+    "side_effects/log_file_synced_to_disk",
 ]
 
 

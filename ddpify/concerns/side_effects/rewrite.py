@@ -63,8 +63,17 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         if not any(ancestor in ungrouped for ancestor in index.ancestors(stmt)):
             plan.replace(stmt, _under(test))
             plan.change(stmt, f"{kind} on global rank 0 only, once the process group exists (it also runs before)")
+    synced = any(plan.index.is_call_to(c, _FSYNC) for c in plan.index.calls)
     for call in facts.devnull_opens:
-        plan.replace(call, _to_devnull_off_rank_zero(plan))
+        # inside another expression (``open(path, "w") if path else None``) the choice keeps its own parentheses
+        alone = isinstance(plan.index.parent(call), (cst.Assign, cst.WithItem, cst.Arg, cst.Return, cst.Expr))
+        if synced and _temporary_file_args(call) is not None:
+            # ``os.fsync`` refuses os.devnull (EINVAL): the other ranks write to a file that vanishes on close
+            plan.need_import("tempfile")
+            plan.replace(call, _parenthesized(_to_temporary_off_rank_zero(plan), alone))
+            plan.change(call, "the file is written on global rank 0 only (the other ranks write to a temporary file)")
+            continue
+        plan.replace(call, _parenthesized(_to_devnull_off_rank_zero(plan), alone))
         plan.change(call, "the file is written on global rank 0 only (the other ranks write to os.devnull)")
     for file_name in facts.log_files:
         plan.replace(file_name, _file_off_rank_zero(plan))
@@ -151,6 +160,49 @@ def _to_devnull_off_rank_zero(plan: EditPlan) -> Callable[[cst.CSTNode], cst.CST
             args=[first.with_changes(value=cst.parse_expression(f"{plan.names.os}.devnull")), *rest]
         )
         return cst.IfExp(test=plan.rank_zero, body=call, orelse=devnull)
+
+    return replace
+
+
+def _parenthesized(replace: Callable[[cst.CSTNode], cst.CSTNode], alone: bool) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``replace``, its result in parentheses unless it stands alone (a value assigned, an argument)."""
+    if alone:
+        return replace
+
+    def wrapped(node: cst.CSTNode) -> cst.CSTNode:
+        new = cast(cst.IfExp, replace(node))
+        return new.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+    return wrapped
+
+
+_FSYNC = frozenset({"os.fsync"})
+# What ``open`` and ``tempfile.TemporaryFile`` both take, by keyword.
+_FILE_KEYWORDS = frozenset({"mode", "buffering", "encoding", "newline", "errors"})
+
+
+def _temporary_file_args(call: cst.Call) -> list[cst.Arg] | None:
+    """The arguments of ``open(path, ...)`` that ``tempfile.TemporaryFile`` takes as they are (the mode
+    and buffering by position, the rest by keyword); None if some other is given."""
+    rest = list(call.args[1:])
+    positional = [a for a in rest if a.keyword is None]
+    if len(positional) > 2 or any(a.star for a in rest):
+        return None
+    if any(a.keyword is not None and a.keyword.value not in _FILE_KEYWORDS for a in rest):
+        return None
+    return rest
+
+
+def _to_temporary_off_rank_zero(plan: EditPlan) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``open(path, "w")`` -> ``open(path, "w") if dist.get_rank() == 0 else tempfile.TemporaryFile("w")``."""
+
+    def replace(node: cst.CSTNode) -> cst.CSTNode:
+        call = cast(cst.Call, node)
+        args = _temporary_file_args(call) or []
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        temporary = cst.Call(func=cst.parse_expression("tempfile.TemporaryFile"), args=args)
+        return cst.IfExp(test=plan.rank_zero, body=call, orelse=temporary)
 
     return replace
 
