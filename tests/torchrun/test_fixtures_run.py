@@ -91,6 +91,7 @@ CASES = [
     "data/loader_fields_of_an_object_from_a_factory",
     "downloads/cache_rebuilt_on_request",
     "side_effects/log_file_synced_to_disk",
+    "model/loss_method_through_methods_of_its_parts",
 ]
 
 

@@ -433,6 +433,14 @@ class ForwardChecks:
                 and ((cls, func.attr.value) not in self.index.functions or func.attr.value == "forward")
             ) or m.matches(func, m.Name(self_name)):
                 return True
+            if (  # ``self.decoder.reconstruct_error(x, z)``: a method of a submodule ``__init__`` builds or gets
+                isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Attribute)
+                and m.matches(func.value.value, m.Name(self_name))
+                and func.value.attr.value in {name for names in self._fields(cls) for name in names}
+                and func.attr.value not in _COMPUTES_NOTHING
+            ):
+                return True
             if (  # ``self.propagate()``, a method of the class that does
                 depth < 3
                 and isinstance(func, cst.Attribute)
