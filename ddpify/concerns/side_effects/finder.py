@@ -50,9 +50,13 @@ class Finder:
             self.program.report(
                 call,
                 FILE_USE_NOT_GATED,
-                "a file opened for writing here is opened by every rank"
-                + (" (before the process group exists, at import time)" if not late(call) else "")
-                + ": bind it to a plain name (`f = open(...)`) or write it inside `with open(...)`",
+                "a file opened for writing here, at import time, is opened by every rank before the process "
+                "group exists: open it where the program runs (in `main()`, or under `if __name__ == "
+                '"__main__":`)'
+                if not late(call)
+                else "a file opened for writing here is opened by every rank, and os.devnull cannot stand in for "
+                'it on the others (a mode "x" or "+", or the path not given first): open it with "w" or "a", '
+                "the path first",
             )
 
     def log_files(self, late: Callable[[cst.CSTNode], bool]) -> Iterator[cst.Arg]:
