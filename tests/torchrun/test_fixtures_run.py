@@ -92,6 +92,7 @@ CASES = [
     "downloads/cache_rebuilt_on_request",
     "side_effects/log_file_synced_to_disk",
     "model/loss_method_through_methods_of_its_parts",
+    "model/param_groups_picked_from_named_pairs",
 ]
 
 

@@ -282,6 +282,8 @@ class TrainedModels:
             isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp))
             and isinstance(expr.elt, cst.Subscript)
             and isinstance(expr.elt.value, cst.Name)
+            # not ``[p[1] for p in model.named_parameters() if ...]``: an item of what it iterates
+            and not m.matches(expr.for_in.target, m.Name(expr.elt.value.value))
         ):
             return self._trace(expr.elt.value, calls, seen)  # ``[param_dict[name] for name in decay]``
         if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
