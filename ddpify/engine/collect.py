@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -217,8 +217,9 @@ def _collect_star_imports(index: Index, imported: list[tuple[cst.ImportFrom, str
 def walk_tree(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """``root.visit(visitor)`` for a visitor that only reads: the same ``on_visit`` and
     ``on_leave`` calls, in the same order, without libcst's rebuilding (and validating) of
-    every node on the way back up, which costs about three quarters of its walk. Visitors
-    that watch attributes (``visit_<Node>_<field>``) are not supported."""
+    every node on the way back up, which costs about three quarters of its walk; and
+    without the layout nodes (:data:`UNINDEXED`), which hold no code. Visitors that watch
+    attributes (``visit_<Node>_<field>``) are not supported."""
     stack: list[tuple[cst.CSTNode, bool]] = [(root, False)]
     pop, push = stack.pop, stack.append
     while stack:
@@ -232,11 +233,18 @@ def walk_tree(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
         children: list[cst.CSTNode] = []
         for name in _visited_fields(node):
             value = getattr(node, name)
-            if type(value) in NODE_KINDS:
-                children.append(value)
-            elif isinstance(value, (tuple, list)):
-                children += value
+            kind = type(value)
+            if kind in NODE_KINDS:
+                if kind not in UNINDEXED:
+                    children.append(value)
+            elif kind is tuple or kind is list:
+                children += [child for child in value if type(child) not in UNINDEXED]
         stack.extend((child, False) for child in reversed(children))
+
+
+# Whitespace and line ends: half the nodes of a module, and no code in them. The index leaves them
+# out (a comment at the end of a line with them); blank and comment lines (``EmptyLine``) stay.
+UNINDEXED = frozenset({cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.Newline})
 
 
 # Each node kind's fields that libcst visits, in its order, and its other fields.
@@ -256,8 +264,9 @@ def _visited_fields(node: cst.CSTNode) -> tuple[str, ...]:
     recorder = _FieldOrder(node)
     node._visit_and_replace_children(recorder)
     visited = tuple(recorder.fields)
-    if known is None:
-        others = tuple(f.name for f in dataclasses.fields(node) if f.name not in visited)
+    if known is None:  # a field that holds text or a number holds no node in any node of the kind
+        fields = (f.name for f in dataclasses.fields(node) if f.name not in visited)
+        others = tuple(name for name in fields if not isinstance(getattr(node, name), (str, int, float, bytes)))
         _VISITED[type(node)] = (visited, others)
     return visited
 
@@ -337,14 +346,19 @@ class _Collector(cst.CSTVisitor):
                 return False
         if kind is cst.FunctionDef:
             self.functions.append(cast(cst.FunctionDef, node))
-        return super().on_visit(node)
+        visit = _hooks(kind)[0]
+        if visit is not None:
+            visit(self, node)
+        return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         if original_node in self.unread:
             self.index.last[original_node] = self.counter - 1
             self.path.pop()
             return
-        super().on_leave(original_node)
+        leave = _hooks(type(original_node))[1]
+        if leave is not None:
+            leave(self, original_node)
         self.index.last[original_node] = self.counter - 1
         if type(original_node) is cst.FunctionDef:
             self.functions.pop()
@@ -453,6 +467,21 @@ class _Collector(cst.CSTVisitor):
             )
         ):
             self.index.main_guard = node
+
+
+_Hook = Callable[["_Collector", cst.CSTNode], None]
+_HOOKS: dict[type[cst.CSTNode], tuple[_Hook | None, _Hook | None]] = {}
+
+
+def _hooks(kind: type[cst.CSTNode]) -> tuple[_Hook | None, _Hook | None]:
+    """The collector's own ``visit_<Kind>`` and ``leave_<Kind>`` (None where it has none), looked up once
+    per kind rather than by name at every node as libcst's visitor does. None of them stops the walk."""
+    found = _HOOKS.get(kind)
+    if found is None:
+        name = kind.__name__
+        own = vars(_Collector)  # libcst's visitor base class has a do-nothing method for every kind
+        found = _HOOKS[kind] = (own.get(f"visit_{name}"), own.get(f"leave_{name}"))
+    return found
 
 
 def _check_aligned(node: cst.BaseCompoundStatement, skip: Skipped) -> None:
