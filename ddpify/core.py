@@ -42,7 +42,7 @@ from ddpify.engine import already, reach
 from ddpify.engine.collect import Source
 from ddpify.engine.edits import EditPlan, apply, apply_program
 from ddpify.engine.program import Program, read_program
-from ddpify.guards import compile_quietly, parse_checked
+from ddpify.guards import compile_quietly, parse_checked, round_trip_failure
 from ddpify.result import Conversion, LocalModule, Options, Status
 
 
@@ -129,8 +129,9 @@ _PARSED = reach.KeptByText()
 
 
 def _checked(source: str | bytes, path: str) -> cst.Module | Diagnostic | None:
-    """:func:`parse_checked` of a module of the program (torch or not)."""
-    return parse_checked(source, path, torch_only=False)
+    """:func:`parse_checked` of a module of the program (torch or not); whether it prints back byte
+    for byte is asked where it gets edits (:func:`_apply_program`, :func:`_with_stops`)."""
+    return parse_checked(source, path, torch_only=False, round_trip=False)
 
 
 def _already_distributed(
@@ -233,7 +234,13 @@ def _apply_program(
     changed: list[LocalModule] = []  # in the order the modules were given
     broken: list[Diagnostic] = []
     lost: list[Diagnostic] = []
-    for tree, converted in apply_program(plan).items():
+    converted_trees = apply_program(plan)
+    for tree in converted_trees:
+        file = index.paths[tree]
+        failure = None if tree is index.module else round_trip_failure(tree, by_path[file].source, file)
+        if failure is not None:
+            return _outcome(source, Status.INVALID, [failure])
+    for tree, converted in converted_trees.items():
         file = index.paths[tree]
         original = source if tree is index.module else by_path[file].source
         text = converted.code  # each read of ``.code`` (or ``.bytes``) prints the whole tree again
@@ -274,6 +281,11 @@ def _with_stops(
     chosen, warnings = found
     index = program.index
     trees = {file: tree for tree, file in index.paths.items()}
+    by_path = {local.path: local for local in modules}
+    for file in sorted({index.path_of(stop.branch) for stop in chosen} - {path}):
+        failure = round_trip_failure(trees[file], by_path[file].source, file)
+        if failure is not None:
+            return _outcome(source, Status.INVALID, [failure])
 
     def pruned(tree: cst.Module | None, original: str | bytes) -> str | bytes:
         new = stops.pruned(tree, chosen) if tree is not None else None
@@ -281,7 +293,6 @@ def _with_stops(
             return original
         return new.bytes if isinstance(original, bytes) else new.code
 
-    by_path = {local.path: local for local in modules}
     second = _convert(
         pruned(index.module, source),
         path,

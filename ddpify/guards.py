@@ -56,9 +56,15 @@ SPARE_FRAMES = 100
 _TOO_DEEP = "the code is nested too deeply for ddpify's parser"
 
 
-def parse_checked(source: str | bytes, path: str, *, torch_only: bool = True) -> cst.Module | Diagnostic | None:
+def parse_checked(
+    source: str | bytes, path: str, *, torch_only: bool = True, round_trip: bool = True
+) -> cst.Module | Diagnostic | None:
     """The parsed module; the diagnostic that turns the input away; or None for valid
-    Python that never mentions ``torch`` (not parsed, unless ``torch_only`` is false)."""
+    Python that never mentions ``torch`` (not parsed, unless ``torch_only`` is false).
+
+    With ``round_trip`` false, whether the tree prints the source back is left to the
+    caller (:func:`round_trip_failure`), which asks it only of a module it edits: printing
+    costs as much as parsing, and most modules of a program are only read."""
     unreadable = _unreadable(source)
     if unreadable is not None:
         return UNREADABLE.at(1, 1, unreadable, path)
@@ -93,13 +99,19 @@ def parse_checked(source: str | bytes, path: str, *, torch_only: bool = True) ->
     depth = nesting_depth(module)
     if depth > PLAIN_DEPTH and not _walkable(module, SPARE_FRAMES):
         return TOO_DEEP.at(_deepest_line(source), 1, f"{_TOO_DEEP} ({depth} levels deep)", path)
-    if (module.bytes if isinstance(source, bytes) else module.code) != source:
-        message = (
-            "the parser cannot reproduce this file byte for byte (unusual line endings "
-            "or trailing whitespace); normalise them and try again"
-        )
-        return NO_ROUND_TRIP.at(1, 1, message, path)
-    return module
+    return (round_trip_failure(module, source, path) if round_trip else None) or module
+
+
+def round_trip_failure(module: cst.Module, source: str | bytes, path: str) -> Diagnostic | None:
+    """``DDP004`` where printing ``module`` does not give ``source`` back byte for byte: a file whose
+    tree prints otherwise cannot be written back with only ddpify's edits changed."""
+    if (module.bytes if isinstance(source, bytes) else module.code) == source:
+        return None
+    message = (
+        "the parser cannot reproduce this file byte for byte (unusual line endings "
+        "or trailing whitespace); normalise them and try again"
+    )
+    return NO_ROUND_TRIP.at(1, 1, message, path)
 
 
 def compile_quietly(source: str | bytes, path: str) -> None:

@@ -839,3 +839,26 @@ def test_verify_of_an_output_folder_with_a_module_above_the_script_runs_it_with_
     assert "verifying ../out/scripts/train.py under torchrun with 2 processes, ../out on PYTHONPATH" in (
         capsys.readouterr().err.splitlines()
     )
+
+
+def test_a_module_that_would_not_print_back_byte_for_byte_is_refused_only_where_it_changes(
+    project: Path, tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    models = project / "models.py"  # only read
+    models.write_bytes(models.read_bytes().replace(b"\n", b"\r"))
+
+    done = run_ddpify(project, "train.py", "-o", f"{tmp_path / 'out'}/")
+
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "models.py").read_bytes() == models.read_bytes()
+    assert (tmp_path / "out" / "solver.py").read_bytes() != (project / "solver.py").read_bytes()
+
+    solver = project / "solver.py"  # changes
+    solver.write_bytes(solver.read_bytes() + b"    \n\t\n  ")
+    before = snapshot(project)
+
+    done = run_ddpify(project, "train.py", "--in-place")
+
+    assert done.returncode != 0
+    assert "solver.py:1:1: DDP004 " in done.stderr
+    assert snapshot(project) == before
