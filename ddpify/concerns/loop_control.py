@@ -81,10 +81,11 @@ class _Finder:
         index = self.index
         reported: set[cst.CSTNode] = set()
         for loop in index.loops:
-            if not index.trains(loop.body):
+            exits = [node for node in index.walk(loop.body) if isinstance(node, (cst.Break, cst.Return))]
+            if not exits or not index.trains(loop.body):
                 continue
-            for node in self.index.walk(loop.body):
-                if not isinstance(node, (cst.Break, cst.Return)) or node in reported:
+            for node in exits:
+                if node in reported:
                     continue
                 for ancestor in index.ancestors(node):
                     if ancestor is loop or isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):

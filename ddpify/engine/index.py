@@ -102,6 +102,7 @@ class Index(ProgramClasses):
     _collect_flows: Callable[[], None] | None = None
     _callers: dict[cst.FunctionDef, list[cst.Call]] | None = None
     _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
+    _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)  # see qualified_names()
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
     _assignments: dict[Ref, list[cst.Assign]] | None = None
     _candidate_orders: dict[int, list[int]] = field(default_factory=dict)  # see _orders_of()
@@ -176,21 +177,28 @@ class Index(ProgramClasses):
             current = parent
         return False
 
-    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+    def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
         """What a name or attribute chain refers to through the script's imports: ``DataLoader`` ->
         ``torch.utils.data.DataLoader`` after ``from torch.utils.data import DataLoader``; ``print`` ->
-        ``builtins.print``. Empty for anything else."""
+        ``builtins.print``. Empty for anything else. (Remembered per node: the imports are all
+        known once the index is built, and most calls are asked about by several concerns.)"""
+        known = self._qualified.get(node)
+        if known is None:
+            known = self._qualified[node] = self._qualify(node)
+        return known
+
+    def _qualify(self, node: cst.CSTNode) -> frozenset[str]:
         text = dotted(node)
         if not text:
-            return set()
+            return _NONE
         root, _, rest = text.partition(".")
         module = self.module_of(node)
         imports = self.imports[module]
         if root in imports:
-            return {f"{full}.{rest}" if rest else full for full in imports[root]}
+            return frozenset(f"{full}.{rest}" if rest else full for full in imports[root])
         if hasattr(builtins, root) and root not in self._bound_in(module):
-            return {f"builtins.{text}"}
-        return set()
+            return frozenset({f"builtins.{text}"})
+        return _NONE
 
     def _bound_in(self, module: cst.Module) -> set[str]:
         """Every name ``module`` binds anywhere (computed for every module on first use): another
@@ -612,6 +620,8 @@ def keyed(holder: Ref, key: str) -> Ref:
     position (``holder[0]``), is followed like a name."""
     return Ref(holder.scope, f"{holder.path}[{key}]" if key.isdigit() else f'{holder.path}["{key}"]')
 
+
+_NONE: frozenset[str] = frozenset()
 
 # Nodes that hold no code: what precedes a node's first token without moving where it starts.
 _LAYOUT = (

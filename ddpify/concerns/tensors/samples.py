@@ -368,7 +368,7 @@ class _SampleFinder(_StepReader):
                 )
 
 
-def _family_of(names: set[str]) -> tuple[str, str]:
+def _family_of(names: frozenset[str]) -> tuple[str, str]:
     """The global generator a random choice by ``names`` draws from, and the seed to suggest for it."""
     if any(n.startswith(("numpy.", "sklearn.")) for n in names):
         return "numpy", "np.random.seed(0)"

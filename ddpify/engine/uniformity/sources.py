@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.engine.index import Index
+from ddpify.engine.index import Index, Scope
 from ddpify.engine.syntax import argument
 
 # Calls whose value is each process's own, whatever the program does.
@@ -132,6 +132,15 @@ class Seeding:
 
     def __init__(self, index: Index) -> None:
         self.index = index
+        self._calls_in: dict[Scope, list[cst.Call]] | None = None
+
+    def calls_in(self, scope: Scope) -> list[cst.Call]:
+        """The calls whose scope is ``scope``, in source order."""
+        if self._calls_in is None:
+            self._calls_in = {}
+            for call in self.index.calls:
+                self._calls_in.setdefault(self.index.scope_of(call), []).append(call)
+        return self._calls_in.get(scope, [])
 
     def seeded_before(self, node: cst.CSTNode, family: str = "torch", depth: int = 0) -> bool:
         """Whether ``family``'s generator has always been seeded when ``node`` runs.
@@ -143,10 +152,9 @@ class Seeding:
         index = self.index
         seeds = RNG_SEEDS[family]
         scope = index.scope_of(node)
-        for call in index.calls:
+        for call in self.calls_in(scope):
             if (
-                index.scope_of(call) is scope
-                and index.after(node, call)
+                index.after(node, call)
                 and self.seeds(call, seeds)
                 and not any(
                     isinstance(a, (cst.If, cst.For, cst.While, cst.Try)) and not index.inside(node, a)
