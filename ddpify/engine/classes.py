@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 import ddpify.engine.match as m
-from ddpify.engine.syntax import dotted
+from ddpify import torch_api
+from ddpify.engine.syntax import dotted, walk
 
 if TYPE_CHECKING:
     from ddpify.engine.index import Ref, Scope
@@ -99,6 +100,21 @@ class ProgramClasses:
             seen.add(current)
             yield current
             frontier += self.bases(current)
+
+    def builds_loader(self, call: cst.Call) -> bool:
+        """Whether ``call`` builds a DataLoader: torch's, or the program's own subclass of it that hands
+        every argument on to DataLoader's ``__init__`` and changes nothing else but attributes such as
+        its ``collate_fn`` (``super().__init__(*args, **kwargs)``; no other method): a ``sampler=``
+        given to it reaches the DataLoader, which iterates as torch's does."""
+        if self.qualified_names(call.func) & torch_api.DATALOADER:
+            return True
+        cls = self.local_class(call.func)
+        return cls is not None and self.derives_from(cls, torch_api.DATALOADER) and self.loader_as_built(cls)
+
+    def loader_as_built(self, cls: cst.ClassDef) -> bool:
+        """Whether the program's DataLoader subclass ``cls`` (and each of its own bases) only hands its
+        arguments on to DataLoader (:meth:`builds_loader`)."""
+        return all(_hands_on_to_its_base(c) for c in self.ancestry(cls))
 
     def method(self, cls: cst.ClassDef, name: str, *, dispatch: bool = False) -> cst.FunctionDef | None:
         """The method ``name`` that instances of ``cls`` run: its own or a base class's.
@@ -241,3 +257,33 @@ def _is_abstract(function: cst.FunctionDef) -> bool:
                 continue
             return False
     return True
+
+
+def _hands_on_to_its_base(cls: cst.ClassDef) -> bool:
+    """A class body of a docstring and at most an ``__init__(self, *args, **kwargs)`` that calls its
+    base's ``__init__`` with ``*args, **kwargs`` and reads them nowhere else, nor sets a sampler."""
+    body = [s for s in cls.body.body if not m.matches(s, m.SimpleStatementLine([m.Expr(m.SimpleString())]))]
+    if not body:
+        return True
+    init = body[0]
+    if len(body) > 1 or not isinstance(init, cst.FunctionDef) or init.name.value != "__init__" or init.decorators:
+        return False
+    p = init.params
+    star, double = p.star_arg, p.star_kwarg
+    if len(p.params) != 1 or p.posonly_params or p.kwonly_params or not isinstance(star, cst.Param) or not double:
+        return False
+    passed = [m.Arg(m.Name(star.name.value), star="*"), m.Arg(m.Name(double.name.value), star="**")]
+    init_of = m.Attribute(attr=m.Name("__init__"))
+    super_init = m.Attribute(m.Call(m.Name("super")), attr=m.Name("__init__"))
+    base_init = m.Call(super_init, args=passed) | m.Call(init_of, args=[m.Arg(m.Name(p.params[0].name.value)), *passed])
+    handed = False
+    for statement in init.body.body:
+        if m.matches(statement, m.SimpleStatementLine([m.Expr(base_init)])):
+            handed = True
+            continue
+        for node in walk(statement):
+            if isinstance(node, cst.Name) and node.value in (star.name.value, double.name.value):
+                return False
+            if isinstance(node, cst.Attribute) and node.attr.value in ("sampler", "batch_sampler", "__iter__"):
+                return False
+    return handed

@@ -17,7 +17,6 @@ from typing import cast
 import libcst as cst
 
 import ddpify.engine.match as m
-from ddpify import torch_api
 from ddpify.engine.index import Flow, Index, Ref, Scope, constant_key, keyed, position_key
 from ddpify.engine.reach import Reach, Skipped
 from ddpify.engine.syntax import COMPOUND_KINDS, NODE_KINDS, assigned, imported_names, parameter_names, relative_base
@@ -132,7 +131,7 @@ def _collect_loader_fields(index: Index) -> None:
     way, so that what is known of models stays as it was."""
     fields: set[Ref] = set()
     for call in index.calls:
-        if not index.is_call_to(call, torch_api.DATALOADER):
+        if not index.builds_loader(call):
             continue
         holder = index.parent(call)
         if isinstance(holder, cst.Assign) and len(holder.targets) == 1:

@@ -72,7 +72,7 @@ class LoaderFinder:
     def loaders(self) -> Iterator[Loader]:
         index = self.index
         for call in index.calls:
-            if not index.is_call_to(call, torch_api.DATALOADER):
+            if not index.builds_loader(call):
                 continue
             origin = self._origin(call)
             entry = dict_entry(index, call)

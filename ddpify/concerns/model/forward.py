@@ -377,7 +377,7 @@ class ForwardChecks:
         ):
             return None
         for call in index.calls:
-            if index.is_call_to(call, torch_api.DATALOADER):
+            if index.builds_loader(call):
                 batch = argument(call, "batch_size", 1)
                 if batch is not None and isinstance(batch.value, cst.Integer) and int(batch.value.value) <= 16:
                     return call

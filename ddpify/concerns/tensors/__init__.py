@@ -176,7 +176,9 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder, _GeneratedFinder):
             return None
         ref = index.carried_ref(loop.iter, index.scope_of(loop))
         classes = index.constructed_classes(ref) if ref is not None else iter(())
-        return next((cls for cls in classes if index.derives_from(cls, torch_api.DATALOADER)), None)
+        return next(
+            (c for c in classes if index.derives_from(c, torch_api.DATALOADER) and not index.loader_as_built(c)), None
+        )
 
     def shard(self) -> FullBatch | Reseed | Streams | GeneratedBatches | None:
         index = self.index
