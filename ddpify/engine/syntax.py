@@ -103,6 +103,16 @@ def assigned(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
         yield target
 
 
+def single_target(node: cst.CSTNode | None) -> cst.BaseExpression | None:
+    """What one assignment of a value binds: ``x`` of ``x = v`` and of the annotated ``x: T = v``
+    (which Python runs alike); None for anything else (several targets, a bare annotation)."""
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        return node.targets[0].target
+    if isinstance(node, cst.AnnAssign) and node.value is not None:
+        return node.target
+    return None
+
+
 def parameter_names(function: cst.FunctionDef) -> list[str]:
     """The parameters a call can fill by position, in order."""
     p = function.params

@@ -28,7 +28,7 @@ from ddpify.concerns.samplers import DictEntry, dict_entry, entry_iterations, ke
 from ddpify.engine.edits import statement
 from ddpify.engine.index import Flow, Ref, Scope
 from ddpify.engine.program import Program, is_backward
-from ddpify.engine.syntax import argument
+from ddpify.engine.syntax import argument, single_target
 from ddpify.engine.values import dict_keys
 
 
@@ -54,8 +54,8 @@ class LoaderFinder:
         index = self.index
         parent = index.parent(call)
         scope = index.scope_of(call)
-        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-            return index.ref_of(parent.targets[0].target, scope)
+        if (target := single_target(parent)) is not None:
+            return index.ref_of(target, scope)
         if isinstance(parent, cst.Return) and isinstance(scope, cst.FunctionDef):
             return Ref(scope, "<return>")
         if isinstance(parent, cst.Arg):

@@ -34,7 +34,7 @@ from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.called import enclosing_function
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward
-from ddpify.engine.syntax import argument
+from ddpify.engine.syntax import argument, single_target
 
 # (statement, the place it assigns, whether it is ``.cuda()``): a move of the model to its device
 _Move = tuple[cst.SimpleStatementLine, Ref, bool]
@@ -231,17 +231,24 @@ class _Finder:
                 continue
             small = stmt.body[0]
             scope = index.scope_of(stmt)
-            if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                target = index.ref_of(small.targets[0].target, scope)
+            if (bound := single_target(small)) is not None:
+                value = cast(cst.Assign | cst.AnnAssign, small).value
+                assert value is not None
+                target = index.ref_of(bound, scope)
                 if target in lineage:
-                    move = _device_move(small.value)
-                    if index.is_call_to(small.value, torch_api.DATA_PARALLEL):
-                        wraps.append((stmt, target))
+                    move = _device_move(value)
+                    if index.is_call_to(value, torch_api.DATA_PARALLEL):
+                        if isinstance(small, cst.Assign):  # (``m: T = DataParallel(...)`` is not unwrapped)
+                            wraps.append((stmt, target))
                     elif move is not None:
                         moves.append((stmt, target, move))
-                    elif index.carried_ref(small.value, scope) is None:
+                    elif index.carried_ref(value, scope) is None:
                         creations.append((stmt, target))
-                elif isinstance(small.value, cst.Call) and isinstance(small.targets[0].target, (cst.Tuple, cst.List)):
+                elif (
+                    isinstance(small, cst.Assign)
+                    and isinstance(value, cst.Call)
+                    and isinstance(small.targets[0].target, (cst.Tuple, cst.List))
+                ):
                     # ``model, criterion = build(...)``: the model arrives with other values
                     for element in small.targets[0].target.elements:
                         part = index.ref_of(element.value, scope)
@@ -543,7 +550,7 @@ def _retains_graph(call: cst.Call) -> bool:
 def statement_value(stmt: cst.SimpleStatementLine) -> cst.BaseExpression:
     """The value of a one-statement line that assigns or evaluates it."""
     small = stmt.body[0]
-    if not isinstance(small, (cst.Assign, cst.Expr)):
+    if not isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr)) or small.value is None:
         raise TypeError(f"expected an assignment or an expression, got {type(small).__name__}")
     return small.value
 

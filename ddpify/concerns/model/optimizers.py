@@ -11,7 +11,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns import model_collections
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.syntax import argument, parameter_names
+from ddpify.engine.syntax import argument, parameter_names, single_target
 
 
 class TrainedModels:
@@ -101,9 +101,10 @@ class TrainedModels:
         if any(index.is_call_to(call, names) for names in (torch_api.SAVE,)) or self._torch_optimizer(call):
             return False
         assign = index.parent(call)
-        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+        bound = single_target(assign)
+        if bound is None:
             return False
-        target = index.ref_of(assign.targets[0].target, index.scope_of(assign))
+        target = index.ref_of(bound, index.scope_of(call))
         if target is None:
             return False
         places = index.downstream(target)

@@ -11,7 +11,7 @@ from ddpify.concerns import checkpoints
 from ddpify.concerns.side_effects.facts import FILE_USE_NOT_GATED, OUTPUT_RUNS_WORK
 from ddpify.engine.index import Ref, Scope
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import argument
+from ddpify.engine.syntax import argument, single_target
 
 
 class Finder:
@@ -85,7 +85,9 @@ class Finder:
 
     def _targets_of(self, call: cst.Call) -> set[Ref]:
         assign = self.index.parent(call)
-        return self._targets(assign) if isinstance(assign, cst.Assign) and assign.value is call else set()
+        return (
+            self._targets(assign) if isinstance(assign, (cst.Assign, cst.AnnAssign)) and assign.value is call else set()
+        )
 
     def _open_files(self) -> dict[cst.Call, set[Ref]]:
         """Each file opened for writing without ``with`` (``f = open(path, "w")``): the names bound to
@@ -131,15 +133,18 @@ class Finder:
         the path first, a mode that neither needs a new file ("x") nor reads back ("+")."""
         return late(call) and bool(call.args) and call.args[0].keyword is None and not _writes(call, "x+")
 
-    def _targets(self, small: cst.Assign) -> set[Ref]:
+    def _targets(self, small: cst.Assign | cst.AnnAssign) -> set[Ref]:
         scope = self.index.scope_of(small)
-        refs = {self.index.ref_of(target.target, scope) for target in small.targets}
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+        refs = {self.index.ref_of(target, scope) for target in targets}
         return {ref for ref in refs if ref is not None}
 
     def trackers(self) -> Iterator[cst.Call]:
         for call in self.index.calls:
             parent = self.index.parent(call)
-            if self.index.is_call_to(call, torch_api.TRACKER_FACTORIES) and isinstance(parent, cst.Assign):
+            if self.index.is_call_to(call, torch_api.TRACKER_FACTORIES) and (
+                isinstance(parent, cst.Assign) or single_target(parent) is not None
+            ):
                 yield call
 
     def outputs(
@@ -196,9 +201,10 @@ class Finder:
         refs: set[Ref] = set()
         for call in calls:
             assign = index.parent(call)
-            if not isinstance(assign, cst.Assign):
+            target = assign.targets[0].target if isinstance(assign, cst.Assign) else single_target(assign)
+            if target is None:
                 continue
-            ref = index.ref_of(assign.targets[0].target, index.scope_of(call))
+            ref = index.ref_of(target, index.scope_of(call))
             if ref is not None:
                 refs |= index.downstream(ref)
         return refs
