@@ -238,12 +238,16 @@ class _Finder(_ShardFinder, _DrawFinder, _StreamFinder, _GeneratedFinder):
         draws = [call for call in lineage.calls if call not in choices and self._draws(call)]
         try:
             tensors, first = self._tensors(lineage, scope)
-        except Refused:
+        except Refused as unshardable:
             if not (choices and not draws and closure is None and all(index.inside(c, step) for c in choices)):
                 raise
             # Samples chosen at random in every step (``permutation(len(graphs))[:batch]``) from data ddpify
-            # cannot shard where it is made: each rank chooses its own, with its own seed
-            return self._reseed(choices, cast(cst.For | cst.While, step))
+            # cannot shard where it is made: each rank chooses its own, with its own seed; where that cannot
+            # be (a choice that also decides when the step stops), the data stays whole, as it was
+            try:
+                return self._reseed(choices, cast(cst.For | cst.While, step))
+            except Refused:
+                raise unshardable from None
         if draws and (first is not None or choices):
             raise Refused(
                 draws[0],
