@@ -143,6 +143,58 @@ def test_decorated_definitions_may_be_registered_so_they_run() -> None:
     assert skipped_names(runs, "models") == ["plain"]
 
 
+def test_decorators_known_to_neither_call_nor_register_do_not_make_a_definition_run() -> None:
+    runs = program(
+        """
+        import functools
+        import pytest
+        import torch
+        from pytest import mark
+
+        @pytest.mark.parametrize("lr", [0.1, 0.01])
+        def test_step(lr): pass
+
+        @mark.skipif(True, reason="")
+        @pytest.fixture
+        def data(): pass
+
+        @torch.no_grad()
+        def evaluate(): pass
+
+        @functools.lru_cache
+        def cached(): pass
+
+        @pytest.mark.slow
+        @registry.register
+        def registered(): pass
+        """
+    )
+    assert skipped_names(runs, "__main__") == ["test_step", "data", "evaluate", "cached"]
+
+
+def test_a_test_module_of_pytest_is_not_a_training_script() -> None:
+    from ddpify import Status, convert
+
+    test_file = textwrap.dedent(
+        """
+        import pytest
+        import torch
+
+        @pytest.mark.parametrize("lr", [0.1, 0.01])
+        def test_one_step(lr):
+            model = torch.nn.Linear(2, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+            model(torch.ones(2)).sum().backward()
+            optimizer.step()
+        """
+    )
+    converted = convert(test_file, path="tests/test_train.py")
+    assert (converted.status, [d.format() for d in converted.diagnostics]) == (
+        Status.UNCHANGED,
+        ["tests/test_train.py:1:1: DDP011 no training step (`.backward()`) found: nothing to do"],
+    )
+
+
 def test_getattr_on_a_module_with_a_computed_name_runs_all_of_it() -> None:
     runs = program(
         "import sys\nimport models\ngetattr(models, sys.argv[1])()\n", models="def a(): pass\ndef b(): pass\n"

@@ -120,6 +120,12 @@ def test_a_decorated_definition_may_run_through_its_registry() -> None:
     assert may_train(facts("import engine\n"), {"engine": module})
 
 
+def test_a_test_of_pytest_or_a_no_grad_function_is_not_registered() -> None:
+    for decorator in ("import pytest\n@pytest.mark.parametrize('x', [1])", "import torch\n@torch.no_grad()"):
+        assert not may_train(facts(decorator + "\n" + TRAINING_LOOP.lstrip()), {})
+        assert may_train(facts(decorator + "\n@register\n" + TRAINING_LOOP.lstrip()), {})
+
+
 def test_a_class_that_runs_keeps_its_methods() -> None:
     module = facts(
         """

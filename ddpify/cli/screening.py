@@ -16,7 +16,9 @@ and without scopes:
 
 * every module's module-level code counts as running (an imported module's
   ``if __name__ == "__main__":`` block does not, as Python never runs it), and
-  so does every decorated definition (a registry may call it);
+  so does every decorated definition (a registry may call it), but for
+  decorators known to do neither (pytest's, ``torch.no_grad()``:
+  :func:`ddpify.engine.reach.never_registers`);
 * a name that running code mentions anywhere (``f``, ``obj.f``, an import
   ``as`` alias) makes every function, method or class of that name in the
   program run, a class with all of its methods;
@@ -43,7 +45,7 @@ import gc
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ddpify.engine.reach import definition_header, is_main_block, parse
+from ddpify.engine.reach import definition_header, is_main_block, never_registers, parse
 from ddpify.modules import absolute_import
 
 # Names whose mention in running code may mean training: a backward pass, or an optimizer (which a
@@ -180,6 +182,7 @@ class _Reader:
         self.calls: list[tuple[tuple[str, ...], ast.Call | ast.stmt]] = []
         self.getattrs: list[tuple[tuple[str, ...], Unit]] = []
         self.loading_aliases: set[str] = set()  # ``from importlib import import_module as load``
+        self.decorators: list[tuple[list[ast.expr], Unit]] = []
 
     def read(self, tree: ast.Module) -> Facts:
         top, main = Unit(), Unit()
@@ -193,6 +196,9 @@ class _Reader:
         for owner, unit in self.getattrs:
             if owner[0] in self.bound:
                 unit.getattr_owners.add(self.qualified(owner))
+        for decorators, unit in self.decorators:
+            if not all(self.never_registers(decorator) for decorator in decorators):
+                self.decorated.append(unit)
         return Facts(
             imports=tuple(self.imports),
             top=top,
@@ -240,7 +246,7 @@ class _Reader:
         unit = Unit()
         self.definitions.setdefault(stmt.name, []).append(unit)
         if stmt.decorator_list and in_class is None:  # a method runs with its class
-            self.decorated.append(unit)
+            self.decorators.append((stmt.decorator_list, unit))
         if in_class is not None:
             in_class.members.append(unit)
         if isinstance(stmt, ast.ClassDef):
@@ -323,6 +329,10 @@ class _Reader:
             name = _dotted(inner)
             if name is not None and name[-1] == "path":
                 self.calls.append((name, node))
+
+    def never_registers(self, decorator: ast.expr) -> bool:
+        name = _dotted(decorator.func if isinstance(decorator, ast.Call) else decorator)
+        return name is not None and name[0] in self.bound and never_registers(self.qualified(name))
 
     def qualified(self, dotted: tuple[str, ...]) -> str:
         head = self.bound.get(dotted[0], dotted[0])

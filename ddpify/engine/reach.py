@@ -13,7 +13,9 @@ cannot refuse a program.
 
 A function or class runs when running code *mentions* it, not only when it
 calls it: passed as a callback (``model.apply(init_weights)``), kept in a
-dict, returned, decorated (a registry), it may run. A class that runs keeps
+dict, returned, decorated (a registry), it may run; a decorator known to
+neither call nor keep what it decorates (pytest's marks and fixtures, which
+run only under pytest; ``torch.no_grad()``, ``functools.wraps``) does not count. A class that runs keeps
 all of its methods. Where the names cannot be followed (``getattr(module,
 name)``, ``globals()``, ``eval``), every definition of that module runs; an
 import whose module is computed (``importlib.import_module(name)``) makes
@@ -234,10 +236,20 @@ class _Walker:
                     self._decorated(unit)
 
     def _decorated(self, unit: _Unit) -> None:
-        """A decorated definition may be registered somewhere when its module runs: it may run."""
+        """A decorated definition may be registered somewhere when its module runs: it may run,
+        unless every decorator is one known to neither call nor register it (a test of pytest's,
+        ``torch.no_grad()``)."""
         node = unit.node
-        if isinstance(node, _DEFINITION) and node.decorator_list:
+        if isinstance(node, _DEFINITION) and not all(
+            any(never_registers(name) for name in self._qualified(unit.module, d)) for d in node.decorator_list
+        ):
             self._run(unit)
+
+    def _qualified(self, module: _Module, decorator: ast.expr) -> list[str]:
+        """A decorator's names through the module's imports (``@torch.no_grad()`` -> ``torch.no_grad``)."""
+        text = dotted(decorator.func if isinstance(decorator, ast.Call) else decorator)
+        root, _, rest = text.partition(".")
+        return [f"{full}.{rest}" if rest else full for full in module.imports.get(root, ())] if text else []
 
     def _run(self, unit: _Unit) -> None:
         if unit not in self.live_units:
@@ -451,6 +463,28 @@ def imported(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[tuple[
     for alias in node.names:
         if alias.name != "*":
             yield alias.asname or alias.name, f"{base}.{alias.name}"
+
+
+# Decorators that neither call the function they decorate nor keep it where something else may
+# (pytest collects tests only when pytest runs the file; grad modes and caches wrap it).
+_NEVER_REGISTER = (
+    "pytest",
+    "_pytest",
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.enable_grad",
+    "torch.jit",
+    "functools",
+    "contextlib.contextmanager",
+    "abc.abstractmethod",
+    "typing",
+    "dataclasses.dataclass",
+)
+
+
+def never_registers(decorator: str) -> bool:
+    """Whether the decorator of this qualified name is one of :data:`_NEVER_REGISTER`."""
+    return any(decorator == known or decorator.startswith(known + ".") for known in _NEVER_REGISTER)
 
 
 def dotted(expr: ast.AST) -> str:
