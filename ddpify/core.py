@@ -83,7 +83,7 @@ def _convert(
         others_ = [reach.ModuleSource(local.name, local.package, reach.parse(local.source)) for local in modules]
         runs = reach.reach(reach.ModuleSource("__main__", "", tree), others_)
     if tree is not None and runs is not None:
-        early = _already_distributed(source, path, tree, modules, runs)
+        early = _early_answer(source, path, tree, modules, runs)
         if early is not None:
             return early  # before libcst reads the other modules: a model library can be hundreds of them
     others: list[Source] = []
@@ -134,11 +134,11 @@ def _checked(source: str | bytes, path: str) -> cst.Module | Diagnostic | None:
     return parse_checked(source, path, torch_only=False, round_trip=False)
 
 
-def _already_distributed(
+def _early_answer(
     source: str | bytes, path: str, tree: ast.Module, modules: Sequence[LocalModule], runs: reach.Reach
 ) -> Conversion | None:
-    """The outcome "already distributed", from CPython's trees (:mod:`ddpify.engine.already`); or None
-    where those trees do not show it."""
+    """The outcome "already distributed" or "nothing to do", from CPython's trees
+    (:mod:`ddpify.engine.already`); or None where those trees do not show it."""
     found: list[tuple[already.TreeModule, str | bytes, str]] = [
         (already.TreeModule("__main__", "", tree), source, path)
     ]
@@ -149,9 +149,10 @@ def _already_distributed(
         if other is None:
             return None  # a module Python cannot read: the full analysis says where, before anything else
         found.append((already.TreeModule(local.name, local.package, other), local.source, local.path))
-    use = already.distributed_use([m for m, _, _ in found], runs)
+    trees = already.Trees([m for m, _, _ in found], runs)
+    use = trees.distributed_use()
     if use is None:
-        return None
+        return None if trees.may_train() else _outcome(source, Status.UNCHANGED, [nothing_to_do(path)])
     _, text, where = found[use.module]
     message = f"already distributed (uses {use.name}): left unchanged"
     line, column = use.call.lineno, already.column(text, use.call.lineno, use.call.col_offset)

@@ -1,8 +1,9 @@
-"""The early answer "already distributed" (``ddpify.engine.already``) against the full analysis.
+"""The early answers "already distributed" and "nothing to do" (``ddpify.engine.already``) against
+the full analysis.
 
-The early answer is only a shortcut: wherever it answers, the full analysis on libcst's trees must
-give the same outcome, byte for byte, and wherever the full analysis says "already distributed" on
-the project's own programs, the early pass must have said so first.
+The early answers are only a shortcut: wherever one answers, the full analysis on libcst's trees
+must give the same outcome, byte for byte, and wherever the full analysis says "already distributed"
+on the project's own programs, the early pass must have said so first.
 """
 
 from __future__ import annotations
@@ -43,14 +44,14 @@ def _entries(tree: Path):
 @pytest.mark.parametrize("tree", TREES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_early_answer_is_the_full_analysiss(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     answered: list[bool] = []
-    early_answer = core._already_distributed
+    early_answer = core._early_answer
 
     def spied(*args):
         found = early_answer(*args)
         answered.append(found is not None)
         return found
 
-    monkeypatch.setattr(core, "_already_distributed", spied)
+    monkeypatch.setattr(core, "_early_answer", spied)
     for entry, source, modules in _entries(tree):
         answered.clear()
         early = convert(source, path=entry, modules=modules)
@@ -58,9 +59,9 @@ def test_the_early_answer_is_the_full_analysiss(tree: Path, monkeypatch: pytest.
         if not any(answered):
             assert not any(" DDP010 " in line for line in said), f"{entry}: the early pass missed it"
             continue
-        monkeypatch.setattr(core, "_already_distributed", lambda *args: None)
+        monkeypatch.setattr(core, "_early_answer", lambda *args: None)
         full = convert(source, path=entry, modules=modules)
-        monkeypatch.setattr(core, "_already_distributed", spied)
+        monkeypatch.setattr(core, "_early_answer", spied)
         assert (early.status, said) == (full.status, [d.format() for d in full.diagnostics]), entry
 
 
@@ -149,3 +150,61 @@ def test_a_module_python_cannot_read_is_told_before_already_distributed() -> Non
     )
     fixed = LocalModule(path="models.py", name="models", source="def build():\n    print('new')\n")
     assert convert(entry, path="train.py", modules=[fixed]).status is Status.UNCHANGED
+
+
+# ----------------------------------------------------------------------------
+# "Nothing to do" before libcst reads the program: only where no training can be reached
+
+
+def _may_train(entry: str, **others: str) -> bool:
+    trees = [already.TreeModule("__main__", "", ast.parse(textwrap.dedent(entry)))]
+    trees += [already.TreeModule(n, n.rpartition(".")[0], ast.parse(textwrap.dedent(t))) for n, t in others.items()]
+    sources = [reach.ModuleSource(t.name, t.package, t.tree) for t in trees]
+    runs = reach.reach(sources[0], sources[1:])
+    return already.Trees([t for t in trees if t.name == "__main__" or runs.runs(t.name)], runs).may_train()
+
+
+LIBRARY = """
+import torch
+from torch import optim
+
+REGISTRY = {"sgd": optim.SGD}  # named, not built
+
+
+class Scaler:
+    def __call__(self, loss, optimizer):
+        loss.backward()
+        optimizer.step()
+
+
+def build_optimizer(model):
+    return optim.SGD(model.parameters(), lr=0.1)
+
+
+def accuracy(model, x, y):
+    return (model(x).argmax(1) == y).float().mean()
+"""
+
+
+def test_a_library_whose_training_helpers_nothing_reaches_gives_nothing_to_do_early() -> None:
+    evaluate = "import lib\nprint(lib.accuracy(model, x, y))\n"
+    assert not _may_train(evaluate, lib=LIBRARY)
+    converted = convert(evaluate, path="evaluate.py", modules=[LocalModule("lib.py", "lib", textwrap.dedent(LIBRARY))])
+    assert [d.format() for d in converted.diagnostics] == [
+        "evaluate.py:1:1: DDP011 no training step (`.backward()`) found: nothing to do"
+    ]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "import lib\nscaler = lib.Scaler()\n",  # the class is named: its __call__ may run
+        "from lib import Scaler as S\nS()(loss, opt)\n",  # through an alias
+        "import lib\nopt = lib.build_optimizer(model)\n",  # named, and built where it is called
+        "import lib\ndef unused():\n    loss.backward()\nunused()\n",  # the entry's own code trains
+        "import lib, importlib\nimportlib.import_module(name)\n",  # a computed import: DDP014 may follow
+        "from torch.optim import SGD as Opt\nimport lib\nopt = Opt(params)\n",  # an optimizer built
+    ],
+)
+def test_anything_that_may_reach_training_leaves_the_answer_to_the_full_analysis(entry: str) -> None:
+    assert _may_train(entry, lib=LIBRARY)

@@ -26,6 +26,7 @@ import re
 import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from ddpify import torch_api
 from ddpify.engine.called import CALLED_BY_PYTHON
@@ -59,27 +60,146 @@ class _Function:
     module: int
     in_class: bool
     calls: list[ast.Call] = field(default_factory=list)
+    mentions: set[str] = field(default_factory=set)  # every name and attribute its code reads
+    inner: list[_Function] = field(default_factory=list)  # functions defined in its body
 
 
 def distributed_use(modules: Sequence[TreeModule], runs: Reach) -> Use | None:
     """The first call of the code that runs which sets up or launches distributed training, or None
     where none is found (the full analysis then asks again)."""
-    readers = [_Reader(i, m, runs) for i, m in enumerate(modules)]
-    by_name: dict[str, list[_Function]] = {}
-    for reader in readers:
-        for (_, name), defined in reader.functions.items():
-            by_name.setdefault(name, []).append(defined)
-    called: set[_Function] | None = None
-    for reader in readers:
-        for call, function in sorted(reader.calls, key=lambda item: _position(item[0])):
-            for name in sorted(reader.qualified_names(call.func)):
-                if not name.startswith(torch_api.DISTRIBUTED_CALLS):
-                    continue
-                if called is None:
-                    called = _called(readers, by_name)
-                if function is None or function in called:
-                    return Use(reader.number, call, name)
-    return None
+    return Trees(modules, runs).distributed_use()
+
+
+class Trees:
+    """The code that runs of a program's modules (in the order of the index: the entry first), read
+    once for both early answers."""
+
+    def __init__(self, modules: Sequence[TreeModule], runs: Reach) -> None:
+        self.readers = [_Reader(i, m, runs) for i, m in enumerate(modules)]
+        self.runs = runs
+        self.by_name: dict[str, list[_Function]] = {}
+        for reader in self.readers:
+            for (_, name), defined in reader.functions.items():
+                self.by_name.setdefault(name, []).append(defined)
+
+    def distributed_use(self) -> Use | None:
+        """See :func:`distributed_use`."""
+        called: set[_Function] | None = None
+        for reader in self.readers:
+            for call, function in sorted(reader.calls, key=lambda item: _position(item[0])):
+                for name in sorted(reader.qualified_names(call.func)):
+                    if not name.startswith(torch_api.DISTRIBUTED_CALLS):
+                        continue
+                    if called is None:
+                        called = _called(self.readers, self.by_name)
+                    if function is None or function in called:
+                        return Use(reader.number, call, name)
+        return None
+
+    def may_train(self) -> bool:
+        """Whether the full analysis may find anything to do in a program that is not already
+        distributed (asked after :meth:`distributed_use`): False only where it is sure to answer
+        "nothing to do", with nothing else to say.
+
+        The full analysis trains where a ``.backward()`` runs in the entry script or in a function
+        its calls reach, and refuses where a computed import may load a module that trains (DDP014)
+        or where code that is called builds a torch optimizer (which it may hand to a training loop
+        out of sight, DDP016). Here a definition counts as reached where reached code mentions its
+        name (a call, an attribute, a callback handed on, an alias), a class with all of its methods
+        and a function with the functions defined in it; from every definition of the entry script,
+        the module-level code of every module, and its decorated definitions (a registry may call
+        them). Optimizers are looked for also in the methods Python calls on its own (``forward``,
+        ``__call__``...). A call that may set up distributed training by a name these trees do not
+        resolve (a star import) also leaves the answer to the full analysis."""
+        if any("import" in construct for _, _, construct in self.runs.dynamic):
+            return True
+        reach = _Closure(self.readers)
+        entry, *others = self.readers
+        reach.grow(entry.every, top=self.readers)
+        reach.grow([f for reader in others for f in reader.every if f.node.decorator_list and not f.in_class])
+        if any(_is_backward(call) for call in reach.calls()):
+            return True
+        reach.grow(
+            [f for reader in self.readers for f in reader.every if f.in_class and f.node.name in CALLED_BY_PYTHON]
+        )
+        for reader, call in reach.calls_by_module():
+            if _last_name(call.func) in _DISTRIBUTED_NAMES:
+                return True
+            if any(_builds_optimizer(name) for name in reader.qualified_names(call.func)):
+                return True
+        return False
+
+
+class _Closure:
+    """The definitions reached from some roots by the names their code mentions."""
+
+    def __init__(self, readers: list[_Reader]) -> None:
+        self.readers = readers
+        self.functions: dict[str, list[_Function]] = {}
+        for reader in readers:
+            for function in reader.every:
+                self.functions.setdefault(function.node.name, []).append(function)
+            for name, methods in reader.classes.items():
+                self.functions.setdefault(name, []).extend(methods)
+        self.seen: set[_Function] = set()
+        self.mentioned: set[str] = set()
+        self.tops: list[_Reader] = []
+
+    def grow(self, roots: Sequence[_Function], top: Sequence[_Reader] = ()) -> None:
+        todo = list(roots)
+        for reader in top:
+            self.tops.append(reader)
+            todo += self._named(reader, reader.top_mentions)
+        while todo:
+            function = todo.pop()
+            if function in self.seen:
+                continue
+            self.seen.add(function)
+            reader = self.readers[function.module]
+            todo += function.inner
+            todo += self._named(reader, function.mentions)
+            if any(_serves_every_function(reader, call) for call in function.calls):
+                todo += reader.every
+
+    def _named(self, reader: _Reader, mentions: set[str]) -> list[_Function]:
+        found: list[_Function] = []
+        names = {n for n in mentions if n not in self.mentioned}
+        names |= {alias for n in mentions for alias in reader.aliases.get(n, ()) if alias not in self.mentioned}
+        for name in names:
+            self.mentioned.add(name)
+            found += self.functions.get(name, ())
+        return found
+
+    def calls(self) -> list[ast.Call]:
+        return [call for _, call in self.calls_by_module()]
+
+    def calls_by_module(self) -> list[tuple[_Reader, ast.Call]]:
+        found = [(reader, call) for reader in self.tops for call, function in reader.calls if function is None]
+        for function in self.seen:
+            found += [(self.readers[function.module], call) for call in function.calls]
+        return found
+
+
+def _is_backward(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "backward"
+
+
+def _last_name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _builds_optimizer(name: str) -> bool:
+    return name.startswith(torch_api.OPTIMIZER_MODULE + ".") and not name.startswith("torch.optim.lr_scheduler")
+
+
+def _serves_every_function(reader: _Reader, call: ast.Call) -> bool:
+    """``fire.Fire()``, ``globals()``, ``eval(...)``: the functions of the module are reached by a string."""
+    last = _last_name(call.func)
+    return last in _DYNAMIC_NAMES or (last == "Fire" and not call.args and not call.keywords)
+
+
+_DISTRIBUTED_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in torch_api.DISTRIBUTED_CALLS)
+_DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec"})
 
 
 def column(source: str | bytes, line: int, offset: int) -> int:
@@ -147,6 +267,10 @@ class _Reader:
         # (the class that owns it, or None; its name) -> the last such definition, as the index keeps it
         self.functions: dict[tuple[ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef | None, str], _Function] = {}
         self.calls: list[tuple[ast.Call, _Function | None]] = []
+        self.every: list[_Function] = []  # every definition, in source order
+        self.classes: dict[str, list[_Function]] = {}  # a class's name -> its methods
+        self.top_mentions: set[str] = set()  # the names module-level code reads
+        self.aliases: dict[str, set[str]] = {}  # ``from m import a as b``: b -> a
         self._skipped = {s.first for s in runs.skipped.get(module.name, ())}
         self._compound = 0
         self._statements(module.tree.body, None, None)
@@ -172,9 +296,15 @@ class _Reader:
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 for local, full in imported(stmt, self.package):
                     self.imports.setdefault(local, set()).add(full)
+                    self.aliases.setdefault(local, set()).add(full.rsplit(".", 1)[-1])
             if isinstance(stmt, _FUNCTION):
                 inner = _Function(stmt, self.number, isinstance(owner, ast.ClassDef))
                 self.functions[(owner, stmt.name)] = inner
+                self.every.append(inner)
+                if isinstance(owner, ast.ClassDef):
+                    self.classes.setdefault(owner.name, []).append(inner)
+                if function is not None:
+                    function.inner.append(inner)
                 self._expressions(definition_header(stmt), inner)  # libcst's tree holds them inside the ``def``
                 self._statements(stmt.body, stmt, inner)
             elif isinstance(stmt, ast.ClassDef):
@@ -189,12 +319,20 @@ class _Reader:
 
     def _expressions(self, roots: Sequence[ast.AST], function: _Function | None) -> None:
         stack = list(roots)
+        mentions = self.top_mentions if function is None else function.mentions
         while stack:
             node = stack.pop()
-            if isinstance(node, ast.Call):
-                self.calls.append((node, function))
+            kind = type(node)
+            if kind is ast.Name:
+                mentions.add(node.id)  # type: ignore[attr-defined]
+                continue
+            if kind is ast.Attribute:
+                mentions.add(node.attr)  # type: ignore[attr-defined]
+            elif kind is ast.Call:
+                call = cast(ast.Call, node)
+                self.calls.append((call, function))
                 if function is not None:
-                    function.calls.append(node)
+                    function.calls.append(call)
             for name in node._fields:
                 value = getattr(node, name, None)
                 if isinstance(value, ast.AST):
