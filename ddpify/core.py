@@ -152,11 +152,30 @@ def _early_answer(
     trees = already.Trees([m for m, _, _ in found], runs)
     use = trees.distributed_use()
     if use is None:
+        loaded = trees.loads_by_computed_name()
+        first = trees.first_backward() if loaded is not None and not trees.reaches_backward() else None
+        if loaded is not None and first is not None:
+            number, backward = first
+            return _outcome(
+                source, Status.REFUSED, [_training_unfollowed(loaded, found[number][2], backward.lineno, path)]
+            )
         return None if trees.may_train() else _outcome(source, Status.UNCHANGED, [nothing_to_do(path)])
     _, text, where = found[use.module]
     message = f"already distributed (uses {use.name}): left unchanged"
     line, column = use.call.lineno, already.column(text, use.call.lineno, use.call.col_offset)
     return _outcome(source, Status.UNCHANGED, [ALREADY_DISTRIBUTED.at(line, column, message, where)])
+
+
+def _training_unfollowed(loaded: tuple[str, int, str], trains_in: str, trains_at: int, path: str) -> Diagnostic:
+    """DDP014: no training step the program's calls reach, a module loaded by a computed name
+    (``loaded``: module, line, construct), and a backward pass at ``trains_in`` line ``trains_at``."""
+    module, line, construct = loaded
+    message = (
+        f"no training step that ddpify can follow: the program loads code by a computed name "
+        f"(`{construct}` in {module}, line {line}), and {trains_in} line {trains_at} "
+        "trains; import that module by name so that ddpify can follow it"
+    )
+    return TRAINING_UNFOLLOWED.at(1, 1, message, path)
 
 
 def _plan(
@@ -180,14 +199,10 @@ def _plan(
         backward = program.first_backward()
         if loaded and backward is not None:
             # a computed import may load the module that trains: "nothing to do" would be a guess
-            module, line, construct = loaded[0]
-            trains_in = program.index.path_of(backward)
-            message = (
-                f"no training step that ddpify can follow: the program loads code by a computed name "
-                f"(`{construct}` in {module}, line {line}), and {trains_in} line {program.index.position(backward)[0]} "
-                "trains; import that module by name so that ddpify can follow it"
+            where = _training_unfollowed(
+                loaded[0], program.index.path_of(backward), program.index.position(backward)[0], path
             )
-            return _outcome(source, Status.REFUSED, [TRAINING_UNFOLLOWED.at(1, 1, message, path)])
+            return _outcome(source, Status.REFUSED, [where])
         handed = program.optimizer_handed_away()
         if handed is not None:
             optimizer, outer = handed

@@ -208,3 +208,30 @@ def test_a_library_whose_training_helpers_nothing_reaches_gives_nothing_to_do_ea
 )
 def test_anything_that_may_reach_training_leaves_the_answer_to_the_full_analysis(entry: str) -> None:
     assert _may_train(entry, lib=LIBRARY)
+
+
+def test_a_computed_import_with_training_nothing_reaches_is_refused_early_as_the_full_analysis_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entry = "import importlib\nimport lib\n\nplugin = importlib.import_module(NAME)\nprint(lib.accuracy(m, x, y))\n"
+    modules = [LocalModule("lib.py", "lib", textwrap.dedent(LIBRARY))]
+    answered = core._early_answer("", "", ast.parse(entry), modules, _runs(entry, lib=LIBRARY))
+    assert answered is not None
+    early = convert(entry, path="evaluate.py", modules=modules)
+    monkeypatch.setattr(core, "_early_answer", lambda *args: None)
+    full = convert(entry, path="evaluate.py", modules=modules)
+    assert (
+        [d.format() for d in early.diagnostics]
+        == [d.format() for d in full.diagnostics]
+        == [
+            "evaluate.py:1:1: DDP014 no training step that ddpify can follow: the program loads code by a computed "
+            "name (`importlib.import_module()` in __main__, line 4), and lib.py line 10 trains; import that module "
+            "by name so that ddpify can follow it"
+        ]
+    )
+    assert early.status is full.status is Status.REFUSED
+
+
+def _runs(entry: str, **others: str) -> reach.Reach:
+    sources = [reach.ModuleSource(n, n.rpartition(".")[0], ast.parse(textwrap.dedent(t))) for n, t in others.items()]
+    return reach.reach(reach.ModuleSource("__main__", "", ast.parse(entry)), sources)

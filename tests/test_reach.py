@@ -203,9 +203,11 @@ def test_getattr_on_a_module_with_a_computed_name_runs_all_of_it() -> None:
     assert runs.dynamic == (("__main__", 3, "getattr()"),)
 
 
-def test_a_computed_import_makes_every_module_run() -> None:
-    runs = program("import importlib, sys\nimportlib.import_module(sys.argv[1])\n", a="x = 1\n", b="y = 2\n")
+def test_a_computed_import_makes_every_module_run_but_the_entry_scripts_own_code() -> None:
+    entry = "import importlib, sys\nimportlib.import_module(sys.argv[1])\ndef test(): pass\n"
+    runs = program(entry, a="def f(): pass\n", b="y = 2\n")
     assert runs.runs("a") and runs.runs("b")
+    assert (skipped_names(runs, "a"), skipped_names(runs, "__main__")) == ([], ["test"])
 
 
 def test_a_star_import_is_followed() -> None:

@@ -77,6 +77,7 @@ class Trees:
     def __init__(self, modules: Sequence[TreeModule], runs: Reach) -> None:
         self.readers = [_Reader(i, m, runs) for i, m in enumerate(modules)]
         self.runs = runs
+        self._closure: _Closure | None = None
         self.by_name: dict[str, list[_Function]] = {}
         for reader in self.readers:
             for (_, name), defined in reader.functions.items():
@@ -102,23 +103,15 @@ class Trees:
         "nothing to do", with nothing else to say.
 
         The full analysis trains where a ``.backward()`` runs in the entry script or in a function
-        its calls reach, and refuses where a computed import may load a module that trains (DDP014)
-        or where code that is called builds a torch optimizer (which it may hand to a training loop
-        out of sight, DDP016). Here a definition counts as reached where reached code mentions its
-        name (a call, an attribute, a callback handed on, an alias), a class with all of its methods
-        and a function with the functions defined in it; from every definition of the entry script,
-        the module-level code of every module, and its decorated definitions (a registry may call
-        them). Optimizers are looked for also in the methods Python calls on its own (``forward``,
-        ``__call__``...). A call that may set up distributed training by a name these trees do not
-        resolve (a star import) also leaves the answer to the full analysis."""
-        if any("import" in construct for _, _, construct in self.runs.dynamic):
+        its calls reach (:meth:`reaches_backward`), and refuses where a computed import may load a
+        module that trains (DDP014) or where code that is called builds a torch optimizer (which it
+        may hand to a training loop out of sight, DDP016). Optimizers are looked for also in the
+        methods Python calls on its own (``forward``, ``__call__``...). A call that may set up
+        distributed training by a name these trees do not resolve (a star import) also leaves the
+        answer to the full analysis."""
+        if self.loads_by_computed_name() or self.reaches_backward():
             return True
-        reach = _Closure(self.readers)
-        entry, *others = self.readers
-        reach.grow(entry.every, top=self.readers)
-        reach.grow([f for reader in others for f in reader.every if f.node.decorator_list and not f.in_class])
-        if any(_is_backward(call) for call in reach.calls()):
-            return True
+        reach = self._reached()
         reach.grow(
             [f for reader in self.readers for f in reader.every if f.in_class and f.node.name in CALLED_BY_PYTHON]
         )
@@ -128,6 +121,38 @@ class Trees:
             if any(_builds_optimizer(name) for name in reader.qualified_names(call.func)):
                 return True
         return False
+
+    def reaches_backward(self) -> bool:
+        """Whether a ``.backward()`` may run where the full analysis looks for the training step.
+
+        A definition counts as reached where reached code mentions its name (a call, an attribute,
+        a callback handed on, an alias), a class with all of its methods and a function with the
+        functions defined in it; from every definition of the entry script, the module-level code
+        of every module, and its decorated definitions (a registry may call them)."""
+        return any(_is_backward(call) for _, call in self._reached().calls_by_module())
+
+    def loads_by_computed_name(self) -> tuple[str, int, str] | None:
+        """The first import of code that runs whose module is computed: (module, line, construct)."""
+        return next((found for found in self.runs.dynamic if "import" in found[2]), None)
+
+    def first_backward(self) -> tuple[int, ast.Call] | None:
+        """The first ``.backward()`` of the code that runs, called or not, in the order of the index:
+        the module's number and the call."""
+        for reader in self.readers:
+            found = [call for call, _ in reader.calls if _is_backward(call)]
+            if found:
+                return reader.number, min(found, key=_position)
+        return None
+
+    def _reached(self) -> _Closure:
+        if self._closure is None:
+            self._closure = _Closure(self.readers)
+            entry, *others = self.readers
+            self._closure.grow(entry.every, top=self.readers)
+            self._closure.grow(
+                [f for reader in others for f in reader.every if f.node.decorator_list and not f.in_class]
+            )
+        return self._closure
 
 
 class _Closure:

@@ -19,7 +19,8 @@ run only under pytest; ``torch.no_grad()``, ``functools.wraps``) does not count.
 all of its methods. Where the names cannot be followed (``getattr(module,
 name)``, ``globals()``, ``eval``), every definition of that module runs; an
 import whose module is computed (``importlib.import_module(name)``) makes
-every module of the program run. This errs on the side of running: code
+every module of the program run (but the entry script, which runs as
+``__main__``: the module so loaded may import the others, not it). This errs on the side of running: code
 kept that does not run costs an edit, code dropped that runs would go
 unconverted.
 
@@ -336,7 +337,8 @@ class _Walker:
                 return
             self.dynamic.append((name, line, f"{func}()"))
             for other in self.modules.values():  # any of them, and anything in it (``lib.Model()``)
-                self._run_all(other)
+                if not other.entry:  # the entry script runs as ``__main__``: no module imports it by name
+                    self._run_all(other)
 
     def _run_all(self, module: _Module) -> None:
         self._run_module(module.source.name)
