@@ -30,7 +30,16 @@ from typing import cast
 
 from ddpify import torch_api
 from ddpify.engine.called import CALLED_BY_PYTHON
-from ddpify.engine.reach import COMPOUND, Reach, blocks, compounds_below, definition_header, dotted, imported
+from ddpify.engine.reach import (
+    COMPOUND,
+    KeptByTree,
+    Reach,
+    blocks,
+    compounds_below,
+    definition_header,
+    dotted,
+    imported,
+)
 
 _NEWLINE = re.compile(r"\r\n?|\n")
 _FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -57,7 +66,7 @@ class Use:
 @dataclass(eq=False)
 class _Function:
     node: ast.FunctionDef | ast.AsyncFunctionDef
-    module: int
+    reader: _Reader  # its module's
     in_class: bool
     calls: list[ast.Call] = field(default_factory=list)
     mentions: set[str] = field(default_factory=set)  # every name and attribute its code reads
@@ -75,7 +84,8 @@ class Trees:
     once for both early answers."""
 
     def __init__(self, modules: Sequence[TreeModule], runs: Reach) -> None:
-        self.readers = [_Reader(i, m, runs) for i, m in enumerate(modules)]
+        self.readers = [_reader(m, runs) for m in modules]
+        self.numbers = {id(reader): number for number, reader in enumerate(self.readers)}
         self.runs = runs
         self._closure: _Closure | None = None
         self.by_name: dict[str, list[_Function]] = {}
@@ -94,7 +104,7 @@ class Trees:
                     if called is None:
                         called = _called(self.readers, self.by_name)
                     if function is None or function in called:
-                        return Use(reader.number, call, name)
+                        return Use(self.numbers[id(reader)], call, name)
         return None
 
     def may_train(self) -> bool:
@@ -141,7 +151,7 @@ class Trees:
         for reader in self.readers:
             found = [call for call, _ in reader.calls if _is_backward(call)]
             if found:
-                return reader.number, min(found, key=_position)
+                return self.numbers[id(reader)], min(found, key=_position)
         return None
 
     def _reached(self) -> _Closure:
@@ -180,7 +190,7 @@ class _Closure:
             if function in self.seen:
                 continue
             self.seen.add(function)
-            reader = self.readers[function.module]
+            reader = function.reader
             todo += function.inner
             todo += self._named(reader, function.mentions)
             if any(_serves_every_function(reader, call) for call in function.calls):
@@ -201,7 +211,7 @@ class _Closure:
     def calls_by_module(self) -> list[tuple[_Reader, ast.Call]]:
         found = [(reader, call) for reader in self.tops for call, function in reader.calls if function is None]
         for function in self.seen:
-            found += [(self.readers[function.module], call) for call in function.calls]
+            found += [(function.reader, call) for call in function.calls]
         return found
 
 
@@ -261,7 +271,7 @@ def _called(readers: list[_Reader], by_name: dict[str, list[_Function]]) -> set[
         for function in _callees(reader, call, by_name):
             if function not in called:
                 called.add(function)
-                todo += [(readers[function.module], inner) for inner in function.calls]
+                todo += [(function.reader, inner) for inner in function.calls]
     return called
 
 
@@ -285,8 +295,7 @@ def _callees(reader: _Reader, call: ast.Call, by_name: dict[str, list[_Function]
 class _Reader:
     """One module's imports, functions and calls, in the code that runs."""
 
-    def __init__(self, number: int, module: TreeModule, runs: Reach) -> None:
-        self.number = number
+    def __init__(self, module: TreeModule, skipped: frozenset[int]) -> None:
         self.package = module.package
         self.imports: dict[str, set[str]] = {}
         # (the class that owns it, or None; its name) -> the last such definition, as the index keeps it
@@ -296,7 +305,7 @@ class _Reader:
         self.classes: dict[str, list[_Function]] = {}  # a class's name -> its methods
         self.top_mentions: set[str] = set()  # the names module-level code reads
         self.aliases: dict[str, set[str]] = {}  # ``from m import a as b``: b -> a
-        self._skipped = {s.first for s in runs.skipped.get(module.name, ())}
+        self._skipped = skipped
         self._compound = 0
         self._statements(module.tree.body, None, None)
 
@@ -323,7 +332,7 @@ class _Reader:
                     self.imports.setdefault(local, set()).add(full)
                     self.aliases.setdefault(local, set()).add(full.rsplit(".", 1)[-1])
             if isinstance(stmt, _FUNCTION):
-                inner = _Function(stmt, self.number, isinstance(owner, ast.ClassDef))
+                inner = _Function(stmt, self, isinstance(owner, ast.ClassDef))
                 self.functions[(owner, stmt.name)] = inner
                 self.every.append(inner)
                 if isinstance(owner, ast.ClassDef):
@@ -364,6 +373,16 @@ class _Reader:
                     stack.append(value)
                 elif isinstance(value, list):
                     stack.extend(v for v in value if isinstance(v, ast.AST) and not isinstance(v, ast.stmt))
+
+
+def _reader(module: TreeModule, runs: Reach) -> _Reader:
+    """The module read, or as read for an earlier program of this process with the same parts
+    that never run."""
+    skipped = frozenset(s.first for s in runs.skipped.get(module.name, ()))
+    return _READERS.get(module.tree, (module.name, module.package, skipped), lambda: _Reader(module, skipped))
+
+
+_READERS: KeptByTree[_Reader] = KeptByTree()
 
 
 def _headers(stmt: ast.stmt) -> list[ast.AST]:

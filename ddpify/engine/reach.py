@@ -34,9 +34,9 @@ from __future__ import annotations
 import ast
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 from ddpify.modules import absolute_import
 
@@ -103,6 +103,9 @@ class _Unit:
     module: _Module
     node: ast.AST
     refs: list[ast.AST] = field(default_factory=list)  # the nodes whose names it reads
+    # per ref, in walk order: the attributes, imports and calls below it, then the names it reads
+    # (read once per module, however many programs import it)
+    scanned: list[tuple[list[ast.AST], list[str]]] | None = None
 
 
 @dataclass(eq=False)
@@ -119,9 +122,7 @@ class _Module:
 
 def reach(entry: ModuleSource, others: Sequence[ModuleSource]) -> Reach:
     """What of the program of ``entry`` and ``others`` runs when ``entry`` is run as a script."""
-    modules = {m.name: _Module(m, entry=m is entry) for m in (entry, *others)}
-    for module in modules.values():
-        _read(module)
+    modules = {m.name: _module(m, entry=m is entry) for m in (entry, *others)}
     walker = _Walker(modules)
     walker.run(modules[entry.name])
     skipped: dict[str, tuple[Skipped, ...]] = {}
@@ -134,6 +135,22 @@ def reach(entry: ModuleSource, others: Sequence[ModuleSource]) -> Reach:
         if name in walker.live_modules:
             skipped[name] = tuple(_skipped(module, walker.live_units))
     return Reach(frozenset(walker.live_modules), skipped, frozenset(identifiers), tuple(walker.dynamic))
+
+
+_READ: KeptByTree[_Module]  # (below) the modules read, by tree, name, package and role
+
+
+def _module(source: ModuleSource, *, entry: bool) -> _Module:
+    """The module read (:func:`_read`), or as read for an earlier program of this process."""
+
+    def read() -> _Module:
+        module = _Module(source, entry=entry)
+        _read(module)
+        return module
+
+    if source.tree is None:
+        return read()
+    return _READ.get(source.tree, (source.name, source.package, entry), read)
 
 
 def _read(module: _Module) -> None:
@@ -218,8 +235,10 @@ class _Walker:
                 self._decorated(unit)
         while self.todo:
             unit = self.todo.pop()
-            for root in unit.refs:
-                self._scan(unit.module, root)
+            if unit.scanned is None:
+                unit.scanned = [_scanned(root) for root in unit.refs]
+            for events, names in unit.scanned:
+                self._scan(unit.module, events, names)
 
     def _run_module(self, name: str) -> None:
         """Importing ``name`` runs it and its packages."""
@@ -257,17 +276,14 @@ class _Walker:
             self.live_units.add(unit)
             self.todo.append(unit)
 
-    def _scan(self, module: _Module, root: ast.AST) -> None:
-        names: set[str] = set()
-        for node in _walk(root):
-            if isinstance(node, ast.Name):
-                names.add(node.id)
-            elif isinstance(node, ast.Attribute):
+    def _scan(self, module: _Module, events: list[ast.AST], names: list[str]) -> None:
+        for node in events:
+            if isinstance(node, ast.Attribute):
                 self._attribute(module, node)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 self._import(module, node)
-            elif isinstance(node, ast.Call):
-                self._dynamic(module, node)
+            else:
+                self._dynamic(module, cast(ast.Call, node))
         for name in names:
             for target in self._lookup(module, name, set()):
                 self._mark(target)
@@ -520,6 +536,20 @@ def _identifier(node: ast.AST) -> str | None:
     return None
 
 
+def _scanned(root: ast.AST) -> tuple[list[ast.AST], list[str]]:
+    """What :meth:`_Walker._scan` looks at below ``root``: its attributes, imports and calls in walk
+    order, and the names it reads, each once, in the order first read."""
+    events: list[ast.AST] = []
+    names: dict[str, None] = {}
+    for node in _walk(root):
+        kind = type(node)
+        if kind is ast.Name:
+            names[node.id] = None  # type: ignore[attr-defined]
+        elif kind is ast.Attribute or kind is ast.Import or kind is ast.ImportFrom or kind is ast.Call:
+            events.append(node)
+    return events, list(names)
+
+
 def _walk(root: ast.AST) -> Iterator[ast.AST]:
     """``root`` and every node below it (``ast.walk`` without its generator per node)."""
     stack = [root]
@@ -583,3 +613,33 @@ class KeptByText:
 
 
 _TREES = KeptByText()
+
+
+class KeptByTree(Generic[T]):
+    """What was made from a tree, by the tree and a key: the programs of a folder share their
+    library's modules. The tree is kept alive with it; at most :attr:`LIMIT` lines of code are
+    kept, the least recently used left out first."""
+
+    LIMIT = 200_000
+
+    def __init__(self) -> None:
+        self.kept: OrderedDict[tuple[int, Hashable], tuple[ast.Module, int, T]] = OrderedDict()
+        self.lines = 0
+
+    def get(self, tree: ast.Module, key: Hashable, make: Callable[[], T]) -> T:
+        found = self.kept.get((id(tree), key))
+        if found is not None and found[0] is tree:
+            self.kept.move_to_end((id(tree), key))
+            return found[2]
+        made = make()
+        lines = (tree.body[-1].end_lineno or 0) if tree.body else 0
+        if lines <= self.LIMIT:
+            self.kept[(id(tree), key)] = (tree, lines, made)
+            self.lines += lines
+            while self.lines > self.LIMIT:
+                _, (_, dropped, _) = self.kept.popitem(last=False)
+                self.lines -= dropped
+        return made
+
+
+_READ = KeptByTree()
