@@ -19,13 +19,12 @@ alone); a violation is refused with its DDP9xx code.
 from __future__ import annotations
 
 import ast
-import gc
 from collections.abc import Sequence
 from dataclasses import replace
 
 import libcst as cst
 
-from ddpify import bindings, concerns, invariants, stops
+from ddpify import bindings, collector, concerns, invariants, stops
 from ddpify.concerns.process_group import distributed_use
 from ddpify.diagnostics import (
     ALREADY_DISTRIBUTED,
@@ -55,18 +54,12 @@ def convert(
 ) -> Conversion:
     """Convert one training script, or the program made of ``source`` (its entry script) and the
     local ``modules`` it imports; see the module docstring for what is guaranteed."""
-    # The trees and the index are millions of small objects, alive until the end and without
-    # cycles: the cyclic collector would walk them again and again (about half of the cost of
-    # parsing a large program). Reference counting still frees everything else at once.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _convert(source, path, options, modules)
-    except Exception as exc:
-        return _outcome(source, Status.INTERNAL_ERROR, [INTERNAL_ERROR.at(1, 1, f"internal error: {exc!r}", path)])
-    finally:
-        if collecting:
-            gc.enable()
+    with collector.paused():  # (see ddpify.collector)
+        try:
+            return _convert(source, path, options, modules)
+        except Exception as exc:
+            message = f"internal error: {exc!r}"
+            return _outcome(source, Status.INTERNAL_ERROR, [INTERNAL_ERROR.at(1, 1, message, path)])
 
 
 def _convert(

@@ -33,6 +33,7 @@ import sys
 
 import typer
 
+from ddpify import collector
 from ddpify.cli.exits import ExitCode
 from ddpify.cli.files import guard_standard_streams
 from ddpify.cli.report import bug_report_address, describe, error
@@ -50,13 +51,18 @@ def main(argv: list[str] | None = None) -> int:
     """
     guard_standard_streams()
     args = sys.argv[1:] if argv is None else list(argv)
-    if args[:1] == [VERIFY] and not os.path.isfile(VERIFY):
-        from ddpify.cli.command import verify_app
+    with collector.paused():  # (see ddpify.collector)
+        if args[:1] == [VERIFY] and not os.path.isfile(VERIFY):
+            from ddpify.cli.command import verify_app
 
-        return _run(verify_app, args[1:], prog_name=f"ddpify {VERIFY}")
-    from ddpify.cli.command import app
+            code = _run(verify_app, args[1:], prog_name=f"ddpify {VERIFY}")
+        else:
+            from ddpify.cli.command import app
 
-    return _run(app, args, prog_name="ddpify")
+            code = _run(app, args, prog_name="ddpify")
+    if argv is None:  # the command itself, which exits now
+        collector.left_to_exit()
+    return code
 
 
 def _run(app: typer.Typer, args: list[str], *, prog_name: str) -> int:

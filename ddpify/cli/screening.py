@@ -41,10 +41,10 @@ After:   500 ``ast`` parses, then libcst for the few programs that may train
 from __future__ import annotations
 
 import ast
-import gc
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ddpify import collector
 from ddpify.engine.reach import definition_header, is_main_block, never_registers, parse
 from ddpify.modules import absolute_import
 
@@ -160,14 +160,9 @@ class Facts:
 
 def screen(source: bytes | str) -> Facts | None:
     """The facts of one file's text; None when CPython cannot parse it."""
-    collecting = gc.isenabled()
-    gc.disable()  # the tree is many small objects and no cycles: collections only cost time here
-    try:
+    with collector.paused():
         tree = parse(source)
         return None if tree is None else _Reader().read(tree)  # unparsable: the full analysis says why
-    finally:
-        if collecting:
-            gc.enable()
 
 
 class _Reader:

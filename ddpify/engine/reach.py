@@ -32,6 +32,7 @@ tree and libcst's tree number alike, so that the libcst index can skip them.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -89,8 +90,14 @@ class Reach:
 
     modules: frozenset[str]
     skipped: dict[str, tuple[Skipped, ...]]
-    identifiers: frozenset[str]  # every name written anywhere in the program, run or not
+    trees: tuple[ast.Module, ...] = ()  # every module's, run or not
     dynamic: tuple[tuple[str, int, str], ...] = ()  # (module, line, construct) that made more code run
+
+    @functools.cached_property
+    def identifiers(self) -> frozenset[str]:
+        """Every name written anywhere in the program, run or not (read only where an answer needs
+        more than these trees: fresh names for new code)."""
+        return frozenset(name for tree in self.trees for name in _identifiers(tree))
 
     def runs(self, module: str) -> bool:
         return module in self.modules
@@ -117,7 +124,6 @@ class _Module:
     imports: dict[str, set[str]] = field(default_factory=dict)
     stars: list[str] = field(default_factory=list)
     main_block: ast.If | None = None
-    identifiers: set[str] = field(default_factory=set)  # every name written in it
 
 
 def reach(entry: ModuleSource, others: Sequence[ModuleSource]) -> Reach:
@@ -126,15 +132,15 @@ def reach(entry: ModuleSource, others: Sequence[ModuleSource]) -> Reach:
     walker = _Walker(modules)
     walker.run(modules[entry.name])
     skipped: dict[str, tuple[Skipped, ...]] = {}
-    identifiers: set[str] = set()
+    trees: list[ast.Module] = []
     for name, module in modules.items():
         tree = module.source.tree
         if tree is None:
             continue
-        identifiers |= module.identifiers
+        trees.append(tree)
         if name in walker.live_modules:
             skipped[name] = tuple(_skipped(module, walker.live_units))
-    return Reach(frozenset(walker.live_modules), skipped, frozenset(identifiers), tuple(walker.dynamic))
+    return Reach(frozenset(walker.live_modules), skipped, tuple(trees), tuple(walker.dynamic))
 
 
 _READ: KeptByTree[_Module]  # (below) the modules read, by tree, name, package and role
@@ -165,10 +171,7 @@ def _read(module: _Module) -> None:
             module.main_block = stmt  # type: ignore[assignment]
             continue
         _read_statement(module, stmt, top)
-    for node in _walk(tree):
-        name = _identifier(node)
-        if name is not None:
-            module.identifiers.add(name)
+    for node in _imports(tree.body):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for local, full in imported(node, module.source.package):
                 module.imports.setdefault(local, set()).add(full)
@@ -534,6 +537,28 @@ def _identifier(node: ast.AST) -> str | None:
     if isinstance(node, ast.alias):
         return (node.asname or node.name).split(".")[0]
     return None
+
+
+def _imports(statements: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements among ``statements`` and in their blocks, at any depth (an import is a
+    statement: no expression holds one)."""
+    stack = list(reversed(statements))
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            yield stmt
+        elif isinstance(stmt, COMPOUND):
+            inner: list[ast.stmt] = []
+            for block in blocks(stmt):
+                inner += block
+            stack += reversed(inner)
+
+
+def _identifiers(tree: ast.Module) -> Iterator[str]:
+    for node in _walk(tree):
+        name = _identifier(node)
+        if name is not None:
+            yield name
 
 
 def _scanned(root: ast.AST) -> tuple[list[ast.AST], list[str]]:
