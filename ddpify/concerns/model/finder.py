@@ -238,8 +238,7 @@ class _Finder:
                 if target in lineage:
                     move = _device_move(value)
                     if index.is_call_to(value, torch_api.DATA_PARALLEL):
-                        if isinstance(small, cst.Assign):  # (``m: T = DataParallel(...)`` is not unwrapped)
-                            wraps.append((stmt, target))
+                        wraps.append((stmt, target))
                     elif move is not None:
                         moves.append((stmt, target, move))
                     elif index.carried_ref(value, scope) is None:
