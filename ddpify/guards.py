@@ -42,6 +42,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from ddpify.diagnostics import FORM_FEED, INVALID_SYNTAX, NO_ROUND_TRIP, TOO_DEEP, UNREADABLE, UNSUPPORTED, Diagnostic
+from ddpify.engine.collect import UNINDEXED
 from ddpify.engine.syntax import NODE_KINDS
 
 # A tree up to this deep is walked without a trial: a level costs at most about
@@ -122,19 +123,29 @@ def compile_quietly(source: str | bytes, path: str) -> None:
 
 
 def nesting_depth(module: cst.Module) -> int:
-    """How many nodes deep the tree goes, counted without recursion."""
+    """How many nodes deep the tree goes, counted without recursion: at most :data:`_LAYOUT_DEPTH`
+    more than the deepest node that is not whitespace or a line end (half the nodes of a module,
+    never nested in one another more than that, so not walked)."""
     deepest = 0
     stack: list[tuple[cst.CSTNode, int]] = [(module, 1)]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, depth = stack.pop()
+        node, depth = pop()
         deepest = max(deepest, depth)
+        inner = depth + 1
         for name in _child_fields(type(node)):
             value = getattr(node, name)
-            if type(value) in NODE_KINDS:
-                stack.append((value, depth + 1))
-            elif isinstance(value, (tuple, list)):
-                stack.extend((item, depth + 1) for item in value if type(item) in NODE_KINDS)
-    return deepest
+            kind = type(value)
+            if kind in NODE_KINDS:
+                if kind not in UNINDEXED:
+                    push((value, inner))
+            elif kind is tuple or kind is list:
+                stack += [(item, inner) for item in value if type(item) in NODE_KINDS and type(item) not in UNINDEXED]
+    return deepest + _LAYOUT_DEPTH
+
+
+# How deep whitespace and line ends nest below a node: ParenthesizedWhitespace -> EmptyLine -> Comment.
+_LAYOUT_DEPTH = 3
 
 
 def _walkable(module: cst.Module, spare: int) -> bool:
