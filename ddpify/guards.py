@@ -98,7 +98,7 @@ def parse_checked(
     except (SyntaxError, UnicodeDecodeError, LookupError) as exc:  # encoding detection
         return UNREADABLE.at(1, 1, f"cannot decode the file: {exc}", path)
     depth = nesting_depth(module)
-    if depth > PLAIN_DEPTH and not _walkable(module, SPARE_FRAMES):
+    if depth + LAYOUT_DEPTH > PLAIN_DEPTH and not _walkable(module, SPARE_FRAMES):
         return TOO_DEEP.at(_deepest_line(source), 1, f"{_TOO_DEEP} ({depth} levels deep)", path)
     return (round_trip_failure(module, source, path) if round_trip else None) or module
 
@@ -123,9 +123,9 @@ def compile_quietly(source: str | bytes, path: str) -> None:
 
 
 def nesting_depth(module: cst.Module) -> int:
-    """How many nodes deep the tree goes, counted without recursion: at most :data:`_LAYOUT_DEPTH`
-    more than the deepest node that is not whitespace or a line end (half the nodes of a module,
-    never nested in one another more than that, so not walked)."""
+    """How many nodes deep the code of the tree goes, counted without recursion. Whitespace and
+    line ends (half the nodes of a module) are not walked: they nest at most :data:`LAYOUT_DEPTH`
+    levels below a node of code."""
     deepest = 0
     stack: list[tuple[cst.CSTNode, int]] = [(module, 1)]
     pop, push = stack.pop, stack.append
@@ -141,11 +141,11 @@ def nesting_depth(module: cst.Module) -> int:
                     push((value, inner))
             elif kind is tuple or kind is list:
                 stack += [(item, inner) for item in value if type(item) in NODE_KINDS and type(item) not in UNINDEXED]
-    return deepest + _LAYOUT_DEPTH
+    return deepest
 
 
 # How deep whitespace and line ends nest below a node: ParenthesizedWhitespace -> EmptyLine -> Comment.
-_LAYOUT_DEPTH = 3
+LAYOUT_DEPTH = 3
 
 
 def _walkable(module: cst.Module, spare: int) -> bool:

@@ -96,7 +96,7 @@ def test_sum_that_compiles_but_is_too_deep_to_walk() -> None:
     conversion = convert(TRAIN + long_sum(500), path="sum.py")
 
     assert conversion.status is Status.INVALID
-    assert only(conversion) == f"sum.py:16:1: {TOO_DEEP} (504 levels deep)"
+    assert only(conversion) == f"sum.py:16:1: {TOO_DEEP} (503 levels deep)"
 
 
 def test_finding_the_deepest_line_prints_no_warning_about_the_user_s_code() -> None:
