@@ -57,8 +57,25 @@ def _serve() -> dict[str, Any]:
     raise SystemExit(0)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
+# Rendezvous ports come from below the kernel's range for outgoing connections (32768 and up on
+# Linux), a block of its own for each test worker: a port the kernel handed out (to a client
+# socket of another run, or to another worker's pick) is then never the one a run's store binds.
+_PORT_BASE = 20000
+_PORTS_PER_WORKER = 500
+
+
+def _free_port(slot: int) -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = _PORT_BASE + _PORTS_PER_WORKER * (int(worker) % 16 if worker.isdigit() else 0)
+    for step in range(_PORTS_PER_WORKER):
+        port = first + (slot + step) % _PORTS_PER_WORKER
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # the block is taken: any port the kernel gives
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
@@ -98,7 +115,7 @@ def _agent(request: dict[str, Any]) -> dict[str, Any]:
     os.dup2(log, 2)
     os.close(null)
     os.close(log)
-    port = _free_port()
+    port = _free_port(int(request.get("slot", 0)))
     ranks: dict[int, int] = {}
     for rank in range(int(request["nproc"])):
         pid = os.fork()
@@ -192,11 +209,13 @@ class _Server:
             env=env,
         )
         self.lock = threading.Lock()
+        self.started = 0  # runs started: each takes the next rendezvous port of the worker's block
 
     def start(self, request: Mapping[str, Any]) -> int:
         assert self.process.stdin is not None and self.process.stdout is not None
         with self.lock:
-            self.process.stdin.write(json.dumps(request) + "\n")
+            self.started += 1
+            self.process.stdin.write(json.dumps({**request, "slot": self.started}) + "\n")
             self.process.stdin.flush()
             answer = self.process.stdout.readline()
         if not answer:
