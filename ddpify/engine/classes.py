@@ -41,6 +41,7 @@ class ProgramClasses:
         def scope_of(self, node: cst.CSTNode) -> Scope: ...
         def lineage(self, ref: Ref) -> set[Ref]: ...
         def assignments_to(self, ref: Ref) -> Iterator[cst.Assign]: ...
+        def values_assigned(self, ref: Ref) -> Iterator[tuple[cst.Assign | cst.AnnAssign, cst.BaseExpression]]: ...
         def alias_of(self, name: cst.Name, scope: Scope | None = None) -> cst.Name | None: ...
 
         def root_ref(self, expr: cst.BaseExpression, scope: Scope) -> Ref | None: ...
@@ -162,8 +163,7 @@ class ProgramClasses:
         """The program's own classes whose instances the value at ``ref`` may be: ``Solver`` for
         ``solver`` after ``solver = Solver(...)``, followed through every place the value passes."""
         for place in self.lineage(ref):
-            for assignment in self.assignments_to(place):
-                value = assignment.value
+            for _, value in self.values_assigned(place):
                 if not isinstance(value, cst.Call):
                     continue
                 cls = self.local_class(value.func)
@@ -190,8 +190,7 @@ class ProgramClasses:
             return []
         found: list[cst.ClassDef] = []
         for place in sorted(self.lineage(ref), key=lambda p: (self.order.get(p.scope, -1), p.path)):
-            for assignment in self.assignments_to(place):
-                value = assignment.value
+            for _, value in self.values_assigned(place):
                 if isinstance(value, cst.Dict):
                     held = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
                 elif isinstance(value, (cst.List, cst.Tuple)):

@@ -165,11 +165,10 @@ def _object_classes(index: Index, name: cst.Name, scope: Scope) -> list[cst.Clas
     """The program's classes of the object ``name`` holds where every assignment in its scope builds one:
     ``Data(...)``, or a function of the program returning ``Data(...)`` or ``FACTORY[key](...)``."""
     ref = index.ref_of(name, scope)
-    assigns = list(index.assignments_to(ref)) if ref is not None and ref.scope is scope else []
+    values = [value for _, value in index.values_assigned(ref)] if ref is not None and ref.scope is scope else []
     found: list[cst.ClassDef] = []
-    for assign in assigns:
+    for value in values:
         made: list[cst.ClassDef] = []
-        value = assign.value
         if isinstance(value, cst.Call) and (own := index.local_class(value.func)) is not None:
             made = [own]
         elif isinstance(value, cst.Call) and (callee := index.resolve_callee(value, scope)) is not None:

@@ -105,6 +105,7 @@ class Index(ProgramClasses):
     _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)  # see qualified_names()
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
     _assignments: dict[Ref, list[cst.Assign]] | None = None
+    _annotated: dict[Ref, list[cst.AnnAssign]] | None = None
     _candidate_orders: dict[int, list[int]] = field(default_factory=dict)  # see _orders_of()
     _upstream: dict[Ref, list[Ref]] = field(default_factory=dict)  # see upstream()
 
@@ -403,8 +404,8 @@ class Index(ProgramClasses):
             if isinstance(current, cst.Module):
                 return None
             current = self.scope_of(current)
-        assigned = list(self.assignments_to(Ref(current, name.value)))
-        if len(assigned) != 1 or not isinstance(alias := assigned[0].value, cst.Name) or alias.value == name.value:
+        assigned = [value for _, value in self.values_assigned(Ref(current, name.value))]
+        if len(assigned) != 1 or not isinstance(alias := assigned[0], cst.Name) or alias.value == name.value:
             return None
         return alias
 
@@ -452,7 +453,7 @@ class Index(ProgramClasses):
         if isinstance(func.value, cst.Call):
             built.append(func.value)
         elif (ref := self.carried_ref(func.value, scope)) is not None and ref.scope is scope:
-            built += [a.value for a in self.assignments_to(ref)]
+            built += [value for _, value in self.values_assigned(ref)]
         classes = {cls for value in built if isinstance(value, cst.Call) and (cls := self.local_class(value.func))}
         if len(classes) != 1:
             return None
@@ -581,6 +582,23 @@ class Index(ProgramClasses):
                         for target in targets:
                             self._assignments[target].append(small)
         yield from self._assignments.get(ref, ())
+
+    def values_assigned(self, ref: Ref) -> Iterator[tuple[cst.Assign | cst.AnnAssign, cst.BaseExpression]]:
+        """Each value ``ref = value`` or ``ref: T = value`` binds, with its statement, in source order:
+        for questions that only read what a name holds (an annotated assignment binds as a plain one)."""
+        if self._annotated is None:
+            self._annotated = defaultdict(list)
+            for node in self.nodes_of(cst.AnnAssign):
+                assert isinstance(node, cst.AnnAssign)
+                if node.value is not None and (target := self.ref_of(node.target, self.scope_of(node))) is not None:
+                    self._annotated[target].append(node)
+        found: list[cst.Assign | cst.AnnAssign] = list(self.assignments_to(ref))
+        annotated = self._annotated.get(ref, [])
+        if annotated:
+            found = sorted([*found, *annotated], key=lambda n: self.order[n])
+        for node in found:
+            assert node.value is not None
+            yield node, node.value
 
     def spelled(self, ref: Ref, scope: Scope) -> str:
         """How code in ``scope`` writes ``ref``: ``model``, or ``self.model`` with the method's own ``self``."""

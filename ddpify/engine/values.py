@@ -36,8 +36,8 @@ def dict_keys(index: Index, expr: cst.BaseExpression, scope: Scope, depth: int =
         return None
     keys: set[str] = set()
     assigned = False
-    for assign in index.assignments_to(ref):
-        found = dict_keys(index, assign.value, index.scope_of(assign), depth + 1)
+    for assign, value in index.values_assigned(ref):
+        found = dict_keys(index, value, index.scope_of(assign), depth + 1)
         if found is None:
             return None
         keys |= found

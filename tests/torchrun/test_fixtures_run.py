@@ -79,6 +79,7 @@ CASES = [
     "data/loader_subclass_handing_on_its_arguments",
     "model/annotated_assignments",
     "model/annotated_data_parallel",
+    "data/loader_field_of_an_annotated_object",
     "tensors/examples_picked_with_an_early_stop_on_their_loss",
     "data/one_step_function_for_several_loaders",
     "downloads/cache_built_on_first_use",

@@ -267,9 +267,9 @@ class WrapperReads:
             if holder is None or holder.scope is not scope:
                 continue
             built = {
-                index.local_class(assign.value.func)
-                for assign in index.assignments_to(holder)
-                if isinstance(assign.value, cst.Call)
+                index.local_class(value.func)
+                for _, value in index.values_assigned(holder)
+                if isinstance(value, cst.Call)
             }
             if built == {cls}:
                 yield attribute
@@ -410,8 +410,8 @@ class WrapperReads:
         stmt = index.statement_of(read)
         unwrapping = m.Attribute(value=m.Name(read.value), attr=m.Name("module"))
         return any(
-            m.matches(assign.value, unwrapping) and index.after(stmt, index.statement_of(assign))
-            for assign in index.assignments_to(ref)
+            m.matches(value, unwrapping) and index.after(stmt, index.statement_of(assign))
+            for assign, value in index.values_assigned(ref)
         )
 
 

@@ -61,7 +61,8 @@ def _closure_of_step(index: Index, call: cst.Call) -> cst.BaseExpression | None:
         return None
     ref = index.carried_ref(call.func.value, index.scope_of(call))
     if ref is None or not any(
-        isinstance(a.value, cst.Call) and index.is_call_to(a.value, STEERED_BY_LOSS) for a in index.assignments_to(ref)
+        isinstance(value, cst.Call) and index.is_call_to(value, STEERED_BY_LOSS)
+        for _, value in index.values_assigned(ref)
     ):
         return None
     return closure.value
