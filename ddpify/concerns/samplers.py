@@ -117,7 +117,7 @@ class OwnSampler:
     arg: cst.Arg
     attribute: str  # where the loader keeps it: ``sampler`` or ``batch_sampler`` (set_epoch goes there)
     wrapped: tuple[cst.BaseExpression, ...] = ()  # samplers each rank takes its share of
-    placeholders: tuple[cst.Assign, ...] = ()  # ``sampler = None``: a DistributedSampler over the dataset
+    placeholders: tuple[cst.Assign | cst.AnnAssign, ...] = ()  # ``sampler = None``: a DistributedSampler
     dataset: str = ""  # the dataset as written where the placeholders are
     shuffle: bool = False  # whether a placeholder's DistributedSampler shuffles
     # ``RandomSampler(ds, replacement=True, ...)``: draws with replacement, which each rank makes with its own
@@ -149,22 +149,22 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
         why = _why_not_wrappable(index, value, batches)
         return why if why else OwnSampler(arg, attribute, wrapped=(value,))
     spelled = index.module.code_for_node(value)
-    assigns = list(index.assignments_to(ref))
-    if not assigns or _written_otherwise(index, ref, assigns):
+    assigned = list(index.values_assigned(ref))  # (``sampler: Sampler = ...`` binds as a plain assignment)
+    if not assigned or _written_otherwise(index, ref, [a for a, _ in assigned]):
         return f"cannot see every value `{spelled}` takes (it is set by something other than a plain assignment)"
-    samplers = [a for a in assigns if not m.matches(a.value, m.Name("None"))]
-    for assign in samplers:
-        why = _why_not_wrappable(index, assign.value, batches)
+    samplers = [v for _, v in assigned if not m.matches(v, m.Name("None"))]
+    for sampler in samplers:
+        why = _why_not_wrappable(index, sampler, batches)
         if why:
             return why
-    placeholders = tuple(a for a in assigns if a not in samplers)
-    if not placeholders and samplers and all(_with_replacement(index, a.value) for a in samplers):
-        return OwnSampler(arg, attribute, per_rank=tuple(cast(cst.Call, a.value) for a in samplers))
+    placeholders = tuple(a for a, v in assigned if m.matches(v, m.Name("None")))
+    if not placeholders and samplers and all(_with_replacement(index, v) for v in samplers):
+        return OwnSampler(arg, attribute, per_rank=tuple(cast(cst.Call, v) for v in samplers))
     if not placeholders:
         return OwnSampler(arg, attribute, wrapped=(value,))
     if batches:
         return f"the batch_sampler `{spelled}` may be None: there is no sampler to give each rank its share of"
-    return _placeholder(index, call, arg, placeholders, tuple(a.value for a in samplers))
+    return _placeholder(index, call, arg, placeholders, tuple(samplers))
 
 
 def _with_replacement(index: Index, value: cst.BaseExpression) -> bool:
@@ -181,7 +181,7 @@ def _placeholder(
     index: Index,
     call: cst.Call,
     arg: cst.Arg,
-    placeholders: tuple[cst.Assign, ...],
+    placeholders: tuple[cst.Assign | cst.AnnAssign, ...],
     wrapped: tuple[cst.BaseExpression, ...],
 ) -> OwnSampler | str:
     """``sampler = None``: where it stays None, a DistributedSampler over the loader's dataset takes its place."""
@@ -220,12 +220,14 @@ def _placeholder(
     return OwnSampler(arg, "sampler", wrapped, placeholders, dataset, shuffles)
 
 
-def _written_otherwise(index: Index, ref: Ref, assigns: list[cst.Assign]) -> bool:
+def _written_otherwise(index: Index, ref: Ref, assigns: list[cst.Assign | cst.AnnAssign]) -> bool:
     """Whether ``ref`` is also written by anything but ``assigns`` (a loop, an unpacking, ``+=``, ``:=``)."""
     for scope in index.scopes_reading(ref):
         for read in index.mentions(scope, ref):
             parent = index.parent(read)
             if isinstance(parent, cst.AssignTarget) and index.parent(parent) in assigns:
+                continue
+            if isinstance(parent, cst.AnnAssign) and parent.target is read and parent in assigns:
                 continue
             for node in (read, *index.ancestors(read)):
                 owner = index.parent(node)
@@ -353,7 +355,10 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
         )
     shuffle = "" if own.shuffle else ", shuffle=False"
     for placeholder in own.placeholders:
-        plan.replace(placeholder.value, _replaced_by(cst.parse_expression(f"{sampler}({own.dataset}{shuffle})")))
+        plan.replace(
+            cast(cst.BaseExpression, placeholder.value),
+            _replaced_by(cst.parse_expression(f"{sampler}({own.dataset}{shuffle})")),
+        )
     drawn = "the batches" if own.attribute == "batch_sampler" else "what"
     times = " once for every rank, so that each rank keeps its number of steps (one pass is the whole training)"
     for value in own.wrapped:
