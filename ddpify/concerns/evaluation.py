@@ -397,6 +397,8 @@ class _LoopReader:
                 continue
             if isinstance(parent, cst.AssignTarget):
                 return True
+            if isinstance(parent, cst.AnnAssign):  # ``total: float = 0.0``
+                return parent.target is node and parent.value is not None
             return isinstance(parent, cst.For) and parent.target is node
         return False
 
@@ -415,6 +417,8 @@ class _LoopReader:
         block = index.parent(index.statement_of(last))
         if not (block is not None and (block is index.module or index.inside(self.loop, block))):
             return None
+        if isinstance(last, cst.AnnAssign):  # ``total: float = 0.0``
+            return (index.order[last], 0) if last.value is not None and self._is_zero(last.value) else None
         for target in last.targets:
             if isinstance(target.target, cst.Name) and target.target.value == name:
                 return (index.order[last], 0) if self._is_zero(last.value) else None
@@ -427,15 +431,24 @@ class _LoopReader:
                             return (index.order[last], position) if self._is_zero(value) else None
         return None
 
-    def _assignments(self, place: Ref) -> Iterator[cst.Assign]:
-        """The assignments to ``place``, also as one of several targets (``correct, total = 0, 0``)."""
+    def _assignments(self, place: Ref) -> Iterator[cst.Assign | cst.AnnAssign]:
+        """The assignments to ``place``, also as one of several targets (``correct, total = 0, 0``), or
+        annotated (``total: float = 0.0``)."""
         index = self.index
         for stmt in index.statements:
             for small in stmt.body:
-                if isinstance(small, cst.Assign) and any(
-                    isinstance(single, cst.Name) and index.ref_of(single, index.scope_of(small)) == place
-                    for target in small.targets
-                    for single in assigned(target.target)
+                if (
+                    isinstance(small, cst.Assign)
+                    and any(
+                        isinstance(single, cst.Name) and index.ref_of(single, index.scope_of(small)) == place
+                        for target in small.targets
+                        for single in assigned(target.target)
+                    )
+                ) or (
+                    isinstance(small, cst.AnnAssign)
+                    and small.value is not None
+                    and isinstance(small.target, cst.Name)
+                    and index.ref_of(small.target, index.scope_of(small)) == place
                 ):
                     yield small
 
@@ -470,7 +483,7 @@ class _LoopReader:
         if not self._read_after(root.value):
             return None
         place = self._place(root.value)
-        if any(index.is_call_to(a.value, OUTPUT_FACTORIES) for a in self._assignments(place)):
+        if any(a.value is not None and index.is_call_to(a.value, OUTPUT_FACTORIES) for a in self._assignments(place)):
             return None  # a progress bar, tracker or logger
         return f"keeps its results with `{what}(...)`"
 
