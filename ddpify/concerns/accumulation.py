@@ -38,7 +38,7 @@ from ddpify.diagnostics import Code
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import assigned, walk
+from ddpify.engine.syntax import assigned, single_target, walk
 from ddpify.result import Options
 
 CODES: tuple[Code, ...] = ()
@@ -66,9 +66,8 @@ def _accumulations(index: Index, models: model.Facts) -> Iterator[Accumulation]:
     """``loss.backward()`` every micro-step, ``optimizer.step()`` under ``if (i + 1) % k == 0``."""
     optimizer_refs: set[Ref] = set()
     for optimizer in models.optimizers:
-        parent = index.parent(optimizer)
-        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-            ref = index.ref_of(parent.targets[0].target, index.scope_of(optimizer))
+        if (bound := single_target(index.parent(optimizer))) is not None:
+            ref = index.ref_of(bound, index.scope_of(optimizer))
             if ref is not None:
                 optimizer_refs |= index.downstream(ref)
     lineages = [trained.lineage for trained in models.models]
@@ -147,8 +146,8 @@ def _accumulates(index: Index, loop: cst.For | cst.While, step_if: cst.If, optim
         for st in (step_if.body.body if isinstance(step_if.body, cst.IndentedBlock) else ())
         if isinstance(st, cst.SimpleStatementLine)
         for small in st.body
-        if isinstance(small, cst.Assign)
-        for target in small.targets
+        if isinstance(small, (cst.Assign, cst.AnnAssign))
+        for target in (small.targets if isinstance(small, cst.Assign) else [small])
         for name in _names(index, target.target)
     }
     return any(

@@ -61,22 +61,21 @@ class RankLocal:
                 if m.matches(site.iter, m.Call(func=m.Name("enumerate"))) and isinstance(site.target, cst.Tuple):
                     targets = [e.value for e in site.target.elements[1:]]  # the batch counter is the same everywhere
             else:
-                drawn = next((a for a in index.ancestors(site) if isinstance(a, cst.Assign)), None)
-                targets = [t.target for t in drawn.targets] if drawn is not None else []
+                drawn = next((a for a in index.ancestors(site) if isinstance(a, (cst.Assign, cst.AnnAssign))), None)
+                targets = _targets(drawn) if drawn is not None else []
             local |= {name for t in targets for name in _bound(t)}
         body = block.body if isinstance(block, (cst.For, cst.While)) else block
         own = block if isinstance(block, (cst.FunctionDef, cst.Module)) else index.scope_of(block)
         assignments = [
             n
             for n in index.walk(body)
-            if isinstance(n, (cst.Assign, cst.AugAssign)) and index.scope_of(n) is own and n is not block
+            if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and index.scope_of(n) is own and n is not block
         ]
         self._names[block] = local
         for _ in range(3):
             for assign in assignments:
-                if self.reads(assign.value, block):
-                    targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
-                    local |= {name for t in targets for name in _bound(t)}
+                if assign.value is not None and self.reads(assign.value, block):
+                    local |= {name for t in _targets(assign) for name in _bound(t)}
         return local
 
     def draws_batches(self, function: cst.FunctionDef, depth: int = 0) -> bool:
@@ -122,6 +121,11 @@ class RankLocal:
             if not over_local and any(isinstance(n, cst.Name) and n.value == name.value for n in index.walk(bound)):
                 return True
         return False
+
+
+def _targets(assign: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.CSTNode]:
+    """What an assignment writes: each target of ``a = b = ...``; the one of ``a += ...`` or ``a: T = ...``."""
+    return [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
 
 
 def _bound(target: cst.CSTNode) -> set[str]:
