@@ -52,7 +52,7 @@ from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, with_comma
 from ddpify.engine.index import Index
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import argument
+from ddpify.engine.syntax import argument, single_target
 from ddpify.result import Options
 
 LOAD_WITHOUT_MAP_LOCATION = Code(
@@ -137,16 +137,16 @@ class _Finder:
         parent = index.parent(call)
         if isinstance(parent, cst.Arg):
             return _loads_state_dict(index.parent(parent))
-        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1):
+        if (bound := single_target(parent)) is None:  # ``ckpt = torch.load(...)``, or ``ckpt: dict = ...``
             return False
-        ref = index.ref_of(parent.targets[0].target, index.scope_of(call))
+        ref = index.ref_of(bound, index.scope_of(call))
         if ref is None:
             return False
         reads = [
             r
             for scope in index.scopes_reading(ref)
             for r in index.mentions(scope, ref)
-            if not isinstance(index.parent(r), cst.AssignTarget)
+            if not isinstance(index.parent(r), cst.AssignTarget) and single_target(index.parent(r)) is not r
         ]
         for read in reads:
             node = read
@@ -200,9 +200,10 @@ def saved(index: Index, value: cst.BaseExpression) -> bool:
         if isinstance(call, cst.Call) and parent.keyword is not None and index.is_call_to(call, _DICT):
             return saved(index, call)  # dict(model=model, epoch=epoch)
         return isinstance(call, cst.Call) and index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
-    if not (isinstance(parent, cst.Assign) and parent.value is value and len(parent.targets) == 1):
+    if not isinstance(parent, (cst.Assign, cst.AnnAssign)) or parent.value is not value:
         return False
-    target = parent.targets[0].target
+    if (target := single_target(parent)) is None:
+        return False
     if isinstance(target, cst.Subscript):
         holder = index.ref_of(target.value, index.scope_of(parent))
     elif isinstance(value, (cst.Dict, cst.List, cst.Tuple)) or index.is_call_to(value, _DICT):
