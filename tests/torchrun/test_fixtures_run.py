@@ -82,6 +82,7 @@ CASES = [
     "data/loader_field_of_an_annotated_object",
     "data/sampler_bound_by_an_annotated_assignment",
     "accumulation/annotated_optimizer",
+    "model/annotated_submodules",
     "tensors/examples_picked_with_an_early_stop_on_their_loss",
     "data/one_step_function_for_several_loaders",
     "downloads/cache_built_on_first_use",

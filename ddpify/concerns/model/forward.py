@@ -22,7 +22,7 @@ from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program, is_backward
-from ddpify.engine.syntax import argument, dotted
+from ddpify.engine.syntax import argument, dotted, single_target
 
 # nn.Module methods that run no submodule: ``next(self.parameters()).new_zeros(...)`` computes nothing
 _COMPUTES_NOTHING = (torch_api.WRAPPER_SAFE_ATTRIBUTES - {"forward"}) | {
@@ -258,13 +258,11 @@ class ForwardChecks:
                 continue
             parameters = {p.name.value for p in init.params.params} - {self_name}
             for node in index.walk(init.body):
-                if not (
-                    isinstance(node, cst.Assign)
-                    and len(node.targets) == 1
-                    and m.matches(node.targets[0].target, m.Attribute(value=m.Name(self_name)))
-                ):
+                target = single_target(node)  # ``self.x = ...`` or ``self.x: T = ...``
+                if target is None or not m.matches(target, m.Attribute(value=m.Name(self_name))):
                     continue
-                name = cast(cst.Attribute, node.targets[0].target).attr.value
+                name = cast(cst.Attribute, target).attr.value
+                node = cast(cst.Assign | cst.AnnAssign, node)
                 if isinstance(node.value, cst.Call) and (
                     any(q.startswith("torch.nn.") for q in index.qualified_names(node.value.func))
                     or index.local_class(node.value.func) is not None

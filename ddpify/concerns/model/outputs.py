@@ -23,6 +23,7 @@ from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
+from ddpify.engine.syntax import single_target
 
 
 class OutputUse:
@@ -47,20 +48,18 @@ class OutputUse:
             self_name = index.self_name(forward)
             heads: dict[str, int] = {}  # ``aux = self.aux(h)``: names bound once from a submodule
             for node in index.walk(forward.body):
-                if (
-                    isinstance(node, cst.Assign)
-                    and len(node.targets) == 1
-                    and isinstance(node.targets[0].target, cst.Name)
-                ):
-                    name = node.targets[0].target.value
-                    heads[name] = heads.get(name, 0) + (2 if not self._submodule_call(node.value, self_name) else 1)
+                if isinstance(target := single_target(node), cst.Name):  # ``h = ...`` or ``h: T = ...``
+                    value = cast(cst.BaseExpression, cast(cst.Assign | cst.AnnAssign, node).value)
+                    name = target.value
+                    heads[name] = heads.get(name, 0) + (2 if not self._submodule_call(value, self_name) else 1)
             # what each name of forward is computed from (``loss = F.cross_entropy(logits, ...)``)
             made_from: dict[str, set[str]] = {}
             for node in index.walk(forward.body):
-                if isinstance(node, cst.Assign):
+                if isinstance(node, cst.Assign | cst.AnnAssign) and node.value is not None:
                     read = {n.value for n in index.walk(node.value) if isinstance(n, cst.Name)}
-                    for target in node.targets:
-                        for bound in index.walk(target.target):
+                    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                    for target in targets:
+                        for bound in index.walk(target):
                             if isinstance(bound, cst.Name):
                                 made_from.setdefault(bound.value, set()).update(read)
             for node in index.walk(forward.body):
@@ -223,10 +222,8 @@ class OutputUse:
         optimizers = [
             o
             for o in trained.optimizers()
-            if isinstance(assign := index.parent(o), cst.Assign)
-            and len(assign.targets) == 1
-            and index.lineage(index.ref_of(assign.targets[0].target, index.scope_of(o)) or Ref(scope, "<none>"))
-            & stepped
+            if (bound := single_target(index.parent(o))) is not None
+            and index.lineage(index.ref_of(bound, index.scope_of(o)) or Ref(scope, "<none>")) & stepped
         ]
         if len(optimizers) != 1:
             return False
