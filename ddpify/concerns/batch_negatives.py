@@ -76,7 +76,7 @@ def _is_cross_entropy_module(index: Index, func: cst.BaseExpression) -> bool:
     ref = index.ref_of(func, index.scope_of(func))
     if ref is None:
         return False
-    return any(index.is_call_to(a.value, _CROSS_ENTROPY_MODULES) for a in index.assignments_to(ref))
+    return any(index.is_call_to(value, _CROSS_ENTROPY_MODULES) for _, value in index.values_assigned(ref))
 
 
 def _arange_in(index: Index, expr: cst.BaseExpression, depth: int) -> bool:
@@ -90,7 +90,7 @@ def _arange_in(index: Index, expr: cst.BaseExpression, depth: int) -> bool:
             if (
                 ref is not None
                 and ref.scope is scope
-                and any(_arange_in(index, a.value, depth - 1) for a in index.assignments_to(ref))
+                and any(_arange_in(index, value, depth - 1) for _, value in index.values_assigned(ref))
             ):
                 return True
     return False

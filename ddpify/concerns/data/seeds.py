@@ -50,7 +50,7 @@ class Seeds:
                     if (
                         index.ref_of(value, index.scope_of(split)) == constant
                         and assigned_before
-                        and all(isinstance(a.value, cst.Integer) for a in index.assignments_to(constant))
+                        and all(isinstance(value, cst.Integer) for _, value in index.values_assigned(constant))
                     ):
                         return value.value
         return "0"
@@ -60,7 +60,7 @@ class Seeds:
         index = self.index
         for value in own.wrapped:
             ref = index.ref_of(value, index.scope_of(value))
-            built = [a.value for a in index.assignments_to(ref)] if ref is not None else [value]
+            built = [held for _, held in index.values_assigned(ref)] if ref is not None else [value]
             for draw, family in (d for b in built if isinstance(b, cst.Call) for d in rng_draws(index, b)):
                 if not self.seeding.seeded_before(draw, family):
                     name = min(index.qualified_names(draw.func))  # the same name on every run

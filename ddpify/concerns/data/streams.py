@@ -28,7 +28,7 @@ def _iterable_dataset(index: Index, expr: cst.BaseExpression, scope: Scope, dept
     ref = index.ref_of(expr, scope)
     if ref is None or depth > 3:
         return None
-    found = (_iterable_dataset(index, a.value, index.scope_of(a), depth + 1) for a in index.assignments_to(ref))
+    found = (_iterable_dataset(index, value, index.scope_of(a), depth + 1) for a, value in index.values_assigned(ref))
     return next(filter(None, found), None)
 
 

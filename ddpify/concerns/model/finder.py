@@ -268,7 +268,7 @@ class _Finder:
         item = listed.item
         built = item
         if isinstance(item, cst.Name):  # nets.append(net): how ``net`` was built in the loop
-            assigned = [a.value for a in index.assignments_to(index.ref_of(item, scope) or listed.ref)]
+            assigned = [value for _, value in index.values_assigned(index.ref_of(item, scope) or listed.ref)]
             built = assigned[-1] if assigned else item
         cls = built
         while isinstance(cls, cst.Call) and isinstance(cls.func, cst.Attribute):
@@ -333,7 +333,7 @@ class _Finder:
             returned: cst.BaseExpression | None = value
             ref = index.carried_ref(value, function)
             if ref is not None:  # ``model = Net(...)`` ... ``return model``
-                values = [a.value for a in index.assignments_to(ref)]
+                values = [value for _, value in index.values_assigned(ref)]
                 returned = values[0] if len(values) == 1 else None
             made += [c for c in self._classes_made_by(returned, function, depth + 1) if c not in made]
         return made

@@ -208,7 +208,7 @@ class TrainedModels:
             else:
                 return None
         containers = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)
-        if subscripted and any(isinstance(a.value, containers) for a in index.assignments_to(ref)):
+        if subscripted and any(isinstance(value, containers) for _, value in index.values_assigned(ref)):
             return None
         return ref
 
