@@ -28,6 +28,12 @@ OPTIMIZER_MODULE = "torch.optim"
 # Names under torch.optim that are not optimizers.
 NOT_OPTIMIZERS = frozenset({"lr_scheduler", "swa_utils", "Optimizer", "optimizer"})
 
+
+def builds_optimizer(name: str) -> bool:
+    """Whether a call of this qualified name builds something of torch.optim (not a scheduler)."""
+    return name.startswith(OPTIMIZER_MODULE + ".") and not name.startswith("torch.optim.lr_scheduler")
+
+
 SAVE = frozenset({"torch.save"})
 LOAD = frozenset({"torch.load"})
 

@@ -45,7 +45,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ddpify import collector
-from ddpify.engine.reach import definition_header, is_main_block, never_registers, parse
+from ddpify.engine.reach import DYNAMIC_NAMES, definition_header, is_main_block, never_registers, parse
 from ddpify.modules import absolute_import
 
 # Names whose mention in running code may mean training: a backward pass, or an optimizer (which a
@@ -58,8 +58,6 @@ _TRAINS = frozenset(
         *("ASGD", "LBFGS", "SparseAdam"),
     }
 )
-# Calls through which a module's own names are reached by a computed string.
-DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec"})
 # Calls that load a module whose name is a value: ``(qualified name of the call, what it is)``.
 DYNAMIC_IMPORTS = {
     "importlib.import_module": "importlib.import_module()",

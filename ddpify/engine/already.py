@@ -32,6 +32,7 @@ from ddpify import torch_api
 from ddpify.engine.called import CALLED_BY_PYTHON
 from ddpify.engine.reach import (
     COMPOUND,
+    DYNAMIC_NAMES,
     KeptByTree,
     Reach,
     blocks,
@@ -39,6 +40,7 @@ from ddpify.engine.reach import (
     definition_header,
     dotted,
     imported,
+    qualified_names,
 )
 
 _NEWLINE = re.compile(r"\r\n?|\n")
@@ -128,7 +130,7 @@ class Trees:
         for reader, call in reach.calls_by_module():
             if _last_name(call.func) in _DISTRIBUTED_NAMES:
                 return True
-            if any(_builds_optimizer(name) for name in reader.qualified_names(call.func)):
+            if any(torch_api.builds_optimizer(name) for name in reader.qualified_names(call.func)):
                 return True
         return False
 
@@ -205,9 +207,6 @@ class _Closure:
             found += self.functions.get(name, ())
         return found
 
-    def calls(self) -> list[ast.Call]:
-        return [call for _, call in self.calls_by_module()]
-
     def calls_by_module(self) -> list[tuple[_Reader, ast.Call]]:
         found = [(reader, call) for reader in self.tops for call, function in reader.calls if function is None]
         for function in self.seen:
@@ -223,18 +222,13 @@ def _last_name(func: ast.expr) -> str:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
-def _builds_optimizer(name: str) -> bool:
-    return name.startswith(torch_api.OPTIMIZER_MODULE + ".") and not name.startswith("torch.optim.lr_scheduler")
-
-
 def _serves_every_function(reader: _Reader, call: ast.Call) -> bool:
     """``fire.Fire()``, ``globals()``, ``eval(...)``: the functions of the module are reached by a string."""
     last = _last_name(call.func)
-    return last in _DYNAMIC_NAMES or (last == "Fire" and not call.args and not call.keywords)
+    return last in DYNAMIC_NAMES or (last == "Fire" and not call.args and not call.keywords)
 
 
 _DISTRIBUTED_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in torch_api.DISTRIBUTED_CALLS)
-_DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec"})
 
 
 def column(source: str | bytes, line: int, offset: int) -> int:
@@ -310,9 +304,7 @@ class _Reader:
         self._statements(module.tree.body, None, None)
 
     def qualified_names(self, node: ast.expr) -> set[str]:
-        text = dotted(node)
-        root, _, rest = text.partition(".")
-        return {f"{full}.{rest}" if rest else full for full in self.imports.get(root, ())} if text else set()
+        return qualified_names(self.imports, node)
 
     def _statements(
         self,

@@ -66,7 +66,7 @@ class Program:
         index = self.index
         called: set[cst.FunctionDef] | None = None
         for call in index.calls:
-            if not any(_builds_optimizer(name) for name in index.qualified_names(call.func)):
+            if not any(torch_api.builds_optimizer(name) for name in index.qualified_names(call.func)):
                 continue
             holder = index.parent(call)
             scope = index.scope_of(call)
@@ -154,10 +154,6 @@ def _callees(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
         return []
     methods = (index.method(cls, func.attr.value, dispatch=True) for cls in index.constructed_classes(ref))
     return [method for method in methods if method is not None]
-
-
-def _builds_optimizer(name: str) -> bool:
-    return name.startswith(torch_api.OPTIMIZER_MODULE + ".") and not name.startswith("torch.optim.lr_scheduler")
 
 
 def is_backward(call: cst.Call) -> bool:

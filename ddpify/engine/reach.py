@@ -35,7 +35,7 @@ import ast
 import functools
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, cast
 
@@ -57,7 +57,7 @@ COMPOUND = (
 )
 _DEFINITION = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Calls through which a module's own names are reached by a computed string.
-_DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec"})
+DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec"})
 # ``fire.Fire()`` with no component makes every function of its module a command of the command line
 _EVERY_FUNCTION_A_COMMAND = frozenset({"fire.Fire", "Fire"})
 _DYNAMIC_IMPORTS = frozenset({"__import__", "importlib.import_module", "import_module"})
@@ -143,9 +143,6 @@ def reach(entry: ModuleSource, others: Sequence[ModuleSource]) -> Reach:
     return Reach(frozenset(walker.live_modules), skipped, tuple(trees), tuple(walker.dynamic))
 
 
-_READ: KeptByTree[_Module]  # (below) the modules read, by tree, name, package and role
-
-
 def _module(source: ModuleSource, *, entry: bool) -> _Module:
     """The module read (:func:`_read`), or as read for an earlier program of this process."""
 
@@ -172,13 +169,12 @@ def _read(module: _Module) -> None:
             continue
         _read_statement(module, stmt, top)
     for node in _imports(tree.body):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for local, full in imported(node, module.source.package):
-                module.imports.setdefault(local, set()).add(full)
-            if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
-                base = absolute_import(node.level, node.module or "", module.source.package)
-                if base is not None:
-                    module.stars.append(base)
+        for local, full in imported(node, module.source.package):
+            module.imports.setdefault(local, set()).add(full)
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            base = absolute_import(node.level, node.module or "", module.source.package)
+            if base is not None:
+                module.stars.append(base)
 
 
 def _read_statement(module: _Module, stmt: ast.stmt, top: _Unit) -> None:
@@ -264,15 +260,13 @@ class _Walker:
         ``torch.no_grad()``)."""
         node = unit.node
         if isinstance(node, _DEFINITION) and not all(
-            any(never_registers(name) for name in self._qualified(unit.module, d)) for d in node.decorator_list
+            any(
+                never_registers(name)
+                for name in qualified_names(unit.module.imports, d.func if isinstance(d, ast.Call) else d)
+            )
+            for d in node.decorator_list
         ):
             self._run(unit)
-
-    def _qualified(self, module: _Module, decorator: ast.expr) -> list[str]:
-        """A decorator's names through the module's imports (``@torch.no_grad()`` -> ``torch.no_grad``)."""
-        text = dotted(decorator.func if isinstance(decorator, ast.Call) else decorator)
-        root, _, rest = text.partition(".")
-        return [f"{full}.{rest}" if rest else full for full in module.imports.get(root, ())] if text else []
 
     def _run(self, unit: _Unit) -> None:
         if unit not in self.live_units:
@@ -337,7 +331,7 @@ class _Walker:
         func = dotted(call.func)
         name = module.source.name
         line = getattr(call, "lineno", 1)
-        if func in _DYNAMIC_NAMES or (func in _EVERY_FUNCTION_A_COMMAND and not call.args and not call.keywords):
+        if func in DYNAMIC_NAMES or (func in _EVERY_FUNCTION_A_COMMAND and not call.args and not call.keywords):
             self.dynamic.append((name, line, f"{func}()"))
             self._run_all(module)
         elif func == "getattr" and len(call.args) >= 2 and not isinstance(call.args[1], ast.Constant):
@@ -508,6 +502,14 @@ def never_registers(decorator: str) -> bool:
     return any(decorator == known or decorator.startswith(known + ".") for known in _NEVER_REGISTER)
 
 
+def qualified_names(imports: Mapping[str, set[str]], expr: ast.AST) -> set[str]:
+    """What a name or attribute chain refers to through a module's ``imports`` (each name it binds ->
+    what it imports): ``nn.Linear`` -> ``torch.nn.Linear`` after ``import torch.nn as nn``."""
+    text = dotted(expr)
+    root, _, rest = text.partition(".")
+    return {f"{full}.{rest}" if rest else full for full in imports.get(root, ())} if text else set()
+
+
 def dotted(expr: ast.AST) -> str:
     if isinstance(expr, ast.Name):
         return expr.id
@@ -667,4 +669,4 @@ class KeptByTree(Generic[T]):
         return made
 
 
-_READ = KeptByTree()
+_READ: KeptByTree[_Module] = KeptByTree()  # the modules read, by tree, name, package and role
