@@ -79,29 +79,47 @@ def _said(conversion: Conversion) -> tuple[str, list[str], list[str]]:
     return conversion.status.name, diagnostics, changes
 
 
-def main(argv: list[str]) -> int:
-    files = [Path(a) for a in argv] or [
+def scripts() -> list[Path]:
+    """The default inputs: every golden fixture's input, trial script and bundled example."""
+    return [
         *sorted((ROOT / "tests" / "fixtures").glob("*/*/input.py")),
         *sorted((ROOT / "tests" / "trial").glob("*.py")),
         *sorted((ROOT / "examples").glob("*.py")),
     ]
+
+
+def differences(path: Path) -> list[str] | None:
+    """How the conversions of ``path`` and of its twin differ (empty: they do not); None where the twin
+    cannot be made."""
+    source = path.read_text()
+    annotated = twin(source)
+    if annotated is None:
+        return None
+    options_file = path.parent / "options.json"
+    options = Options(**json.loads(options_file.read_text())) if options_file.exists() else Options()
+    plain, typed = (_said(convert(text, path="script.py", options=options)) for text in (source, annotated))
+    if plain == typed:
+        return []
+    found = [f"{plain[0]} -> {typed[0]}"]
+    for kind, a, b in (("diagnostic", plain[1], typed[1]), ("change", plain[2], typed[2])):
+        for line in sorted(set(a) ^ set(b))[:3]:
+            found.append(f"{kind} {'only plain' if line in a else 'only typed'}: {line[:160]}")
+    return found
+
+
+def main(argv: list[str]) -> int:
     compared = differ = 0
-    for path in files:
-        source = path.read_text()
-        annotated = twin(source)
-        if annotated is None:
+    for path in [Path(a) for a in argv] or scripts():
+        found = differences(path)
+        if found is None:
             continue
-        options_file = path.parent / "options.json"
-        options = Options(**json.loads(options_file.read_text())) if options_file.exists() else Options()
-        plain, typed = (_said(convert(text, path="script.py", options=options)) for text in (source, annotated))
         compared += 1
-        if plain == typed:
+        if not found:
             continue
         differ += 1
-        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {plain[0]} -> {typed[0]}")
-        for kind, a, b in (("diagnostic", plain[1], typed[1]), ("change", plain[2], typed[2])):
-            for line in sorted(set(a) ^ set(b))[:3]:
-                print(f"  {kind} {'only plain' if line in a else 'only typed'}: {line[:160]}")
+        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {found[0]}")
+        for line in found[1:]:
+            print(f"  {line}")
     print(f"annotated twins: {differ} of {compared} scripts convert differently")
     return 1 if differ else 0
 

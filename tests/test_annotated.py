@@ -1,0 +1,102 @@
+"""Typed scripts convert as their untyped twins (ddpify.engine.annotated).
+
+The analysed tree holds ``x: T = value`` as a plain assignment whose target
+prints the annotation back. These tests check that the tree still prints the
+source byte for byte, and that a script and its twin with every assignment
+annotated (``benchmarks/annotated_twins.py``) convert the same: a handful of
+scripts by default, one per class the twins once split, every fixture, trial
+and example script in the exhaustive run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from ddpify.engine.annotated import AssignTarget, lowered
+from tests.test_fuzz import load
+
+twins = load("annotated_twins")
+ROOT = Path(__file__).resolve().parent.parent
+
+ODD_LAYOUTS = """\
+import torch
+from typing import Dict
+
+LIMIT: int = 3
+x:int=1; y : "float"  =  2.0  # comment
+w: Dict[str,
+        int] = {}
+v: int \\
+    = 4
+total: float
+class Config:
+    lr: float = 1e-3
+    epochs: int
+def main(self) -> None:
+    self.model: torch.nn.Module = torch.nn.Linear(2, 2)
+    self.table["a"]: int = 1
+    for i in range(3):
+        acc: float = 0.0
+"""
+
+
+def test_the_analysed_tree_prints_the_source_byte_for_byte() -> None:
+    tree = lowered(cst.parse_module(ODD_LAYOUTS))
+    assert tree.code == ODD_LAYOUTS
+    targets = [n for n in _walk(tree) if isinstance(n, AssignTarget)]
+    assert len(targets) == 9
+    # only annotations without a value stay annotated assignments
+    assert sorted(n.target.value for n in _walk(tree) if isinstance(n, cst.AnnAssign)) == ["epochs", "total"]
+
+
+def test_a_target_kept_by_an_edit_keeps_its_annotation() -> None:
+    tree = lowered(cst.parse_module("model: nn.Module = Net()\n"))
+    assign = tree.body[0].body[0]
+    assert isinstance(assign, cst.Assign)
+    wrapped = assign.with_changes(value=cst.parse_expression("DDP(Net())"))
+    assert tree.with_changes(body=[tree.body[0].with_changes(body=[wrapped])]).code == (
+        "model: nn.Module = DDP(Net())\n"
+    )
+
+
+# one script per class of difference the twins once showed
+CLASSES = [
+    "tests/fixtures/run_names/random_search/input.py",  # values broadcast from rank 0
+    "tests/fixtures/side_effects/visdom_window_handles/input.py",  # trackers made on rank 0
+    "tests/fixtures/data/sampler_placeholder/input.py",  # ``sampler = None`` replaced
+    "tests/fixtures/tensors/batchified_streams/input.py",  # batchified data sharded
+    "tests/fixtures/model/models_in_a_comprehension/input.py",  # models in a collection
+    "tests/fixtures/model/frozen_encoder_in_optimizer/input.py",  # frozen parts, param groups
+    "tests/fixtures/process_group/training_loop_in_a_library/input.py",  # early answers
+    "tests/trial/s13_iter_based.py",  # a new pass per ``while`` iteration
+]
+
+
+def _scripts() -> list[object]:
+    chosen = {ROOT / c for c in CLASSES}
+    return [
+        pytest.param(p, id=str(p.relative_to(ROOT)), marks=() if p in chosen else pytest.mark.exhaustive)
+        for p in twins.scripts()
+    ]
+
+
+@pytest.mark.parametrize("path", _scripts())
+def test_a_script_and_its_typed_twin_convert_the_same(path: Path) -> None:
+    found = twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: the script does not compile (a bad-input fixture)")
+    assert found == []
+
+
+def test_the_classes_are_among_the_scripts() -> None:
+    assert {ROOT / c for c in CLASSES} <= set(twins.scripts())
+
+
+def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    found = [node]
+    for child in node.children:
+        found.extend(_walk(child))
+    return found
