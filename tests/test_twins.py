@@ -1,11 +1,15 @@
-"""Typed scripts convert as their untyped twins (ddpify.engine.annotated).
+"""A script and its twins, programs Python runs alike, convert alike.
 
-The analysed tree holds ``x: T = value`` as a plain assignment whose target
-prints the annotation back. These tests check that the tree still prints the
-source byte for byte, and that a script and its twin with every assignment
-annotated (``benchmarks/annotated_twins.py``) convert the same: a handful of
-scripts by default, one per class the twins once split, every fixture, trial
-and example script in the exhaustive run.
+* Typed twins (``benchmarks/annotated_twins.py``): every assignment written
+  ``x: "T" = value``. The analysed tree holds such an assignment as a plain one
+  whose target prints the annotation back (ddpify.engine.annotated); these
+  tests also check that the tree still prints the source byte for byte.
+* Renamed twins (``benchmarks/renamed_twins.py``): every name the script
+  binds itself renamed: ``model`` or ``train_loader`` must mean nothing.
+
+A handful of scripts by default (for the typed twins, one per class of
+difference they once showed); every fixture, trial and example script in the
+exhaustive run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from ddpify.engine.annotated import AssignTarget, lowered
 from tests.test_fuzz import load
 
 twins = load("annotated_twins")
+renamed_twins = load("renamed_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -75,20 +80,49 @@ CLASSES = [
 ]
 
 
-def _scripts() -> list[object]:
-    chosen = {ROOT / c for c in CLASSES}
+def _scripts(chosen: set[Path]) -> list[object]:
     return [
         pytest.param(p, id=str(p.relative_to(ROOT)), marks=() if p in chosen else pytest.mark.exhaustive)
         for p in twins.scripts()
     ]
 
 
-@pytest.mark.parametrize("path", _scripts())
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in CLASSES}))
 def test_a_script_and_its_typed_twin_convert_the_same(path: Path) -> None:
     found = twins.differences(path)
     if found is None:
         pytest.skip("no twin: the script does not compile (a bad-input fixture)")
     assert found == []
+
+
+@pytest.mark.parametrize("path", _scripts(set((ROOT / "examples").glob("*.py"))))
+def test_a_script_and_its_renamed_twin_convert_the_same(path: Path) -> None:
+    found = renamed_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: the script does not compile or binds no name of its own")
+    assert found == []
+
+
+def test_the_renamed_twin_renames_what_the_script_binds_and_nothing_reached_otherwise() -> None:
+    source = (
+        "import torch\n"
+        "class Net(torch.nn.Module):\n"
+        "    scale = 2\n"
+        "    def forward(self, x):\n"
+        "        return x * self.scale\n"
+        "def main(lr=0.1):\n"
+        "    model = Net()\n"
+        "    for epoch in range(3):\n"
+        "        loss = model(torch.ones(1)).sum()\n"
+        "    torch.save(model, 'model.pt')\n"
+        "    _ = getattr(model, 'scale')\n"
+        "main(lr=0.2)\n"
+    )
+    made = renamed_twins.twin(source)
+    assert made is not None
+    code, names = made
+    assert names == {"epoch": "epoch_q9", "loss": "loss_q9", "main": "main_q9"}
+    assert "def main_q9(lr=0.1):" in code and "main_q9(lr=0.2)" in code and "self.scale" in code
 
 
 def test_the_classes_are_among_the_scripts() -> None:
