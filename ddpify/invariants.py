@@ -243,11 +243,26 @@ class _Script:
                 yield INVARIANT_SETUP_FIRST, use.lineno, what
 
     def _guarded_by_is_initialized(self, node: ast.AST) -> bool:
+        """Under an ``is_initialized()`` test, or after ``if not dist.is_initialized(): return ...`` in its block."""
         return any(
             isinstance(a, (ast.If, ast.IfExp, ast.BoolOp))
             and any(isinstance(n, ast.Attribute | ast.Name) and _tail(n) == "is_initialized" for n in ast.walk(a))
             for a in self.ancestors(node)
+        ) or any(
+            _leaves_without_group(earlier)
+            for statement in (node, *self.ancestors(node))
+            if isinstance(statement, ast.stmt)
+            for earlier in self._earlier_in_block(statement)
         )
+
+    def _earlier_in_block(self, statement: ast.stmt) -> list[ast.stmt]:
+        parent = self.parent.get(statement)
+        if parent is None:
+            return []
+        for _, value in ast.iter_fields(parent):
+            if isinstance(value, list) and statement in value:
+                return value[: value.index(statement)]
+        return []
 
     # -- (b) training data sharded, set_epoch once -----------------------
     def training_data(self) -> Iterator[_Violation]:
@@ -532,6 +547,21 @@ class _Script:
 
 
 _BRANCHES = (ast.If, ast.IfExp, ast.Try, ast.Match, ast.BoolOp, ast.For, ast.AsyncFor, ast.While)
+
+
+def _leaves_without_group(statement: ast.stmt) -> bool:
+    """``if not dist.is_initialized(): return ...`` (or ``raise``, ``continue``, ``break``): what follows it
+    in its block runs only where a process group exists."""
+    return (
+        isinstance(statement, ast.If)
+        and not statement.orelse
+        and isinstance(statement.test, ast.UnaryOp)
+        and isinstance(statement.test.op, ast.Not)
+        and isinstance(statement.test.operand, ast.Call)
+        and isinstance(statement.test.operand.func, (ast.Name, ast.Attribute))
+        and _tail(statement.test.operand.func) == "is_initialized"
+        and isinstance(statement.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
+    )
 
 
 def _tail(node: ast.Name | ast.Attribute) -> str:

@@ -450,6 +450,9 @@ class FirstPass:
             facts = self.owner.get(id(unit))
             if unit.dynamic_names and facts is not None:
                 todo += [u for units in facts.definitions.values() for u in units]
+                # the functions the file imports are in its globals too (``fire.Fire()`` serves them)
+                imported = sorted({name for record in facts.imports for name in record.names if name != "*"})
+                todo += [u for name in imported for key, u in self.by_name.get(name, ()) if key in files]
             if not walk.everything and any(o.startswith(".") or o in names for o in unit.getattr_owners):
                 walk.everything = True
                 todo += [u for key in files for units in self.files[key].definitions.values() for u in units]

@@ -505,7 +505,7 @@ class _LoopReader:
 HELPER = '''
 def {helper}(*values):
     """Each value (a number or a tensor) summed over all processes, in its own type, shape and device."""
-    flat = torch.cat([torch.as_tensor(v, dtype=torch.float64).flatten().cpu() for v in values])
+    {skip}flat = torch.cat([torch.as_tensor(v, dtype=torch.float64).flatten().cpu() for v in values])
     {dist}.all_reduce(flat)  # on the CPU, which Gloo serves under either backend
     parts = flat.split([torch.as_tensor(v).numel() for v in values])
     sums = [p.view_as(v).to(v) if torch.is_tensor(v) else type(v)(p.item()) for v, p in zip(values, parts)]
@@ -537,8 +537,15 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 done.add(loop.loop)
                 _sum_after(plan, loop, helper)
     if done:
-        definition = cst.parse_module(HELPER.format(helper=helper, dist=plan.names.dist)).body[0]
-        plan.add_setup_helper(helper, cast(cst.FunctionDef, definition))
+        dist = plan.names.dist
+        forms = [
+            cst.parse_module(HELPER.format(helper=helper, dist=dist, skip=skip)).body[0]
+            for skip in (
+                "",
+                f"if not {dist}.is_initialized():\n        return values[0] if len(values) == 1 else values\n    ",
+            )
+        ]
+        plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
         if "torch" not in plan.index.bound[plan.index.module]:
             plan.need_import("torch")
 
@@ -563,7 +570,10 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str]) -> None:
     else:
         dataset_code = index.module.code_for_node(dataset)
     sampler = plan.names.sampler
-    value = cst.parse_expression(f"{sampler}({dataset_code}, shuffle=False)")
+    code = f"{sampler}({dataset_code}, shuffle=False)"
+    if plan.without_group(call):  # another script may import it: the whole set, as before, without a group
+        code = f"{code} if {plan.names.dist}.is_initialized() else None"
+    value = cst.parse_expression(code)
     equal = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
     shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
     if shuffle is not None:  # the order of an evaluation does not change its sums

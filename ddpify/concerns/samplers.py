@@ -349,16 +349,26 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
     plan.need_import(
         "torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler
     )
+    dist = plan.names.dist
+    index = plan.index
     for value in own.wrapped:
-        plan.replace(
-            value, lambda node: cst.Call(func=cst.Name(wrapper), args=[cst.Arg(cast(cst.BaseExpression, node))])
-        )
+        if not plan.without_group(value):
+            plan.replace(value, _wrapped_in(wrapper, None))
+            continue
+        # another script may import it: the sampler as it was, without a group
+        assign = index.parent(value)
+        if isinstance(assign, cst.Assign) and assign.value is value and len(assign.targets) == 1:
+            name = index.module_of(value).code_for_node(assign.targets[0].target)
+            wrap = cst.parse_statement(f"{name} = {wrapper}({name})\n")
+            plan.insert_after(index.statement_of(value), plan.where_distributed(value, wrap))
+        else:
+            plan.replace(value, _wrapped_in(wrapper, f"{dist}.is_initialized()"))
     shuffle = "" if own.shuffle else ", shuffle=False"
     for placeholder in own.placeholders:
-        plan.replace(
-            cast(cst.BaseExpression, placeholder.value),
-            _replaced_by(cst.parse_expression(f"{sampler}({own.dataset}{shuffle})")),
-        )
+        code = f"{sampler}({own.dataset}{shuffle})"
+        if plan.without_group(placeholder):  # another script may import it: None, as before, without a group
+            code = f"{code} if {dist}.is_initialized() else None"
+        plan.replace(cast(cst.BaseExpression, placeholder.value), _replaced_by(cst.parse_expression(code)))
     drawn = "the batches" if own.attribute == "batch_sampler" else "what"
     times = " once for every rank, so that each rank keeps its number of steps (one pass is the whole training)"
     for value in own.wrapped:
@@ -407,6 +417,19 @@ def _draw_per_rank(plan: EditPlan, call: cst.Call, whole_run: bool) -> None:
         f"a sampler that draws with replacement: each rank draws {draws} from a "
         "generator seeded apart (torch.initial_seed() + rank), so that the ranks' draws differ",
     )
+
+
+def _wrapped_in(wrapper: str, test: str | None) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``Wrapper(sampler)``; with ``test``, ``Wrapper(sampler) if test else sampler``."""
+
+    def wrap(node: cst.CSTNode) -> cst.CSTNode:
+        value = cast(cst.BaseExpression, node)
+        call = cst.Call(func=cst.Name(wrapper), args=[cst.Arg(value)])
+        if test is None:
+            return call
+        return cst.IfExp(test=cst.parse_expression(test), body=call, orelse=value)
+
+    return wrap
 
 
 def _replaced_by(new: cst.CSTNode) -> Callable[[cst.CSTNode], cst.CSTNode]:
@@ -550,13 +573,21 @@ def sample_entries(plan: EditPlan, call: cst.Call, entry: DictEntry, dataset: cs
     else:
         written = code(shuffle.value.with_changes(lpar=[], rpar=[]))
         option = "" if written == test else f", shuffle={written}"
+    shared = plan.without_group(call)
+    if shared:  # another script may import it: without a group, every entry loads as before
+        test = f"{test} and {plan.names.dist}.is_initialized()"
     value = cst.parse_expression(f"{sampler}({code(dataset)}{option}) if {test} else None")
     new_arg = cst.Arg(
         value=value,
         keyword=cst.Name("sampler"),
         equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
     )
-    if shuffle is not None and shuffles:
+    if shuffle is not None and shuffles and shared:
+        kept = "" if m.matches(shuffle.value, m.Name("True")) else f"{code(shuffle.value)} and "
+        plan.replace(shuffle.value, _replaced_by(cst.parse_expression(f"{kept}not ({test})")))
+        position = list(call.args).index(shuffle) + 1
+        plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
+    elif shuffle is not None and shuffles:
         plan.replace(shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=value))
     else:
         spread = next((i for i, a in enumerate(call.args) if a.star == "**"), len(call.args))

@@ -187,6 +187,8 @@ class _Closure:
         for reader in top:
             self.tops.append(reader)
             todo += self._named(reader, reader.top_mentions)
+            if any(_serves_every_function(reader, call) for call, owner in reader.calls if owner is None):
+                todo += self._globals(reader)
         while todo:
             function = todo.pop()
             if function in self.seen:
@@ -196,7 +198,12 @@ class _Closure:
             todo += function.inner
             todo += self._named(reader, function.mentions)
             if any(_serves_every_function(reader, call) for call in function.calls):
-                todo += reader.every
+                todo += self._globals(reader)
+
+    def _globals(self, reader: _Reader) -> list[_Function]:
+        """The functions in a module's globals: its own, and those it imports (by their names)."""
+        imported = {full.rsplit(".", 1)[-1] for fulls in reader.imports.values() for full in fulls}
+        return [*reader.every, *self._named(reader, imported)]
 
     def _named(self, reader: _Reader, mentions: set[str]) -> list[_Function]:
         found: list[_Function] = []
@@ -273,6 +280,13 @@ def _callees(reader: _Reader, call: ast.Call, by_name: dict[str, list[_Function]
     found: list[_Function] = []
     if not call.args and not call.keywords and "fire.Fire" in reader.qualified_names(call.func):
         found += [f for (owner, _), f in reader.functions.items() if owner is None]
+        # what the module imports is in its globals too (by name: a superset of what it may be)
+        found += [
+            f
+            for fulls in reader.imports.values()
+            for full in sorted(fulls)
+            for f in by_name.get(full.rsplit(".", 1)[-1], [])
+        ]
     func = call.func
     named = func.attr if isinstance(func, ast.Attribute) else dotted(func)
     if named:

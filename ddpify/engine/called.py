@@ -58,11 +58,20 @@ def enclosing_function(index: Index, node: cst.CSTNode) -> cst.FunctionDef | Non
 
 
 def commands_of(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
-    """``fire.Fire()`` with no component: every function of its module is a command that may be called."""
+    """``fire.Fire()`` with no component: every function of its module's globals (its own, and those it
+    imports) is a command that may be called."""
     if call.args or not (index.qualified_names(call.func) & {"fire.Fire"}):
         return []
     module = index.module_of(call)
-    return [f for (scope, _), f in index.functions.items() if scope is module]
+    own = [f for (scope, _), f in index.functions.items() if scope is module]
+    # the module's globals: the functions it imports from other modules of the program are commands too
+    imported = [
+        d
+        for fulls in index.imports.get(module, {}).values()
+        for full in sorted(fulls)
+        if isinstance(d := index.local_definition(full), cst.FunctionDef) and d not in own
+    ]
+    return [*own, *imported]
 
 
 def _callees(index: Index, call: cst.Call, by_name: dict[str, list[cst.FunctionDef]]) -> list[cst.FunctionDef]:

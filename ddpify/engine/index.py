@@ -374,6 +374,17 @@ class Index(ProgramClasses):
                 return (method, 1) if method is not None else None
         return None
 
+    def function_named(self, expr: cst.BaseExpression, scope: Scope) -> cst.FunctionDef | None:
+        """The program's own function that ``expr`` names where it is written (``step``, ``utils.step``,
+        one imported from another module): a function handed on as a value."""
+        if isinstance(expr, cst.Name):
+            found = self._named_callee(expr, scope)
+        elif isinstance(expr, cst.Attribute):
+            found = self._imported_callee(expr)
+        else:
+            return None
+        return found[0] if found is not None and found[1] == 0 else None
+
     def _named_callee(self, func: cst.Name, scope: Scope, depth: int = 0) -> tuple[cst.FunctionDef, int] | None:
         """What a call of the name ``func`` in ``scope`` runs: a function, a class's ``__init__``, an
         imported one; or, for ``Exp = Exp_Main`` then ``Exp(args)`` (a name assigned once, from another

@@ -136,24 +136,27 @@ def _reaches_backward(index: Index) -> bool:
 def _callees(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
     """The functions of the program a call may run: resolved directly, or a method of an instance
     of the program's own class (``solver = Solver(...)``, then ``solver.train()``, or
-    ``Solver(...).train()``), or every function of a module that ``fire.Fire()`` serves."""
+    ``Solver(...).train()``), or every function of a module that ``fire.Fire()`` serves; and any function
+    of the program handed to the call as an argument."""
     scope = index.scope_of(call)
+    # a function of the program handed on (``partial(step, ...)``, ``Thread(target=work)``) may run
+    handed = [f for arg in call.args if (f := index.function_named(arg.value, scope)) is not None]
     resolved = index.resolve_callee(call, scope)
     if resolved is not None:
-        return [resolved[0]]
+        return [resolved[0], *handed]
     commands = commands_of(index, call)
     if commands:
-        return commands
+        return [*commands, *handed]
     func = call.func
     if not isinstance(func, cst.Attribute):
-        return []
+        return handed
     if (instance := index.instance_method(call, scope)) is not None:  # ``Runner(args).train()``
-        return [instance[0]]
+        return [instance[0], *handed]
     ref = index.root_ref(func.value, scope)
     if ref is None:
-        return []
+        return handed
     methods = (index.method(cls, func.attr.value, dispatch=True) for cls in index.constructed_classes(ref))
-    return [method for method in methods if method is not None]
+    return [*(method for method in methods if method is not None), *handed]
 
 
 def is_backward(call: cst.Call) -> bool:

@@ -354,10 +354,15 @@ class _Walker:
                     self._run_all(other)
 
     def _run_all(self, module: _Module) -> None:
+        """Every function in ``module``'s globals may run: its own, and those it imports from the program."""
         self._run_module(module.source.name)
         for units in module.definitions.values():
             for unit in units:
                 self._run(unit)
+        for name in sorted(module.imports):
+            for found in self._lookup(module, name, set()):
+                if not isinstance(found, str):
+                    self._run(found)
 
     def _lookup_expr(self, module: _Module, expr: ast.AST) -> list[_Unit | str]:
         if isinstance(expr, ast.Name):

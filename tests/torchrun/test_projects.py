@@ -66,6 +66,9 @@ def trains_in_sync(script: Path) -> None:
         pytest.param("experiment_class_bound_to_a_short_name", "-o", marks=pytest.mark.exhaustive),
         pytest.param("validation_loader_from_a_shared_factory", "-o", marks=pytest.mark.exhaustive),
         pytest.param("model_from_a_registry_of_another_module", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("sampler_placeholder_in_a_trainer_module", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("loader_dict_in_a_shared_module", "--in-place", marks=pytest.mark.exhaustive),
+        pytest.param("lbfgs_closure_in_a_shared_module", "-o", marks=pytest.mark.exhaustive),
     ],
 )
 def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path, run_ddpify: RunDdpify) -> None:
@@ -120,6 +123,8 @@ def test_the_projects_other_scripts_still_run_without_a_process_group(case: str,
     sources = [p.read_text() for p in (PROJECTS / case / "input").rglob("*.py")]
     if any("torch.utils.tensorboard" in text for text in sources) and importlib.util.find_spec("tensorboard") is None:
         pytest.skip("the project writes TensorBoard logs, and tensorboard is not installed")
+    if any("import fire" in text for text in sources) and importlib.util.find_spec("fire") is None:
+        pytest.skip("the project's command line is python-fire's, and fire is not installed")
     project = tmp_path / "project"
     shutil.copytree(PROJECTS / case / "input", project)
     named = PROJECTS / case / "entry.txt"

@@ -34,13 +34,15 @@ def _in_the_same_parentheses_as_argument(node: cst.CSTNode) -> cst.CSTNode:
     return call.args[0].value.with_changes(lpar=call.lpar, rpar=call.rpar)
 
 
-def _module_if_wrapped(ddp: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
-    """``model`` -> ``(model.module if isinstance(model, DDP) else model)``."""
+def _module_if_wrapped(ddp: str, bare: bool) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``model`` -> ``(model.module if isinstance(model, DDP) else model)``; without the parentheses where
+    it is ``bare``, a whole argument."""
 
     def replace(node: cst.CSTNode) -> cst.CSTNode:
         read = cast(cst.BaseExpression, node)
         text = cst.Module([]).code_for_node(read.with_changes(lpar=[], rpar=[]))
-        return cst.parse_expression(f"({text}.module if isinstance({text}, {ddp}) else {text})")
+        code = f"{text}.module if isinstance({text}, {ddp}) else {text}"
+        return cst.parse_expression(code if bare else f"({code})")
 
     return replace
 
@@ -290,7 +292,9 @@ def _unwrap(plan: EditPlan, model: Model, read: cst.BaseExpression) -> None:
     if plan.index.module_of(read) in plan.shared or model.maybe_frozen or early:
         # Other scripts pass this code a plain model (or it stays plain while frozen, or this code
         # also runs before the wrap): take ``.module`` only from the wrapper.
-        plan.replace(read, _module_if_wrapped(plan.names.ddp))
+        parent = plan.index.parent(read)
+        bare = isinstance(parent, cst.Arg) and parent.value is read and not parent.star
+        plan.replace(read, _module_if_wrapped(plan.names.ddp, bare))
         why = "this code also runs before the wrap" if early else "other scripts pass a plain model"
         plan.change(read, f"`{plan.index.module.code_for_node(read)}.module` when it is wrapped ({why})")
         return
