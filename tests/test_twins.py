@@ -6,9 +6,13 @@
   tests also check that the tree still prints the source byte for byte.
 * Renamed twins (``benchmarks/renamed_twins.py``): every name the script
   binds itself renamed: ``model`` or ``train_loader`` must mean nothing.
+* Split twins (``benchmarks/split_twins.py``): the script's self-contained
+  classes and functions moved into a second module: a program of two modules
+  converts as the one script does (changes compared by kind: a module that
+  other scripts may import is edited to run without a process group too).
 
-A handful of scripts by default (for the typed twins, one per class of
-difference they once showed); every fixture, trial and example script in the
+A handful of scripts by default (one per class of difference the twins once
+showed); every fixture, trial and example script in the
 exhaustive run.
 """
 
@@ -24,6 +28,7 @@ from tests.test_fuzz import load
 
 twins = load("annotated_twins")
 renamed_twins = load("renamed_twins")
+split_twins = load("split_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -103,6 +108,25 @@ def test_a_script_and_its_renamed_twin_convert_the_same(path: Path) -> None:
     assert found == []
 
 
+# one script per class of difference the split twins once showed
+SPLIT_CLASSES = [
+    "tests/fixtures/data/sampler_placeholder_or_weighted/input.py",  # samplers made in a shared module
+    "tests/fixtures/data/loader_dict_phases/input.py",  # a dict of loaders in a shared module
+    "tests/fixtures/evaluation/accuracy/input.py",  # --shard-eval in a shared module
+    "tests/fixtures/closures/lbfgs_closure_over_the_batch/input.py",  # a helper that returns without a group
+    "tests/fixtures/process_group/fire_without_component/input.py",  # fire.Fire() serves imported functions
+    "tests/fixtures/closures/lbfgs_closure_from_partial/input.py",  # a function handed on from another module
+]
+
+
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in SPLIT_CLASSES}))
+def test_a_script_and_its_two_module_twin_convert_the_same(path: Path) -> None:
+    found = split_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: no definition of the script can move to another module")
+    assert found == []
+
+
 def test_the_renamed_twin_renames_what_the_script_binds_and_nothing_reached_otherwise() -> None:
     source = (
         "import torch\n"
@@ -126,7 +150,7 @@ def test_the_renamed_twin_renames_what_the_script_binds_and_nothing_reached_othe
 
 
 def test_the_classes_are_among_the_scripts() -> None:
-    assert {ROOT / c for c in CLASSES} <= set(twins.scripts())
+    assert {ROOT / c for c in [*CLASSES, *SPLIT_CLASSES]} <= set(twins.scripts())
 
 
 def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
