@@ -10,6 +10,8 @@
   classes and functions moved into a second module: a program of two modules
   converts as the one script does (changes compared by kind: a module that
   other scripts may import is edited to run without a process group too).
+* Inlined twins (``benchmarks/inlined_twins.py``): ``main()``'s body run in
+  the main block instead, as a tutorial trains at module level.
 
 A handful of scripts by default (one per class of difference the twins once
 showed); every fixture, trial and example script in the
@@ -29,6 +31,7 @@ from tests.test_fuzz import load
 twins = load("annotated_twins")
 renamed_twins = load("renamed_twins")
 split_twins = load("split_twins")
+inlined_twins = load("inlined_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -124,6 +127,14 @@ def test_a_script_and_its_two_module_twin_convert_the_same(path: Path) -> None:
     found = split_twins.differences(path)
     if found is None:
         pytest.skip("no twin: no definition of the script can move to another module")
+    assert found == []
+
+
+@pytest.mark.parametrize("path", _scripts(set((ROOT / "examples").glob("*.py"))))
+def test_a_script_and_its_twin_trained_in_its_main_block_convert_the_same(path: Path) -> None:
+    found = inlined_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: no main() that its main block alone calls, without parameters or return")
     assert found == []
 
 
