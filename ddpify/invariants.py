@@ -459,10 +459,11 @@ class _Script:
 
     def _returns_wrapped(self, node: ast.AST, position: int | None) -> bool:
         """``get_model(...)``, a function of this module whose returned model it wraps itself (the
-        ``position``-th of a returned tuple, where the caller unpacks one)."""
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        ``position``-th of a returned tuple, where the caller unpacks one); or ``Builder(...).build()``,
+        the one method of that name in this module."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute)):
             return False
-        functions = self.functions.get(node.func.id, ())
+        functions = self.functions.get(_tail(node.func), ())
         if len(functions) != 1:
             return False
         function = functions[0]

@@ -47,6 +47,10 @@ class EditPlan:
         default_factory=lambda: defaultdict(list)
     )
     before: dict[cst.BaseStatement, list[Statement]] = field(default_factory=lambda: defaultdict(list))
+    # statements made when their anchor's block is rebuilt, from nodes other edits have made by then
+    built_before: dict[cst.BaseStatement, list[Callable[[], Statement]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     after: dict[cst.BaseStatement, list[Statement]] = field(default_factory=lambda: defaultdict(list))
     rank_zero_only: list[cst.BaseStatement] = field(default_factory=list)
     removed: set[cst.BaseStatement] = field(default_factory=set)
@@ -115,6 +119,11 @@ class EditPlan:
 
     def insert_before(self, anchor: cst.BaseStatement, *stmts: Statement) -> None:
         self.before[anchor].extend(stmts)
+
+    def insert_before_built(self, anchor: cst.BaseStatement, build: Callable[[], Statement]) -> None:
+        """Insert before ``anchor`` the statement ``build()`` makes once the nodes inside ``anchor`` are
+        edited: a statement that moves an expression out of ``anchor`` keeps the other edits inside it."""
+        self.built_before[anchor].append(build)
 
     def insert_after(self, anchor: cst.BaseStatement, *stmts: Statement) -> None:
         self.after[anchor].extend(stmts)
@@ -211,7 +220,11 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
         if needed:
             _place_imports(plan, module, needed)
         if used or needed:  # the helpers and imports are placed at the module's own top-level statements
-            placed = [stmt for stmt in module.body if stmt in plan.replacements or stmt in plan.before]
+            placed = [
+                stmt
+                for stmt in module.body
+                if stmt in plan.replacements or stmt in plan.before or stmt in plan.built_before
+            ]
             draft = _apply(plan, module, [*by_module[module], *everywhere, *placed], rank_zero)
         result[module] = draft
     return result
@@ -296,6 +309,7 @@ def _edited_by_module(plan: EditPlan) -> dict[cst.Module | None, list[cst.CSTNod
 def _edited_nodes(plan: EditPlan) -> Iterator[cst.CSTNode]:
     yield from plan.replacements
     yield from plan.before
+    yield from plan.built_before
     yield from plan.after
     yield from plan.removed
     yield from plan.inlined
@@ -405,7 +419,10 @@ def _ifs_run_on_rank_zero(plan: EditPlan, here: list[cst.CSTNode], guarded: set[
             and owner.orelse is None
             and owner.body is block
             and owner is not plan.index.main_guard
-            and all(s in guarded and not plan.before.get(s) and not plan.after.get(s) for s in block.body)
+            and all(
+                s in guarded and not plan.before.get(s) and not plan.built_before.get(s) and not plan.after.get(s)
+                for s in block.body
+            )
         ):
             merged.add(owner)
     return merged
@@ -465,7 +482,10 @@ class _Applier(cst.CSTTransformer):
 
         for original, changed in zip(originals, updated):
             new = statement(changed)
-            before = self.plan.before.get(original, [])
+            before = [
+                *self.plan.before.get(original, []),
+                *(build() for build in self.plan.built_before.get(original, [])),
+            ]
             after = self.plan.after.get(original, [])
             if carried and original not in self.plan.removed:
                 new = new.with_changes(leading_lines=[*carried, *new.leading_lines])

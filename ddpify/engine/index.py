@@ -356,7 +356,9 @@ class Index(ProgramClasses):
         return found
 
     def resolve_callee(self, call: cst.Call, scope: Scope) -> tuple[cst.FunctionDef, int] | None:
-        """The script's own function a call runs, and how many leading parameters it fills implicitly."""
+        """The script's own function a call runs, and how many leading parameters it fills implicitly: a
+        function, a method of ``self`` or of ``super()``, an imported function, or a method of an instance of
+        the program's own class (``Runner(args).run()``, ``runner.run()`` after ``runner = Runner(args)``)."""
         func = call.func
         if isinstance(func, cst.Name):
             return self._named_callee(func, scope)
@@ -365,14 +367,16 @@ class Index(ProgramClasses):
             if owner is not None and func.value.value == self.self_name(owner):
                 method = self.method(self.class_of[owner], func.attr.value, dispatch=True)
                 return (method, 1) if method is not None else None
-            return self._imported_callee(func)
+            return self._imported_callee(func) or self.instance_method(call, scope)
         if isinstance(func, cst.Attribute) and m.matches(func.value, m.Call(func=m.Name("super"), args=[])):
             owner = self.method_scope(scope)
             if owner is not None:  # ``super().__init__(...)``: the method of a base class
                 bases = self.bases(self.class_of[owner])
                 method = next((f for b in bases if (f := self.method(b, func.attr.value)) is not None), None)
                 return (method, 1) if method is not None else None
-        return None
+            return None
+        # ``Runner(args).run()``: a method of an instance of the program's own class
+        return self.instance_method(call, scope)
 
     def function_named(self, expr: cst.BaseExpression, scope: Scope) -> cst.FunctionDef | None:
         """The program's own function that ``expr`` names where it is written (``step``, ``utils.step``,
@@ -489,7 +493,8 @@ class Index(ProgramClasses):
         if self._callers is None:
             self._callers = defaultdict(list)
             for call in self.calls:
-                callee = self.resolve_callee(call, self.scope_of(call))
+                scope = self.scope_of(call)
+                callee = self.resolve_callee(call, scope)
                 if callee is not None:
                     self._callers[callee[0]].append(call)
         return self._callers.get(function, [])

@@ -101,6 +101,9 @@ CASES = [
     "side_effects/log_file_synced_to_disk",
     "model/loss_method_through_methods_of_its_parts",
     "model/param_groups_picked_from_named_pairs",
+    "side_effects/hoisted_output_reads_the_model",
+    "model/ema_model_from_a_builder_object",
+    "data/epoch_runner_object",
 ]
 
 

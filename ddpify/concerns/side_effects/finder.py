@@ -455,7 +455,7 @@ class Finder:
         if isinstance(node, cst.Call):
             scope = self.index.scope_of(node)
             if (
-                self.index.resolve_callee(node, scope) is not None
+                (self.index.resolve_callee(node, scope) is not None and self.index.instance_method(node, scope) is None)
                 or self._method_of_own_object(node, scope, model_refs)  # ``trainer.step(x)``
                 or self.index.carried_ref(node.func, scope) in model_refs
                 or self._item_of_models(node.func, model_refs)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import cast
 
@@ -12,7 +12,7 @@ import ddpify.engine.match as m
 from ddpify.concerns.side_effects.facts import _TERMINAL, MODULE_OUTPUT_KEPT, Facts
 from ddpify.concerns.side_effects.finder import _callee_name
 from ddpify.engine import uniformity
-from ddpify.engine.edits import EditPlan, fresh, statement, with_comma
+from ddpify.engine.edits import EditPlan, Statement, fresh, statement, with_comma
 from ddpify.result import Options
 
 
@@ -37,14 +37,23 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             reported.add((index.module_of(stmt), kind))
             plan.change(stmt, f"{kind} on global rank 0 only")
     taken: set[str] = set()
+    edited: dict[str, cst.BaseExpression] = {}  # each hoisted call as the other concerns edit it
     for call in facts.hoisted:
         stmt = index.statement_of(call)
         name = fresh(f"{_callee_name(call)}_result", index.identifiers | taken)
         taken.add(name)
-        hoisted = cst.parse_statement(f"{name} = {index.module.code_for_node(call)}\n")
-        plan.insert_before(stmt, hoisted.with_changes(leading_lines=statement(stmt).leading_lines))
+
+        def keep(node: cst.CSTNode, name: str = name) -> cst.CSTNode:
+            edited[name] = cast(cst.BaseExpression, node)
+            return cst.Name(name)
+
+        def assign(name: str = name, leading: Sequence[cst.EmptyLine] = statement(stmt).leading_lines) -> Statement:
+            value = edited[name]
+            return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)], leading)
+
+        plan.insert_before_built(stmt, assign)
         plan.replace(stmt, lambda n: statement(n).with_changes(leading_lines=()))
-        plan.replace(call, _name(name))
+        plan.replace(call, keep)
         plan.change(call, f"compute `{name}` on every rank, output it on rank 0")
     for call in facts.trackers:
         plan.replace(call, lambda n: cst.IfExp(test=plan.rank_zero, body=cast(cst.Call, n), orelse=cst.Name("None")))
