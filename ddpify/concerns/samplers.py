@@ -55,6 +55,7 @@ from typing import cast
 import libcst as cst
 
 import ddpify.engine.match as m
+from ddpify import torch_api
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, with_comma
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, dotted, parameter_names
@@ -186,7 +187,7 @@ def _placeholder(
 ) -> OwnSampler | str:
     """``sampler = None``: where it stays None, a DistributedSampler over the loader's dataset takes its place."""
     spelled = index.module.code_for_node(arg.value)
-    shuffle_arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "shuffle"), None)
+    shuffle_arg = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
     shuffle = shuffle_arg.value if shuffle_arg is not None else cst.Name("False")
     if m.matches(shuffle, m.Comparison(comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))])):
         test = cast(cst.Comparison, shuffle)
