@@ -158,6 +158,8 @@ def differences(path: Path) -> list[str] | None:
     options_file = path.parent / "options.json"
     options = Options(**json.loads(options_file.read_text())) if options_file.exists() else Options()
     plain, other = (_said(convert(text, path="script.py", options=options)) for text in (source, renamed))
+    if "INTERNAL_ERROR" in (plain[0], other[0]):
+        return [f"{plain[0]} -> {other[0]}: an internal error is never alike"]
     if plain == other:
         return []
     found = [f"{plain[0]} -> {other[0]}"]

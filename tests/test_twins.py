@@ -12,6 +12,9 @@
   other scripts may import is edited to run without a process group too).
 * Inlined twins (``benchmarks/inlined_twins.py``): ``main()``'s body run in
   the main block instead, as a tutorial trains at module level.
+* Positional twins (``benchmarks/positional_twins.py``): ``DataLoader(ds,
+  64, True)`` for ``DataLoader(ds, batch_size=64, shuffle=True)``, ``SGD(p,
+  0.1)`` for ``SGD(p, lr=0.1)``.
 * Method twins (``benchmarks/method_twins.py``): each function made the
   ``run()`` method of a class whose constructor keeps its parameters on
   ``self``, as a Trainer keeps its model and loader.
@@ -36,6 +39,7 @@ renamed_twins = load("renamed_twins")
 split_twins = load("split_twins")
 inlined_twins = load("inlined_twins")
 method_twins = load("method_twins")
+positional_twins = load("positional_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -166,6 +170,16 @@ def test_a_script_and_its_twin_with_functions_made_methods_convert_the_same(path
     if str(path.relative_to(ROOT)) in METHOD_LEFT:
         assert found, "converts alike now: drop it from METHOD_LEFT"
         return
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "path", _scripts({ROOT / "tests/fixtures/data/sampler_placeholder/input.py", *(ROOT / "examples").glob("*.py")})
+)
+def test_a_script_and_its_twin_with_arguments_by_position_convert_the_same(path: Path) -> None:
+    found = positional_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: no DataLoader or optimizer argument to pass by position")
     assert found == []
 
 
