@@ -104,6 +104,8 @@ CASES = [
     "side_effects/hoisted_output_reads_the_model",
     "model/ema_model_from_a_builder_object",
     "data/epoch_runner_object",
+    "data/phases_numbered_by_enumerate",
+    "data/enumerated_progress_bar_numbered_again",
 ]
 
 

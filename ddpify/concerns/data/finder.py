@@ -366,9 +366,13 @@ class LoaderFinder:
             ]
             return all(texts) and (bool(texts) or empty)
 
-        if strings(loop.iter):
+        iterable = loop.iter
+        # ``enumerate(phases)``, ``tqdm(phases)``: the loop still goes over the phases
+        while isinstance(iterable, cst.Call) and iterable.args and _last_name(iterable.func) in _PASSING_ON:
+            iterable = iterable.args[0].value
+        if strings(iterable):
             return True
-        ref = index.ref_of(loop.iter, index.scope_of(loop))
+        ref = index.ref_of(iterable, index.scope_of(loop))
         assigns = list(index.assignments_to(ref)) if ref is not None else []
         return bool(assigns) and all(strings(a.value) for a in assigns)
 
@@ -478,6 +482,14 @@ class LoaderFinder:
         if stmt is None:
             stmt = self._statement_of_call[call] = index.statement_of(call)
         return by_statement.get(stmt)
+
+
+# Calls whose items are those of their first argument, in some order (or numbered, or shown with a bar)
+_PASSING_ON = frozenset({"enumerate", "tqdm", "sorted", "reversed", "list", "tuple", "iter"})
+
+
+def _last_name(func: cst.BaseExpression) -> str:
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
 
 
 def _spelled(code: str) -> str:

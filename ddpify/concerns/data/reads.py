@@ -56,12 +56,12 @@ class Reads:
                     # ``batches = cycle(loader)`` then ``next(batches)``
                     yield call, (ref, *self._made_from(ref, scope))
 
-    def _made_from(self, ref: Ref, scope: Scope) -> tuple[Ref, ...]:
+    def _made_from(self, ref: Ref, scope: Scope, depth: int = 0) -> tuple[Ref, ...]:
         """What an iterator at ``ref`` may be made from by a call (a generator of the program's own)."""
         found: tuple[Ref, ...] = ()
         for assign in self.index.assignments_to(ref):
             if isinstance(assign.value, cst.Call):
-                found += self._candidates(assign.value, scope)
+                found += self._candidates(assign.value, scope, depth)
         return found
 
     def _candidates(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> tuple[Ref, ...]:
@@ -75,6 +75,8 @@ class Reads:
         ref = self.index.carried_ref(expr, scope)
         if ref is not None:
             found += (ref,)
+            if depth < 3:  # ``enumerate(stream)`` after ``stream = tqdm(enumerate(loader))``
+                found += self._made_from(ref, scope, depth + 1)
         if isinstance(expr, cst.Call) and depth < 3:
             found += self._returned_or_yielded(expr, depth)
         if isinstance(expr, cst.Call) and not m.matches(expr.func, _COUNTS):
