@@ -15,6 +15,8 @@
 * Positional twins (``benchmarks/positional_twins.py``): ``DataLoader(ds,
   64, True)`` for ``DataLoader(ds, batch_size=64, shuffle=True)``, ``SGD(p,
   0.1)`` for ``SGD(p, lr=0.1)``.
+* Loop twins (``benchmarks/loop_twins.py``): each loop over a name drawn
+  through ``enumerate(...)``, or through ``tqdm(...)``.
 * Method twins (``benchmarks/method_twins.py``): each function made the
   ``run()`` method of a class whose constructor keeps its parameters on
   ``self``, as a Trainer keeps its model and loader.
@@ -40,6 +42,7 @@ split_twins = load("split_twins")
 inlined_twins = load("inlined_twins")
 method_twins = load("method_twins")
 positional_twins = load("positional_twins")
+loop_twins = load("loop_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -183,6 +186,24 @@ def test_a_script_and_its_twin_with_arguments_by_position_convert_the_same(path:
     assert found == []
 
 
+LOOP_CLASSES = [
+    "tests/fixtures/data/loader_built_for_each_phase/input.py",  # phases drawn through enumerate or tqdm
+    "tests/fixtures/data/enumerate_kept_in_a_name/input.py",  # an iterator numbered again
+]
+LOOP_LEFT = {"tests/fixtures/data/validation_loader_from_the_training_factory/input.py"}  # one more DDP601
+
+
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in [*LOOP_CLASSES, *LOOP_LEFT]}))
+def test_a_script_and_its_twins_drawing_through_enumerate_or_tqdm_convert_the_same(path: Path) -> None:
+    found = loop_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: no loop over a name")
+    if str(path.relative_to(ROOT)) in LOOP_LEFT:
+        assert found, "converts alike now: drop it from LOOP_LEFT"
+        return
+    assert found == []
+
+
 def test_the_renamed_twin_renames_what_the_script_binds_and_nothing_reached_otherwise() -> None:
     source = (
         "import torch\n"
@@ -206,7 +227,8 @@ def test_the_renamed_twin_renames_what_the_script_binds_and_nothing_reached_othe
 
 
 def test_the_classes_are_among_the_scripts() -> None:
-    assert {ROOT / c for c in [*CLASSES, *SPLIT_CLASSES, *METHOD_CLASSES, *METHOD_LEFT]} <= set(twins.scripts())
+    chosen = [*CLASSES, *SPLIT_CLASSES, *METHOD_CLASSES, *METHOD_LEFT, *LOOP_CLASSES, *LOOP_LEFT]
+    assert {ROOT / c for c in chosen} <= set(twins.scripts())
 
 
 def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:

@@ -1,0 +1,143 @@
+"""Loop twins: each script against itself with its loops over a name drawn through ``enumerate`` or ``tqdm``.
+
+``for x, y in loader:``, ``for i_q9, (x, y) in enumerate(loader):`` and
+``for x, y in tqdm(loader):`` draw the same batches. ddpify must convert them
+alike: the same outcome, the same diagnostic codes and the same changes (line
+numbers aside; the progress bar's own change, shown on rank 0, left out).
+
+Two twins per script: every ``for`` loop whose iterable is a plain name or
+attribute (``loader``, ``self.loader``) goes through ``enumerate(...)`` with a
+new index name, or through ``tqdm(...)`` (``from tqdm import tqdm`` added).
+
+    .venv/bin/python benchmarks/loop_twins.py [FILE ...]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import libcst as cst
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from annotated_twins import scripts  # noqa: E402
+
+from ddpify import convert  # noqa: E402
+from ddpify.result import Conversion, Options  # noqa: E402
+
+KINDS = ("enumerate", "tqdm")
+
+
+class _Wrap(cst.CSTTransformer):
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.count = 0
+
+    def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
+        if not isinstance(updated.iter, (cst.Name, cst.Attribute)):
+            return updated
+        self.count += 1
+        call = cst.Call(func=cst.Name(self.kind), args=[cst.Arg(updated.iter)])
+        if self.kind == "tqdm":
+            return updated.with_changes(iter=call)
+        target = updated.target
+        if isinstance(target, cst.Tuple) and not target.lpar:
+            target = target.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        index = cst.Name(f"i{self.count}_q9")
+        pair = cst.Tuple([cst.Element(index), cst.Element(target)], lpar=[], rpar=[])
+        return updated.with_changes(target=pair, iter=call)
+
+
+def twin(source: str, kind: str) -> str | None:
+    """The source with its loops drawn through ``kind``; None where no loop is."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError:
+        return None
+    wrap = _Wrap(kind)
+    new = module.visit(wrap)
+    if not wrap.count or (kind == "tqdm" and "tqdm" in source):
+        return None
+    if kind == "tqdm":
+        line = cst.parse_statement("from tqdm import tqdm\n")
+        body = list(new.body)
+        first = next(
+            (
+                i
+                for i, s in enumerate(body)
+                if isinstance(s, cst.SimpleStatementLine)
+                and isinstance(s.body[0], (cst.Import, cst.ImportFrom))
+                and not (
+                    isinstance(s.body[0], cst.ImportFrom) and getattr(s.body[0].module, "value", "") == "__future__"
+                )
+            ),
+            0,
+        )
+        new = new.with_changes(body=[*body[:first], line, *body[first:]])
+    code = new.code
+    try:
+        compile(code, "<twin>", "exec")
+    except SyntaxError:
+        return None
+    return code
+
+
+_NUMBERS = re.compile(r"\b\d+\b")
+_PROGRESS_BAR = "progress bar shown on global rank 0 only"
+
+
+def _said(conversion: Conversion) -> tuple[str, list[str], list[str]]:
+    codes = sorted(d.format().split(": ", 1)[-1].split(" ", 1)[0] for d in conversion.diagnostics)
+    changes = sorted(
+        Counter(_NUMBERS.sub("N", c.summary) for c in conversion.changes if c.summary != _PROGRESS_BAR).elements()
+    )
+    return conversion.status.name, codes, changes
+
+
+def differences(path: Path) -> list[str] | None:
+    """How the conversions of ``path`` and of its loop twins differ (empty: they do not); None where no
+    twin can be made."""
+    source = path.read_text()
+    made = {kind: code for kind in KINDS if (code := twin(source, kind)) is not None}
+    if not made:
+        return None
+    options_file = path.parent / "options.json"
+    options = Options(**json.loads(options_file.read_text())) if options_file.exists() else Options()
+    plain = _said(convert(source, path="train.py", options=options))
+    found: list[str] = []
+    for kind, code in made.items():
+        other = _said(convert(code, path="train.py", options=options))
+        if "INTERNAL_ERROR" in (plain[0], other[0]) or plain != other:
+            found.append(f"{kind}: {plain[0]} -> {other[0]}")
+            for what, a, b in (("diagnostic", plain[1], other[1]), ("change", plain[2], other[2])):
+                ca, cb = Counter(a), Counter(b)
+                for line in sorted(((ca - cb) + (cb - ca)).keys())[:4]:
+                    found.append(f"  {what} {'only plain' if ca[line] > cb[line] else 'only ' + kind}: {line[:160]}")
+    return found
+
+
+def main(argv: list[str]) -> int:
+    compared = differ = 0
+    for path in [Path(a) for a in argv] or scripts():
+        found = differences(path)
+        if found is None:
+            continue
+        compared += 1
+        if not found:
+            continue
+        differ += 1
+        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:")
+        for line in found:
+            print(f"  {line}")
+    print(f"loop twins: {differ} of {compared} scripts convert differently")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
