@@ -106,6 +106,7 @@ CASES = [
     "data/epoch_runner_object",
     "data/phases_numbered_by_enumerate",
     "data/enumerated_progress_bar_numbered_again",
+    "tensors/branch_on_a_generator_left_alike",
 ]
 
 

@@ -83,8 +83,8 @@ class _DrawFinder(_StepReader):
         The seed that each rank gets is the script's own plus the rank: torch's is read back with
         ``torch.initial_seed()``; numpy's and ``random``'s must be a number or a name set by
         ``np.random.seed(...)`` / ``random.seed(...)`` before the loop (unseeded, they differ per process
-        already). A random value that decides the control flow of the step would then differ between the
-        ranks, so that is refused.
+        already). A random value from one of those generators that decides the control flow of the step
+        would then differ between the ranks, so that is refused.
         """
         index = self.index
         if self.setup.runs_before_setup(index, step):
@@ -101,7 +101,7 @@ class _DrawFinder(_StepReader):
                 else []
             )
             for test in tests:
-                if self._depends(test, step, lambda n: isinstance(n, cst.Call) and self._draws(n)):
+                if self._depends(test, step, lambda n: isinstance(n, cst.Call) and self._reseeded(n, libraries)):
                     raise Refused(
                         test,
                         f"a random value decides the control flow of the training step (`{_code(index, test)}`): "
@@ -129,6 +129,16 @@ class _DrawFinder(_StepReader):
                 raise Refused(seeded[-1], f"ddpify cannot seed `{_code(index, seeded[-1])}` differently per rank")
             seeds.append(f"{_code(index, seeded[-1].func)}({_code(index, value)} + {rank})")
         return Reseed(anchor, tuple(seeds), tuple(sorted({_code(index, c.func) for c in draws})))
+
+    def _reseeded(self, call: cst.Call, libraries: set[str]) -> bool:
+        """Whether ``call`` draws from a generator that each rank is about to seed apart (``random.random()``
+        stays the same on every rank where only numpy's generator is reseeded)."""
+        if not self._draws(call):
+            return False
+        try:
+            return bool(self._libraries(call) & libraries)
+        except Refused:
+            return True
 
     def _callers_up(self, node: cst.CSTNode) -> list[cst.Call]:
         """The calls that run ``node``'s function, one per level up, while each level has a single caller."""
