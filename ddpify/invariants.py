@@ -456,6 +456,59 @@ class _Script:
                 ):
                     what = f"train `{name}` without DistributedDataParallel: its gradients would not be averaged"
                     yield INVARIANT_WRAPPED, loop.lineno, what
+            for alias, name, loop in self._aliases_trained(scope, optimizer, sorted(self._optimized_names(optimizer))):
+                what = (
+                    f"train `{alias}`, another name for `{name}` taken before its wrap, without "
+                    "DistributedDataParallel: its gradients would not be averaged"
+                )
+                yield INVARIANT_WRAPPED, loop.lineno, what
+
+    def _aliases_trained(
+        self, scope: ast.AST, optimizer: ast.Call, names: list[str]
+    ) -> Iterator[tuple[str, str, ast.For | ast.AsyncFor | ast.While]]:
+        """``net = model`` before ``model = DDP(model)``, then a training loop that calls ``net(...)``: the
+        alias still names the plain module."""
+        bindings = self.bindings[scope]
+        for name in names:
+            wraps = [
+                n.lineno
+                for n in bindings.get(name, ())
+                if isinstance(n, ast.Assign) and any(self.calls_to(c, _WRAPS) for c in ast.walk(n.value))
+            ]
+            if not wraps:
+                continue
+            for alias, bound in bindings.items():
+                assigns = [n for n in bound if isinstance(n, ast.Assign)]
+                if not assigns or len(assigns) != len(bound) or alias == name:
+                    continue
+                if not all(isinstance(a.value, ast.Name) and a.value.id == name for a in assigns):
+                    continue
+                if not all(a.lineno < min(wraps) for a in assigns):
+                    continue
+                loop = self._first_training_loop_calling(scope, optimizer, alias)
+                if loop is not None:
+                    yield alias, name, loop
+
+    def _first_training_loop_calling(
+        self, scope: ast.AST, optimizer: ast.Call, name: str
+    ) -> ast.For | ast.AsyncFor | ast.While | None:
+        loops = sorted(
+            (
+                n
+                for n in self.backward_loops
+                if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
+                and n.lineno > optimizer.lineno
+                and self.scope_of(n) is scope
+            ),
+            key=lambda n: n.lineno,
+        )
+        for loop in loops[:1]:
+            if any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+                for n in self.body_nodes(loop)
+            ):
+                return loop
+        return None
 
     def _returns_wrapped(self, node: ast.AST, position: int | None) -> bool:
         """``get_model(...)``, a function of this module whose returned model it wraps itself (the

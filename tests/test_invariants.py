@@ -217,6 +217,32 @@ def test_an_optimized_model_trained_unwrapped_is_caught() -> None:
         """) == [("DDP904", 5)]
 
 
+def test_a_model_trained_by_a_name_taken_before_its_wrap_is_caught() -> None:
+    assert codes("""
+        def main(loader):
+            model = torch.nn.Linear(2, 2)
+            net = model
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model = DDP(model)
+            for (x,) in loader:
+                net(x).sum().backward()
+                optimizer.step()
+        """) == [("DDP904", 6)]
+    assert (
+        codes("""
+        def main(loader):
+            model = torch.nn.Linear(2, 2)
+            model = DDP(model)
+            net = model
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for (x,) in loader:
+                net(x).sum().backward()
+                optimizer.step()
+        """)
+        == []
+    )
+
+
 def test_an_optimized_model_wrapped_before_training_is_fine() -> None:
     assert (
         codes("""

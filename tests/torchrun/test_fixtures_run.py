@@ -107,6 +107,8 @@ CASES = [
     "data/phases_numbered_by_enumerate",
     "data/enumerated_progress_bar_numbered_again",
     "tensors/branch_on_a_generator_left_alike",
+    "model/alias_taken_before_the_optimizer",
+    "model/list_of_models_aliased",
 ]
 
 

@@ -508,8 +508,8 @@ class _Finder:
         Initialising weights (``model.apply(init)``), freezing parameters, replacing a
         submodule, loading a checkpoint, building the optimizer: all of it happens to the
         plain module, and the wrap follows it. The scan stops where the model first runs --
-        a forward call, or the model handed to the script's own functions and classes -- and
-        where another model copies its weights (``target = copy.deepcopy(online)``): the copy must
+        a forward call, or the model handed to the script's own functions and classes, or kept under
+        another name (``net = model``) -- and where another model copies its weights (``target = copy.deepcopy(online)``): the copy must
         take the weights the wrap broadcast, or each rank keeps its own initial draw.
         """
         block = self.index.parent(anchor)
@@ -526,6 +526,7 @@ class _Finder:
             if any(
                 (self.reads.runs_model(read) and not self.reads.only_prepares(read))
                 or self.reads.stored_in(read) is not None
+                or self.reads.aliased_in(read) is not None  # ``net = model``: it must name the wrapper
                 or self.reads.copied(read)
                 for read in reads
             ):

@@ -83,13 +83,14 @@ class WrapperReads:
         return all(index.ref_of(member, scope) in trained for member in listed.members)
 
     def refuse_stored_before(self, target: Ref, anchor: cst.BaseStatement, wrap: cst.BaseStatement) -> None:
-        """``nets = [net_a, net_b]`` before ``net_a = DDP(net_a)``: ``nets`` still trains the plain module."""
+        """``nets = [net_a, net_b]`` (or ``net = net_a``) before ``net_a = DDP(net_a)``: ``nets`` still trains
+        the plain module."""
         index = self.index
         scope = index.scope_of(wrap)
         for read in index.mentions(scope, target):
             if index.after(read, wrap) or index.inside(read, wrap) or index.statement_of(read) is wrap:
                 continue
-            holder = self.stored_in(read)
+            holder = self.stored_in(read) or self.aliased_in(read)
             if holder is None:
                 continue
             holder_ref = index.root_ref(holder, scope)
@@ -102,6 +103,20 @@ class WrapperReads:
                     "wrap: it would train the plain module; store the model after it is on its device",
                 )
                 return
+
+    def aliased_in(self, read: cst.BaseExpression) -> cst.Name | None:
+        """``net`` in ``net = model``: another name for the model itself, which the wrap does not rebind."""
+        parent = self.index.parent(read)
+        if (
+            isinstance(parent, cst.Assign)
+            and parent.value is read
+            and len(parent.targets) == 1
+            and isinstance(target := parent.targets[0].target, cst.Name)
+            and isinstance(read, (cst.Name, cst.Attribute))
+            and target.value != self.index.module_of(read).code_for_node(read)
+        ):
+            return target
+        return None
 
     def stored_in(self, read: cst.BaseExpression) -> cst.BaseExpression | None:
         """What keeps a second reference to the model: ``nets`` in ``nets = [net_a, net_b]``, ``self.net = net``."""
