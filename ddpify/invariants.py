@@ -477,14 +477,21 @@ class _Script:
             ]
             if not wraps:
                 continue
-            for alias, bound in bindings.items():
-                assigns = [n for n in bound if isinstance(n, ast.Assign)]
-                if not assigns or len(assigns) != len(bound) or alias == name:
-                    continue
-                if not all(isinstance(a.value, ast.Name) and a.value.id == name for a in assigns):
-                    continue
-                if not all(a.lineno < min(wraps) for a in assigns):
-                    continue
+            aliases = {name}  # ``net = model``, and ``other = net`` in turn, all taken before the wrap
+            grown = True
+            while grown:
+                grown = False
+                for alias, bound in bindings.items():
+                    assigns = [n for n in bound if isinstance(n, ast.Assign)]
+                    if alias in aliases or not assigns or len(assigns) != len(bound):
+                        continue
+                    if all(
+                        isinstance(a.value, ast.Name) and a.value.id in aliases and a.lineno < min(wraps)
+                        for a in assigns
+                    ):
+                        aliases.add(alias)
+                        grown = True
+            for alias in sorted(aliases - {name}):
                 loop = self._first_training_loop_calling(scope, optimizer, alias)
                 if loop is not None:
                     yield alias, name, loop

@@ -404,16 +404,22 @@ def test_a_list_of_models_that_also_have_names_of_their_own_is_not_wrapped_as_a_
 
 
 def test_a_list_taken_under_another_name_once_ready_names_the_wrapped_models(read) -> None:
-    program = read(ENSEMBLE.replace("    opts = [", "    ensemble = nets\n    opts = ["))
+    program = read(
+        ENSEMBLE.replace("    opts = [", "    ensemble = nets\n    opts = [").replace(
+            "zip(nets, opts)", "zip(ensemble, opts)"
+        )
+    )
     (found,) = model.find(program).models
-    assert code(program, found.insert_after).startswith("nets = [")  # the wrap comes before ``ensemble``
+    assert code(program, found.insert_after).startswith("opts = [")
+    assert found.realiased == (("ensemble", "nets"),)  # taken again after the wrap
     assert codes(program) == []
 
 
-def test_a_model_taken_under_another_name_before_it_is_ready_is_refused(read) -> None:
+def test_a_model_taken_under_another_name_before_it_is_replaced_is_refused(read) -> None:
+    """``other`` keeps the module that ``nn.Sequential(net)`` now holds inside: not the model that is wrapped."""
     single = ENSEMBLE.replace(
         "    nets = [nn.Linear(4, 1).cuda() for _ in range(k)]\n",
-        "    net = nn.Linear(4, 1)\n    other = net\n    net = net.cuda()\n    nets = [net]\n",
+        "    net = nn.Linear(4, 1)\n    other = net\n    net = nn.Sequential(net).cuda()\n    nets = [net]\n",
     ).replace("zip(nets, opts)", "zip([other], opts)")
     program = read(single)
     model.find(program)

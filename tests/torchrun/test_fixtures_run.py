@@ -109,6 +109,7 @@ CASES = [
     "tensors/branch_on_a_generator_left_alike",
     "model/alias_taken_before_the_optimizer",
     "model/list_of_models_aliased",
+    "model/alias_taken_before_the_move",
 ]
 
 

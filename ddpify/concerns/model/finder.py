@@ -199,12 +199,22 @@ class _Finder:
         unwrap = tuple(self.reads.wrapper_reads(target, insert_after))
         self.forward.warn_moves_in_training(target, insert_after)
         rewraps = self.freezing.unfrozen_after(target, insert_after)
-        self.reads.refuse_stored_before(target, anchor, insert_after)
+        realiased = self.reads.realiased(target, insert_after)
+        self.reads.refuse_stored_before(target, anchor, insert_after, {alias for alias, _ in realiased})
         unwrap = tuple(dict.fromkeys(unwrap + self.reads.stored_after(target, insert_after)))
         frozen = self.freezing.frozen_when_wrapped(target, insert_after)
         if frozen is None:  # frozen unless a run-time condition unfroze it: wrap it at run time
             return Model(
-                target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps, maybe_frozen=True
+                target,
+                expression,
+                insert_after,
+                on_cuda,
+                placed,
+                unwrap,
+                optimizer,
+                rewraps=rewraps,
+                maybe_frozen=True,
+                realiased=realiased,
             )
         if frozen:
             if not rewraps:
@@ -215,7 +225,9 @@ class _Finder:
                 f"`{expression}` has no trainable parameter where it would be wrapped in DistributedDataParallel "
                 "(which refuses such a module), and is unfrozen here: wrap it once it has trainable parameters",
             )
-        return Model(target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps)
+        return Model(
+            target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps, realiased=realiased
+        )
 
     def _candidates(
         self, lineage: set[Ref]
@@ -280,9 +292,11 @@ class _Finder:
             for read in model_collections.item_reads(index, index.downstream(listed.ref), insert_after)
             if self.reads.needs_module(read)
         )
-        self.reads.refuse_stored_before(listed.ref, anchor, insert_after)
+        realiased = self.reads.realiased(listed.ref, insert_after)
+        again = {alias for alias, _ in realiased}
+        self.reads.refuse_stored_before(listed.ref, anchor, insert_after, again)
         for flow in index.flows_from(listed.ref):  # ensemble = nets: the list of the unwrapped models
-            if not index.after(flow.stmt, insert_after):
+            if not index.after(flow.stmt, insert_after) and flow.dst.path not in again:
                 self.program.report(
                     flow.stmt,
                     STORED_BEFORE_WRAP,
@@ -293,7 +307,17 @@ class _Finder:
                 break
         on_cuda = _device_move(built) is True and anchor is listed.built
         expression = index.spelled(listed.ref, scope)
-        return Model(listed.ref, expression, insert_after, on_cuda, True, unwrap, optimizer, item=listed.name)
+        return Model(
+            listed.ref,
+            expression,
+            insert_after,
+            on_cuda,
+            True,
+            unwrap,
+            optimizer,
+            item=listed.name,
+            realiased=realiased,
+        )
 
     def _least_nested(self, candidates: list[_Candidate]) -> list[_Candidate]:
         """The candidates (statement first) inside the fewest loops."""
@@ -377,6 +401,7 @@ class _Finder:
                 optimizer,
                 data_parallel_if=data_parallel_if,
                 data_parallel_removed=stmt,
+                realiased=self.reads.realiased(target, insert_after),
             )
         if outer is placed:
             unwrap = tuple(self.reads.wrapper_reads(target, stmt))
@@ -396,6 +421,7 @@ class _Finder:
             optimizer,
             data_parallel_if=data_parallel_if,
             data_parallel_removed=stmt,
+            realiased=self.reads.realiased(target, insert_after),
         )
 
     def _refuse_second_backward(self, model: Model) -> bool:
@@ -508,8 +534,8 @@ class _Finder:
         Initialising weights (``model.apply(init)``), freezing parameters, replacing a
         submodule, loading a checkpoint, building the optimizer: all of it happens to the
         plain module, and the wrap follows it. The scan stops where the model first runs --
-        a forward call, or the model handed to the script's own functions and classes, or kept under
-        another name (``net = model``) -- and where another model copies its weights (``target = copy.deepcopy(online)``): the copy must
+        a forward call, or the model handed to the script's own functions and classes -- and
+        where another model copies its weights (``target = copy.deepcopy(online)``): the copy must
         take the weights the wrap broadcast, or each rank keeps its own initial draw.
         """
         block = self.index.parent(anchor)
@@ -526,7 +552,6 @@ class _Finder:
             if any(
                 (self.reads.runs_model(read) and not self.reads.only_prepares(read))
                 or self.reads.stored_in(read) is not None
-                or self.reads.aliased_in(read) is not None  # ``net = model``: it must name the wrapper
                 or self.reads.copied(read)
                 for read in reads
             ):

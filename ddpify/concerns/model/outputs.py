@@ -102,7 +102,7 @@ class OutputUse:
         def head(slot: int) -> bool:
             return heads is None or slot in heads
 
-        for read in index.mentions(scope, model.ref):
+        for read in self._mentions(scope, model):
             call = index.parent(read)
             assign = index.parent(call)
             if (
@@ -153,6 +153,12 @@ class OutputUse:
                     yield read, f"`{output.value}` from `{model.expression}(...)` is used only when `{condition}` holds"
                     break
 
+    def _mentions(self, node: cst.CSTNode, model: Model) -> list[cst.BaseExpression]:
+        """The model's reads under ``node``, by its own name and by every other name taken for it (``net =
+        model`` after the wrap names the wrapper too)."""
+        scope = self.index.scope_of(model.insert_after)
+        return [r for ref in self.reads.with_aliases(model.ref, scope) for r in self.index.mentions(node, ref)]
+
     def output_used_sometimes(self, model: Model, classes: set[cst.ClassDef]) -> str | None:
         """Why some of the model's parameters may get no gradient in a step that trains it
         (``find_unused_parameters=True``), or None."""
@@ -186,7 +192,7 @@ class OutputUse:
             and start < index.order[other] < end
             and isinstance(call := index.parent(other), cst.Call)
             and call.func is other
-            for other in index.mentions(loop.body, model.ref)
+            for other in self._mentions(loop.body, model)
         )
 
     def forwards_for_another_model(self, model: Model, classes: set[cst.ClassDef]) -> tuple[cst.BaseExpression, ...]:

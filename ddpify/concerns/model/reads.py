@@ -26,6 +26,12 @@ from ddpify.engine.syntax import parameter_names
 DEEPCOPY = frozenset({"copy.deepcopy"})
 
 
+# A module's methods that return the module itself
+_RETURN_THE_MODULE = frozenset(
+    {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval", "requires_grad_", "apply", "type"}
+)
+
+
 class WrapperReads:
     """Where the wrapped model is read, kept and run, for the finder and the training-step checks."""
 
@@ -82,7 +88,13 @@ class WrapperReads:
         trained = self.trained.all_trained()
         return all(index.ref_of(member, scope) in trained for member in listed.members)
 
-    def refuse_stored_before(self, target: Ref, anchor: cst.BaseStatement, wrap: cst.BaseStatement) -> None:
+    def refuse_stored_before(
+        self,
+        target: Ref,
+        anchor: cst.BaseStatement,
+        wrap: cst.BaseStatement,
+        realiased: frozenset[str] | set[str] = frozenset(),
+    ) -> None:
         """``nets = [net_a, net_b]`` (or ``net = net_a``) before ``net_a = DDP(net_a)``: ``nets`` still trains
         the plain module."""
         index = self.index
@@ -94,7 +106,12 @@ class WrapperReads:
             if holder is None:
                 continue
             holder_ref = index.root_ref(holder, scope)
-            if holder_ref is None or any(index.after(r, wrap) for r in index.mentions(scope, holder_ref)):
+            if holder_ref is None or any(
+                index.after(r, wrap)
+                for ref in self.with_aliases(holder_ref, scope)
+                if not (isinstance(holder, cst.Name) and ref.path in realiased)  # taken again after the wrap
+                for r in index.mentions(scope, ref)
+            ):
                 self.program.report(
                     read,
                     STORED_BEFORE_WRAP,
@@ -103,6 +120,57 @@ class WrapperReads:
                     "wrap: it would train the plain module; store the model after it is on its device",
                 )
                 return
+
+    def realiased(self, target: Ref, wrap: cst.BaseStatement) -> tuple[tuple[str, str], ...]:
+        """The other names taken for the model before ``wrap`` (``net = model``, then ``other = net``), each
+        bound once and used after the wrap, with how the model is written there: taken again after the
+        wrap, they name the wrapper. Not where the model is bound to another object in between (only
+        moves, ``model = model.to(device)``, keep it the same): those are refused (DDP307)."""
+        index = self.index
+        scope = index.scope_of(wrap)
+        found: list[tuple[str, str]] = []
+        for ref in self.with_aliases(target, scope)[1:]:
+            binds = list(index.assignments_to(ref))
+            if len(binds) != 1 or index.after(binds[0], wrap):
+                continue
+            if not any(index.after(r, wrap) for r in index.mentions(scope, ref)):
+                continue
+            if not self._only_moved_between(target, binds[0], wrap):
+                continue
+            found.append((ref.path, index.spelled(target, scope)))
+        return tuple(found)
+
+    def _only_moved_between(self, target: Ref, start: cst.CSTNode, wrap: cst.BaseStatement) -> bool:
+        """Whether every binding of ``target`` between ``start`` and the wrap keeps the same module
+        (``model = model.to(device)``, ``.cuda()``, ``.float()``: a module's own methods that return it)."""
+        index = self.index
+        for assign in index.assignments_to(target):
+            if not index.after(assign, start) or index.after(assign, wrap):
+                continue
+            value = assign.value
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+                if value.func.attr.value not in _RETURN_THE_MODULE:
+                    return False
+                value = value.func.value
+            if (
+                index.ref_of(value, index.scope_of(assign)) != target
+                if isinstance(value, (cst.Name, cst.Attribute))
+                else True
+            ):
+                return False
+        return True
+
+    def with_aliases(self, ref: Ref, scope: Scope) -> list[Ref]:
+        """``ref`` and every other name taken for it in ``scope``, transitively (``b = a``, then ``c = b``)."""
+        found, todo = [ref], [ref]
+        while todo and len(found) < 16:
+            for read in self.index.mentions(scope, todo.pop()):
+                alias = self.aliased_in(read)
+                alias_ref = self.index.ref_of(alias, scope) if alias is not None else None
+                if alias_ref is not None and alias_ref not in found:
+                    found.append(alias_ref)
+                    todo.append(alias_ref)
+        return found
 
     def aliased_in(self, read: cst.BaseExpression) -> cst.Name | None:
         """``net`` in ``net = model``: another name for the model itself, which the wrap does not rebind."""

@@ -238,6 +238,10 @@ def _wrap(plan: EditPlan, model: Model, arguments: str, options: Options) -> Non
         wrap = plan.where_distributed(anchor, wrap)
         plan.change(anchor, f"wrap {wrapped} in DistributedDataParallel")
     plan.insert_after(anchor, wrap)
+    for alias, source in model.realiased:
+        same = "the same models" if model.item is not None else "the same model"
+        plan.insert_after(anchor, cst.parse_statement(f"{alias} = {source}  # {same}, now wrapped\n"))
+        plan.change(anchor, f"`{alias}`, another name for `{source}` taken before the wrap, names the wrapper")
 
 
 _THROUGH_FORWARD = '''
