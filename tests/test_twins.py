@@ -17,6 +17,8 @@
   0.1)`` for ``SGD(p, lr=0.1)``.
 * Loop twins (``benchmarks/loop_twins.py``): each loop over a name drawn
   through ``enumerate(...)``, or through ``tqdm(...)``.
+* Alias twins (``benchmarks/alias_twins.py``): each name bound once and
+  called later is called through a second name (``net = model``).
 * Method twins (``benchmarks/method_twins.py``): each function made the
   ``run()`` method of a class whose constructor keeps its parameters on
   ``self``, as a Trainer keeps its model and loader.
@@ -43,6 +45,7 @@ inlined_twins = load("inlined_twins")
 method_twins = load("method_twins")
 positional_twins = load("positional_twins")
 loop_twins = load("loop_twins")
+alias_twins = load("alias_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -204,6 +207,24 @@ def test_a_script_and_its_twins_drawing_through_enumerate_or_tqdm_convert_the_sa
     assert found == []
 
 
+# one script per class of difference the alias twins once showed
+ALIAS_CLASSES = [
+    "tests/fixtures/model/alias_taken_before_the_move/input.py",  # a second name of a second name
+    "tests/fixtures/model/aux_output_every_other_step/input.py",  # outputs read through the second name
+    "tests/fixtures/model/ema_deepcopy/input.py",  # a name taken in the statement the wrap follows
+    "tests/fixtures/model/data_parallel_builds_the_model/input.py",  # the wrap that replaces DataParallel
+    "tests/fixtures/model/frozen_encoder_in_optimizer/input.py",  # the wrap stays after the freezing
+]
+
+
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in ALIAS_CLASSES}))
+def test_a_script_and_its_twin_calling_through_second_names_convert_the_same(path: Path) -> None:
+    found = alias_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: no name bound once and called later")
+    assert found == []
+
+
 def test_the_renamed_twin_renames_what_the_script_binds_and_nothing_reached_otherwise() -> None:
     source = (
         "import torch\n"
@@ -227,7 +248,7 @@ def test_the_renamed_twin_renames_what_the_script_binds_and_nothing_reached_othe
 
 
 def test_the_classes_are_among_the_scripts() -> None:
-    chosen = [*CLASSES, *SPLIT_CLASSES, *METHOD_CLASSES, *METHOD_LEFT, *LOOP_CLASSES, *LOOP_LEFT]
+    chosen = [*CLASSES, *SPLIT_CLASSES, *METHOD_CLASSES, *METHOD_LEFT, *LOOP_CLASSES, *LOOP_LEFT, *ALIAS_CLASSES]
     assert {ROOT / c for c in chosen} <= set(twins.scripts())
 
 
