@@ -105,7 +105,6 @@ class Index(ProgramClasses):
     _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)  # see qualified_names()
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
     _assignments: dict[Ref, list[cst.Assign]] | None = None
-    _annotated: dict[Ref, list[cst.AnnAssign]] | None = None
     _candidate_orders: dict[int, list[int]] = field(default_factory=dict)  # see _orders_of()
     _upstream: dict[Ref, list[Ref]] = field(default_factory=dict)  # see upstream()
 
@@ -600,20 +599,10 @@ class Index(ProgramClasses):
         yield from self._assignments.get(ref, ())
 
     def values_assigned(self, ref: Ref) -> Iterator[tuple[cst.Assign | cst.AnnAssign, cst.BaseExpression]]:
-        """Each value ``ref = value`` or ``ref: T = value`` binds, with its statement, in source order:
-        for questions that only read what a name holds (an annotated assignment binds as a plain one)."""
-        if self._annotated is None:
-            self._annotated = defaultdict(list)
-            for node in self.nodes_of(cst.AnnAssign):
-                assert isinstance(node, cst.AnnAssign)
-                if node.value is not None and (target := self.ref_of(node.target, self.scope_of(node))) is not None:
-                    self._annotated[target].append(node)
-        found: list[cst.Assign | cst.AnnAssign] = list(self.assignments_to(ref))
-        annotated = self._annotated.get(ref, [])
-        if annotated:
-            found = sorted([*found, *annotated], key=lambda n: self.order[n])
-        for node in found:
-            assert node.value is not None
+        """Each value ``ref = value`` binds, with its statement, in source order: for questions that only read
+        what a name holds. (``ref: T = value`` is among them: the analysed tree holds it as a plain assignment,
+        :mod:`ddpify.engine.annotated`.)"""
+        for node in self.assignments_to(ref):
             yield node, node.value
 
     def spelled(self, ref: Ref, scope: Scope) -> str:
