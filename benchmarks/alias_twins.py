@@ -14,7 +14,6 @@ called; each later call ``name(...)`` becomes ``name_q9(...)``.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections import Counter
@@ -22,23 +21,14 @@ from pathlib import Path
 
 import libcst as cst
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from annotated_twins import scripts  # noqa: E402
-from split_twins import _kind  # noqa: E402
+from _twins import Said, codes, compare, kind, options_for, sweep, walk
 
-from ddpify import convert  # noqa: E402
-from ddpify.result import Conversion, Options  # noqa: E402
+from ddpify import convert
+from ddpify.result import Conversion
 
 SUFFIX = "_q9"
-
-
-def _walk(node: cst.CSTNode):  # type: ignore[no-untyped-def]
-    yield node
-    for child in node.children:
-        yield from _walk(child)
 
 
 class _Alias(cst.CSTTransformer):
@@ -50,9 +40,9 @@ class _Alias(cst.CSTTransformer):
     def _names_bound_once(self, body: list[cst.BaseStatement], scope: cst.CSTNode) -> dict[str, cst.BaseStatement]:
         counts: Counter[str] = Counter()
         where: dict[str, cst.BaseStatement] = {}
-        for node in _walk(scope):
+        for node in walk(scope):
             if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)):
-                for n in _walk(node.target):
+                for n in walk(node.target):
                     if isinstance(n, cst.Name):
                         counts[n.value] += 1
             elif isinstance(node, (cst.Global, cst.Nonlocal)):
@@ -74,7 +64,7 @@ class _Alias(cst.CSTTransformer):
 
     def _block(self, body: list[cst.BaseStatement], scope: cst.CSTNode) -> list[cst.BaseStatement] | None:
         bound = self._names_bound_once(body, scope)
-        every = {n.value for n in _walk(scope) if isinstance(n, cst.Name)}
+        every = {n.value for n in walk(scope) if isinstance(n, cst.Name)}
         chosen: dict[str, cst.BaseStatement] = {}
         for name, stmt in bound.items():
             if name + SUFFIX in every:
@@ -83,7 +73,7 @@ class _Alias(cst.CSTTransformer):
             called = any(
                 isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == name
                 for s in later
-                for n in _walk(s)
+                for n in walk(s)
             )
             if called:
                 chosen[name] = stmt
@@ -152,49 +142,25 @@ _NUMBERS = re.compile(r"\b\d+\b")
 _TAKEN_AGAIN = "taken before the wrap, names the wrapper"  # the twin's own second name, taken again
 
 
-def _said(conversion: Conversion) -> tuple[str, list[str], list[str]]:
-    codes = sorted(d.format().split(": ", 1)[-1].split(" ", 1)[0] for d in conversion.diagnostics)
-    changes = sorted({_kind(_ALIASED.sub("", c.summary)) for c in conversion.changes if _TAKEN_AGAIN not in c.summary})
-    return conversion.status.name, codes, changes
+def _said(conversion: Conversion) -> Said:
+    changes = sorted({kind(_ALIASED.sub("", c.summary)) for c in conversion.changes if _TAKEN_AGAIN not in c.summary})
+    return conversion.status.name, codes(d.format() for d in conversion.diagnostics), changes
 
 
 def differences(path: Path) -> list[str] | None:
-    """How the conversions of ``path`` and of its alias twin differ (empty: they do not); None where the
-    twin cannot be made."""
+    """How the conversions of ``path`` and of its twin differ (empty: they do not); None where the twin
+    cannot be made."""
     source = path.read_text()
     made = twin(source)
     if made is None:
         return None
-    options_file = path.parent / "options.json"
-    options = Options(**json.loads(options_file.read_text())) if options_file.exists() else Options()
+    options = options_for(path)
     plain, other = (_said(convert(text, path="train.py", options=options)) for text in (source, made))
-    if "INTERNAL_ERROR" in (plain[0], other[0]):
-        return [f"{plain[0]} -> {other[0]}: an internal error is never alike"]
-    if plain == other:
-        return []
-    found = [f"{plain[0]} -> {other[0]}"]
-    for kind, a, b in (("diagnostic", plain[1], other[1]), ("change", plain[2], other[2])):
-        ca, cb = Counter(a), Counter(b)
-        for line in sorted(((ca - cb) + (cb - ca)).keys())[:4]:
-            found.append(f"{kind} {'only plain' if ca[line] > cb[line] else 'only aliased'}: {line[:160]}")
-    return found
+    return compare(plain, other, "aliased")
 
 
 def main(argv: list[str]) -> int:
-    compared = differ = 0
-    for path in [Path(a) for a in argv] or scripts():
-        found = differences(path)
-        if found is None:
-            continue
-        compared += 1
-        if not found:
-            continue
-        differ += 1
-        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {found[0]}")
-        for line in found[1:]:
-            print(f"  {line}")
-    print(f"alias twins: {differ} of {compared} scripts convert differently")
-    return 1 if differ else 0
+    return sweep("alias twins", differences, argv)
 
 
 if __name__ == "__main__":

@@ -19,17 +19,17 @@ and the count; it exits 1 when any differs.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import libcst as cst
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ddpify import convert  # noqa: E402
-from ddpify.result import Conversion, Options  # noqa: E402
+from _twins import Said, compare, options_for, sweep, walk
+
+from ddpify import convert
+from ddpify.result import Conversion
 
 
 class _Annotate(cst.CSTTransformer):
@@ -57,7 +57,7 @@ def twin(source: str) -> str | None:
     except cst.ParserSyntaxError:
         return None
     declared = {
-        name.name.value for node in _walk(module) if isinstance(node, (cst.Global, cst.Nonlocal)) for name in node.names
+        name.name.value for node in walk(module) if isinstance(node, (cst.Global, cst.Nonlocal)) for name in node.names
     }
     annotated = module.visit(_Annotate(declared)).code
     try:
@@ -67,25 +67,10 @@ def twin(source: str) -> str | None:
     return annotated
 
 
-def _walk(node: cst.CSTNode):  # type: ignore[no-untyped-def]
-    yield node
-    for child in node.children:
-        yield from _walk(child)
-
-
-def _said(conversion: Conversion) -> tuple[str, list[str], list[str]]:
+def _said(conversion: Conversion) -> Said:
     diagnostics = sorted(d.format().split(": ", 1)[-1] for d in conversion.diagnostics)
     changes = sorted(f"{c.line}: {c.summary}" for c in conversion.changes)
     return conversion.status.name, diagnostics, changes
-
-
-def scripts() -> list[Path]:
-    """The default inputs: every golden fixture's input, trial script and bundled example."""
-    return [
-        *sorted((ROOT / "tests" / "fixtures").glob("*/*/input.py")),
-        *sorted((ROOT / "tests" / "trial").glob("*.py")),
-        *sorted((ROOT / "examples").glob("*.py")),
-    ]
 
 
 def differences(path: Path) -> list[str] | None:
@@ -95,35 +80,13 @@ def differences(path: Path) -> list[str] | None:
     annotated = twin(source)
     if annotated is None:
         return None
-    options_file = path.parent / "options.json"
-    options = Options(**json.loads(options_file.read_text())) if options_file.exists() else Options()
+    options = options_for(path)
     plain, typed = (_said(convert(text, path="script.py", options=options)) for text in (source, annotated))
-    if "INTERNAL_ERROR" in (plain[0], typed[0]):
-        return [f"{plain[0]} -> {typed[0]}: an internal error is never alike"]
-    if plain == typed:
-        return []
-    found = [f"{plain[0]} -> {typed[0]}"]
-    for kind, a, b in (("diagnostic", plain[1], typed[1]), ("change", plain[2], typed[2])):
-        for line in sorted(set(a) ^ set(b))[:3]:
-            found.append(f"{kind} {'only plain' if line in a else 'only typed'}: {line[:160]}")
-    return found
+    return compare(plain, typed, "typed")
 
 
 def main(argv: list[str]) -> int:
-    compared = differ = 0
-    for path in [Path(a) for a in argv] or scripts():
-        found = differences(path)
-        if found is None:
-            continue
-        compared += 1
-        if not found:
-            continue
-        differ += 1
-        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {found[0]}")
-        for line in found[1:]:
-            print(f"  {line}")
-    print(f"annotated twins: {differ} of {compared} scripts convert differently")
-    return 1 if differ else 0
+    return sweep("annotated twins", differences, argv)
 
 
 if __name__ == "__main__":

@@ -16,23 +16,19 @@ block, and binds no name that another function reads.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-from collections import Counter
 from pathlib import Path
 
 import libcst as cst
 import libcst.matchers as m
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from annotated_twins import scripts  # noqa: E402
+from _twins import Said, codes, compare, options_for, sweep
 
-from ddpify import convert  # noqa: E402
-from ddpify.result import Conversion, Options  # noqa: E402
+from ddpify import convert
+from ddpify.result import Conversion
 
 _MAIN_BLOCK = m.If(
     test=m.Comparison(left=m.Name("__name__"), comparisons=[m.ComparisonTarget(m.Equal(), m.SimpleString())])
@@ -105,50 +101,26 @@ def twin(source: str) -> str | None:
 _NUMBERS = re.compile(r"\b(line )?\d+\b")
 
 
-def _said(conversion: Conversion) -> tuple[str, list[str], list[str]]:
+def _said(conversion: Conversion) -> Said:
     """Outcome, diagnostic codes and change summaries (numbers aside)."""
-    codes = sorted(d.format().split(": ", 1)[-1].split(" ", 1)[0] for d in conversion.diagnostics)
-    changes = sorted(Counter(_NUMBERS.sub("N", c.summary) for c in conversion.changes).elements())
-    return conversion.status.name, codes, changes
+    changes = sorted(_NUMBERS.sub("N", c.summary) for c in conversion.changes)
+    return conversion.status.name, codes(d.format() for d in conversion.diagnostics), changes
 
 
 def differences(path: Path) -> list[str] | None:
-    """How the conversions of ``path`` and of its inlined twin differ (empty: they do not); None where
-    the twin cannot be made."""
+    """How the conversions of ``path`` and of its twin differ (empty: they do not); None where the twin
+    cannot be made."""
     source = path.read_text()
-    inlined = twin(source)
-    if inlined is None:
+    made = twin(source)
+    if made is None:
         return None
-    options_file = path.parent / "options.json"
-    options = Options(**json.loads(options_file.read_text())) if options_file.exists() else Options()
-    plain, other = (_said(convert(text, path="train.py", options=options)) for text in (source, inlined))
-    if "INTERNAL_ERROR" in (plain[0], other[0]):
-        return [f"{plain[0]} -> {other[0]}: an internal error is never alike"]
-    if plain == other:
-        return []
-    found = [f"{plain[0]} -> {other[0]}"]
-    for kind, a, b in (("diagnostic", plain[1], other[1]), ("change", plain[2], other[2])):
-        ca, cb = Counter(a), Counter(b)
-        for line in sorted(((ca - cb) + (cb - ca)).keys())[:4]:
-            found.append(f"{kind} {'only main()' if ca[line] > cb[line] else 'only inlined'}: {line[:160]}")
-    return found
+    options = options_for(path)
+    plain, other = (_said(convert(text, path="train.py", options=options)) for text in (source, made))
+    return compare(plain, other, "inlined")
 
 
 def main(argv: list[str]) -> int:
-    compared = differ = 0
-    for path in [Path(a) for a in argv] or scripts():
-        found = differences(path)
-        if found is None:
-            continue
-        compared += 1
-        if not found:
-            continue
-        differ += 1
-        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {found[0]}")
-        for line in found[1:]:
-            print(f"  {line}")
-    print(f"inlined twins: {differ} of {compared} scripts convert differently")
-    return 1 if differ else 0
+    return sweep("inlined twins", differences, argv)
 
 
 if __name__ == "__main__":

@@ -14,22 +14,18 @@ new index name, or through ``tqdm(...)`` (``from tqdm import tqdm`` added).
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-from collections import Counter
 from pathlib import Path
 
 import libcst as cst
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from annotated_twins import scripts  # noqa: E402
+from _twins import Said, codes, compare, options_for, sweep
 
-from ddpify import convert  # noqa: E402
-from ddpify.result import Conversion, Options  # noqa: E402
+from ddpify import convert
+from ddpify.result import Conversion
 
 KINDS = ("enumerate", "tqdm")
 
@@ -92,12 +88,9 @@ _NUMBERS = re.compile(r"\b\d+\b")
 _PROGRESS_BAR = "progress bar shown on global rank 0 only"
 
 
-def _said(conversion: Conversion) -> tuple[str, list[str], list[str]]:
-    codes = sorted(d.format().split(": ", 1)[-1].split(" ", 1)[0] for d in conversion.diagnostics)
-    changes = sorted(
-        Counter(_NUMBERS.sub("N", c.summary) for c in conversion.changes if c.summary != _PROGRESS_BAR).elements()
-    )
-    return conversion.status.name, codes, changes
+def _said(conversion: Conversion) -> Said:
+    changes = sorted(_NUMBERS.sub("N", c.summary) for c in conversion.changes if c.summary != _PROGRESS_BAR)
+    return conversion.status.name, codes(d.format() for d in conversion.diagnostics), changes
 
 
 def differences(path: Path) -> list[str] | None:
@@ -107,36 +100,17 @@ def differences(path: Path) -> list[str] | None:
     made = {kind: code for kind in KINDS if (code := twin(source, kind)) is not None}
     if not made:
         return None
-    options_file = path.parent / "options.json"
-    options = Options(**json.loads(options_file.read_text())) if options_file.exists() else Options()
+    options = options_for(path)
     plain = _said(convert(source, path="train.py", options=options))
     found: list[str] = []
     for kind, code in made.items():
         other = _said(convert(code, path="train.py", options=options))
-        if "INTERNAL_ERROR" in (plain[0], other[0]) or plain != other:
-            found.append(f"{kind}: {plain[0]} -> {other[0]}")
-            for what, a, b in (("diagnostic", plain[1], other[1]), ("change", plain[2], other[2])):
-                ca, cb = Counter(a), Counter(b)
-                for line in sorted(((ca - cb) + (cb - ca)).keys())[:4]:
-                    found.append(f"  {what} {'only plain' if ca[line] > cb[line] else 'only ' + kind}: {line[:160]}")
+        found += [f"{kind}: {line}" for line in compare(plain, other, kind)]
     return found
 
 
 def main(argv: list[str]) -> int:
-    compared = differ = 0
-    for path in [Path(a) for a in argv] or scripts():
-        found = differences(path)
-        if found is None:
-            continue
-        compared += 1
-        if not found:
-            continue
-        differ += 1
-        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:")
-        for line in found:
-            print(f"  {line}")
-    print(f"loop twins: {differ} of {compared} scripts convert differently")
-    return 1 if differ else 0
+    return sweep("loop twins", differences, argv)
 
 
 if __name__ == "__main__":

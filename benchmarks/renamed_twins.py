@@ -19,21 +19,18 @@ does.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 
 import libcst as cst
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from annotated_twins import scripts  # noqa: E402
+from _twins import Said, compare, options_for, sweep
 
-from ddpify import convert  # noqa: E402
-from ddpify.result import Conversion, Options  # noqa: E402
+from ddpify import convert
+from ddpify.result import Conversion
 
 SUFFIX = "_q9"
 
@@ -136,7 +133,7 @@ def twin(source: str) -> tuple[str, dict[str, str]] | None:
 _RENAMED = re.compile(re.escape(SUFFIX) + r"(?![0-9A-Za-z])")
 
 
-def _said(conversion: Conversion) -> tuple[str, list[str], list[str]]:
+def _said(conversion: Conversion) -> Said:
     """Outcome, diagnostics and changes, with the twin's names back as they were."""
 
     def plain(text: str) -> str:
@@ -155,35 +152,13 @@ def differences(path: Path) -> list[str] | None:
     if made is None:
         return None
     renamed, _names = made
-    options_file = path.parent / "options.json"
-    options = Options(**json.loads(options_file.read_text())) if options_file.exists() else Options()
-    plain, other = (_said(convert(text, path="script.py", options=options)) for text in (source, renamed))
-    if "INTERNAL_ERROR" in (plain[0], other[0]):
-        return [f"{plain[0]} -> {other[0]}: an internal error is never alike"]
-    if plain == other:
-        return []
-    found = [f"{plain[0]} -> {other[0]}"]
-    for kind, a, b in (("diagnostic", plain[1], other[1]), ("change", plain[2], other[2])):
-        for line in sorted(set(a) ^ set(b))[:3]:
-            found.append(f"{kind} {'only plain' if line in a else 'only renamed'}: {line[:160]}")
-    return found
+    options = options_for(path)
+    plain, other = (_said(convert(text, path="train.py", options=options)) for text in (source, renamed))
+    return compare(plain, other, "renamed")
 
 
 def main(argv: list[str]) -> int:
-    compared = differ = 0
-    for path in [Path(a) for a in argv] or scripts():
-        found = differences(path)
-        if found is None:
-            continue
-        compared += 1
-        if not found:
-            continue
-        differ += 1
-        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {found[0]}")
-        for line in found[1:]:
-            print(f"  {line}")
-    print(f"renamed twins: {differ} of {compared} scripts convert differently")
-    return 1 if differ else 0
+    return sweep("renamed twins", differences, argv)
 
 
 if __name__ == "__main__":

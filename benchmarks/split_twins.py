@@ -17,32 +17,21 @@ function that declares ``global`` stays.
 
 from __future__ import annotations
 
-import json
-import re
 import sys
-from collections import Counter
 from pathlib import Path
 
 import libcst as cst
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from annotated_twins import scripts  # noqa: E402
+from _twins import Said, codes, compare, kind, options_for, sweep, walk
 
-from ddpify import convert  # noqa: E402
-from ddpify.result import Conversion, LocalModule, Options  # noqa: E402
-
-
-def _walk(node: cst.CSTNode):  # type: ignore[no-untyped-def]
-    yield node
-    for child in node.children:
-        yield from _walk(child)
+from ddpify import convert
+from ddpify.result import Conversion, LocalModule
 
 
 def _targets(node: cst.BaseExpression) -> set[str]:
-    return {n.value for n in _walk(node) if isinstance(n, cst.Name)}
+    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
 
 
 def _module_bindings(statements: list[cst.BaseStatement]) -> set[str]:
@@ -71,9 +60,9 @@ def _module_bindings(statements: list[cst.BaseStatement]) -> set[str]:
 
 def _free(definition: cst.FunctionDef | cst.ClassDef) -> set[str]:
     """The names a definition reads and does not bind itself (a parameter, an assignment inside it)."""
-    named = {n.value for n in _walk(definition) if isinstance(n, cst.Name)}
+    named = {n.value for n in walk(definition) if isinstance(n, cst.Name)}
     own = {definition.name.value}
-    for node in _walk(definition):
+    for node in walk(definition):
         if isinstance(node, (cst.Param, cst.FunctionDef, cst.ClassDef)):
             own.add(node.name.value)
         elif isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor)):
@@ -103,7 +92,7 @@ def twin(source: str) -> tuple[str, str] | None:
         s.name.value: s
         for s in body
         if isinstance(s, (cst.FunctionDef, cst.ClassDef))
-        and not any(isinstance(n, (cst.Global, cst.Nonlocal)) for n in _walk(s))
+        and not any(isinstance(n, (cst.Global, cst.Nonlocal)) for n in walk(s))
     }
     reads = {name: _free(d) for name, d in definitions.items()}
     moved = set(definitions)
@@ -151,31 +140,13 @@ def cast_line(statement: cst.BaseStatement) -> cst.SimpleStatementLine:
     return statement
 
 
-_NUMBERS = re.compile(r"\b(line )?\d+\b")
-# A module other than the entry may be imported by other scripts too, so ddpify edits it to run without a
-# process group as well: its summaries say so, and one helper may stand for several reads. Compared by kind.
-_SAMPLER = re.compile(r"^training DataLoader: [^;]*")
-_MODULE_READS = [
-    re.compile(r"^`(?P<model>[\w.\[\]]+?)\.module` when it is wrapped"),
-    re.compile(r"^`(?P<model>[\w.\[\]]+?)(\.\w+|\(\.\.\.\)|\[\.\.\.\])` -> `[\w.\[\]]+?\.module"),
-    re.compile(r"^(copy|save|pass) `(?P<model>[\w.\[\]]+?)\.module`"),
-]
-
-
-def _kind(summary: str) -> str:
-    summary = _SAMPLER.sub("training DataLoader: sampler", _NUMBERS.sub("N", summary))
-    for pattern in _MODULE_READS:
-        read = pattern.match(summary)
-        if read:
-            return f"`{read.group('model')}.module` read"
-    return summary
-
-
-def _said(conversion: Conversion) -> tuple[str, list[str], list[str]]:
+def _said(conversion: Conversion) -> Said:
     """Outcome, diagnostic codes and the kinds of change, wherever they were made."""
-    codes = sorted(d.format().split(": ", 1)[-1].split(" ", 1)[0] for d in conversion.diagnostics)
-    changes = sorted({_kind(c.summary) for c in conversion.changes})
-    return conversion.status.name, codes, changes
+    return (
+        conversion.status.name,
+        codes(d.format() for d in conversion.diagnostics),
+        sorted({kind(c.summary) for c in conversion.changes}),
+    )
 
 
 def differences(path: Path) -> list[str] | None:
@@ -186,37 +157,14 @@ def differences(path: Path) -> list[str] | None:
     if made is None:
         return None
     script, parts = made
-    options_file = path.parent / "options.json"
-    options = Options(**json.loads(options_file.read_text())) if options_file.exists() else Options()
+    options = options_for(path)
     plain = _said(convert(source, path="train.py", options=options))
     split = _said(convert(script, path="train.py", options=options, modules=[LocalModule("parts.py", "parts", parts)]))
-    if "INTERNAL_ERROR" in (plain[0], split[0]):
-        return [f"{plain[0]} -> {split[0]}: an internal error is never alike"]
-    if plain == split:
-        return []
-    found = [f"{plain[0]} -> {split[0]}"]
-    for kind, a, b in (("diagnostic", plain[1], split[1]), ("change", plain[2], split[2])):
-        ca, cb = Counter(a), Counter(b)
-        for line in sorted(((ca - cb) + (cb - ca)).keys())[:4]:
-            found.append(f"{kind} {'only plain' if ca[line] > cb[line] else 'only split'}: {line[:160]}")
-    return found
+    return compare(plain, split, "split")
 
 
 def main(argv: list[str]) -> int:
-    compared = differ = 0
-    for path in [Path(a) for a in argv] or scripts():
-        found = differences(path)
-        if found is None:
-            continue
-        compared += 1
-        if not found:
-            continue
-        differ += 1
-        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {found[0]}")
-        for line in found[1:]:
-            print(f"  {line}")
-    print(f"split twins: {differ} of {compared} scripts convert differently")
-    return 1 if differ else 0
+    return sweep("split twins", differences, argv)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import pytest
 from ddpify.engine.annotated import AssignTarget, lowered
 from tests.test_fuzz import load
 
+common = load("_twins")
 twins = load("annotated_twins")
 renamed_twins = load("renamed_twins")
 split_twins = load("split_twins")
@@ -105,7 +106,7 @@ CLASSES = [
 def _scripts(chosen: set[Path]) -> list[object]:
     return [
         pytest.param(p, id=str(p.relative_to(ROOT)), marks=() if p in chosen else pytest.mark.exhaustive)
-        for p in twins.scripts()
+        for p in common.scripts()
     ]
 
 
@@ -249,7 +250,7 @@ def test_the_renamed_twin_renames_what_the_script_binds_and_nothing_reached_othe
 
 def test_the_classes_are_among_the_scripts() -> None:
     chosen = [*CLASSES, *SPLIT_CLASSES, *METHOD_CLASSES, *METHOD_LEFT, *LOOP_CLASSES, *LOOP_LEFT, *ALIAS_CLASSES]
-    assert {ROOT / c for c in chosen} <= set(twins.scripts())
+    assert {ROOT / c for c in chosen} <= set(common.scripts())
 
 
 def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
