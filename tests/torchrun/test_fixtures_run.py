@@ -110,6 +110,7 @@ CASES = [
     "model/alias_taken_before_the_optimizer",
     "model/list_of_models_aliased",
     "model/alias_taken_before_the_move",
+    "data/progress_bar_rebinds_the_loader_name",
 ]
 
 

@@ -22,6 +22,7 @@ class Reads:
         self.index = index
         self._sites: list[tuple[cst.CSTNode, tuple[Ref, ...]]] | None = None
         self._known: dict[tuple[cst.CSTNode, Scope, int], tuple[Ref, ...]] = {}
+        self._following: set[Ref] = set()  # the names whose iterators are being followed back
 
     def iterations(self, refs: set[Ref]) -> list[tuple[cst.CSTNode, Ref]]:
         """Where batches are drawn from the loader: ``for ... in loader`` loops and ``next(it)`` calls."""
@@ -75,8 +76,12 @@ class Reads:
         ref = self.index.carried_ref(expr, scope)
         if ref is not None:
             found += (ref,)
-            if depth < 3:  # ``enumerate(stream)`` after ``stream = tqdm(enumerate(loader))``
-                found += self._made_from(ref, scope, depth + 1)
+            if depth < 3 and ref not in self._following:  # ``enumerate(stream)``, ``stream = tqdm(enumerate(loader))``
+                self._following.add(ref)  # ``x = f(x)`` names itself: followed once
+                try:
+                    found += self._made_from(ref, scope, depth + 1)
+                finally:
+                    self._following.discard(ref)
         if isinstance(expr, cst.Call) and depth < 3:
             found += self._returned_or_yielded(expr, depth)
         if isinstance(expr, cst.Call) and not m.matches(expr.func, _COUNTS):
