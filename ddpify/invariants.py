@@ -499,6 +499,7 @@ class _Script:
     def _first_training_loop_calling(
         self, scope: ast.AST, optimizer: ast.Call, name: str
     ) -> ast.For | ast.AsyncFor | ast.While | None:
+        """The first loop after ``optimizer`` in ``scope`` that runs ``.backward()``, where it calls ``name``."""
         loops = sorted(
             (
                 n
@@ -572,23 +573,7 @@ class _Script:
             return None  # bound elsewhere (a global, an import): not decidable here
         if all(isinstance(n.value, ast.Attribute | ast.Name | ast.Subscript) for n in assigned):
             return None  # another name for a model kept elsewhere (``model = self.model``): wrapped there, or not
-        loops = sorted(
-            (
-                n
-                for n in self.backward_loops
-                if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
-                and n.lineno > optimizer.lineno
-                and self.scope_of(n) is scope
-            ),
-            key=lambda n: n.lineno,
-        )
-        for loop in loops[:1]:
-            if any(
-                isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
-                for n in self.body_nodes(loop)
-            ):
-                return loop
-        return None
+        return self._first_training_loop_calling(scope, optimizer, name)
 
     def iterated_name(self, expr: ast.expr, scope: ast.AST) -> str | None:
         """``loader`` in ``for b in loader``, ``enumerate(loader)``, ``tqdm(loader)``, or ``pbar = tqdm(loader)``."""

@@ -492,8 +492,7 @@ class Index(ProgramClasses):
         if self._callers is None:
             self._callers = defaultdict(list)
             for call in self.calls:
-                scope = self.scope_of(call)
-                callee = self.resolve_callee(call, scope)
+                callee = self.resolve_callee(call, self.scope_of(call))
                 if callee is not None:
                     self._callers[callee[0]].append(call)
         return self._callers.get(function, [])

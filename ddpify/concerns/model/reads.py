@@ -153,9 +153,8 @@ class WrapperReads:
                     return False
                 value = value.func.value
             if (
-                index.ref_of(value, index.scope_of(assign)) != target
-                if isinstance(value, (cst.Name, cst.Attribute))
-                else True
+                not isinstance(value, (cst.Name, cst.Attribute))
+                or index.ref_of(value, index.scope_of(assign)) != target
             ):
                 return False
         return True
