@@ -353,10 +353,7 @@ class _LoopReader:
             (
                 n
                 for n in index.walk(self.loop.body)
-                if isinstance(n, cst.Name)
-                and n.value == name
-                and not (isinstance(parent := index.parent(n), cst.Attribute) and parent.attr is n)
-                and not (isinstance(parent, cst.Arg) and parent.keyword is n)
+                if isinstance(n, cst.Name) and n.value == name and index.names_a_variable(n)
             ),
             None,
         )
@@ -375,10 +372,7 @@ class _LoopReader:
         index = self.index
         place = self._place(name)
         for node in index.names.get(name, []):
-            parent = index.parent(node)
-            if (isinstance(parent, cst.Attribute) and parent.attr is node) or (
-                isinstance(parent, cst.Arg) and parent.keyword is node
-            ):
+            if not index.names_a_variable(node):
                 continue
             if index.after(node, self.loop) and index.ref_of(node, index.scope_of(node)) == place:
                 yield node

@@ -300,7 +300,12 @@ def rng_draws(index: Index, value: cst.Call) -> list[tuple[cst.Call, str]]:
                 family = rng_family(index, node)
                 if family and (node, family) not in found:
                     found.append((node, family))
-            elif isinstance(node, cst.Name) and node.value not in names and index.parent(node) is not value:
+            elif (
+                isinstance(node, cst.Name)
+                and node.value not in names
+                and index.parent(node) is not value
+                and index.names_a_variable(node)
+            ):
                 names.add(node.value)
                 for small in earlier:
                     if (

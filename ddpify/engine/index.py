@@ -113,6 +113,14 @@ class Index(ProgramClasses):
         """The node ``node`` is a child of (None for the module, or for None)."""
         return self.parents.get(node) if node is not None else None
 
+    def names_a_variable(self, name: cst.Name) -> bool:
+        """Whether ``name`` names a variable: neither the attribute after a dot (``torch.utils.data``'s
+        ``data``) nor a call's keyword (``shuffle=``)."""
+        parent = self.parents.get(name)
+        if isinstance(parent, cst.Attribute) and parent.attr is name:
+            return False
+        return not (isinstance(parent, cst.Arg) and parent.keyword is name)
+
     def want_position(self, node: cst.CSTNode) -> None:
         """``node``'s position will be asked for: find it together with the others of its module."""
         if node not in self._positions:

@@ -331,7 +331,12 @@ class _Walker:
         func = dotted(call.func)
         name = module.source.name
         line = getattr(call, "lineno", 1)
-        if func in DYNAMIC_NAMES or (func in _EVERY_FUNCTION_A_COMMAND and not call.args and not call.keywords):
+        commands = (
+            not call.args
+            and not call.keywords
+            and bool(({func} | qualified_names(module.imports, call.func)) & _EVERY_FUNCTION_A_COMMAND)
+        )
+        if func in DYNAMIC_NAMES or commands:
             self.dynamic.append((name, line, f"{func}()"))
             self._run_all(module)
         elif func == "getattr" and len(call.args) >= 2 and not isinstance(call.args[1], ast.Constant):

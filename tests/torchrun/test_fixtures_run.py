@@ -81,6 +81,7 @@ CASES = [
     "model/annotated_data_parallel",
     "data/loader_field_of_an_annotated_object",
     "data/sampler_bound_by_an_annotated_assignment",
+    "data/sampler_over_a_dataset_named_like_a_module",
     "accumulation/annotated_optimizer",
     "model/annotated_submodules",
     "tensors/examples_picked_with_an_early_stop_on_their_loss",

@@ -227,12 +227,8 @@ class _Batch:
         for node in self.index.walk(expr):
             if node is self.site:
                 return True
-            if isinstance(node, cst.Name) and node.value in self.names:
-                parent = self.index.parent(node)
-                if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not (
-                    isinstance(parent, cst.Arg) and parent.keyword is node
-                ):
-                    return True
+            if isinstance(node, cst.Name) and node.value in self.names and self.index.names_a_variable(node):
+                return True
         return False
 
     def closed_over(self, function: cst.FunctionDef) -> bool:

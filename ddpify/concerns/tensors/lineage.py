@@ -67,7 +67,7 @@ class _StepReader:
                     found.subscripts.append(node)
                 elif isinstance(node, cst.Call):
                     found.calls.append(node)
-                if not isinstance(node, cst.Name) or not _is_read(index, node):
+                if not isinstance(node, cst.Name) or not index.names_a_variable(node):
                     continue
                 ref = index.ref_of(node, index.scope_of(node))
                 if ref is None:
@@ -133,7 +133,7 @@ class _StepReader:
         for node in index.walk(expr):
             if wanted(node):
                 return True
-            if not isinstance(node, cst.Name) or not _is_read(index, node) or depth > 5:
+            if not isinstance(node, cst.Name) or not index.names_a_variable(node) or depth > 5:
                 continue
             ref = index.ref_of(node, index.scope_of(node))
             if ref is None:
@@ -147,13 +147,6 @@ class _StepReader:
                 ):
                     return True
         return False
-
-
-def _is_read(index: Index, name: cst.Name) -> bool:
-    parent = index.parent(name)
-    if isinstance(parent, cst.Attribute) and parent.attr is name:
-        return False
-    return not (isinstance(parent, cst.Arg) and parent.keyword is name)
 
 
 def _value_of(assignment: cst.Assign | cst.AugAssign | cst.AnnAssign, ref: Ref) -> cst.BaseExpression | None:

@@ -14,7 +14,7 @@ from typing import cast
 import libcst as cst
 
 import ddpify.engine.match as m
-from ddpify.concerns.tensors.lineage import Refused, _binds, _code, _is_read, _Lineage
+from ddpify.concerns.tensors.lineage import Refused, _binds, _code, _Lineage
 from ddpify.concerns.tensors.samples import RANDOM_CHOICES, _SampleFinder
 from ddpify.engine.edits import EditPlan, fresh, statement
 from ddpify.engine.index import Index, Ref, Scope
@@ -102,7 +102,7 @@ class _ShardFinder(_SampleFinder):
                 node
                 for node in index.walk(step)
                 if isinstance(node, cst.Name)
-                and _is_read(index, node)
+                and index.names_a_variable(node)
                 and index.ref_of(node, index.scope_of(node)) in tensors
                 and not self._shuffled_whole(node)
             ]
@@ -129,7 +129,7 @@ class _ShardFinder(_SampleFinder):
             for n in index.walk(node):
                 if (
                     isinstance(n, cst.Name)
-                    and _is_read(index, n)
+                    and index.names_a_variable(n)
                     and n not in sharded
                     and n not in found
                     and index.ref_of(n, index.scope_of(n)) in tensors
@@ -139,7 +139,7 @@ class _ShardFinder(_SampleFinder):
         for stmt in index.statements:
             if index.scope_of(stmt) is not scope or not (index.inside(stmt, loop) or index.after(stmt, loop)):
                 continue
-            names = [n for n in index.walk(stmt) if isinstance(n, cst.Name) and _is_read(index, n)]
+            names = [n for n in index.walk(stmt) if isinstance(n, cst.Name) and index.names_a_variable(n)]
             if not any(index.ref_of(n, scope) in results for n in names):
                 continue
             shard_in(stmt)
@@ -194,7 +194,7 @@ class _ShardFinder(_SampleFinder):
         uses = [
             n
             for n in index.names.get(name.path, [])
-            if n is not scope.name and _is_read(index, n) and index.ref_of(n, index.scope_of(n)) == name
+            if n is not scope.name and index.names_a_variable(n) and index.ref_of(n, index.scope_of(n)) == name
         ]
         steps: list[cst.Call] = []  # optimizer.step(closure)
         calls: list[cst.Call] = []  # train_step(): a step of its own
@@ -299,7 +299,7 @@ class _ShardFinder(_SampleFinder):
         def varies(node: cst.CSTNode) -> bool:
             if isinstance(node, cst.Call) and index.qualified_names(node.func) & RANDOM_CHOICES:
                 return True
-            if isinstance(node, cst.Name) and _is_read(index, node):
+            if isinstance(node, cst.Name) and index.names_a_variable(node):
                 ref = index.ref_of(node, index.scope_of(node))
                 return ref is not None and any(_binds(loop.target, ref) for loop in loops)
             return False

@@ -37,10 +37,13 @@ class RankLocal:
         index = self.index
         local = self.names(block)
         for node in index.walk(expr):
-            if isinstance(node, cst.Name) and node.value in local:
-                parent = index.parent(node)
-                if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not self._rebound(node, local):
-                    return True
+            if (
+                isinstance(node, cst.Name)
+                and node.value in local
+                and index.names_a_variable(node)
+                and not self._rebound(node, local)
+            ):
+                return True
             if isinstance(node, cst.Attribute) and dotted(node) in local:  # ``self.loss``, not all of ``self``
                 return True
             if isinstance(node, cst.Call) and (per_process(index, node, self.seeding) or self._varies(node)):
