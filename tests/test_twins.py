@@ -19,6 +19,9 @@
   through ``enumerate(...)``, or through ``tqdm(...)``.
 * Alias twins (``benchmarks/alias_twins.py``): each name bound once and
   called later is called through a second name (``net = model``).
+* Import twins (``benchmarks/import_twins.py``): each name imported with
+  ``from M import name`` read as ``M.name`` instead, or every import bound
+  under a name of the script's own (``import torch as th``).
 * Method twins (``benchmarks/method_twins.py``): each function made the
   ``run()`` method of a class whose constructor keeps its parameters on
   ``self``, as a Trainer keeps its model and loader.
@@ -47,6 +50,7 @@ method_twins = load("method_twins")
 positional_twins = load("positional_twins")
 loop_twins = load("loop_twins")
 alias_twins = load("alias_twins")
+import_twins = load("import_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -226,6 +230,45 @@ def test_a_script_and_its_twin_calling_through_second_names_convert_the_same(pat
     assert found == []
 
 
+# one script per class of difference the import twins once showed
+IMPORT_CLASSES = [
+    "tests/fixtures/process_group/fire_without_component/input.py",  # fire.Fire() under another name
+    "tests/fixtures/data/sampler_bound_by_an_annotated_assignment/input.py",  # ``torch.utils.data``'s ``data``
+]
+
+
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in IMPORT_CLASSES}))
+def test_a_script_and_its_twins_importing_another_way_convert_the_same(path: Path) -> None:
+    found = import_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: the script imports nothing that can be written another way")
+    assert found == []
+
+
+def test_the_import_twins_qualify_and_alias_what_is_imported() -> None:
+    source = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset as TD\n"
+        "def make(DataLoader=None):\n"
+        "    return DataLoader\n"
+        "loader = DataLoader(TD(torch.ones(2)), batch_size=1)\n"
+    )
+    assert import_twins.twin(source, "qualified") == (
+        "import torch\n"
+        "import torch.utils.data\n"
+        "def make(DataLoader=None):\n"
+        "    return DataLoader\n"
+        "loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(2)), batch_size=1)\n"
+    )
+    assert import_twins.twin(source, "aliased") == (
+        "import torch as torch_q9\n"
+        "from torch.utils.data import DataLoader as DataLoader_q9, TensorDataset as TD_q9\n"
+        "def make(DataLoader=None):\n"
+        "    return DataLoader\n"
+        "loader = DataLoader_q9(TD_q9(torch_q9.ones(2)), batch_size=1)\n"
+    )
+
+
 def test_the_renamed_twin_renames_what_the_script_binds_and_nothing_reached_otherwise() -> None:
     source = (
         "import torch\n"
@@ -249,7 +292,16 @@ def test_the_renamed_twin_renames_what_the_script_binds_and_nothing_reached_othe
 
 
 def test_the_classes_are_among_the_scripts() -> None:
-    chosen = [*CLASSES, *SPLIT_CLASSES, *METHOD_CLASSES, *METHOD_LEFT, *LOOP_CLASSES, *LOOP_LEFT, *ALIAS_CLASSES]
+    chosen = [
+        *CLASSES,
+        *SPLIT_CLASSES,
+        *METHOD_CLASSES,
+        *METHOD_LEFT,
+        *LOOP_CLASSES,
+        *LOOP_LEFT,
+        *ALIAS_CLASSES,
+        *IMPORT_CLASSES,
+    ]
     assert {ROOT / c for c in chosen} <= set(common.scripts())
 
 
