@@ -69,6 +69,7 @@ from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, assigned, parameter_names
 from ddpify.engine.uniformity.batches import RankLocal
+from ddpify.engine.values import spread_values
 from ddpify.result import Options
 
 NOT_SHARDABLE = Code(
@@ -161,10 +162,19 @@ class _Finder:
                 return arg, "--shard-eval: this evaluation DataLoader already has its own sampler"
         if argument(call, "dataset", torch_api.DATALOADER_POSITIONS["dataset"]) is None:
             return call, "--shard-eval: cannot find the dataset this evaluation DataLoader reads"
-        if loader.spread is not None and (
-            loader.spread_keys is None or loader.spread_keys & (torch_api.DATALOADER_SAMPLING_KEYWORDS | {"shuffle"})
-        ):
-            return loader.spread, "--shard-eval: the `**` arguments of this evaluation DataLoader may hold a sampler"
+        if loader.spread is not None:
+            keys = loader.spread_keys
+            # ``shuffle=False`` may stand beside the sampler added; anything else in the dict may not
+            shuffles = (spread_values(self.index, call, "shuffle") if keys is not None else None) or ()
+            if (
+                keys is None
+                or keys & torch_api.DATALOADER_SAMPLING_KEYWORDS
+                or not all(m.matches(s, m.Name("False")) for s in shuffles)
+            ):
+                return (
+                    loader.spread,
+                    "--shard-eval: the `**` arguments of this evaluation DataLoader may hold a sampler",
+                )
         return None
 
     def _sites(self, refs: frozenset[Ref]) -> Iterator[tuple[cst.CSTNode, Ref | None]]:

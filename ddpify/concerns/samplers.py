@@ -60,6 +60,7 @@ from ddpify.engine.edits import EditPlan, fresh, insert_arg, with_comma
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, dotted, parameter_names
 from ddpify.engine.uniformity.sources import rng_family
+from ddpify.engine.values import spread_values
 
 # The samplers of torch.utils.data that the wrapper can deal out: each has a length and
 # draws from torch's RNG (or its own generator), never from ``random`` or NumPy.
@@ -188,7 +189,10 @@ def _placeholder(
     """``sampler = None``: where it stays None, a DistributedSampler over the loader's dataset takes its place."""
     spelled = index.module.code_for_node(arg.value)
     shuffle_arg = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
-    shuffle = shuffle_arg.value if shuffle_arg is not None else cst.Name("False")
+    spread = spread_values(index, call, "shuffle") if shuffle_arg is None else None
+    if shuffle_arg is None and (spread is None or len(spread) > 1):
+        return f"cannot tell whether the loader shuffles where `{spelled}` is None (its `**` arguments)"
+    shuffle = shuffle_arg.value if shuffle_arg is not None else spread[0] if spread else cst.Name("False")
     if m.matches(shuffle, m.Comparison(comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))])):
         test = cast(cst.Comparison, shuffle)
         if dotted(test.left) != dotted(arg.value):

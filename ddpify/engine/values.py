@@ -1,66 +1,115 @@
-"""What a value in the script can hold, where the script spells it out: the keys of a ``**kwargs`` dict."""
+"""What a value in the script can hold, where the script spells it out: the entries of a ``**kwargs`` dict."""
 
 from __future__ import annotations
 
 import libcst as cst
 
 import ddpify.engine.match as m
+from ddpify import torch_api
 from ddpify.engine.index import Index, Scope
+from ddpify.engine.syntax import argument
+
+Entries = dict[str, tuple[cst.BaseExpression, ...]]  # each key -> the values it may be given
 
 
-def dict_keys(index: Index, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> frozenset[str] | None:
+def dict_keys(index: Index, expr: cst.BaseExpression, scope: Scope) -> frozenset[str] | None:
     """The keys a ``**kwargs`` dict can hold, from its literal definitions and updates; None if unknown."""
+    entries = dict_entries(index, expr, scope)
+    return None if entries is None else frozenset(entries)
+
+
+def spread_values(index: Index, call: cst.Call, name: str) -> tuple[cst.BaseExpression, ...] | None:
+    """The values ``call``'s ``**kwargs`` may pass for the parameter ``name`` (empty: none; None: unknown)."""
+    values: list[cst.BaseExpression] = []
+    for arg in call.args:
+        if arg.star == "**":
+            entries = dict_entries(index, arg.value, index.scope_of(call))
+            if entries is None:
+                return None
+            values += entries.get(name, ())
+    return tuple(values)
+
+
+def loader_argument(index: Index, call: cst.Call, name: str) -> cst.BaseExpression | None:
+    """What a DataLoader is given for its parameter ``name`` as the script writes it: by keyword, by
+    position, or the one value a ``**kwargs`` dict of the script's passes (``{"shuffle": True, ...}``);
+    None where it is not given or cannot be known. For reading, not for editing: a value from a dict
+    is not an argument of ``call``."""
+    arg = argument(call, name, torch_api.DATALOADER_POSITIONS.get(name))
+    if arg is not None:
+        return arg.value
+    spread = spread_values(index, call, name)
+    return spread[0] if spread is not None and len(spread) == 1 else None
+
+
+def loader_batch_size(index: Index, call: cst.Call) -> cst.BaseExpression | None:
+    """A DataLoader's batch size as the script writes it (see :func:`loader_argument`)."""
+    return loader_argument(index, call, "batch_size")
+
+
+def dict_entries(index: Index, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> Entries | None:
+    """What a ``**kwargs`` dict can hold, from its literal definitions and updates; None if unknown."""
     if depth > 3:
         return None
+    found: dict[str, list[cst.BaseExpression]] = {}
+
+    def add(more: Entries | None) -> bool:
+        if more is None:
+            return False
+        for key, values in more.items():
+            found.setdefault(key, []).extend(v for v in values if v not in found.get(key, ()))
+        return True
+
     if isinstance(expr, cst.Dict):
-        literal: set[str] = set()
         for element in expr.elements:
             if isinstance(element, cst.DictElement) and (key := _string(element.key)) is not None:
-                literal.add(key)
-            elif isinstance(element, cst.StarredDictElement):
-                inner = dict_keys(index, element.value, scope, depth + 1)
-                if inner is None:
-                    return None
-                literal |= inner
-            else:
+                add({key: (element.value,)})
+            elif not (
+                isinstance(element, cst.StarredDictElement)
+                and add(dict_entries(index, element.value, scope, depth + 1))
+            ):
                 return None
-        return frozenset(literal)
+        return _frozen(found)
     if isinstance(expr, cst.IfExp):
-        body, orelse = dict_keys(index, expr.body, scope, depth + 1), dict_keys(index, expr.orelse, scope, depth + 1)
-        return None if body is None or orelse is None else body | orelse
+        body = dict_entries(index, expr.body, scope, depth + 1)
+        if not add(body) or not add(dict_entries(index, expr.orelse, scope, depth + 1)):
+            return None
+        return _frozen(found)
     if isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("dict")):
-        names = [a.keyword.value for a in expr.args if a.keyword is not None]
-        return frozenset(names) if len(names) == len(expr.args) else None
+        if any(a.keyword is None for a in expr.args):
+            return None
+        add({a.keyword.value: (a.value,) for a in expr.args if a.keyword is not None})
+        return _frozen(found)
     ref = index.ref_of(expr, scope)
     if ref is None or index.flows_into(ref):
         return None
-    keys: set[str] = set()
     assigned = False
     for assign, value in index.values_assigned(ref):
-        found = dict_keys(index, value, index.scope_of(assign), depth + 1)
-        if found is None:
+        if not add(dict_entries(index, value, index.scope_of(assign), depth + 1)):
             return None
-        keys |= found
         assigned = True
     for read in index.mentions(ref.scope if not isinstance(ref.scope, cst.ClassDef) else index.module, ref):
         parent = index.parent(read)
         if isinstance(parent, cst.Attribute) and parent.value is read:
             call = index.parent(parent)
             if parent.attr.value == "update" and isinstance(call, cst.Call) and len(call.args) == 1:
-                found = dict_keys(index, call.args[0].value, index.scope_of(call), depth + 1)
-                if found is None:
+                if not add(dict_entries(index, call.args[0].value, index.scope_of(call), depth + 1)):
                     return None
-                keys |= found
             elif parent.attr.value not in {"get", "copy", "items", "keys", "values"}:
                 return None
         elif isinstance(parent, cst.Subscript):
             subscript = parent.slice[0].slice if parent.slice else None
             if isinstance(index.parent(parent), cst.AssignTarget):
                 key = _string(subscript.value) if isinstance(subscript, cst.Index) else None
-                if key is None:
+                statement = index.parent(index.parent(parent))
+                if key is None or not isinstance(statement, cst.Assign):
                     return None
-                keys.add(key)
-    return frozenset(keys) if assigned else None
+                add({key: (statement.value,)})
+    return _frozen(found) if assigned else None
+
+
+def _frozen(found: dict[str, list[cst.BaseExpression]]) -> Entries:
+    return {key: tuple(values) for key, values in found.items()}
 
 
 def _string(expr: cst.BaseExpression) -> str | None:

@@ -14,13 +14,14 @@ import libcst as cst
 
 from ddpify import torch_api
 from ddpify.concerns.data.codes import CARRIED_STATE, OWN_SAMPLER, STAR_ARGS
-from ddpify.concerns.data.facts import SHAPE_FACTORIES, SHAPE_METHODS, batch_size_arg, is_false
+from ddpify.concerns.data.facts import SHAPE_FACTORIES, SHAPE_METHODS, batch_size, is_false
 from ddpify.concerns.data.reads import Reads
 from ddpify.concerns.data.seeds import Seeds
 from ddpify.concerns.samplers import OwnSampler, own_sampler
 from ddpify.engine.index import Ref
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, dotted
+from ddpify.engine.values import loader_argument
 
 
 class Checks:
@@ -61,10 +62,10 @@ class Checks:
         rank carries into its next batch belongs to other data. Re-sharding the data
         contiguously per rank depends on how the dataset is laid out, so this is refused.
         """
-        shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
-        if shuffle is not None and not is_false(shuffle.value):
-            return
         index = self.index
+        shuffle = loader_argument(index, call, "shuffle")
+        if shuffle is not None and not is_false(shuffle):
+            return
         for site in sites:
             loop = site if isinstance(site, cst.For) else next(index.enclosing_loops(site), None)
             if loop is None:
@@ -117,13 +118,13 @@ class Checks:
         single-process one never was, so such a step needs full batches.
         """
         index = self.index
-        batch = batch_size_arg(call)
-        if batch is None or not isinstance(batch.value, (cst.Name, cst.Attribute)) or argument(call, "drop_last"):
+        batch = batch_size(index, call)
+        if batch is None or not isinstance(batch, (cst.Name, cst.Attribute)) or argument(call, "drop_last"):
             return None
         if call.args and any(a.star == "**" for a in call.args) and (spread_keys is None or "drop_last" in spread_keys):
             return None
-        size = dotted(batch.value)
-        size_ref = index.ref_of(batch.value, index.scope_of(call))
+        size = dotted(batch)
+        size_ref = index.ref_of(batch, index.scope_of(batch))
         related = index.lineage(size_ref) if size_ref is not None else set()
         bodies: list[cst.CSTNode] = []
         for site in sites:

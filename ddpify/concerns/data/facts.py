@@ -10,6 +10,9 @@ from ddpify import torch_api
 from ddpify.concerns.samplers import DictEntry, OwnSampler
 from ddpify.engine.index import Ref
 from ddpify.engine.syntax import argument
+from ddpify.engine.values import loader_batch_size as batch_size
+
+__all__ = ["batch_size"]
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from ddpify.concerns.samplers import DictEntry, dict_entry, entry_iterations, ke
 from ddpify.engine.edits import statement
 from ddpify.engine.index import Flow, Ref, Scope
 from ddpify.engine.program import Program, is_backward
-from ddpify.engine.syntax import argument, single_target
-from ddpify.engine.values import dict_keys
+from ddpify.engine.syntax import single_target
+from ddpify.engine.values import dict_keys, loader_argument
 
 
 def find(program: Program) -> Facts:
@@ -310,10 +310,10 @@ class LoaderFinder:
         """``DataLoader(sets[split], shuffle=split == "train")`` iterated by a loop whose every backward pass
         is under ``if split == "train":``: the same loader serves evaluation, when it does not shuffle."""
         index = self.index
-        shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
-        if shuffle is None or is_true(shuffle.value) or is_false(shuffle.value):
+        shuffle = loader_argument(index, call, "shuffle")
+        if shuffle is None or is_true(shuffle) or is_false(shuffle):
             return False
-        test = _spelled(index.module.code_for_node(shuffle.value))
+        test = _spelled(index.module.code_for_node(shuffle))
         for site in sites:
             if not isinstance(site, cst.For):
                 return False

@@ -13,8 +13,8 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
-from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, NO_DATASET, NO_EPOCH
-from ddpify.concerns.data.facts import Facts, Loader, batch_size_arg, is_false, is_true
+from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, NO_DATASET, NO_EPOCH, STAR_ARGS
+from ddpify.concerns.data.facts import Facts, Loader, batch_size, batch_size_arg, is_false, is_true
 from ddpify.concerns.data.seeds import seed_split
 from ddpify.concerns.data.streams import define_shard, shard_stream
 from ddpify.concerns.samplers import define_wrapper, sample_entries, share
@@ -90,6 +90,14 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
                 "first and index them here (`datasets[x]`)",
             )
             return False
+        if loader.spread is not None and (loader.spread_keys is None or "shuffle" in loader.spread_keys):
+            plan.report(
+                loader.spread,
+                STAR_ARGS,
+                "the `**` arguments of a DataLoader built for each key may hold `shuffle`, which the "
+                "DistributedSampler of its training entries replaces: pass `shuffle` by name",
+            )
+            return False
         return sample_entries(plan, call, loader.entry, dataset)
     stmt = index.statement_of(call)
     if not isinstance(dataset, (cst.Name, cst.Attribute)):
@@ -138,9 +146,9 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         position = call.args.index(spread) if spread is not None else len(call.args)
         plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
         summary = "training DataLoader: add a DistributedSampler"
-    batch = batch_size_arg(call)
+    batch = batch_size(index, call)
     if batch is not None and not keep_global_batch:
-        size = index.module.code_for_node(batch.value)
+        size = index.module.code_for_node(batch)
         summary += f"; each process loads batches of {size}, so the global batch is {size} x world size"
     plan.change(call, summary)
     plan.need_import(

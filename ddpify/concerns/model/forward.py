@@ -22,7 +22,8 @@ from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program, is_backward
-from ddpify.engine.syntax import argument, dotted, single_target
+from ddpify.engine.syntax import dotted, single_target
+from ddpify.engine.values import loader_batch_size
 
 # nn.Module methods that run no submodule: ``next(self.parameters()).new_zeros(...)`` computes nothing
 _COMPUTES_NOTHING = (torch_api.WRAPPER_SAFE_ATTRIBUTES - {"forward"}) | {
@@ -376,8 +377,8 @@ class ForwardChecks:
             return None
         for call in index.calls:
             if index.builds_loader(call):
-                batch = argument(call, "batch_size", 1)
-                if batch is not None and isinstance(batch.value, cst.Integer) and int(batch.value.value) <= 16:
+                batch = loader_batch_size(index, call)
+                if isinstance(batch, cst.Integer) and int(batch.value) <= 16:
                     return call
         return None
 
