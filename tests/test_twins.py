@@ -22,6 +22,8 @@
 * Import twins (``benchmarks/import_twins.py``): each name imported with
   ``from M import name`` read as ``M.name`` instead, or every import bound
   under a name of the script's own (``import torch as th``).
+* Keyword-dict twins (``benchmarks/kwargs_twins.py``): DataLoader and
+  optimizer keywords passed through a dict (``DataLoader(ds, **kwargs)``).
 * Method twins (``benchmarks/method_twins.py``): each function made the
   ``run()`` method of a class whose constructor keeps its parameters on
   ``self``, as a Trainer keeps its model and loader.
@@ -51,6 +53,7 @@ positional_twins = load("positional_twins")
 loop_twins = load("loop_twins")
 alias_twins = load("alias_twins")
 import_twins = load("import_twins")
+kwargs_twins = load("kwargs_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -242,6 +245,24 @@ def test_a_script_and_its_twins_importing_another_way_convert_the_same(path: Pat
     found = import_twins.differences(path)
     if found is None:
         pytest.skip("no twin: the script imports nothing that can be written another way")
+    assert found == []
+
+
+# one script per class of difference the keyword-dict twins once showed
+KWARGS_CLASSES = [
+    "tests/fixtures/data/batch_size_in_shapes/input.py",  # drop_last for shapes built from the batch size
+    "examples/lstm_lm.py",  # state carried over a loader the dict shuffles
+    "tests/fixtures/evaluation/early_stopping_on_average_loss/input.py",  # --shard-eval beside shuffle=False
+    "tests/fixtures/model/batch_norm_small_batch/input.py",  # the batch size read for DDP308
+    "tests/fixtures/data/sampler_placeholder/input.py",  # whether the placeholder's sampler shuffles
+]
+
+
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in KWARGS_CLASSES}))
+def test_a_script_and_its_twins_passing_keywords_through_a_dict_convert_the_same(path: Path) -> None:
+    found = kwargs_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: no DataLoader or optimizer keyword to pass through a dict")
     assert found == []
 
 
