@@ -38,7 +38,7 @@ from ddpify.diagnostics import Code
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import assigned, single_target, walk
+from ddpify.engine.syntax import assigned, single_target, straight_line, walk
 from ddpify.result import Options
 
 CODES: tuple[Code, ...] = ()
@@ -72,9 +72,7 @@ def _accumulations(index: Index, models: model.Facts) -> Iterator[Accumulation]:
                 optimizer_refs |= index.downstream(ref)
     lineages = [trained.lineage for trained in models.models]
     for loop in index.loops:
-        if not isinstance(loop.body, cst.IndentedBlock):
-            continue
-        body = list(loop.body.body)
+        body = straight_line(loop.body)
         backward = next(
             (
                 i
@@ -114,7 +112,26 @@ def _accumulations(index: Index, models: model.Facts) -> Iterator[Accumulation]:
         # The condition is evaluated before the forward pass: what it reads must not change in between.
         rebound = {name for st in body[first : body.index(step_if)] for name in _bound(index, st)}
         if not (_names(index, step_if.test) & rebound):
-            yield Accumulation(body[first], step_if.test, tuple(run))
+            yield Accumulation(_outermost(index, loop, body[first], step_if), step_if.test, tuple(run))
+
+
+def _outermost(
+    index: Index, loop: cst.For | cst.While, forward: cst.BaseStatement, step_if: cst.If
+) -> cst.BaseStatement:
+    """The statement to set the flag before: the outermost block of the loop's body around ``forward``
+    (``with torch.autocast(...):``) that does not also hold the step."""
+    for statement in _outer_first(loop.body):
+        if (statement is forward or index.inside(forward, statement)) and not index.inside(step_if, statement):
+            return statement
+    return forward
+
+
+def _outer_first(suite: cst.BaseSuite) -> Iterator[cst.BaseStatement]:
+    """The statements of ``suite`` and, after each ``with`` or ``try``, those of its body."""
+    for statement in suite.body if isinstance(suite, cst.IndentedBlock) else ():
+        yield statement
+        if isinstance(statement, (cst.With, cst.Try)):
+            yield from _outer_first(statement.body)
 
 
 def _accumulates(index: Index, loop: cst.For | cst.While, step_if: cst.If, optimizer_refs: set[Ref]) -> bool:
@@ -143,7 +160,7 @@ def _accumulates(index: Index, loop: cst.For | cst.While, step_if: cst.If, optim
             return True
     reset = {
         name
-        for st in (step_if.body.body if isinstance(step_if.body, cst.IndentedBlock) else ())
+        for st in straight_line(step_if.body)
         if isinstance(st, cst.SimpleStatementLine)
         for small in st.body
         if isinstance(small, (cst.Assign, cst.AnnAssign))
@@ -158,7 +175,7 @@ def _accumulates(index: Index, loop: cst.For | cst.While, step_if: cst.If, optim
 def _counters(index: Index, loop: cst.For | cst.While) -> set[str]:
     """Names that advance on every pass of ``loop``: its target, and names incremented at the top of its body."""
     counters = _names(index, loop.target) if isinstance(loop, cst.For) else set()
-    for st in loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ():
+    for st in straight_line(loop.body):
         if not isinstance(st, cst.SimpleStatementLine):
             continue
         for small in st.body:

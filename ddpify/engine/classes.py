@@ -14,7 +14,7 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
-from ddpify.engine.syntax import dotted, walk
+from ddpify.engine.syntax import dotted, straight_line, walk
 
 if TYPE_CHECKING:
     from ddpify.engine.index import Ref, Scope
@@ -275,14 +275,13 @@ def _hands_on_to_its_base(cls: cst.ClassDef) -> bool:
     init_of = m.Attribute(attr=m.Name("__init__"))
     super_init = m.Attribute(m.Call(m.Name("super")), attr=m.Name("__init__"))
     base_init = m.Call(super_init, args=passed) | m.Call(init_of, args=[m.Arg(m.Name(p.params[0].name.value)), *passed])
-    handed = False
-    for statement in init.body.body:
-        if m.matches(statement, m.SimpleStatementLine([m.Expr(base_init)])):
-            handed = True
+    handing = [s for s in straight_line(init.body) if m.matches(s, m.SimpleStatementLine([m.Expr(base_init)]))]
+    handed = {n for statement in handing for n in walk(statement)}
+    for node in walk(init.body):
+        if node in handed:
             continue
-        for node in walk(statement):
-            if isinstance(node, cst.Name) and node.value in (star.name.value, double.name.value):
-                return False
-            if isinstance(node, cst.Attribute) and node.attr.value in ("sampler", "batch_sampler", "__iter__"):
-                return False
-    return handed
+        if isinstance(node, cst.Name) and node.value in (star.name.value, double.name.value):
+            return False
+        if isinstance(node, cst.Attribute) and node.attr.value in ("sampler", "batch_sampler", "__iter__"):
+            return False
+    return bool(handing)

@@ -113,6 +113,22 @@ def single_target(node: cst.CSTNode | None) -> cst.BaseExpression | None:
     return None
 
 
+def straight_line(suite: cst.BaseSuite) -> list[cst.BaseStatement]:
+    """The statements of ``suite`` that run one after another on every pass: the body of each ``with``
+    block and of each ``try`` block spliced in where it stands (``with open(log) as f:`` around a step,
+    ``try: ... except KeyboardInterrupt:`` around the epochs), since they run in order unless
+    something raises; handlers, ``else`` and ``finally`` blocks are left where they are."""
+    if not isinstance(suite, cst.IndentedBlock):
+        return []
+    found: list[cst.BaseStatement] = []
+    for statement in suite.body:
+        if isinstance(statement, (cst.With, cst.Try)):
+            found += straight_line(statement.body)
+        else:
+            found.append(statement)
+    return found
+
+
 def parameter_names(function: cst.FunctionDef) -> list[str]:
     """The parameters a call can fill by position, in order."""
     p = function.params

@@ -18,7 +18,7 @@ from ddpify.concerns.tensors.lineage import Refused, _binds, _code, _Lineage
 from ddpify.concerns.tensors.samples import RANDOM_CHOICES, _SampleFinder
 from ddpify.engine.edits import EditPlan, fresh, statement
 from ddpify.engine.index import Index, Ref, Scope
-from ddpify.engine.syntax import assigned
+from ddpify.engine.syntax import assigned, straight_line
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ class _ShardFinder(_SampleFinder):
         if calls:
             return Closure(scope, None), loops[0][-1]
         returns = [n for n in index.walk(scope.body) if isinstance(n, cst.Return) and index.scope_of(n) is scope]
-        last = scope.body.body[-1] if isinstance(scope.body, cst.IndentedBlock) else None
+        last = next(reversed(straight_line(scope.body)), None)
         if (
             len(returns) != 1
             or returns[0].value is None

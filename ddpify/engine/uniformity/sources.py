@@ -157,7 +157,7 @@ class Seeding:
                 index.after(node, call)
                 and self.seeds(call, seeds)
                 and not any(
-                    isinstance(a, (cst.If, cst.For, cst.While, cst.Try)) and not index.inside(node, a)
+                    _decides(index, a, call) and not index.inside(node, a)
                     for a in index.ancestors(call)
                     if index.inside(a, scope) or scope is index.module
                 )
@@ -190,6 +190,18 @@ class Seeding:
         for ancestor in self.index.ancestors(node):
             if ancestor is block:
                 return True
-            if isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)) or _decides(
+                self.index, ancestor, node
+            ):
                 return False
         return False
+
+
+def _decides(index: Index, statement: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Whether the compound ``statement`` decides if ``node``, inside it, runs: a condition or a loop does;
+    a ``try`` does only for its handlers and its ``else`` (its body and ``finally`` run in order unless
+    something raises, as the statements after it do)."""
+    if isinstance(statement, (cst.Try, cst.TryStar)):
+        final = statement.finalbody
+        return not (index.inside(node, statement.body) or (final is not None and index.inside(node, final)))
+    return isinstance(statement, (cst.If, cst.For, cst.While))
