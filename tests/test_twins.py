@@ -24,6 +24,9 @@
   under a name of the script's own (``import torch as th``).
 * Keyword-dict twins (``benchmarks/kwargs_twins.py``): DataLoader and
   optimizer keywords passed through a dict (``DataLoader(ds, **kwargs)``).
+* Block twins (``benchmarks/block_twins.py``): every function's or loop's
+  body inside ``with contextlib.nullcontext():`` or ``try: ... except
+  KeyboardInterrupt: raise``.
 * Method twins (``benchmarks/method_twins.py``): each function made the
   ``run()`` method of a class whose constructor keeps its parameters on
   ``self``, as a Trainer keeps its model and loader.
@@ -54,6 +57,7 @@ loop_twins = load("loop_twins")
 alias_twins = load("alias_twins")
 import_twins = load("import_twins")
 kwargs_twins = load("kwargs_twins")
+block_twins = load("block_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -263,6 +267,23 @@ def test_a_script_and_its_twins_passing_keywords_through_a_dict_convert_the_same
     found = kwargs_twins.differences(path)
     if found is None:
         pytest.skip("no twin: no DataLoader or optimizer keyword to pass through a dict")
+    assert found == []
+
+
+# one script per class of difference the block twins once showed
+BLOCK_CLASSES = [
+    "tests/fixtures/accumulation/grad_accumulation/input.py",  # micro-steps inside a block
+    "tests/fixtures/data/loader_subclass_handing_on_its_arguments/input.py",  # __init__ hands on inside a block
+    "tests/fixtures/data/random_split_seeded/input.py",  # a seed inside ``try``
+    "tests/fixtures/tensors/lbfgs_closure/input.py",  # a closure returning its loss from a block
+]
+
+
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in BLOCK_CLASSES}))
+def test_a_script_and_its_twins_with_bodies_inside_one_more_block_convert_the_same(path: Path) -> None:
+    found = block_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: no function or loop body to wrap")
     assert found == []
 
 
