@@ -38,13 +38,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from functools import partial
+from typing import cast
 
 import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify.concerns import process_group
 from ddpify.diagnostics import Code, Severity
-from ddpify.engine.edits import EditPlan, Statement, statement
+from ddpify.engine.edits import EditPlan, Statement, fresh, statement
 from ddpify.engine.index import Index
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument
@@ -327,6 +329,12 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             leading = [comment]
         before[0] = before[0].with_changes(leading_lines=leading)
         plan.insert_before(download.first, *before)
+        returned = download.last.body[0]
+        if isinstance(returned, cst.Return) and returned.value is not None:
+            # ``return datasets.MNIST(...)`` in a factory: the value is kept while the others take their turn
+            name = fresh("dataset", plan.index.identifiers)
+            plan.replace(download.last, partial(_kept_in, name=name))
+            after.append(statement(cst.parse_statement(f"return {name}\n")))
         plan.insert_after(download.last, *after)
         kind = "download: rank 0 builds the data set" if download.fetches else "cache file: rank 0 writes it"
         plan.change(
@@ -334,6 +342,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             f"{kind} first, then the first process of each other node, then the rest (dist.barrier() between "
             "the turns)",
         )
+
+
+def _kept_in(node: cst.CSTNode, name: str) -> cst.CSTNode:
+    """``return value`` as ``name = value``."""
+    line = cast(cst.SimpleStatementLine, node)
+    value = cast(cst.BaseExpression, cast(cst.Return, line.body[0]).value)
+    return line.with_changes(body=[cst.Assign([cst.AssignTarget(cst.Name(name))], value)])
 
 
 def _wait(test: str, dist: str) -> Statement:

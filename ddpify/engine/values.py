@@ -6,7 +6,7 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
-from ddpify.engine.index import Index, Scope
+from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.syntax import argument
 
 Entries = dict[str, tuple[cst.BaseExpression, ...]]  # each key -> the values it may be given
@@ -81,9 +81,15 @@ def dict_entries(index: Index, expr: cst.BaseExpression, scope: Scope, depth: in
         add({a.keyword.value: (a.value,) for a in expr.args if a.keyword is not None})
         return _frozen(found)
     ref = index.ref_of(expr, scope)
-    if ref is None or index.flows_into(ref):
+    if ref is None:
         return None
     assigned = False
+    if isinstance(ref.scope, cst.FunctionDef) and ref.path in _parameters(ref.scope):
+        if not add(_passed(index, ref.scope, ref.path, depth)):
+            return None
+        assigned = True
+    elif index.flows_into(ref):
+        return None
     for assign, value in index.values_assigned(ref):
         if not add(dict_entries(index, value, index.scope_of(assign), depth + 1)):
             return None
@@ -106,6 +112,35 @@ def dict_entries(index: Index, expr: cst.BaseExpression, scope: Scope, depth: in
                     return None
                 add({key: (statement.value,)})
     return _frozen(found) if assigned else None
+
+
+def _parameters(function: cst.FunctionDef) -> dict[str, cst.Param]:
+    p = function.params
+    return {param.name.value: param for param in (*p.posonly_params, *p.params, *p.kwonly_params)}
+
+
+def _passed(index: Index, function: cst.FunctionDef, name: str, depth: int) -> Entries | None:
+    """What the parameter ``name`` of ``function`` may be given: the dicts every call of it passes (or its
+    default) to a loader factory handed ``train_kwargs``; None where a call passes it through
+    ``*``/``**`` or the function is called from nowhere the program shows."""
+    callers = index.callers(function)
+    if not callers or any(a.star for call in callers for a in call.args):
+        return None
+    found: dict[str, list[cst.BaseExpression]] = {}
+    for call in callers:
+        arg = next((a for a in call.args if index.parameter_of(a) == Ref(function, name)), None)
+        default = _parameters(function)[name].default
+        value = arg.value if arg is not None else default
+        if value is None:
+            return None
+        entries = dict_entries(
+            index, value, index.scope_of(call) if arg is not None else index.scope_of(function), depth + 1
+        )
+        if entries is None:
+            return None
+        for key, values in entries.items():
+            found.setdefault(key, []).extend(v for v in values if v not in found.get(key, ()))
+    return _frozen(found)
 
 
 def _frozen(found: dict[str, list[cst.BaseExpression]]) -> Entries:

@@ -89,6 +89,7 @@ CASES = [
     "accumulation/micro_steps_inside_an_out_of_memory_guard",
     "data/loader_subclass_quieting_warnings_as_it_hands_on",
     "tensors/lbfgs_closure_under_enable_grad",
+    "data/loader_factory_handed_a_keyword_dict",
     "accumulation/annotated_optimizer",
     "model/annotated_submodules",
     "tensors/examples_picked_with_an_early_stop_on_their_loss",
