@@ -60,7 +60,7 @@ from ddpify.engine.edits import EditPlan, fresh, insert_arg, with_comma
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, dotted, parameter_names
 from ddpify.engine.uniformity.sources import rng_family
-from ddpify.engine.values import spread_values
+from ddpify.engine.values import passed_values, spread_values
 
 # The samplers of torch.utils.data that the wrapper can deal out: each has a length and
 # draws from torch's RNG (or its own generator), never from ``random`` or NumPy.
@@ -145,18 +145,27 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
     value = arg.value
     scope = index.scope_of(call)
     ref = index.ref_of(value, scope)
+    spelled = index.module.code_for_node(value)
     if ref is None:
         if _with_replacement(index, value):
             return OwnSampler(arg, attribute, per_rank=(cast(cst.Call, value),))
-        why = _why_not_wrappable(index, value, batches)
+        built = built_by(index, value)
+        if built is None or any(m.matches(b, m.Name("None")) for b in built):
+            return f"cannot see every sampler `{spelled}` returns"
+        why = next(filter(None, (_why_not_wrappable(index, b, batches) for b in built)), "")
         return why if why else OwnSampler(arg, attribute, wrapped=(value,))
-    spelled = index.module.code_for_node(value)
     assigned = list(index.values_assigned(ref))  # (``sampler: Sampler = ...`` binds as a plain assignment)
-    if not assigned or _written_otherwise(index, ref, [a for a, _ in assigned]):
+    passed = passed_values(index, ref) if not assigned else None  # a loader factory handed the sampler
+    if (not assigned and not passed) or _written_otherwise(index, ref, [a for a, _ in assigned]):
         return f"cannot see every value `{spelled}` takes (it is set by something other than a plain assignment)"
-    samplers = [v for _, v in assigned if not m.matches(v, m.Name("None"))]
+    if passed is not None and any(m.matches(v, m.Name("None")) for v in passed):
+        return f"the sampler `{spelled}` may be None where a call passes it: there is no placeholder to replace"
+    samplers = [v for _, v in assigned if not m.matches(v, m.Name("None"))] + list(passed or ())
     for sampler in samplers:
-        why = _why_not_wrappable(index, sampler, batches)
+        built = built_by(index, sampler)
+        if built is None or any(m.matches(b, m.Name("None")) for b in built):
+            return f"cannot see every sampler `{index.module.code_for_node(sampler)}` returns"
+        why = next(filter(None, (_why_not_wrappable(index, b, batches) for b in built)), "")
         if why:
             return why
     placeholders = tuple(a for a, v in assigned if m.matches(v, m.Name("None")))
@@ -167,6 +176,48 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
     if batches:
         return f"the batch_sampler `{spelled}` may be None: there is no sampler to give each rank its share of"
     return _placeholder(index, call, arg, placeholders, tuple(samplers))
+
+
+def built_by(
+    index: Index, value: cst.BaseExpression, depth: int = 0, trail: list[cst.BaseExpression] | None = None
+) -> list[cst.BaseExpression] | None:
+    """What ``value`` may be built by, followed back through the program: the values a name is assigned,
+    what every call of a function passes for its parameter (a loader factory handed the sampler), and
+    what a function of the program returns (a sampler factory); None where that cannot be seen.
+
+    ``trail`` gets every expression passed on the way (``make_sampler(train_idx)`` in the caller), whose
+    arguments may draw too."""
+    if trail is not None:
+        trail.append(value)
+    if depth > 4:
+        return None
+    if isinstance(value, (cst.Name, cst.Attribute)):
+        ref = index.ref_of(value, index.scope_of(value))
+        if ref is None:
+            return [value]
+        assigned = list(index.values_assigned(ref))
+        passed = passed_values(index, ref) if not assigned else None
+        if (not assigned and passed is None) or _written_otherwise(index, ref, [a for a, _ in assigned]):
+            return None
+        held = [v for _, v in assigned] + list(passed or ())
+    elif isinstance(value, cst.Call) and index.local_class(value.func) is None:
+        callee = index.resolve_callee(value, index.scope_of(value))
+        if callee is None:
+            return [value]
+        if index.is_generator(callee[0]):
+            return None
+        held = index.returned_values(callee[0])
+        if not held:
+            return None
+    else:
+        return [value]
+    found: list[cst.BaseExpression] = []
+    for each in held:
+        inner = built_by(index, each, depth + 1, trail)
+        if inner is None:
+            return None
+        found += inner
+    return found
 
 
 def _with_replacement(index: Index, value: cst.BaseExpression) -> bool:

@@ -119,27 +119,39 @@ def _parameters(function: cst.FunctionDef) -> dict[str, cst.Param]:
     return {param.name.value: param for param in (*p.posonly_params, *p.params, *p.kwonly_params)}
 
 
-def _passed(index: Index, function: cst.FunctionDef, name: str, depth: int) -> Entries | None:
-    """What the parameter ``name`` of ``function`` may be given: the dicts every call of it passes (or its
-    default) to a loader factory handed ``train_kwargs``; None where a call passes it through
-    ``*``/``**`` or the function is called from nowhere the program shows."""
+def passed_values(index: Index, ref: Ref) -> list[cst.BaseExpression] | None:
+    """Where ``ref`` is a parameter of the program's function, what every call of it passes for it (its
+    default where a call passes nothing); None where it is not a parameter, a call passes arguments
+    through ``*``/``**``, or nothing the program shows calls the function."""
+    function = ref.scope
+    if not isinstance(function, cst.FunctionDef) or ref.path not in _parameters(function):
+        return None
     callers = index.callers(function)
     if not callers or any(a.star for call in callers for a in call.args):
         return None
-    found: dict[str, list[cst.BaseExpression]] = {}
+    found: list[cst.BaseExpression] = []
     for call in callers:
-        arg = next((a for a in call.args if index.parameter_of(a) == Ref(function, name)), None)
-        default = _parameters(function)[name].default
-        value = arg.value if arg is not None else default
+        arg = next((a for a in call.args if index.parameter_of(a) == ref), None)
+        value = arg.value if arg is not None else _parameters(function)[ref.path].default
         if value is None:
             return None
-        entries = dict_entries(
-            index, value, index.scope_of(call) if arg is not None else index.scope_of(function), depth + 1
-        )
+        found.append(value)
+    return found
+
+
+def _passed(index: Index, function: cst.FunctionDef, name: str, depth: int) -> Entries | None:
+    """What the parameter ``name`` of ``function`` may be given: the dicts every call of it passes (or its
+    default) to a loader factory handed ``train_kwargs`` (see :func:`passed_values`)."""
+    values = passed_values(index, Ref(function, name))
+    if values is None:
+        return None
+    found: dict[str, list[cst.BaseExpression]] = {}
+    for value in values:
+        entries = dict_entries(index, value, index.scope_of(value), depth + 1)
         if entries is None:
             return None
-        for key, values in entries.items():
-            found.setdefault(key, []).extend(v for v in values if v not in found.get(key, ()))
+        for key, each in entries.items():
+            found.setdefault(key, []).extend(v for v in each if v not in found.get(key, ()))
     return _frozen(found)
 
 

@@ -14,7 +14,7 @@ from typing import cast
 import libcst as cst
 
 from ddpify.concerns.data.facts import RANDOM_SPLIT, Split
-from ddpify.concerns.samplers import OwnSampler, rng_draws
+from ddpify.concerns.samplers import OwnSampler, built_by, rng_draws
 from ddpify.engine.edits import EditPlan, insert_arg
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument
@@ -59,8 +59,8 @@ class Seeds:
         """Why the samplers' own arguments would differ between ranks: drawn from an RNG no seed was set for."""
         index = self.index
         for value in own.wrapped:
-            ref = index.ref_of(value, index.scope_of(value))
-            built = [held for _, held in index.values_assigned(ref)] if ref is not None else [value]
+            built: list[cst.BaseExpression] = []
+            built_by(index, value, trail=built)
             for draw, family in (d for b in built if isinstance(b, cst.Call) for d in rng_draws(index, b)):
                 if not self.seeding.seeded_before(draw, family):
                     name = min(index.qualified_names(draw.func))  # the same name on every run
