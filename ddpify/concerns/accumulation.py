@@ -38,7 +38,7 @@ from ddpify.diagnostics import Code
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import assigned, single_target, straight_line, walk
+from ddpify.engine.syntax import assigned, straight_line, walk
 from ddpify.result import Options
 
 CODES: tuple[Code, ...] = ()
@@ -66,10 +66,8 @@ def _accumulations(index: Index, models: model.Facts) -> Iterator[Accumulation]:
     """``loss.backward()`` every micro-step, ``optimizer.step()`` under ``if (i + 1) % k == 0``."""
     optimizer_refs: set[Ref] = set()
     for optimizer in models.optimizers:
-        if (bound := single_target(index.parent(optimizer))) is not None:
-            ref = index.ref_of(bound, index.scope_of(optimizer))
-            if ref is not None:
-                optimizer_refs |= index.downstream(ref)
+        for ref in index.holders(optimizer):
+            optimizer_refs |= index.downstream(ref)
     lineages = [trained.lineage for trained in models.models]
     for loop in index.loops:
         body = straight_line(loop.body)
@@ -100,9 +98,9 @@ def _accumulations(index: Index, models: model.Facts) -> Iterator[Accumulation]:
         first = None
         for position, stmt in enumerate(body[: backward + 1]):
             for node in index.walk(stmt):
-                if isinstance(node, cst.Call) and (ref := index.carried_ref(node.func, scope)) is not None:
+                if isinstance(node, cst.Call) and (carried := index.carried_ref(node.func, scope)) is not None:
                     for lineage in lineages:
-                        if ref in lineage:
+                        if carried in lineage:
                             text = index.module.code_for_node(node.func)
                             if text not in run:
                                 run.append(text)

@@ -34,7 +34,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.engine.classes import ProgramClasses
 from ddpify.engine.positions import locate
-from ddpify.engine.syntax import STATEMENT_KINDS, dotted, parameter_names
+from ddpify.engine.syntax import STATEMENT_KINDS, dotted, parameter_names, single_target
 
 Scope = cst.Module | cst.FunctionDef | cst.ClassDef
 
@@ -455,6 +455,20 @@ class Index(ProgramClasses):
             for node in self.walk(function.body)
             if isinstance(node, cst.Return) and node.value is not None and self.scope_of(node) is function
         ]
+
+    def holders(self, expr: cst.BaseExpression, depth: int = 0) -> list[Ref]:
+        """The places that keep what ``expr`` evaluates to: the target of the assignment it is the value
+        of, or, where a function of the program returns it (``def make_optimizer(...): return SGD(...)``),
+        the places that keep each call of that function, followed to any depth."""
+        parent = self.parent(expr)
+        target = single_target(parent) if getattr(parent, "value", None) is expr else None
+        if target is not None:
+            ref = self.ref_of(target, self.scope_of(expr))
+            return [ref] if ref is not None else []
+        function = self.scope_of(expr)
+        if not isinstance(parent, cst.Return) or not isinstance(function, cst.FunctionDef) or depth > 3:
+            return []
+        return [ref for call in self.callers(function) for ref in self.holders(call, depth + 1)]
 
     def is_generator(self, function: cst.FunctionDef) -> bool:
         """Whether ``function`` itself yields (a ``yield`` of a function inside it does not count)."""

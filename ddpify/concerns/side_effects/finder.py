@@ -143,7 +143,9 @@ class Finder:
         for call in self.index.calls:
             parent = self.index.parent(call)
             if self.index.is_call_to(call, torch_api.TRACKER_FACTORIES) and (
-                isinstance(parent, cst.Assign) or single_target(parent) is not None
+                isinstance(parent, cst.Assign)
+                or single_target(parent) is not None
+                or (isinstance(parent, cst.Return) and self.index.holders(call))  # ``return SummaryWriter(...)``
             ):
                 yield call
 
@@ -201,11 +203,11 @@ class Finder:
         refs: set[Ref] = set()
         for call in calls:
             assign = index.parent(call)
-            target = assign.targets[0].target if isinstance(assign, cst.Assign) else single_target(assign)
-            if target is None:
+            if isinstance(assign, cst.Assign) and len(assign.targets) > 1:  # ``a = b = Writer()``: the first
+                ref = index.ref_of(assign.targets[0].target, index.scope_of(call))
+                refs |= index.downstream(ref) if ref is not None else set()
                 continue
-            ref = index.ref_of(target, index.scope_of(call))
-            if ref is not None:
+            for ref in index.holders(call):
                 refs |= index.downstream(ref)
         return refs
 
