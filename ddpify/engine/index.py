@@ -101,6 +101,7 @@ class Index(ProgramClasses):
     # What records the flows, run on the first question about them: "already distributed" needs none.
     _collect_flows: Callable[[], None] | None = None
     _callers: dict[cst.FunctionDef, list[cst.Call]] | None = None
+    _following: set[cst.CSTNode] = field(default_factory=set)  # calls whose built classes are being found
     _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
     _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)  # see qualified_names()
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
@@ -480,8 +481,9 @@ class Index(ProgramClasses):
         return self.resolve_callee(call, scope) or self.instance_method(call, scope)
 
     def instance_method(self, call: cst.Call, scope: Scope) -> tuple[cst.FunctionDef, int] | None:
-        """``Solver(model).train(loader)``, or ``solver.train(loader)`` after ``solver = Solver(model)`` in the
-        same function: the method of the program's own class that the call runs (its ``self`` filled)."""
+        """``Solver(model).train(loader)``, or ``solver.train(loader)`` after ``solver = Solver(model)`` (or
+        ``solver = make_solver(model)``, a helper returning one) in the same function: the method of the
+        program's own class that the call runs (its ``self`` filled)."""
         func = call.func
         if not isinstance(func, cst.Attribute):
             return None
@@ -490,11 +492,30 @@ class Index(ProgramClasses):
             built.append(func.value)
         elif (ref := self.carried_ref(func.value, scope)) is not None and ref.scope is scope:
             built += [value for _, value in self.values_assigned(ref)]
-        classes = {cls for value in built if isinstance(value, cst.Call) and (cls := self.local_class(value.func))}
+        classes = {cls for value in built for cls in self._classes_built(value)}
         if len(classes) != 1:
             return None
         method = self.method(classes.pop(), func.attr.value, dispatch=True)
         return (method, 1) if method is not None else None
+
+    def _classes_built(self, value: cst.BaseExpression, depth: int = 0) -> list[cst.ClassDef]:
+        """The program's own classes whose instance ``value`` is: ``Solver(...)``, or the call of a helper
+        of the program that returns one (``make_trainer(model)``)."""
+        if not isinstance(value, cst.Call):
+            return []
+        cls = self.local_class(value.func)
+        if cls is not None:
+            return [cls]
+        if depth > 3 or value in self._following:  # (resolving the call may ask about this very value)
+            return []
+        self._following.add(value)
+        try:
+            callee = self.resolve_callee(value, self.scope_of(value))
+            if callee is None:
+                return []
+            return [c for each in self.returned_values(callee[0]) for c in self._classes_built(each, depth + 1)]
+        finally:
+            self._following.discard(value)
 
     def _imported_callee(self, func: cst.BaseExpression) -> tuple[cst.FunctionDef, int] | None:
         """A function or constructor of another module of the program: ``get_loader`` or ``utils.get_loader``."""

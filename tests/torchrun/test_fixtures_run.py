@@ -92,6 +92,7 @@ CASES = [
     "data/loader_factory_handed_a_keyword_dict",
     "data/sampler_from_a_factory_handed_to_a_loader_factory",
     "accumulation/optimizer_made_by_a_factory",
+    "data/trainer_made_by_a_factory",
     "accumulation/annotated_optimizer",
     "model/annotated_submodules",
     "tensors/examples_picked_with_an_early_stop_on_their_loss",
