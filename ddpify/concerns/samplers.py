@@ -60,7 +60,7 @@ from ddpify.engine.edits import EditPlan, fresh, insert_arg, with_comma
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, dotted, parameter_names
 from ddpify.engine.uniformity.sources import rng_family
-from ddpify.engine.values import passed_values, spread_values
+from ddpify.engine.values import built_by, passed_values, spread_values, written_otherwise
 
 # The samplers of torch.utils.data that the wrapper can deal out: each has a length and
 # draws from torch's RNG (or its own generator), never from ``random`` or NumPy.
@@ -156,7 +156,7 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
         return why if why else OwnSampler(arg, attribute, wrapped=(value,))
     assigned = list(index.values_assigned(ref))  # (``sampler: Sampler = ...`` binds as a plain assignment)
     passed = passed_values(index, ref) if not assigned else None  # a loader factory handed the sampler
-    if (not assigned and not passed) or _written_otherwise(index, ref, [a for a, _ in assigned]):
+    if (not assigned and not passed) or written_otherwise(index, ref, [a for a, _ in assigned]):
         return f"cannot see every value `{spelled}` takes (it is set by something other than a plain assignment)"
     if passed is not None and any(m.matches(v, m.Name("None")) for v in passed):
         return f"the sampler `{spelled}` may be None where a call passes it: there is no placeholder to replace"
@@ -176,48 +176,6 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
     if batches:
         return f"the batch_sampler `{spelled}` may be None: there is no sampler to give each rank its share of"
     return _placeholder(index, call, arg, placeholders, tuple(samplers))
-
-
-def built_by(
-    index: Index, value: cst.BaseExpression, depth: int = 0, trail: list[cst.BaseExpression] | None = None
-) -> list[cst.BaseExpression] | None:
-    """What ``value`` may be built by, followed back through the program: the values a name is assigned,
-    what every call of a function passes for its parameter (a loader factory handed the sampler), and
-    what a function of the program returns (a sampler factory); None where that cannot be seen.
-
-    ``trail`` gets every expression passed on the way (``make_sampler(train_idx)`` in the caller), whose
-    arguments may draw too."""
-    if trail is not None:
-        trail.append(value)
-    if depth > 4:
-        return None
-    if isinstance(value, (cst.Name, cst.Attribute)):
-        ref = index.ref_of(value, index.scope_of(value))
-        if ref is None:
-            return [value]
-        assigned = list(index.values_assigned(ref))
-        passed = passed_values(index, ref) if not assigned else None
-        if (not assigned and passed is None) or _written_otherwise(index, ref, [a for a, _ in assigned]):
-            return None
-        held = [v for _, v in assigned] + list(passed or ())
-    elif isinstance(value, cst.Call) and index.local_class(value.func) is None:
-        callee = index.resolve_callee(value, index.scope_of(value))
-        if callee is None:
-            return [value]
-        if index.is_generator(callee[0]):
-            return None
-        held = index.returned_values(callee[0])
-        if not held:
-            return None
-    else:
-        return [value]
-    found: list[cst.BaseExpression] = []
-    for each in held:
-        inner = built_by(index, each, depth + 1, trail)
-        if inner is None:
-            return None
-        found += inner
-    return found
 
 
 def _with_replacement(index: Index, value: cst.BaseExpression) -> bool:
@@ -274,31 +232,6 @@ def _placeholder(
                 f"set it to `DistributedSampler({dataset})` after the dataset is made"
             )
     return OwnSampler(arg, "sampler", wrapped, placeholders, dataset, shuffles)
-
-
-def _written_otherwise(index: Index, ref: Ref, assigns: list[cst.Assign | cst.AnnAssign]) -> bool:
-    """Whether ``ref`` is also written by anything but ``assigns`` (a loop, an unpacking, ``+=``, ``:=``)."""
-    for scope in index.scopes_reading(ref):
-        for read in index.mentions(scope, ref):
-            parent = index.parent(read)
-            if isinstance(parent, cst.AssignTarget) and index.parent(parent) in assigns:
-                continue
-            if isinstance(parent, cst.AnnAssign) and parent.target is read and parent in assigns:
-                continue
-            for node in (read, *index.ancestors(read)):
-                owner = index.parent(node)
-                if (
-                    (isinstance(owner, cst.AssignTarget) and owner.target is node)
-                    or (
-                        isinstance(owner, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)) and owner.target is node
-                    )
-                    or (isinstance(owner, cst.NamedExpr) and owner.target is node)
-                    or (isinstance(owner, cst.AsName) and owner.name is node)
-                ):
-                    return True
-                if not isinstance(owner, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
-                    break
-    return False
 
 
 def _why_not_wrappable(index: Index, value: cst.BaseExpression, batches: bool) -> str:

@@ -93,6 +93,7 @@ CASES = [
     "data/sampler_from_a_factory_handed_to_a_loader_factory",
     "accumulation/optimizer_made_by_a_factory",
     "data/trainer_made_by_a_factory",
+    "closures/lbfgs_from_a_helper_handed_to_fit",
     "accumulation/annotated_optimizer",
     "model/annotated_submodules",
     "tensors/examples_picked_with_an_early_stop_on_their_loss",

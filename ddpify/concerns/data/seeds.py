@@ -14,11 +14,12 @@ from typing import cast
 import libcst as cst
 
 from ddpify.concerns.data.facts import RANDOM_SPLIT, Split
-from ddpify.concerns.samplers import OwnSampler, built_by, rng_draws
+from ddpify.concerns.samplers import OwnSampler, rng_draws
 from ddpify.engine.edits import EditPlan, insert_arg
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument
 from ddpify.engine.uniformity.sources import GLOBAL_SEEDS, Seeding
+from ddpify.engine.values import built_by
 
 
 class Seeds:

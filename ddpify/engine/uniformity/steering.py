@@ -22,6 +22,7 @@ import libcst as cst
 
 from ddpify.engine.index import Index, Scope
 from ddpify.engine.syntax import argument
+from ddpify.engine.values import built_by, passed_values
 
 # Optimizers whose step runs the closure a number of times that its loss values decide.
 STEERED_BY_LOSS = frozenset({"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"})
@@ -60,10 +61,12 @@ def _closure_of_step(index: Index, call: cst.Call) -> cst.BaseExpression | None:
     if closure is None:
         return None
     ref = index.carried_ref(call.func.value, index.scope_of(call))
-    if ref is None or not any(
-        isinstance(value, cst.Call) and index.is_call_to(value, STEERED_BY_LOSS)
-        for _, value in index.values_assigned(ref)
-    ):
+    if ref is None:
+        return None
+    # the optimizer as built: ``LBFGS(...)``, or what a helper returns, or what a caller hands in
+    held = [value for _, value in index.values_assigned(ref)] + list(passed_values(index, ref) or ())
+    built = [b for value in held for b in built_by(index, value) or (value,)]
+    if not any(isinstance(value, cst.Call) and index.is_call_to(value, STEERED_BY_LOSS) for value in built):
         return None
     return closure.value
 
