@@ -192,9 +192,18 @@ def test_a_helper_that_also_runs_before_the_wrap_reads_the_plain_model(tmp_path:
 
 
 @pytest.mark.torchrun
-def test_a_checkpoint_of_the_data_parallel_original_resumes_the_converted_program(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "resume"),
+    [
+        ("model/data_parallel_checkpoint_resumed", ["--resume", "data_parallel.pth"]),
+        ("model/data_parallel_from_a_factory_resumed", ["data_parallel.pth"]),  # wrapped by a helper
+    ],
+)
+def test_a_checkpoint_of_the_data_parallel_original_resumes_the_converted_program(
+    name: str, resume: list[str], tmp_path: Path
+) -> None:
     """The input saved its ``nn.DataParallel`` model (keys ``module.*``); the converted program loads that file."""
-    case = FIXTURES / "model/data_parallel_checkpoint_resumed"
+    case = FIXTURES / name
     shutil.copy(case / "input.py", tmp_path / "train.py")
     original = subprocess.run(
         [sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False
@@ -203,7 +212,7 @@ def test_a_checkpoint_of_the_data_parallel_original_resumes_the_converted_progra
     (tmp_path / "checkpoint.pth").rename(tmp_path / "data_parallel.pth")
     script = tmp_path / "train_ddp.py"
     shutil.copy(case / "expected.py", script)
-    report = verify(script, nproc=2, workdir=tmp_path, timeout=240, script_args=["--resume", "data_parallel.pth"])
+    report = verify(script, nproc=2, workdir=tmp_path, timeout=240, script_args=resume)
     assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
     # loaded, not skipped: the first step starts from the checkpoint's weights, so a missing key would raise
     assert "Missing key" not in report.output

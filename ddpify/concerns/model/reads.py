@@ -26,10 +26,7 @@ from ddpify.engine.syntax import parameter_names
 DEEPCOPY = frozenset({"copy.deepcopy"})
 
 
-# A module's methods that return the module itself
-_RETURN_THE_MODULE = frozenset(
-    {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval", "requires_grad_", "apply", "type"}
-)
+_RETURN_THE_MODULE = torch_api.MODULE_CHAINING_METHODS
 
 
 class WrapperReads:

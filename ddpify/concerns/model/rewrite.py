@@ -122,6 +122,15 @@ def _had_data_parallel(plan: EditPlan, facts: Facts, model: Model) -> bool:
             target = index.ref_of(assign.targets[0].target, index.scope_of(stmt))
             if target is not None and target in model.lineage:
                 return True
+        given: cst.BaseExpression = call  # ``return nn.DataParallel(net).to(device)``: the same module
+        while (
+            isinstance(attr := index.parent(given), cst.Attribute)
+            and attr.attr.value in torch_api.MODULE_CHAINING_METHODS
+            and isinstance(chained := index.parent(attr), cst.Call)
+        ):
+            given = chained
+        if any(ref in model.lineage for ref in index.holders(given)):
+            return True
     return False
 
 
