@@ -166,11 +166,17 @@ class ProgramClasses:
             for _, value in self.values_assigned(place):
                 if not isinstance(value, cst.Call):
                     continue
-                cls = self.local_class(value.func)
-                if cls is not None:
-                    yield cls
+                built = self.classes_built(value)
+                if built:
+                    yield from built
                 else:
                     yield from self.registry_classes(value.func)
+
+    def classes_built(self, value: cst.BaseExpression, depth: int = 0) -> list[cst.ClassDef]:
+        """The program's own classes whose instance ``value`` is: ``Solver(...)`` (the index also follows
+        the helpers that return one)."""
+        cls = self.local_class(value.func) if isinstance(value, cst.Call) else None
+        return [cls] if cls is not None else []
 
     def registry_classes(self, expr: cst.BaseExpression) -> list[cst.ClassDef]:
         """The program's own classes a registry holds, for ``TRAINERS[cfg.name]``: every value of the dict (or

@@ -492,13 +492,13 @@ class Index(ProgramClasses):
             built.append(func.value)
         elif (ref := self.carried_ref(func.value, scope)) is not None and ref.scope is scope:
             built += [value for _, value in self.values_assigned(ref)]
-        classes = {cls for value in built for cls in self._classes_built(value)}
+        classes = {cls for value in built for cls in self.classes_built(value)}
         if len(classes) != 1:
             return None
         method = self.method(classes.pop(), func.attr.value, dispatch=True)
         return (method, 1) if method is not None else None
 
-    def _classes_built(self, value: cst.BaseExpression, depth: int = 0) -> list[cst.ClassDef]:
+    def classes_built(self, value: cst.BaseExpression, depth: int = 0) -> list[cst.ClassDef]:
         """The program's own classes whose instance ``value`` is: ``Solver(...)``, or the call of a helper
         of the program that returns one (``make_trainer(model)``)."""
         if not isinstance(value, cst.Call):
@@ -513,7 +513,7 @@ class Index(ProgramClasses):
             callee = self.resolve_callee(value, self.scope_of(value))
             if callee is None:
                 return []
-            return [c for each in self.returned_values(callee[0]) for c in self._classes_built(each, depth + 1)]
+            return [c for each in self.returned_values(callee[0]) for c in self.classes_built(each, depth + 1)]
         finally:
             self._following.discard(value)
 

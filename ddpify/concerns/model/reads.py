@@ -345,12 +345,10 @@ class WrapperReads:
             holder = index.carried_ref(attribute.value, scope) if isinstance(attribute.value, cst.Name) else None
             if holder is None or holder.scope is not scope:
                 continue
-            built = {
-                index.local_class(value.func)
-                for _, value in index.values_assigned(holder)
-                if isinstance(value, cst.Call)
-            }
-            if built == {cls}:
+            built = [
+                index.classes_built(value) for _, value in index.values_assigned(holder) if isinstance(value, cst.Call)
+            ]
+            if built and all(classes == [cls] for classes in built):
                 yield attribute
 
     def _built_anew(
