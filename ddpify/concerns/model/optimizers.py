@@ -11,7 +11,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns import model_collections
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.syntax import argument, parameter_names, single_target
+from ddpify.engine.syntax import argument, parameter_names
 
 
 class TrainedModels:
@@ -100,14 +100,7 @@ class TrainedModels:
             return False
         if any(index.is_call_to(call, names) for names in (torch_api.SAVE,)) or self._torch_optimizer(call):
             return False
-        assign = index.parent(call)
-        bound = single_target(assign)
-        if bound is None:
-            return False
-        target = index.ref_of(bound, index.scope_of(call))
-        if target is None:
-            return False
-        places = index.downstream(target)
+        places = {place for target in index.holders(call) for place in index.downstream(target)}
         return any(
             isinstance(read_parent := index.parent(read), cst.Attribute)
             and read_parent.attr.value.endswith("step")  # step(), SAM's first_step() / second_step()
