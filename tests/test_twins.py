@@ -30,6 +30,8 @@
 * Factory twins (``benchmarks/factory_twins.py``): each object the script
   builds with a class (a loader, a model, an optimizer, a sampler, a tracker)
   built by a helper function that returns it instead.
+* Keyword twins (``benchmarks/keyword_twins.py``): the script's own functions
+  called with keyword arguments (``train(model=model, loader=loader)``).
 * Method twins (``benchmarks/method_twins.py``): each function made the
   ``run()`` method of a class whose constructor keeps its parameters on
   ``self``, as a Trainer keeps its model and loader.
@@ -62,6 +64,7 @@ import_twins = load("import_twins")
 kwargs_twins = load("kwargs_twins")
 block_twins = load("block_twins")
 factory_twins = load("factory_twins")
+keyword_twins = load("keyword_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -337,6 +340,14 @@ def test_a_script_and_its_twin_building_through_helpers_convert_the_same(path: P
     if str(path.relative_to(ROOT)) in FACTORY_LEFT:
         assert found, "converts alike now: drop it from FACTORY_LEFT"
         return
+    assert found == []
+
+
+@pytest.mark.parametrize("path", _scripts({ROOT / "tests/fixtures/model/typo_moduel/input.py"}))
+def test_a_script_and_its_twin_calling_its_functions_by_keyword_convert_the_same(path: Path) -> None:
+    found = keyword_twins.differences(path)  # typo_moduel: ``unwrap(model=model)`` once got ``model.module=``
+    if found is None:
+        pytest.skip("no twin: no call of the script's own functions with positional arguments")
     assert found == []
 
 

@@ -351,6 +351,8 @@ class Index(ProgramClasses):
         first, last = self.order[node], self.last[node]
         orders = self._orders_of(candidates)
         for expr in candidates[bisect_left(orders, first) : bisect_right(orders, last)]:
+            if isinstance(expr, cst.Name) and not self.names_a_variable(expr):
+                continue  # ``unwrap(model=model)``: the keyword is no read of ``model``
             if self.ref_of(expr, self.scope_of(expr)) == ref:
                 parent = self.parent(expr)
                 # ``self.model`` is one read, not also a read of ``self``.

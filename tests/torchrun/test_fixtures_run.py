@@ -96,6 +96,7 @@ CASES = [
     "closures/lbfgs_from_a_helper_handed_to_fit",
     "model/model_read_through_a_trainer_from_a_factory",
     "model/optimizer_of_the_program_from_a_factory",
+    "model/model_passed_by_keyword_to_a_helper",
     "accumulation/annotated_optimizer",
     "model/annotated_submodules",
     "tensors/examples_picked_with_an_early_stop_on_their_loss",
