@@ -17,9 +17,10 @@ __all__ = ["batch_size"]
 
 @dataclass(frozen=True)
 class EpochLoop:
-    loop: cst.For  # the epoch loop
+    loop: cst.For | cst.While  # the epoch loop
     loader: str  # the loader as written in the loop's scope: ``train_loader``, ``self.train_data``
     after: cst.BaseStatement | None = None  # the loader is built inside the loop: set the epoch after this
+    counter: str = ""  # ``while epoch < n: ...; epoch += 1``: the name that counts the passes
 
 
 @dataclass(frozen=True)

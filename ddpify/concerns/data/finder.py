@@ -28,7 +28,7 @@ from ddpify.concerns.samplers import DictEntry, dict_entry, entry_iterations, ke
 from ddpify.engine.edits import statement
 from ddpify.engine.index import Flow, Ref, Scope
 from ddpify.engine.program import Program, is_backward
-from ddpify.engine.syntax import single_target
+from ddpify.engine.syntax import single_target, straight_line
 from ddpify.engine.values import dict_keys, loader_argument
 
 
@@ -282,7 +282,13 @@ class LoaderFinder:
                 built = [a for a in index.assignments_to(loader) if index.inside(a, loop)]
                 after = index.statement_of(built[-1]) if built else None
                 return [EpochLoop(loop, self.index.spelled(loader, index.scope_of(loop)), after)]
-            return []  # a `while` loop counts steps, not epochs
+            # ``while epoch < n:`` around the pass over the data, ``epoch += 1`` in its body: an epoch loop;
+            # any other ``while`` counts steps, not epochs
+            counter = _pass_counter(loop)
+            loader = self._loader_itself(ref, index.scope_of(loop)) if counter else None
+            if loader is None or any(a for a in index.assignments_to(loader) if index.inside(a, loop)):
+                return []
+            return [EpochLoop(loop, self.index.spelled(loader, index.scope_of(loop)), counter=counter)]
         scope = index.scope_of(site)
         if not isinstance(scope, cst.FunctionDef) or depth > 4:
             return []
@@ -495,3 +501,20 @@ def _last_name(func: cst.BaseExpression) -> str:
 def _spelled(code: str) -> str:
     """``code`` without its spaces and parentheses, to compare two spellings of one test."""
     return re.sub(r"[\s()]", "", code)
+
+
+def _pass_counter(loop: cst.While) -> str:
+    """The one name a ``while`` loop's body advances by ``+= 1`` in the statements it runs in order on
+    every pass (``epoch += 1``), the loops inside it aside; '' where there is none or more than one."""
+    counted = {
+        small.target.value
+        for statement in straight_line(loop.body)
+        if isinstance(statement, cst.SimpleStatementLine)
+        for small in statement.body
+        if isinstance(small, cst.AugAssign)
+        and isinstance(small.operator, cst.AddAssign)
+        and isinstance(small.target, cst.Name)
+        and isinstance(small.value, cst.Integer)
+        and small.value.value == "1"
+    }
+    return counted.pop() if len(counted) == 1 else ""

@@ -246,7 +246,7 @@ def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str], attribute: str) 
         plan.change(restart.stmt, f"a new pass over the data: `{sampler}.set_epoch(...)` reshuffles it")
     for epoch_loop in loader.epoch_loops:
         loop = epoch_loop.loop
-        target = loop.target
+        target = loop.target if isinstance(loop, cst.For) else cst.Name(epoch_loop.counter)
         if not isinstance(target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
             plan.report(
                 loop,
