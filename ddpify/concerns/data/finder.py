@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 
 import libcst as cst
 
@@ -153,17 +154,22 @@ class LoaderFinder:
             for loop in self._epoch_loop(starts.get(node, node), ref):
                 if index.inside(call, loop.loop):  # set after the statement that builds it in that loop
                     built = next(  # (or in a loop over the phases inside it)
-                        a for a in (call, *index.ancestors(call)) if isinstance(index.parent(index.parent(a)), cst.For)
+                        a
+                        for a in (call, *index.ancestors(call))
+                        if isinstance(index.parent(index.parent(a)), (cst.For, cst.While))
                     )
-                    loop = EpochLoop(loop.loop, loop.loader, statement(built))
+                    loop = replace(loop, after=statement(built))
                 found = [loop]
                 if entry is not None:  # set_epoch on the training entries of the dict
-                    found = [EpochLoop(loop.loop, held, loop.after) for held in entry.indexed(loop.loader)]
+                    found = [replace(loop, loader=held) for held in entry.indexed(loop.loader)]
                 epoch_loops.extend(lp for lp in found if lp not in epoch_loops)
         # the loop over the batches repeats in a ``while``, here or in a generator that yields them
         passes = [node for node, _ in sites] + [node for node, _ in self.reads.iterations(self._refs_of(call))]
-        repeated = any(
-            isinstance(lp, cst.While) for node in passes for lp in index.enclosing_loops(node) if lp is not node
+        repeated = any(  # (``next(it)`` in a loop: that loop draws the batches, it does not repeat a pass)
+            isinstance(lp, cst.While)
+            for node in passes
+            for lp in list(index.enclosing_loops(node))[1 if isinstance(node, cst.Call) else 0 :]
+            if lp is not node
         )
         if not epoch_loops and not restarts and repeated:
             self.program.report(
@@ -255,7 +261,12 @@ class LoaderFinder:
             if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
                 break
         loops = list(self.index.enclosing_loops(stmt))  # innermost first, within the function
-        return bool(loops) and isinstance(loops[0], cst.While) and not any(isinstance(lp, cst.For) for lp in loops)
+        return (
+            bool(loops)
+            and isinstance(loops[0], cst.While)
+            and not _pass_counter(loops[0])  # (an epoch loop counted by hand sets the epoch itself)
+            and not any(isinstance(lp, cst.For) for lp in loops)
+        )
 
     def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0) -> list[EpochLoop]:
         """The epoch loop around ``site``, where ``ref`` holds the loader; in a function, the epoch loops
@@ -286,9 +297,11 @@ class LoaderFinder:
             # any other ``while`` counts steps, not epochs
             counter = _pass_counter(loop)
             loader = self._loader_itself(ref, index.scope_of(loop)) if counter else None
-            if loader is None or any(a for a in index.assignments_to(loader) if index.inside(a, loop)):
+            if loader is None:
                 return []
-            return [EpochLoop(loop, self.index.spelled(loader, index.scope_of(loop)), counter=counter)]
+            built = [a for a in index.assignments_to(loader) if index.inside(a, loop)]
+            after = index.statement_of(built[-1]) if built else None
+            return [EpochLoop(loop, self.index.spelled(loader, index.scope_of(loop)), after, counter)]
         scope = index.scope_of(site)
         if not isinstance(scope, cst.FunctionDef) or depth > 4:
             return []

@@ -256,7 +256,7 @@ def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str], attribute: str) 
             )
             continue
         epoch = target.value
-        if epoch == "_":
+        if epoch == "_" and isinstance(loop, cst.For):  # (a ``while`` loop's counter is read as it is)
             epoch = fresh("epoch", plan.index.identifiers | taken)
             taken.add(epoch)
             plan.replace(target, _renamed(epoch))
