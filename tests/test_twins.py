@@ -32,6 +32,8 @@
   built by a helper function that returns it instead.
 * Keyword twins (``benchmarks/keyword_twins.py``): the script's own functions
   called with keyword arguments (``train(model=model, loader=loader)``).
+* While twins (``benchmarks/while_twins.py``): each ``for n in range(...)``
+  loop counted by hand in a ``while`` loop (``n += 1`` at the end of its body).
 * Method twins (``benchmarks/method_twins.py``): each function made the
   ``run()`` method of a class whose constructor keeps its parameters on
   ``self``, as a Trainer keeps its model and loader.
@@ -65,6 +67,7 @@ kwargs_twins = load("kwargs_twins")
 block_twins = load("block_twins")
 factory_twins = load("factory_twins")
 keyword_twins = load("keyword_twins")
+while_twins = load("while_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -348,6 +351,24 @@ def test_a_script_and_its_twin_calling_its_functions_by_keyword_convert_the_same
     found = keyword_twins.differences(path)  # typo_moduel: ``unwrap(model=model)`` once got ``model.module=``
     if found is None:
         pytest.skip("no twin: no call of the script's own functions with positional arguments")
+    assert found == []
+
+
+# one script per class of difference the while twins once showed
+WHILE_CLASSES = [
+    "examples/mnist_cnn.py",  # set_epoch(counter) in an epoch loop counted by hand
+    "tests/fixtures/data/loader_built_each_epoch/input.py",  # a loader built in each pass
+    "tests/fixtures/data/iterator_per_epoch/input.py",  # an iterator made in each pass: no second set_epoch
+    "tests/fixtures/data/sampler_with_replacement/input.py",  # next(it) in a while loop: no repeated pass
+    "tests/fixtures/data/loader_dict_phases/input.py",  # the counter kept for a dict's training entries
+]
+
+
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in WHILE_CLASSES}))
+def test_a_script_and_its_twin_counting_its_loops_by_hand_convert_the_same(path: Path) -> None:
+    found = while_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: no loop over range() to count by hand")
     assert found == []
 
 
