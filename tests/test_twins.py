@@ -34,6 +34,8 @@
   called with keyword arguments (``train(model=model, loader=loader)``).
 * While twins (``benchmarks/while_twins.py``): each ``for n in range(...)``
   loop counted by hand in a ``while`` loop (``n += 1`` at the end of its body).
+* Logging twins (``benchmarks/logging_twins.py``): ``print(...)`` reported
+  through ``logging.info(...)`` or a module ``logger`` instead.
 * Method twins (``benchmarks/method_twins.py``): each function made the
   ``run()`` method of a class whose constructor keeps its parameters on
   ``self``, as a Trainer keeps its model and loader.
@@ -68,6 +70,7 @@ block_twins = load("block_twins")
 factory_twins = load("factory_twins")
 keyword_twins = load("keyword_twins")
 while_twins = load("while_twins")
+logging_twins = load("logging_twins")
 ROOT = Path(__file__).resolve().parent.parent
 
 ODD_LAYOUTS = """\
@@ -369,6 +372,16 @@ def test_a_script_and_its_twin_counting_its_loops_by_hand_convert_the_same(path:
     found = while_twins.differences(path)
     if found is None:
         pytest.skip("no twin: no loop over range() to count by hand")
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "path", _scripts({ROOT / "tests/fixtures/side_effects/step_of_a_trainer_inside_a_print/input.py"})
+)
+def test_a_script_and_its_twins_logging_instead_of_printing_convert_the_same(path: Path) -> None:
+    found = logging_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: the script prints nothing by positional arguments alone, or logs already")
     assert found == []
 
 
