@@ -99,6 +99,7 @@ CASES = [
     "model/model_passed_by_keyword_to_a_helper",
     "data/epochs_counted_by_a_while_loop",
     "data/loader_built_in_a_counted_while_loop",
+    "data/steps_run_in_a_comprehension",
     "accumulation/annotated_optimizer",
     "model/annotated_submodules",
     "tensors/examples_picked_with_an_early_stop_on_their_loss",

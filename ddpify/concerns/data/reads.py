@@ -111,8 +111,10 @@ class Reads:
         return found
 
     def site_trains(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.CompFor):
-            return False
+        if isinstance(node, cst.CompFor):  # ``[trainer.step(x, y) for x, y in loader]``: what it makes trains
+            comprehension = self.index.parent(node)
+            made = getattr(comprehension, "elt", None) or getattr(comprehension, "value", None)
+            return made is not None and self.index.trains(made)
         if isinstance(node, cst.For):
             return self.index.trains(node.body)
         return any(self.index.trains(loop.body) for loop in self.index.enclosing_loops(node))
@@ -215,7 +217,7 @@ class _Batch:
             if type(n) in _FOLLOWED and index.scope_of(n) is self.scope and n is not self.scope
         ]
         self.names: set[str] = set()
-        if isinstance(site, cst.For):
+        if isinstance(site, (cst.For, cst.CompFor)):
             self._hold(site.target)
         while self._spread():
             pass
