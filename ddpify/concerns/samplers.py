@@ -155,6 +155,10 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
         why = next(filter(None, (_why_not_wrappable(index, b, batches) for b in built)), "")
         return why if why else OwnSampler(arg, attribute, wrapped=(value,))
     assigned = list(index.values_assigned(ref))  # (``sampler: Sampler = ...`` binds as a plain assignment)
+    unpacked = index.unpacked_values(ref)  # ``train_sampler, val_sampler = make_samplers(...)``
+    if any(m.matches(v, m.Name("None")) for _, v in unpacked):
+        return f"the sampler `{spelled}` may be None where a helper returns it: there is no placeholder to replace"
+    assigned += unpacked
     passed = passed_values(index, ref) if not assigned else None  # a loader factory handed the sampler
     if (not assigned and not passed) or written_otherwise(index, ref, [a for a, _ in assigned]):
         return f"cannot see every value `{spelled}` takes (it is set by something other than a plain assignment)"
@@ -251,7 +255,7 @@ def _why_not_wrappable(index: Index, value: cst.BaseExpression, batches: bool) -
     return _why_not_seedable(index, value)
 
 
-def rng_draws(index: Index, value: cst.Call) -> list[tuple[cst.Call, str]]:
+def rng_draws(index: Index, value: cst.BaseExpression) -> list[tuple[cst.Call, str]]:
     """Calls to a global RNG that the arguments of ``value`` come from, each with its RNG: torch, numpy or random.
 
     ``SubsetRandomSampler(train_idx)`` after ``np.random.shuffle(indices)`` and

@@ -493,7 +493,7 @@ class Index(ProgramClasses):
         if isinstance(func.value, cst.Call):
             built.append(func.value)
         elif (ref := self.carried_ref(func.value, scope)) is not None and ref.scope is scope:
-            built += [value for _, value in self.values_assigned(ref)]
+            built += [value for _, value in (*self.values_assigned(ref), *self.unpacked_values(ref))]
         classes = {cls for value in built for cls in self.classes_built(value)}
         if len(classes) != 1:
             return None
@@ -501,8 +501,13 @@ class Index(ProgramClasses):
         return (method, 1) if method is not None else None
 
     def classes_built(self, value: cst.BaseExpression, depth: int = 0) -> list[cst.ClassDef]:
-        """The program's own classes whose instance ``value`` is: ``Solver(...)``, or the call of a helper
-        of the program that returns one (``make_trainer(model)``)."""
+        """The program's own classes whose instance ``value`` is: ``Solver(...)``, the call of a helper of
+        the program that returns one (``make_trainer(model)``), or a name of the helper bound to one
+        (``trainer = Solver(...); return model, trainer``)."""
+        if isinstance(value, cst.Name) and depth <= 3:
+            ref = self.ref_of(value, self.scope_of(value))
+            held = [v for _, v in self.values_assigned(ref)] if ref is not None else []
+            return [c for each in held for c in self.classes_built(each, depth + 1)]
         if not isinstance(value, cst.Call):
             return []
         cls = self.local_class(value.func)
@@ -648,6 +653,47 @@ class Index(ProgramClasses):
         :mod:`ddpify.engine.annotated`.)"""
         for node in self.assignments_to(ref):
             yield node, node.value
+
+    def unpacked_values(self, ref: Ref, depth: int = 0) -> list[tuple[cst.Assign, cst.BaseExpression]]:
+        """``a, b = make_pair(...)`` (or ``= x, y``): for ``ref`` one of the plain names of such a flat tuple
+        target, the item at its position of each tuple the value gives (a literal, or what a function of the
+        program returns); nothing where that is not all seen."""
+        found: list[tuple[cst.Assign, cst.BaseExpression]] = []
+        scope = ref.scope
+        if ref.path.startswith("self.") or isinstance(scope, cst.ClassDef):
+            return []
+        for read in self.mentions(scope, ref):
+            element = self.parent(read)
+            tuple_ = self.parent(element) if isinstance(element, cst.Element) else None
+            if not isinstance(tuple_, cst.Tuple):
+                continue
+            target = self.parent(tuple_)
+            assign = self.parent(target) if isinstance(target, cst.AssignTarget) else None
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                continue
+            position = list(tuple_.elements).index(cast(cst.Element, element))
+            if any(isinstance(e, cst.StarredElement) for e in tuple_.elements):
+                return []
+            values = [assign.value]
+            if isinstance(assign.value, cst.Call) and self.local_class(assign.value.func) is None:
+                if depth > 4 or assign.value in self._following:  # (resolving it may ask about this name)
+                    return []
+                self._following.add(assign.value)
+                try:
+                    callee = self.resolve_callee(assign.value, self.scope_of(assign.value))
+                finally:
+                    self._following.discard(assign.value)
+                if callee is None or self.is_generator(callee[0]):
+                    return []
+                values = self.returned_values(callee[0])
+            for value in values:
+                if not isinstance(value, (cst.Tuple, cst.List)) or len(value.elements) != len(tuple_.elements):
+                    return []
+                item = value.elements[position]
+                if isinstance(item, cst.StarredElement):
+                    return []
+                found.append((assign, item.value))
+        return found
 
     def spelled(self, ref: Ref, scope: Scope) -> str:
         """How code in ``scope`` writes ``ref``: ``model``, or ``self.model`` with the method's own ``self``."""

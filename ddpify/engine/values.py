@@ -184,7 +184,13 @@ def built_by(
         ref = index.ref_of(value, index.scope_of(value))
         if ref is None:
             return [value]
-        assigned = list(index.values_assigned(ref))
+        unpacked = index.unpacked_values(ref, depth)
+        if trail is not None:  # ``a, b = make_pair(x)``: what the call reads may draw too
+            trail.extend(assign.value for assign, _ in unpacked if assign.value not in trail)
+        assigned: list[tuple[cst.Assign | cst.AnnAssign, cst.BaseExpression]] = [
+            *index.values_assigned(ref),
+            *unpacked,
+        ]
         passed = passed_values(index, ref) if not assigned else None
         if (not assigned and passed is None) or written_otherwise(index, ref, [a for a, _ in assigned]):
             return None
@@ -216,19 +222,43 @@ def written_otherwise(index: Index, ref: Ref, assigns: list[cst.Assign | cst.Ann
             parent = index.parent(read)
             if isinstance(parent, cst.AssignTarget) and index.parent(parent) in assigns:
                 continue
+            unpacking = next((a for a in index.ancestors(read) if isinstance(a, cst.AssignTarget)), None)
+            if (
+                unpacking is not None
+                and isinstance(unpacking.target, cst.Tuple)
+                and index.parent(unpacking) in assigns
+                and all(isinstance(p, (cst.Tuple, cst.Element)) for p in _between(index, read, unpacking))
+            ):
+                continue  # ``a, b = make_pair()``, followed by ``Index.unpacked_values``
             if isinstance(parent, cst.AnnAssign) and parent.target is read and parent in assigns:
                 continue
-            for node in (read, *index.ancestors(read)):
-                owner = index.parent(node)
-                if (
-                    (isinstance(owner, cst.AssignTarget) and owner.target is node)
-                    or (
-                        isinstance(owner, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)) and owner.target is node
-                    )
-                    or (isinstance(owner, cst.NamedExpr) and owner.target is node)
-                    or (isinstance(owner, cst.AsName) and owner.name is node)
-                ):
-                    return True
-                if not isinstance(owner, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
-                    break
+            if binds(index, read):
+                return True
     return False
+
+
+def binds(index: Index, mention: cst.BaseExpression) -> bool:
+    """Whether ``mention`` is bound where it stands: the target of an assignment (also inside a tuple or
+    list target), of ``+=``, of a ``for``, of ``:=``, or an ``as`` name."""
+    for node in (mention, *index.ancestors(mention)):
+        owner = index.parent(node)
+        if (
+            (isinstance(owner, cst.AssignTarget) and owner.target is node)
+            or (isinstance(owner, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)) and owner.target is node)
+            or (isinstance(owner, cst.NamedExpr) and owner.target is node)
+            or (isinstance(owner, cst.AsName) and owner.name is node)
+        ):
+            return True
+        if not isinstance(owner, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+            return False
+    return False
+
+
+def _between(index: Index, node: cst.CSTNode, ancestor: cst.CSTNode) -> list[cst.CSTNode]:
+    """The nodes from ``node``'s parent up to, not including, ``ancestor``."""
+    found: list[cst.CSTNode] = []
+    current = index.parent(node)
+    while current is not None and current is not ancestor:
+        found.append(current)
+        current = index.parent(current)
+    return found

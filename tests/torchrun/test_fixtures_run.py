@@ -100,6 +100,7 @@ CASES = [
     "data/epochs_counted_by_a_while_loop",
     "data/loader_built_in_a_counted_while_loop",
     "data/steps_run_in_a_comprehension",
+    "data/samplers_returned_as_a_pair",
     "accumulation/annotated_optimizer",
     "model/annotated_submodules",
     "tensors/examples_picked_with_an_early_stop_on_their_loss",

@@ -62,7 +62,7 @@ class Seeds:
         for value in own.wrapped:
             built: list[cst.BaseExpression] = []
             built_by(index, value, trail=built)
-            for draw, family in (d for b in built if isinstance(b, cst.Call) for d in rng_draws(index, b)):
+            for draw, family in (d for b in built for d in rng_draws(index, b)):
                 if not self.seeding.seeded_before(draw, family):
                     name = min(index.qualified_names(draw.func))  # the same name on every run
                     return (

@@ -22,6 +22,7 @@ from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.engine.index import Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import parameter_names
+from ddpify.engine.values import binds
 
 DEEPCOPY = frozenset({"copy.deepcopy"})
 
@@ -96,6 +97,29 @@ class WrapperReads:
         the plain module."""
         index = self.index
         scope = index.scope_of(wrap)
+        # ``model, trainer = build()``: the builder handed its model to an object before it returned it, and
+        # the wrap comes after the call: the object keeps the plain module
+        upstream = [flow for flow in index.flows_into(target) if flow.src.scope is not target.scope]
+        for flow in upstream:
+            if index.after(flow.stmt, wrap) or not isinstance(flow.src.scope, cst.FunctionDef):
+                continue
+            seen, frontier = {flow.src, target}, [flow.src]
+            while frontier and len(seen) < 50:  # where else the builder's model goes, through any call
+                place = frontier.pop()
+                for onward in index.flows_from(place):
+                    if onward.dst in seen or onward.dst.scope is target.scope:
+                        continue
+                    if onward.dst.path.startswith("self.") and self._trains_through(onward.dst):
+                        self.program.report(
+                            flow.stmt,
+                            STORED_BEFORE_WRAP,
+                            f"`{onward.dst.path}` keeps the model before it is ready to be wrapped in "
+                            f"DistributedDataParallel (after line {index.position(anchor)[0]}): it would train "
+                            "the plain module; wrap the model where it is built, before it is handed on",
+                        )
+                        return
+                    seen.add(onward.dst)
+                    frontier.append(onward.dst)
         for read in index.mentions(scope, target):
             if index.after(read, wrap) or index.inside(read, wrap) or index.statement_of(read) is wrap:
                 continue
@@ -117,6 +141,21 @@ class WrapperReads:
                     "wrap: it would train the plain module; store the model after it is on its device",
                 )
                 return
+
+    def _trains_through(self, field: Ref) -> bool:
+        """Whether a training step calls the model kept in ``field`` (``self.model(x)`` where it trains)."""
+        index = self.index
+        for scope in index.scopes_reading(field):
+            for read in index.mentions(scope, field):
+                call = index.parent(read)
+                if (
+                    isinstance(call, cst.Call)
+                    and call.func is read
+                    and isinstance(scope, cst.FunctionDef)
+                    and index.trains(scope.body)
+                ):
+                    return True
+        return False
 
     def realiased(self, target: Ref, wrap: cst.BaseStatement) -> tuple[tuple[str, str], ...]:
         """The other names taken for the model before ``wrap`` (``net = model``, then ``other = net``), each
@@ -141,7 +180,17 @@ class WrapperReads:
         """Whether every binding of ``target`` between ``start`` and the wrap keeps the same module
         (``model = model.to(device)``, ``.cuda()``, ``.float()``: a module's own methods that return it)."""
         index = self.index
-        for assign in index.assignments_to(target):
+        plain = list(index.assignments_to(target))
+        scope = target.scope if not isinstance(target.scope, cst.ClassDef) else index.scope_of(wrap)
+        for mention in index.mentions(scope, target):
+            if (
+                index.after(mention, start)
+                and not index.after(mention, wrap)
+                and binds(index, mention)
+                and index.parent(index.parent(mention)) not in plain
+            ):
+                return False  # ``model, optimizer = build(model)``: bound to what the call gives
+        for assign in plain:
             if not index.after(assign, start) or index.after(assign, wrap):
                 continue
             value = assign.value
