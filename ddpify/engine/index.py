@@ -506,7 +506,7 @@ class Index(ProgramClasses):
         (``trainer = Solver(...); return model, trainer``)."""
         if isinstance(value, cst.Name) and depth <= 3:
             ref = self.ref_of(value, self.scope_of(value))
-            held = [v for _, v in self.values_assigned(ref)] if ref is not None else []
+            held = [v for _, v in (*self.values_assigned(ref), *self.unpacked_values(ref, depth))] if ref else []
             return [c for each in held for c in self.classes_built(each, depth + 1)]
         if not isinstance(value, cst.Call):
             return []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from math import inf
+from typing import cast
 
 import libcst as cst
 
@@ -120,6 +121,27 @@ class WrapperReads:
                         return
                     seen.add(onward.dst)
                     frontier.append(onward.dst)
+        for assign, _ in index.unpacked_values(target):  # ``model, trainer = build()``: ``trainer`` may keep it
+            if index.after(assign, wrap):
+                continue
+            others = [
+                r
+                for element in cast(cst.Tuple, assign.targets[0].target).elements
+                if (r := index.ref_of(element.value, scope)) is not None and r != target
+            ]
+            for other in others:
+                trainers = [c for _, v in index.unpacked_values(other) for c in index.classes_built(v)]
+                if any(self._trains_on_call(read) for read in index.mentions(scope, other)) or any(
+                    self._trains_its_field(cls) for cls in trainers
+                ):
+                    self.program.report(
+                        assign,
+                        STORED_BEFORE_WRAP,
+                        f"`{other.path}` comes back with the model from the same call and trains it: it keeps the "
+                        "model from before the wrap, so it would train the plain module; wrap the model where it is "
+                        "built, before it is handed on",
+                    )
+                    return
         for read in index.mentions(scope, target):
             if index.after(read, wrap) or index.inside(read, wrap) or index.statement_of(read) is wrap:
                 continue
@@ -141,6 +163,34 @@ class WrapperReads:
                     "wrap: it would train the plain module; store the model after it is on its device",
                 )
                 return
+
+    def _trains_on_call(self, read: cst.BaseExpression) -> bool:
+        """Whether ``read`` is the object of a method call that trains (``trainer.step(x, y)``)."""
+        index = self.index
+        attribute = index.parent(read)
+        call = index.parent(attribute) if isinstance(attribute, cst.Attribute) and attribute.value is read else None
+        if not (isinstance(call, cst.Call) and call.func is attribute):
+            return False
+        callee = index.runs(call, index.scope_of(call))
+        return callee is not None and index.trains(callee[0].body)
+
+    def _trains_its_field(self, cls: cst.ClassDef) -> bool:
+        """Whether a method of ``cls`` that trains calls a module it keeps (``self.model(x)``)."""
+        index = self.index
+        for node in index.walk(cls.body):
+            if (
+                isinstance(node, cst.FunctionDef)
+                and index.trains(node.body)
+                and any(
+                    isinstance(call, cst.Call)
+                    and isinstance(call.func, cst.Attribute)
+                    and isinstance(call.func.value, cst.Name)
+                    and call.func.value.value == index.self_name(node)
+                    for call in index.walk(node.body)
+                )
+            ):
+                return True
+        return False
 
     def _trains_through(self, field: Ref) -> bool:
         """Whether a training step calls the model kept in ``field`` (``self.model(x)`` where it trains)."""
