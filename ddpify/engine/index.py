@@ -102,6 +102,9 @@ class Index(ProgramClasses):
     _collect_flows: Callable[[], None] | None = None
     _callers: dict[cst.FunctionDef, list[cst.Call]] | None = None
     _following: set[cst.CSTNode] = field(default_factory=set)  # calls whose built classes are being found
+    _cut: int = 0  # how often a bound cut such a search short (its partial answers are not kept)
+    _classes_known: dict[cst.CSTNode, list[cst.ClassDef]] = field(default_factory=dict)
+    _unpacked_known: dict[Ref, list[tuple[cst.Assign, cst.BaseExpression]]] = field(default_factory=dict)
     _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
     _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)  # see qualified_names()
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
@@ -489,6 +492,9 @@ class Index(ProgramClasses):
         func = call.func
         if not isinstance(func, cst.Attribute):
             return None
+        if len(self._following) > 1:  # asked while following another helper: one level of objects is enough
+            self._cut += 1
+            return None
         built: list[cst.BaseExpression] = []
         if isinstance(func.value, cst.Call):
             built.append(func.value)
@@ -504,7 +510,20 @@ class Index(ProgramClasses):
         """The program's own classes whose instance ``value`` is: ``Solver(...)``, the call of a helper of
         the program that returns one (``make_trainer(model)``), or a name of the helper bound to one
         (``trainer = Solver(...); return model, trainer``)."""
-        if isinstance(value, cst.Name) and depth <= 3:
+        known = self._classes_known.get(value)
+        if known is not None:
+            return known
+        cut = self._cut
+        found = self._classes_built(value, depth)
+        if self._cut == cut:  # complete: no bound cut it short, so it holds whoever asks
+            self._classes_known[value] = found
+        return found
+
+    def _classes_built(self, value: cst.BaseExpression, depth: int) -> list[cst.ClassDef]:
+        if isinstance(value, cst.Name):
+            if depth > 3:
+                self._cut += 1
+                return []
             ref = self.ref_of(value, self.scope_of(value))
             held = [v for _, v in (*self.values_assigned(ref), *self.unpacked_values(ref, depth))] if ref else []
             return [c for each in held for c in self.classes_built(each, depth + 1)]
@@ -513,7 +532,10 @@ class Index(ProgramClasses):
         cls = self.local_class(value.func)
         if cls is not None:
             return [cls]
-        if depth > 3 or value in self._following:  # (resolving the call may ask about this very value)
+        # (resolving the call may ask about this very value, or about others through their helpers: the
+        # helpers being followed at once are few, or chains of method calls would grow without bound)
+        if depth > 3 or value in self._following or len(self._following) > 3:
+            self._cut += 1
             return []
         self._following.add(value)
         try:
@@ -658,6 +680,16 @@ class Index(ProgramClasses):
         """``a, b = make_pair(...)`` (or ``= x, y``): for ``ref`` one of the plain names of such a flat tuple
         target, the item at its position of each tuple the value gives (a literal, or what a function of the
         program returns); nothing where that is not all seen."""
+        known = self._unpacked_known.get(ref)
+        if known is not None:
+            return known
+        cut = self._cut
+        found = self._unpacked_values(ref, depth)
+        if self._cut == cut:  # complete: no bound cut it short (see :meth:`classes_built`)
+            self._unpacked_known[ref] = found
+        return found
+
+    def _unpacked_values(self, ref: Ref, depth: int) -> list[tuple[cst.Assign, cst.BaseExpression]]:
         found: list[tuple[cst.Assign, cst.BaseExpression]] = []
         scope = ref.scope
         if ref.path.startswith("self.") or isinstance(scope, cst.ClassDef):
@@ -676,8 +708,9 @@ class Index(ProgramClasses):
                 return []
             values = [assign.value]
             if isinstance(assign.value, cst.Call) and self.local_class(assign.value.func) is None:
-                if depth > 4 or assign.value in self._following:  # (resolving it may ask about this name)
-                    return []
+                if depth > 4 or assign.value in self._following or len(self._following) > 3:
+                    self._cut += 1
+                    return []  # (resolving it may ask about this name: see :meth:`classes_built`)
                 self._following.add(assign.value)
                 try:
                     callee = self.resolve_callee(assign.value, self.scope_of(assign.value))
