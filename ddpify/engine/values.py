@@ -88,8 +88,11 @@ def dict_entries(index: Index, expr: cst.BaseExpression, scope: Scope, depth: in
         if not add(_passed(index, ref.scope, ref.path, depth)):
             return None
         assigned = True
-    elif index.flows_into(ref):
-        return None
+    elif any(
+        flow.stmt not in {index.statement_of(a) for a, _ in index.values_assigned(ref)}
+        for flow in index.flows_into(ref)
+    ):
+        return None  # (``self.options = options`` is followed below; anything else that flows in is not)
     for assign, value in index.values_assigned(ref):
         if not add(dict_entries(index, value, index.scope_of(assign), depth + 1)):
             return None
