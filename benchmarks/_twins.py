@@ -20,7 +20,8 @@ import libcst as cst
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ddpify.result import Options  # noqa: E402
+from ddpify import convert  # noqa: E402
+from ddpify.result import Conversion, Options  # noqa: E402
 
 # What a sweep reads of one conversion: its outcome, its diagnostics and its changes, each as text
 Said = tuple[str, list[str], list[str]]
@@ -85,6 +86,30 @@ def compare(plain: Said, other: Said, name: str) -> list[str]:
         for line in sorted(((ca - cb) + (cb - ca)).keys())[:4]:
             found.append(f"{what} {'only plain' if ca[line] > cb[line] else 'only ' + name}: {line[:160]}")
     return found
+
+
+def compare_twins(path: Path, made: dict[str, str], said: Callable[[Conversion], Said]) -> list[str] | None:
+    """How the conversions of ``path`` and of each of its twins (named by kind) differ, each line led by the
+    twin's kind (empty: they do not); None where no twin could be made."""
+    if not made:
+        return None
+    options = options_for(path)
+    plain = said(convert(path.read_text(), path="train.py", options=options))
+    found: list[str] = []
+    for how, code in made.items():
+        other = said(convert(code, path="train.py", options=options))
+        found += [f"{how}: {line}" for line in compare(plain, other, how)]
+    return found
+
+
+def compare_twin(path: Path, made: str | None, said: Callable[[Conversion], Said], name: str) -> list[str] | None:
+    """How the conversions of ``path`` and of its one twin, called ``name``, differ (empty: they do not);
+    None where the twin could not be made."""
+    if made is None:
+        return None
+    options = options_for(path)
+    plain, other = (said(convert(text, path="train.py", options=options)) for text in (path.read_text(), made))
+    return compare(plain, other, name)
 
 
 def sweep(name: str, differences: Callable[[Path], list[str] | None], argv: list[str]) -> int:

@@ -27,9 +27,8 @@ import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _twins import Said, codes, compare, kind, options_for, sweep, walk
+from _twins import Said, codes, compare_twin, kind, sweep, walk
 
-from ddpify import convert
 from ddpify.result import Conversion
 
 _KEPT = (
@@ -165,13 +164,7 @@ def _said(conversion: Conversion) -> Said:
 def differences(path: Path) -> list[str] | None:
     """How the conversions of ``path`` and of its factory twin differ (empty: they do not); None where the
     twin cannot be made."""
-    source = path.read_text()
-    made = twin(source)
-    if made is None:
-        return None
-    options = options_for(path)
-    plain, other = (_said(convert(text, path="train.py", options=options)) for text in (source, made))
-    return compare(plain, other, "factory")
+    return compare_twin(path, twin(path.read_text()), _said, "factory")
 
 
 def main(argv: list[str]) -> int:

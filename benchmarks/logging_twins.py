@@ -23,9 +23,8 @@ import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _twins import Said, codes, compare, kind, options_for, sweep, walk
+from _twins import Said, codes, compare_twins, kind, sweep, walk
 
-from ddpify import convert
 from ddpify.result import Conversion
 
 KINDS = ("logging", "logger")
@@ -105,16 +104,7 @@ def differences(path: Path) -> list[str] | None:
     """How the conversions of ``path`` and of its logging twins differ (empty: they do not); None where no
     twin can be made."""
     source = path.read_text()
-    made = {how: code for how in KINDS if (code := twin(source, how)) is not None}
-    if not made:
-        return None
-    options = options_for(path)
-    plain = _said(convert(source, path="train.py", options=options))
-    found: list[str] = []
-    for how, code in made.items():
-        other = _said(convert(code, path="train.py", options=options))
-        found += [f"{how}: {line}" for line in compare(plain, other, how)]
-    return found
+    return compare_twins(path, {how: code for how in KINDS if (code := twin(source, how)) is not None}, _said)
 
 
 def main(argv: list[str]) -> int:

@@ -22,9 +22,8 @@ import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _twins import Said, codes, compare, options_for, sweep
+from _twins import Said, codes, compare_twins, sweep
 
-from ddpify import convert
 from ddpify.result import Conversion
 
 KINDS = ("enumerate", "tqdm")
@@ -97,16 +96,7 @@ def differences(path: Path) -> list[str] | None:
     """How the conversions of ``path`` and of its loop twins differ (empty: they do not); None where no
     twin can be made."""
     source = path.read_text()
-    made = {kind: code for kind in KINDS if (code := twin(source, kind)) is not None}
-    if not made:
-        return None
-    options = options_for(path)
-    plain = _said(convert(source, path="train.py", options=options))
-    found: list[str] = []
-    for kind, code in made.items():
-        other = _said(convert(code, path="train.py", options=options))
-        found += [f"{kind}: {line}" for line in compare(plain, other, kind)]
-    return found
+    return compare_twins(path, {kind: code for kind in KINDS if (code := twin(source, kind)) is not None}, _said)
 
 
 def main(argv: list[str]) -> int:
