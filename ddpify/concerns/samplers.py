@@ -86,7 +86,7 @@ class {wrapper}({sampler}):
 
     def __iter__(self):
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed + self.epoch)
+            torch.default_generator.manual_seed(self.seed + self.epoch)
             drawn = list(self.sampler)
         return (drawn[i] for i in super().__iter__())
 '''
@@ -106,7 +106,7 @@ class {wrapper}({sampler}):
 
     def __iter__(self):
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed + self.epoch)
+            torch.default_generator.manual_seed(self.seed + self.epoch)
             drawn = [i for _ in range(self.num_replicas) for i in self.sampler]
         return iter(drawn[self.rank :: self.num_replicas])
 '''
