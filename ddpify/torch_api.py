@@ -107,6 +107,8 @@ WRAPPER_SAFE_ATTRIBUTES = frozenset(
 
 # The parameters of a module, as the optimizer sees them.
 PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+# Methods that iterate over a module's submodules (itself included, for ``modules``).
+SUBMODULE_METHODS = frozenset({"modules", "named_modules", "children", "named_children"})
 
 NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"})
 

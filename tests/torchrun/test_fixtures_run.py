@@ -131,6 +131,8 @@ CASES = [
     "model/list_of_models_aliased",
     "model/alias_taken_before_the_move",
     "data/progress_bar_rebinds_the_loader_name",
+    "model/parameters_yielded_by_a_helper",
+    "model/own_optimizer_over_param_groups_of_a_helper",
 ]
 
 

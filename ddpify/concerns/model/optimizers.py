@@ -21,6 +21,7 @@ class TrainedModels:
         self.index = index
         self.lists: dict[Ref, model_collections.ModelList] = {}  # the lists of models traced so far
         self._all_trained: set[Ref] | None = None
+        self._stepped: frozenset[str] | None = None
 
     def optimizers(self) -> Iterator[cst.Call]:
         """``torch.optim.X(...)`` calls, however torch.optim was imported; and anything else built over a
@@ -91,17 +92,22 @@ class TrainedModels:
         somewhere in the program."""
         index = self.index
         first = argument(call, "params", 0)
-        if first is None or not any(
+        if first is None or first.star:
+            return False
+        literal = any(
             isinstance(n, cst.Call)
             and isinstance(n.func, cst.Attribute)
-            and n.func.attr.value in ("parameters", "named_parameters")
+            and n.func.attr.value in torch_api.PARAMETER_METHODS
             for n in index.walk(first.value)
-        ):
+        )
+        if not literal and not isinstance(first.value, (cst.Name, cst.Call)):
             return False
         if any(index.is_call_to(call, names) for names in (torch_api.SAVE,)) or self._torch_optimizer(call):
             return False
         places = {place for target in index.holders(call) for place in index.downstream(target)}
-        return any(
+        if not any(place.path.rpartition(".")[2] in self._stepped_names() for place in places):
+            return False
+        stepped = any(
             isinstance(read_parent := index.parent(read), cst.Attribute)
             and read_parent.attr.value.endswith("step")  # step(), SAM's first_step() / second_step()
             and isinstance(index.parent(read_parent), cst.Call)
@@ -109,6 +115,28 @@ class TrainedModels:
             for scope in index.scopes_reading(place)
             for read in index.mentions(scope, place)
         )
+        if not stepped or literal:
+            return stepped
+        # ``AdamW(grouped_parameters)`` of a library: param groups built from a model before the call
+        found: list[cst.Call] = []
+        self._trace(first.value, found, set())
+        return bool(found)
+
+    def _stepped_names(self) -> frozenset[str]:
+        """The last names of what the program calls ``.step()`` (or ``.first_step()``...) on: ``optimizer``
+        for ``self.optimizer.step()``."""
+        if self._stepped is None:
+            names = set()
+            for call in self.index.calls:
+                func = call.func
+                if isinstance(func, cst.Attribute) and func.attr.value.endswith("step"):
+                    receiver = func.value
+                    if isinstance(receiver, cst.Name):
+                        names.add(receiver.value)
+                    elif isinstance(receiver, cst.Attribute):
+                        names.add(receiver.attr.value)
+            self._stepped = frozenset(names)
+        return self._stepped
 
     def trained_refs(self, optimizer: cst.Call) -> tuple[list[Ref], cst.BaseExpression | None]:
         """The models whose parameters the optimizer holds, and the first piece of its ``params`` not traced to one.
@@ -287,7 +315,13 @@ class TrainedModels:
                     return self._trace(comp.iter, calls, seen)
                 comp = comp.inner_for_in
             return expr
+        if isinstance(expr, (cst.Name, cst.Attribute)) and (submodules := self._submodules_of(expr)) is not None:
+            calls.append(submodules)  # ``m.weight`` in ``for m in model.modules()``: a parameter of ``model``
+            return None
         if isinstance(expr, cst.Name):
+            source = self._loop_source(expr)
+            if source is not None:  # ``for p in model.parameters(): yield p``
+                return self._trace(source, calls, seen)
             return self._trace_name(expr, calls, seen)
         return expr
 
@@ -306,7 +340,7 @@ class TrainedModels:
         if not methods or self._module_ref(func.value) is None:
             return False
         for method in methods:
-            returns = index.returned_values(method)
+            returns = self._given(method)
             for returned in returns:
                 if isinstance(returned, (cst.List, cst.Tuple)) and not returned.elements:
                     continue  # ``return []``: no parameters of its own (a model without a backbone)
@@ -342,11 +376,52 @@ class TrainedModels:
         return rooted(cast(cst.Attribute, call.func).value)
 
     def _returned_by_program(self, call: cst.Call) -> list[cst.BaseExpression] | None:
-        """What the program's own function that ``call`` runs returns (each ``return`` value), if it returns."""
+        """What the program's own function that ``call`` runs returns (each ``return`` value) or, for a
+        generator, yields, if it gives anything."""
         resolved = self.index.resolve_callee(call, self.index.scope_of(call))
         if resolved is None:
             return None
-        return self.index.returned_values(resolved[0]) or None
+        return self._given(resolved[0]) or None
+
+    def _given(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        """The values ``function`` returns, or those it yields (``yield from`` an iterable: its items)."""
+        index = self.index
+        if not index.is_generator(function):
+            return index.returned_values(function)
+        return [
+            node.value.item if isinstance(node.value, cst.From) else node.value
+            for node in index.walk(function.body)
+            if isinstance(node, cst.Yield) and node.value is not None and index.scope_of(node) is function
+        ]
+
+    def _loop_source(self, name: cst.Name) -> cst.BaseExpression | None:
+        """What the ``for`` loop binding ``name`` (read in its body) iterates over: ``model.modules()`` for
+        ``m`` in ``for m in model.modules(): ... m.weight``; None where no loop around it binds it."""
+        for loop in self.index.enclosing_loops(name):
+            if not isinstance(loop, cst.For):
+                continue
+            targets = loop.target.elements if isinstance(loop.target, cst.Tuple) else ()
+            bound = {e.value.value for e in targets if isinstance(e.value, cst.Name)}
+            if isinstance(loop.target, cst.Name):
+                bound.add(loop.target.value)
+            if name.value in bound:
+                return loop.iter
+        return None
+
+    def _submodules_of(self, expr: cst.BaseExpression) -> cst.Call | None:
+        """``model.modules()`` (or ``named_modules``, ``children``, ``named_children``) that the loop variable
+        at the root of ``expr`` (``m`` of ``m.weight``) comes from: a part of that model."""
+        root = expr
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            root = root.value
+        source = self._loop_source(root) if isinstance(root, cst.Name) else None
+        if (
+            isinstance(source, cst.Call)
+            and isinstance(source.func, cst.Attribute)
+            and source.func.attr.value in torch_api.SUBMODULE_METHODS
+        ):
+            return source
+        return None
 
     def _trace_argument(
         self, function: cst.FunctionDef, param: str, calls: list[cst.Call], seen: set[Ref]
