@@ -100,8 +100,6 @@ class TrainedModels:
             and n.func.attr.value in torch_api.PARAMETER_METHODS
             for n in index.walk(first.value)
         )
-        if not literal and not isinstance(first.value, (cst.Name, cst.Call)):
-            return False
         if any(index.is_call_to(call, names) for names in (torch_api.SAVE,)) or self._torch_optimizer(call):
             return False
         places = {place for target in index.holders(call) for place in index.downstream(target)}
@@ -117,7 +115,8 @@ class TrainedModels:
         )
         if not stepped or literal:
             return stepped
-        # ``AdamW(grouped_parameters)`` of a library: param groups built from a model before the call
+        # ``AdamW(grouped_parameters)`` of a library, ``optim_name([{"params": base_params}, ...])``: param
+        # groups built from a model before the call
         found: list[cst.Call] = []
         self._trace(first.value, found, set())
         return bool(found)
