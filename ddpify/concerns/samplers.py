@@ -532,7 +532,9 @@ def keys_drawn(index: Index, site: cst.For, key: cst.BaseExpression) -> tuple[se
             continue
         backward = isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward"
         callee = index.resolve_callee(node, index.scope_of(node))
-        if not backward and not (callee is not None and index.trains(callee[0].body)):
+        # a function of the program's own that runs a backward pass but steps nothing (an adversarial example
+        # from the input's gradient, in both phases) trains on neither
+        if not backward and not (callee is not None and index.trains(callee[0].body) and _steps(index, callee[0])):
             continue
         guards = [
             str(test.comparisons[0].comparator.evaluated_value)
@@ -552,6 +554,20 @@ def keys_drawn(index: Index, site: cst.For, key: cst.BaseExpression) -> tuple[se
             )
         keys.update(guards)
     return keys, phases
+
+
+def _steps(index: Index, function: cst.FunctionDef, seen: frozenset[cst.FunctionDef] = frozenset()) -> bool:
+    """Whether running ``function`` calls a ``.step()`` (an optimizer's, a scaler's, a scheduler's), directly or
+    through the program's own functions."""
+    for node in index.walk(function.body):
+        if not isinstance(node, cst.Call):
+            continue
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "step":
+            return True
+        callee = index.runs(node, index.scope_of(node))
+        if callee is not None and callee[0] not in seen and _steps(index, callee[0], seen | {function}):
+            return True
+    return False
 
 
 def sample_entries(plan: EditPlan, call: cst.Call, entry: DictEntry, dataset: cst.BaseExpression) -> bool:
