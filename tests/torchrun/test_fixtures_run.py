@@ -133,6 +133,8 @@ CASES = [
     "data/progress_bar_rebinds_the_loader_name",
     "model/parameters_yielded_by_a_helper",
     "model/own_optimizer_over_param_groups_of_a_helper",
+    "model/data_parallel_module_read_before_the_wrap",
+    "data/input_gradient_helper_in_both_phases",
 ]
 
 

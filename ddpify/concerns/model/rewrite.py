@@ -221,6 +221,27 @@ def _remove_data_parallel(plan: EditPlan, model: Model) -> None:
         if guard is not None:
             plan.inline(guard)
     plan.change(model.data_parallel_removed, "remove nn.DataParallel: each process drives one GPU")
+    _plain_until_the_wrap(plan, model)
+
+
+def _plain_until_the_wrap(plan: EditPlan, model: Model) -> None:
+    """``model.module.classifier`` read after the removed DataParallel line and before the wrap that now
+    follows (``if device_count() > 1: model = nn.DataParallel(model); head = model.module.classifier``): the
+    model is plain there, so ``.module`` goes."""
+    index = plan.index
+    removed = cast(cst.SimpleStatementLine, model.data_parallel_removed)
+    scope = index.scope_of(removed)
+    for read in index.mentions(scope, model.ref):
+        attribute = index.parent(read)
+        if (
+            isinstance(attribute, cst.Attribute)
+            and attribute.value is read
+            and attribute.attr.value == "module"
+            and index.after(read, removed)
+            and index.order[read] <= index.last[model.insert_after]
+        ):
+            plan.replace(attribute, lambda node: cast(cst.Attribute, node).value)
+            plan.change(read, f"`{model.expression}.module` -> `{model.expression}`: not wrapped yet here")
 
 
 def _wrap(plan: EditPlan, model: Model, arguments: str, options: Options) -> None:
