@@ -206,14 +206,8 @@ def _placeholder(
     if shuffle_arg is None and (spread is None or len(spread) > 1):
         return f"cannot tell whether the loader shuffles where `{spelled}` is None (its `**` arguments)"
     shuffle = shuffle_arg.value if shuffle_arg is not None else spread[0] if spread else cst.Name("False")
-    if m.matches(shuffle, m.Comparison(comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))])):
-        test = cast(cst.Comparison, shuffle)
-        if dotted(test.left) != dotted(arg.value):
-            return f"cannot tell whether the loader shuffles where `{spelled}` is None"
-        shuffles = True
-    elif m.matches(shuffle, m.Name("False")):
-        shuffles = False
-    else:
+    shuffles = _shuffles_where_none(shuffle, dotted(arg.value))
+    if shuffles is None:
         return (
             f"`shuffle={index.module.code_for_node(shuffle)}` next to the sampler `{spelled}`, which may be None: "
             f"write `shuffle=({spelled} is None)`"
@@ -236,6 +230,31 @@ def _placeholder(
                 f"set it to `DistributedSampler({dataset})` after the dataset is made"
             )
     return OwnSampler(arg, "sampler", wrapped, placeholders, dataset, shuffles)
+
+
+def _shuffles_where_none(shuffle: cst.BaseExpression, sampler: str | None) -> bool | None:
+    """Whether the loader shuffles where its sampler placeholder is None, from its ``shuffle=``: ``(sampler is
+    None)``, ``True if sampler is None else False``, ``False``; None where that cannot be told. (Where the sampler
+    is set, ``shuffle`` must be false: DataLoader refuses both.)"""
+    if m.matches(shuffle, m.Name("True") | m.Name("False")):
+        return cast(cst.Name, shuffle).value == "True"
+    if isinstance(shuffle, cst.Comparison) and len(shuffle.comparisons) == 1 and dotted(shuffle.left) == sampler:
+        target = shuffle.comparisons[0]
+        if m.matches(target.comparator, m.Name("None")) and isinstance(target.operator, cst.Is):
+            return True
+        return None
+    if isinstance(shuffle, cst.IfExp) and isinstance(shuffle.test, cst.Comparison):
+        test = shuffle.test
+        if len(test.comparisons) != 1 or dotted(test.left) != sampler:
+            return None
+        target = test.comparisons[0]
+        if not m.matches(target.comparator, m.Name("None")):
+            return None
+        if isinstance(target.operator, cst.Is):
+            return _shuffles_where_none(shuffle.body, sampler)
+        if isinstance(target.operator, cst.IsNot):
+            return _shuffles_where_none(shuffle.orelse, sampler)
+    return None
 
 
 def _why_not_wrappable(index: Index, value: cst.BaseExpression, batches: bool) -> str:

@@ -606,3 +606,25 @@ def insert_arg(call: cst.Call, arg: cst.Arg, position: int) -> cst.Call:
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         args.append(arg)
     return call.with_changes(args=args)
+
+
+def without_default(call: cst.Call, keyword: str) -> cst.Call:
+    """``call`` without its argument ``keyword=None``, the arguments around it laid out as before."""
+    args = list(call.args)
+    found = next(
+        (
+            i
+            for i, a in enumerate(args)
+            if a.keyword is not None
+            and a.keyword.value == keyword
+            and isinstance(a.value, cst.Name)
+            and a.value.value == "None"
+        ),
+        None,
+    )
+    if found is None:
+        return call
+    removed = args.pop(found)
+    if found == len(args) and args:  # it was the last: the one before takes its comma (or none)
+        args[-1] = args[-1].with_changes(comma=removed.comma)
+    return call.with_changes(args=args)

@@ -384,9 +384,9 @@ SAMPLER_CASES = {
         "sampler = None\nds = make()\nloader = DataLoader(ds, batch_size=8, shuffle=(sampler is None), sampler=sampler)",
         "`sampler` is set to None where `ds` does not exist yet",
     ),
-    "a placeholder next to shuffle=True": (
-        "sampler = None\nloader = DataLoader(ds, batch_size=8, shuffle=True, sampler=sampler)",
-        "`shuffle=True` next to the sampler `sampler`, which may be None",
+    "a placeholder next to a shuffle flag": (
+        "sampler = None\nloader = DataLoader(ds, batch_size=8, shuffle=args.shuffle, sampler=sampler)",
+        "`shuffle=args.shuffle` next to the sampler `sampler`, which may be None",
     ),
     "a batch sampler that may be None": (
         "batches = None\nloader = DataLoader(ds, batch_sampler=batches)",

@@ -135,6 +135,8 @@ CASES = [
     "model/own_optimizer_over_param_groups_of_a_helper",
     "model/data_parallel_module_read_before_the_wrap",
     "data/input_gradient_helper_in_both_phases",
+    "data/sampler_none_written_out",
+    "data/sampler_placeholder_with_a_conditional_shuffle",
 ]
 
 

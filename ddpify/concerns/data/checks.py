@@ -14,7 +14,7 @@ import libcst as cst
 
 from ddpify import torch_api
 from ddpify.concerns.data.codes import CARRIED_STATE, OWN_SAMPLER, STAR_ARGS
-from ddpify.concerns.data.facts import SHAPE_FACTORIES, SHAPE_METHODS, batch_size, is_false
+from ddpify.concerns.data.facts import SHAPE_FACTORIES, SHAPE_METHODS, batch_size, is_false, is_none
 from ddpify.concerns.data.reads import Reads
 from ddpify.concerns.data.seeds import Seeds
 from ddpify.concerns.samplers import OwnSampler, own_sampler
@@ -35,6 +35,8 @@ class Checks:
         own = None
         for position, arg in enumerate(call.args):
             keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS and is_none(arg.value):
+                continue  # ``sampler=None`` written out: the default, no sampler of its own
             if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS:
                 found = own_sampler(self.index, call, arg, any(True for _ in self.reads.dataset_lengths(refs)))
                 if isinstance(found, OwnSampler):

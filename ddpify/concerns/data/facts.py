@@ -105,3 +105,7 @@ def is_true(expr: cst.BaseExpression) -> bool:
 
 def is_false(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "False"
+
+
+def is_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"

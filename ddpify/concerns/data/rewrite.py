@@ -14,11 +14,11 @@ import libcst as cst
 import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, NO_DATASET, NO_EPOCH, STAR_ARGS
-from ddpify.concerns.data.facts import Facts, Loader, batch_size, batch_size_arg, is_false, is_true
+from ddpify.concerns.data.facts import Facts, Loader, batch_size, batch_size_arg, is_false, is_none, is_true
 from ddpify.concerns.data.seeds import seed_split
 from ddpify.concerns.data.streams import define_shard, shard_stream
 from ddpify.concerns.samplers import define_wrapper, sample_entries, share
-from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement
+from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement, without_default
 from ddpify.engine.syntax import argument
 from ddpify.result import Options
 
@@ -109,6 +109,17 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
     else:
         dataset_code = index.module.code_for_node(dataset)
 
+    default = next(
+        (
+            a
+            for a in call.args
+            if a.keyword is not None and a.keyword.value in torch_api.DATALOADER_SAMPLING_KEYWORDS and is_none(a.value)
+        ),
+        None,
+    )
+    if default is not None:  # ``sampler=None`` written out: it makes way for the DistributedSampler
+        keyword = cast(cst.Name, default.keyword).value
+        plan.replace(call, lambda n: without_default(cast(cst.Call, n), keyword))
     shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
     arguments = dataset_code
     spread = loader.spread
@@ -144,6 +155,8 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         summary = "training DataLoader: shuffle moves into a DistributedSampler"
     else:
         position = call.args.index(spread) if spread is not None else len(call.args)
+        if default is not None and call.args.index(default) < position:
+            position -= 1
         plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
         summary = "training DataLoader: add a DistributedSampler"
     batch = batch_size(index, call)
