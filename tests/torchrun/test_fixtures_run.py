@@ -137,6 +137,8 @@ CASES = [
     "data/input_gradient_helper_in_both_phases",
     "data/sampler_none_written_out",
     "data/sampler_placeholder_with_a_conditional_shuffle",
+    "model/param_group_per_parameter_from_a_helper",
+    "model/param_groups_built_with_dict",
 ]
 
 

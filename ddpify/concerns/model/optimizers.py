@@ -273,6 +273,9 @@ class TrainedModels:
             elif self._own_parameters(expr, seen):
                 calls.append(expr)  # ``distiller.get_learnable_parameters()``: parameters of the receiver
                 return None
+            elif isinstance(func, cst.Name) and func.value == "dict" and not values:
+                params = argument(expr, "params")  # ``dict(params=decay, weight_decay=0)``: a param group
+                return self._trace(params.value, calls, seen) if params is not None else expr
             elif (returned := self._returned_by_program(expr)) is not None:
                 pieces = returned  # ``param_groups(model, wd)``: a helper of the program builds the groups
             else:
@@ -480,6 +483,12 @@ class TrainedModels:
                 and attribute.attr.value in {"append", "extend"}
             ):
                 continue
+            call = index.parent(attribute)
+            appended = call.args[0].value if isinstance(call, cst.Call) and len(call.args) == 1 else None
+            found_before = len(calls)
+            if appended is not None and self._trace(appended, calls, seen) is None:
+                continue  # ``groups.append({"params": [p], "lr": scale * lr})`` for ``p`` of a model's
+            del calls[found_before:]
             stmt = index.statement_of(read)
             loops = [loop for loop in index.enclosing_loops(read) if isinstance(loop, cst.For)]
             sources = [loop.iter for loop in loops] + [stmt]
