@@ -188,7 +188,6 @@ METHOD_CLASSES = [
     "tests/fixtures/model/ema_copy_updated_beside_forward/input.py",  # model methods stay reads of .module
 ]
 METHOD_LEFT = {  # still differ, not wrongly: a refusal, batches left whole (DDP211), another order
-    "tests/fixtures/model/optimizer_helper_takes_parameters/input.py",
     "tests/fixtures/tensors/batchified_streams/input.py",
     "tests/fixtures/checkpoints/whole_model_saved_into_open_file/input.py",
     "tests/fixtures/tensors/get_batch_numpy/input.py",  # its summary names the helper it draws with
@@ -323,6 +322,7 @@ FACTORY_LEFT = {
     # a ``sampler = None`` placeholder handed to a loader factory: refused (DDP202)
     "tests/fixtures/data/sampler_bound_by_an_annotated_assignment/input.py",
     "tests/fixtures/data/sampler_placeholder/input.py",
+    "tests/fixtures/data/sampler_placeholder_with_a_conditional_shuffle/input.py",
     "tests/fixtures/data/sampler_placeholder_or_weighted/input.py",
     "tests/fixtures/data/sampler_placeholder_positional_shuffle/input.py",
     "tests/fixtures/data/sampler_placeholder_shuffled_by_a_keyword_dict/input.py",
@@ -340,6 +340,7 @@ FACTORY_LEFT = {
     # a model list built by a helper: refused (DDP309); a batch size in a helper: no DDP308 warning
     "tests/fixtures/model/models_in_a_list/input.py",
     "tests/fixtures/model/batch_norm_small_batch/input.py",
+    "tests/fixtures/model/param_groups_built_with_dict/input.py",
 }
 
 
@@ -402,11 +403,10 @@ PAIR_LEFT = {
     "tests/fixtures/data/sampler_placeholder_or_weighted/input.py",
     "tests/fixtures/data/sampler_placeholder_positional_shuffle/input.py",
     "tests/fixtures/data/sampler_placeholder_shuffled_by_a_keyword_dict/input.py",
-    # a model returned with the trainer that keeps it: refused (DDP307), the wrap would come too late
-    "tests/fixtures/model/loss_method_on_weights_in_a_step_method/input.py",
-    "tests/fixtures/side_effects/step_of_a_trainer_inside_a_print/input.py",
+    "tests/fixtures/data/sampler_placeholder_with_a_conditional_shuffle/input.py",
     # a batch size, a model list, an EMA copy built in a helper: a warning, a refusal, a slower setting
     "tests/fixtures/model/batch_norm_small_batch/input.py",
+    "tests/fixtures/model/param_groups_built_with_dict/input.py",
     "tests/fixtures/model/models_in_a_list/input.py",
     "tests/fixtures/model/ema_copy_in_a_model_from_a_builder/input.py",
 }

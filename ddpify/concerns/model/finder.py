@@ -191,16 +191,24 @@ class _Finder:
             )
             return None
         anchor = self._climb_conditionals(stmt)
-        on_cuda = cuda and anchor is stmt
         insert_after = self._after_setup(anchor, target)
+        realiased = self.reads.realiased(target, insert_after)
+        stored = self.reads.stored_before(target, anchor, insert_after, {alias for alias, _ in realiased})
+        inside = self._inside_the_builder(stmt, moves, creations, depth) if stored is not None and stored[2] else None
+        if inside is not None:
+            # ``model, trainer = build()``: the builder hands its model on before it returns it, so the wrap
+            # goes into the builder, before the hand-off
+            stmt, target, anchor, insert_after, realiased = inside
+            cuda, stored = False, None
+        if stored is not None:
+            self.program.report(stored[0], STORED_BEFORE_WRAP, stored[1])
+        on_cuda = cuda and anchor is stmt
         expression = target.path
         if expression.startswith("self."):
             expression = f"{index.self_name(index.scope_of(stmt))}{expression[4:]}"
         unwrap = tuple(self.reads.wrapper_reads(target, insert_after))
         self.forward.warn_moves_in_training(target, insert_after)
         rewraps = self.freezing.unfrozen_after(target, insert_after)
-        realiased = self.reads.realiased(target, insert_after)
-        self.reads.refuse_stored_before(target, anchor, insert_after, {alias for alias, _ in realiased})
         unwrap = tuple(dict.fromkeys(unwrap + self.reads.stored_after(target, insert_after)))
         frozen = self.freezing.frozen_when_wrapped(target, insert_after)
         if frozen is None:  # frozen unless a run-time condition unfroze it: wrap it at run time
@@ -228,6 +236,34 @@ class _Finder:
         return Model(
             target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps, realiased=realiased
         )
+
+    def _inside_the_builder(
+        self,
+        chosen: cst.SimpleStatementLine,
+        moves: list[_Move],
+        creations: list[tuple[cst.SimpleStatementLine, Ref]],
+        depth: dict[Ref, int],
+    ) -> tuple[cst.SimpleStatementLine, Ref, cst.BaseStatement, cst.BaseStatement, tuple[tuple[str, str], ...]] | None:
+        """Where the model is ready inside the function that builds it, when that function is called once, the
+        model is moved nowhere else, and nothing keeps it there before that point; None otherwise."""
+        index = self.index
+        elsewhere = [
+            (s, t)
+            for s, t in creations
+            if s is not chosen
+            and isinstance(t.scope, cst.FunctionDef)
+            and t.scope is not index.scope_of(chosen)
+            and len(index.callers(t.scope)) == 1
+        ]
+        for stmt, target in sorted(elsewhere, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]), reverse=True):
+            if any(index.scope_of(move) is not target.scope or index.after(move, stmt) for move, _, _ in moves):
+                continue
+            anchor = self._climb_conditionals(stmt)
+            insert_after = self._after_setup(anchor, target)
+            realiased = self.reads.realiased(target, insert_after)
+            if self.reads.stored_before(target, anchor, insert_after, {alias for alias, _ in realiased}) is None:
+                return stmt, target, anchor, insert_after, realiased
+        return None
 
     def _candidates(
         self, lineage: set[Ref]

@@ -96,6 +96,20 @@ class WrapperReads:
     ) -> None:
         """``nets = [net_a, net_b]`` (or ``net = net_a``) before ``net_a = DDP(net_a)``: ``nets`` still trains
         the plain module."""
+        found = self.stored_before(target, anchor, wrap, realiased)
+        if found is not None:
+            self.program.report(found[0], STORED_BEFORE_WRAP, found[1])
+
+    def stored_before(
+        self,
+        target: Ref,
+        anchor: cst.BaseStatement,
+        wrap: cst.BaseStatement,
+        realiased: frozenset[str] | set[str] = frozenset(),
+    ) -> tuple[cst.CSTNode, str, bool] | None:
+        """Where something keeps the model before the wrap after ``anchor`` and trains it after, why, and
+        whether it is a function that builds the model and hands it on before returning it (``model, trainer =
+        build()``), where a wrap inside that function would reach both."""
         index = self.index
         scope = index.scope_of(wrap)
         # ``model, trainer = build()``: the builder handed its model to an object before it returned it, and
@@ -111,14 +125,13 @@ class WrapperReads:
                     if onward.dst in seen or onward.dst.scope is target.scope:
                         continue
                     if onward.dst.path.startswith("self.") and self._trains_through(onward.dst):
-                        self.program.report(
+                        return (
                             flow.stmt,
-                            STORED_BEFORE_WRAP,
                             f"`{onward.dst.path}` keeps the model before it is ready to be wrapped in "
                             f"DistributedDataParallel (after line {index.position(anchor)[0]}): it would train "
                             "the plain module; wrap the model where it is built, before it is handed on",
+                            True,
                         )
-                        return
                     seen.add(onward.dst)
                     frontier.append(onward.dst)
         for assign, _ in index.unpacked_values(target):  # ``model, trainer = build()``: ``trainer`` may keep it
@@ -134,14 +147,13 @@ class WrapperReads:
                 if any(self._trains_on_call(read) for read in index.mentions(scope, other)) or any(
                     self._trains_its_field(cls) for cls in trainers
                 ):
-                    self.program.report(
+                    return (
                         assign,
-                        STORED_BEFORE_WRAP,
                         f"`{other.path}` comes back with the model from the same call and trains it: it keeps the "
                         "model from before the wrap, so it would train the plain module; wrap the model where it is "
                         "built, before it is handed on",
+                        True,
                     )
-                    return
         for read in index.mentions(scope, target):
             if index.after(read, wrap) or index.inside(read, wrap) or index.statement_of(read) is wrap:
                 continue
@@ -155,14 +167,14 @@ class WrapperReads:
                 if not (isinstance(holder, cst.Name) and ref.path in realiased)  # taken again after the wrap
                 for r in index.mentions(scope, ref)
             ):
-                self.program.report(
+                return (
                     read,
-                    STORED_BEFORE_WRAP,
                     f"`{index.module.code_for_node(holder)}` keeps the model before it is ready to be wrapped "
                     f"in DistributedDataParallel (after line {index.position(anchor)[0]}), and is used after the "
                     "wrap: it would train the plain module; store the model after it is on its device",
+                    False,
                 )
-                return
+        return None
 
     def _trains_on_call(self, read: cst.BaseExpression) -> bool:
         """Whether ``read`` is the object of a method call that trains (``trainer.step(x, y)``)."""
