@@ -320,6 +320,15 @@ class TrainedModels:
         if isinstance(expr, (cst.Name, cst.Attribute)) and (submodules := self._submodules_of(expr)) is not None:
             calls.append(submodules)  # ``m.weight`` in ``for m in model.modules()``: a parameter of ``model``
             return None
+        if isinstance(expr, cst.Attribute) and (field := index.ref_of(expr, index.scope_of(expr))) is not None:
+            values = [value for _, value in index.values_assigned(field)]  # ``self.params = params`` in __init__
+            if field in seen or not values:
+                return None if field in seen else expr
+            seen.add(field)
+            for value in values:
+                if (untraced := self._trace(value, calls, seen)) is not None:
+                    return untraced
+            return None
         if isinstance(expr, cst.Name):
             source = self._loop_source(expr)
             if source is not None:  # ``for p in model.parameters(): yield p``
@@ -380,7 +389,7 @@ class TrainedModels:
     def _returned_by_program(self, call: cst.Call) -> list[cst.BaseExpression] | None:
         """What the program's own function that ``call`` runs returns (each ``return`` value) or, for a
         generator, yields, if it gives anything."""
-        resolved = self.index.resolve_callee(call, self.index.scope_of(call))
+        resolved = self.index.runs(call, self.index.scope_of(call))  # ``self.param_groups(model)`` too
         if resolved is None:
             return None
         return self._given(resolved[0]) or None
@@ -407,8 +416,26 @@ class TrainedModels:
             if isinstance(loop.target, cst.Name):
                 bound.add(loop.target.value)
             if name.value in bound:
-                return loop.iter
+                return self._items_of(loop.iter, name.value, loop.target)
         return None
+
+    def _items_of(self, source: cst.BaseExpression, name: str, target: cst.BaseExpression) -> cst.BaseExpression | None:
+        """What ``name`` takes the items of in ``for <target> in <source>``: ``params`` for ``p`` in ``for p in
+        tqdm(params)`` or ``for i, p in enumerate(params)``; None for the counter of ``enumerate``."""
+        while isinstance(source, cst.Call) and source.args and source.args[0].keyword is None:
+            func = source.func
+            if isinstance(func, cst.Name) and func.value == "enumerate":
+                elements = target.elements if isinstance(target, cst.Tuple) else ()
+                if len(elements) != 2 or not m.matches(elements[1].value, m.Name(name)):
+                    return None
+                target = elements[1].value
+            elif not (
+                (isinstance(func, cst.Name) and func.value in {"list", "tuple", "sorted", "iter", "reversed"})
+                or any(q.split(".")[0] == "tqdm" for q in self.index.qualified_names(func))
+            ):
+                break
+            source = source.args[0].value
+        return source
 
     def _submodules_of(self, expr: cst.BaseExpression) -> cst.Call | None:
         """``model.modules()`` (or ``named_modules``, ``children``, ``named_children``) that the loop variable
@@ -436,7 +463,7 @@ class TrainedModels:
         params = list(function.params.params)
         position = next(i for i, p in enumerate(params) if p.name.value == param)
         for call in callers:
-            resolved = index.resolve_callee(call, index.scope_of(call))
+            resolved = index.runs(call, index.scope_of(call))
             implicit = resolved[1] if resolved is not None else 0
             passed = [a.value for a in call.args if a.keyword is not None and a.keyword.value == param]
             positional = [a for a in call.args if a.keyword is None]
