@@ -274,6 +274,33 @@ SPAWN = """    nproc = int({os}.environ.get("PET_NPROC_PER_NODE", torch.cuda.dev
 """
 
 
+def _imported_before(module: cst.Module, anchor: cst.BaseStatement, name: str) -> bool:
+    """Whether a module-level import above ``anchor`` binds ``name`` (``import torch``, ``import torch.nn``,
+    also inside ``try:``)."""
+    body = list(module.body)
+    stop = next((i for i, stmt in enumerate(body) if stmt is anchor), len(body))
+    pending: list[cst.CSTNode] = list(body[:stop])
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                bound: cst.BaseExpression = alias.asname.name if alias.asname is not None else alias.name
+                while isinstance(bound, cst.Attribute):
+                    bound = bound.value
+                if isinstance(bound, cst.Name) and bound.value == name:
+                    return True
+        elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+            for item in node.names:
+                bound = item.asname.name if item.asname is not None else item.name
+                if isinstance(bound, cst.Name) and bound.value == name:
+                    return True
+        else:
+            pending.extend(node.children)
+    return False
+
+
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     names = plan.names
     index = plan.index
@@ -296,7 +323,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     bound = index.bound[module]
     if names.os not in bound:
         plan.need_import("os", asname=None if names.os == "os" else names.os)
-    if "torch" not in bound:
+    if "torch" not in bound or not _imported_before(module, anchor, "torch"):
+        # the helper classes after the setup name ``torch`` in their bases, read where they are defined
         plan.need_import("torch")
     plan.need_import("torch.distributed", asname=names.dist)
     guard = index.main_guard

@@ -139,6 +139,9 @@ CASES = [
     "data/sampler_placeholder_with_a_conditional_shuffle",
     "model/param_group_per_parameter_from_a_helper",
     "model/param_groups_built_with_dict",
+    "data/trainer_returned_with_its_model_by_a_builder",
+    "model/trainer_and_model_returned_through_two_builders",
+    "process_group/torch_imported_below_a_dataset_class",
 ]
 
 
