@@ -368,6 +368,13 @@ def _place_imports(plan: EditPlan, module: cst.Module, new: Sequence[Import]) ->
 
 def _insert_first(plan: EditPlan, anchor: cst.BaseStatement, lines: Sequence[Statement], *, separate: bool) -> None:
     """Insert ``lines`` before ``anchor``; they take over its leading blank lines and comments."""
+    if plan.before.get(anchor) and not separate:
+        # a group of its own (the standard library's) went before ``anchor`` already: these lines join the
+        # anchor's group, after that one and the blank line that separates them
+        plan.before[anchor].append(lines[0].with_changes(leading_lines=[cst.EmptyLine()]))
+        plan.before[anchor].extend(lines[1:])
+        plan.replace(anchor, lambda n: n.with_changes(leading_lines=[]))
+        return
     lines = [lines[0].with_changes(leading_lines=statement(anchor).leading_lines), *lines[1:]]
     rest = [cst.EmptyLine()] if separate else []
     plan.replace(anchor, lambda n: n.with_changes(leading_lines=rest))
