@@ -55,6 +55,7 @@ _MODULE_READS = [
     re.compile(r"^(copy|save|pass) `(?P<model>[\w.\[\]]+?)\.module`"),
 ]
 _NUMBERS = re.compile(r"\b(line )?\d+\b")
+_SHARE = re.compile(r"^(each rank takes its share of (?:the batches )?what )`[^`]*`( draws)")
 
 
 def kind(summary: str) -> str:
@@ -62,6 +63,7 @@ def kind(summary: str) -> str:
     other scripts may import is edited to run without a process group too; one helper may stand for
     several reads of ``.module``)."""
     summary = _SAMPLER.sub("training DataLoader: sampler", _NUMBERS.sub("N", summary))
+    summary = _SHARE.sub(r"\1`a sampler`\2", summary)  # as it is written: in place, or by the twin's helper
     for pattern in _MODULE_READS:
         read = pattern.match(summary)
         if read:

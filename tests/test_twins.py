@@ -188,6 +188,8 @@ METHOD_CLASSES = [
     "tests/fixtures/model/ema_copy_updated_beside_forward/input.py",  # model methods stay reads of .module
 ]
 METHOD_LEFT = {  # still differ, not wrongly: a refusal, batches left whole (DDP211), another order
+    # a ``sampler = None`` placeholder kept on a loader object's field: refused (DDP202)
+    "tests/fixtures/data/sampler_placeholder_handed_to_a_loader_factory/input.py",
     "tests/fixtures/tensors/batchified_streams/input.py",
     "tests/fixtures/checkpoints/whole_model_saved_into_open_file/input.py",
     "tests/fixtures/tensors/get_batch_numpy/input.py",  # its summary names the helper it draws with
@@ -306,6 +308,7 @@ def test_a_script_and_its_twins_with_bodies_inside_one_more_block_convert_the_sa
 
 # one script per class of difference the factory twins once showed; those left differ, none wrongly
 FACTORY_CLASSES = [
+    "tests/fixtures/data/sampler_placeholder_shuffled_by_a_keyword_dict/input.py",  # a placeholder handed on
     "tests/fixtures/downloads/mnist/input.py",  # a data set a helper downloads and returns
     "tests/fixtures/data/shapes_from_a_batch_size_in_a_keyword_dict/input.py",  # a dict handed to a helper
     "tests/fixtures/data/subset_random_sampler/input.py",  # a sampler a helper returns, handed to another
@@ -319,13 +322,6 @@ FACTORY_CLASSES = [
     "tests/fixtures/model/optimizer_of_the_program/input.py",  # an optimizer class of the program's own
 ]
 FACTORY_LEFT = {
-    # a ``sampler = None`` placeholder handed to a loader factory: refused (DDP202)
-    "tests/fixtures/data/sampler_bound_by_an_annotated_assignment/input.py",
-    "tests/fixtures/data/sampler_placeholder/input.py",
-    "tests/fixtures/data/sampler_placeholder_with_a_conditional_shuffle/input.py",
-    "tests/fixtures/data/sampler_placeholder_or_weighted/input.py",
-    "tests/fixtures/data/sampler_placeholder_positional_shuffle/input.py",
-    "tests/fixtures/data/sampler_placeholder_shuffled_by_a_keyword_dict/input.py",
     # a loader from a method of an object handed to a helper: whole on every rank (DDP211)
     "tests/fixtures/data/loader_from_a_loader_class_into_a_trainer/input.py",
     # an optimizer from a model method, the model from a helper, in a trainer: refused (DDP302)
@@ -393,17 +389,12 @@ def test_a_script_and_its_twins_logging_instead_of_printing_convert_the_same(pat
 
 # one script per class of difference the pair twins once showed; those left differ, none wrongly
 PAIR_CLASSES = [
+    "tests/fixtures/data/sampler_placeholder_or_weighted/input.py",  # a placeholder returned with its loader
     "tests/fixtures/data/subset_random_sampler/input.py",  # samplers returned in a pair
     "tests/fixtures/data/subset_sampler_unseeded_indices/input.py",  # still refused: unseeded draws
     "tests/fixtures/model/alias_of_a_model_replaced_before_the_wrap/input.py",  # still refused: DDP307
 ]
 PAIR_LEFT = {
-    # a ``sampler = None`` placeholder returned by a helper: refused (DDP202)
-    "tests/fixtures/data/sampler_placeholder/input.py",
-    "tests/fixtures/data/sampler_placeholder_or_weighted/input.py",
-    "tests/fixtures/data/sampler_placeholder_positional_shuffle/input.py",
-    "tests/fixtures/data/sampler_placeholder_shuffled_by_a_keyword_dict/input.py",
-    "tests/fixtures/data/sampler_placeholder_with_a_conditional_shuffle/input.py",
     # a batch size, a model list, an EMA copy built in a helper: a warning, a refusal, a slower setting
     "tests/fixtures/model/batch_norm_small_batch/input.py",
     "tests/fixtures/model/param_groups_built_with_dict/input.py",

@@ -164,6 +164,9 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
         return f"cannot see every value `{spelled}` takes (it is set by something other than a plain assignment)"
     if passed is not None and any(m.matches(v, m.Name("None")) for v in passed):
         return f"the sampler `{spelled}` may be None where a call passes it: there is no placeholder to replace"
+    handed = _handed_placeholders(index, call, arg, ref, passed) if passed is not None else None
+    if handed is not None:
+        return handed
     samplers = [v for _, v in assigned if not m.matches(v, m.Name("None"))] + list(passed or ())
     for sampler in samplers:
         built = built_by(index, sampler)
@@ -180,6 +183,62 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
     if batches:
         return f"the batch_sampler `{spelled}` may be None: there is no sampler to give each rank its share of"
     return _placeholder(index, call, arg, placeholders, tuple(samplers))
+
+
+def _handed_placeholders(
+    index: Index, call: cst.Call, arg: cst.Arg, ref: Ref, passed: list[cst.BaseExpression]
+) -> OwnSampler | str | None:
+    """``sampler = None`` (set to a sampler on some paths) in the function that hands it and the data set to a
+    loader factory, ``make_loader(train_set, sampler)``: where it stays None, a DistributedSampler over the data
+    set the same call hands over. None where no value handed is such a placeholder."""
+    spelled = index.module.code_for_node(arg.value)
+    holders: list[tuple[cst.Call, Ref, list[tuple[cst.Assign | cst.AnnAssign, cst.BaseExpression]]]] = []
+    for value in passed:
+        given = index.parent(value)
+        site = index.parent(given) if isinstance(given, cst.Arg) else None
+        held = index.ref_of(value, index.scope_of(value)) if isinstance(value, cst.Name) else None
+        if not isinstance(site, cst.Call) or held is None:
+            return None
+        assigned = list(index.values_assigned(held))
+        if not assigned or written_otherwise(index, held, [a for a, _ in assigned]) or index.unpacked_values(held):
+            return None
+        holders.append((site, held, assigned))
+    placeholders = tuple(a for _, _, assigned in holders for a, v in assigned if m.matches(v, m.Name("None")))
+    if not placeholders:
+        return None
+    if arg.keyword is None or arg.keyword.value != "sampler":
+        return f"the batch_sampler `{spelled}` may be None: there is no sampler to give each rank its share of"
+    samplers = tuple(v for _, _, assigned in holders for _, v in assigned if not m.matches(v, m.Name("None")))
+    for sampler in samplers:
+        built = built_by(index, sampler)
+        if built is None or any(m.matches(b, m.Name("None")) for b in built):
+            return f"cannot see every sampler `{index.module.code_for_node(sampler)}` returns"
+        why = next(filter(None, (_why_not_wrappable(index, b, False) for b in built)), "")
+        if why:
+            return why
+    dataset_arg = argument(call, "dataset", 0)
+    dataset_ref = index.ref_of(dataset_arg.value, index.scope_of(call)) if dataset_arg is not None else None
+    if dataset_ref is None or dataset_ref.scope is not ref.scope:
+        return f"the sampler `{spelled}` may be None, and the loader's dataset is not handed over with it"
+    datasets: set[str] = set()
+    for site, held, assigned in holders:
+        dataset = next((a.value for a in site.args if index.parameter_of(a) == dataset_ref), None)
+        source = index.ref_of(dataset, held.scope) if dataset is not None else None
+        if dataset is None or source is None:
+            return f"the sampler `{spelled}` may be None, and the data set handed with it has no name"
+        datasets.add(index.module_of(site).code_for_node(dataset))
+        for placeholder, value in assigned:
+            ready = [a for a in index.assignments_to(source) if index.after(placeholder, a)]
+            if m.matches(value, m.Name("None")) and (index.scope_of(placeholder) is not held.scope or not ready):
+                return (
+                    f"`{index.module_of(site).code_for_node(site.args[0].value)}`'s sampler is set to None where "
+                    "its data set does not exist yet: set it to a DistributedSampler after the data set is made"
+                )
+    shuffle = _shuffle_value(index, call)
+    shuffles = _shuffles_where_none(shuffle, dotted(arg.value)) if shuffle is not None else None
+    if len(datasets) != 1 or shuffles is None:
+        return f"cannot tell over which data set, or whether shuffled, `{spelled}` stands where it is None"
+    return OwnSampler(arg, "sampler", samplers, placeholders, datasets.pop(), shuffles)
 
 
 def _with_replacement(index: Index, value: cst.BaseExpression) -> bool:
@@ -201,11 +260,9 @@ def _placeholder(
 ) -> OwnSampler | str:
     """``sampler = None``: where it stays None, a DistributedSampler over the loader's dataset takes its place."""
     spelled = index.module.code_for_node(arg.value)
-    shuffle_arg = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
-    spread = spread_values(index, call, "shuffle") if shuffle_arg is None else None
-    if shuffle_arg is None and (spread is None or len(spread) > 1):
+    shuffle = _shuffle_value(index, call)
+    if shuffle is None:
         return f"cannot tell whether the loader shuffles where `{spelled}` is None (its `**` arguments)"
-    shuffle = shuffle_arg.value if shuffle_arg is not None else spread[0] if spread else cst.Name("False")
     shuffles = _shuffles_where_none(shuffle, dotted(arg.value))
     if shuffles is None:
         return (
@@ -230,6 +287,18 @@ def _placeholder(
                 f"set it to `DistributedSampler({dataset})` after the dataset is made"
             )
     return OwnSampler(arg, "sampler", wrapped, placeholders, dataset, shuffles)
+
+
+def _shuffle_value(index: Index, call: cst.Call) -> cst.BaseExpression | None:
+    """What the loader ``call`` is given as ``shuffle``, also through its ``**`` dict (``False`` where it is
+    given nothing); None where the dict may or may not hold it."""
+    shuffle_arg = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
+    if shuffle_arg is not None:
+        return shuffle_arg.value
+    spread = spread_values(index, call, "shuffle")
+    if spread is None or len(spread) > 1:
+        return None
+    return spread[0] if spread else cst.Name("False")
 
 
 def _shuffles_where_none(shuffle: cst.BaseExpression, sampler: str | None) -> bool | None:

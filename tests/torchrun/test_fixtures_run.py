@@ -142,6 +142,7 @@ CASES = [
     "data/trainer_returned_with_its_model_by_a_builder",
     "model/trainer_and_model_returned_through_two_builders",
     "process_group/torch_imported_below_a_dataset_class",
+    "data/sampler_placeholder_handed_to_a_loader_factory",
 ]
 
 
