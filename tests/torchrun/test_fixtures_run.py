@@ -143,6 +143,7 @@ CASES = [
     "model/trainer_and_model_returned_through_two_builders",
     "process_group/torch_imported_below_a_dataset_class",
     "data/sampler_placeholder_handed_to_a_loader_factory",
+    "process_group/torch_imported_after_the_environment_is_set",
 ]
 
 
