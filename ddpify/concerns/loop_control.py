@@ -26,15 +26,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 
 from ddpify.concerns import data, model
 from ddpify.diagnostics import Code, Severity
+from ddpify.engine import uniformity
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
+from ddpify.engine.syntax import argument
 from ddpify.engine.uniformity.batches import RankLocal
+from ddpify.engine.values import built_by
 from ddpify.result import Options
 
 RANK_LOCAL_EXIT = Code(
@@ -45,20 +49,38 @@ RANK_LOCAL_EXIT = Code(
     "all-reduce the value (or decide on rank 0 and broadcast it) before deciding",
 )
 CODES = (RANK_LOCAL_EXIT,)
+PLATEAU_SCHEDULERS = frozenset(
+    {"torch.optim.lr_scheduler.ReduceLROnPlateau", "torch.optim.lr_scheduler.lr_scheduler.ReduceLROnPlateau"}
+)
 
 
 @dataclass(frozen=True)
 class Facts:
     rank_local_exits: tuple[cst.Break | cst.Return, ...]  # reported, left as they are
+    # ``scheduler.step(train_loss)`` of a ReduceLROnPlateau: the metric each rank computes from its own batches
+    plateau_metrics: tuple[cst.Arg, ...] = ()
 
 
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
     training = [loader for loader in loaders.loaders if loader.training]
-    return Facts(tuple(_Finder(program, training).rank_local_exits()))
+    finder = _Finder(program, training)
+    return Facts(tuple(finder.rank_local_exits()), tuple(finder.plateau_metrics()) if models.models else ())
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
-    """Nothing to rewrite: a rank-local exit is only reported."""
+    """A rank-local exit is only reported; a plateau scheduler steps on the mean of its metric over the ranks."""
+    if not facts.plateau_metrics:
+        return
+    helper = uniformity.mean_over_ranks(plan)
+    for arg in facts.plateau_metrics:
+        plan.replace(
+            arg.value, lambda node: cst.Call(func=cst.Name(helper), args=[cst.Arg(cast(cst.BaseExpression, node))])
+        )
+        plan.change(
+            arg,
+            f"`{plan.index.module_of(arg).code_for_node(arg.value)}` is computed from this rank's batches: the "
+            "plateau scheduler steps on its mean over the ranks, so that every rank lowers its learning rate alike",
+        )
 
 
 class _Finder:
@@ -102,6 +124,26 @@ class _Finder:
                             "and broadcast) before deciding",
                         )
                         break
+
+    def plateau_metrics(self) -> Iterator[cst.Arg]:
+        """``scheduler.step(mean_loss)`` of a ``ReduceLROnPlateau``, the metric read from this rank's batches:
+        each rank would lower its learning rate at its own epoch, and the ranks drift apart."""
+        index = self.index
+        for call in index.calls:
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "step"):
+                continue
+            metric = argument(call, "metrics", 0)
+            if metric is None or metric.star:
+                continue
+            built = built_by(index, func.value)
+            if not built or not any(
+                isinstance(b, cst.Call) and index.qualified_names(b.func) & PLATEAU_SCHEDULERS for b in built
+            ):
+                continue
+            block = next(index.enclosing_loops(call), None) or index.scope_of(call)
+            if self.rank_local.reads(metric.value, block):
+                yield metric
 
 
 def _trained_refs(index: Index, loader: data.Loader) -> frozenset[Ref]:

@@ -144,6 +144,8 @@ CASES = [
     "process_group/torch_imported_below_a_dataset_class",
     "data/sampler_placeholder_handed_to_a_loader_factory",
     "process_group/torch_imported_after_the_environment_is_set",
+    "loop_control/plateau_scheduler_on_the_training_loss",
+    "loop_control/plateau_scheduler_on_the_validation_loss",
 ]
 
 

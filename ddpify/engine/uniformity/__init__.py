@@ -224,3 +224,26 @@ def same_on_every_rank(plan: EditPlan) -> str:
         ]
         plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
     return helper
+
+
+MEAN_OVER_RANKS = '''
+def {helper}(value):
+    """The mean over every rank of a number each rank computes from its own batches (a loss, a metric)."""
+{unset}    total = torch.tensor(float(value), dtype=torch.float64)
+    {dist}.all_reduce(total)
+    return total.item() / {dist}.get_world_size()
+'''
+
+
+def mean_over_ranks(plan: EditPlan) -> str:
+    """The name of the generated helper that gives every rank the mean of a per-rank number (defined once)."""
+    helper = fresh("mean_over_ranks", plan.index.identifiers)
+    if not plan.has_setup_helper(helper):
+        dist = plan.names.dist
+        forms = [
+            cst.parse_module(MEAN_OVER_RANKS.format(helper=helper, dist=dist, unset=unset)).body[0]
+            for unset in ("", f"    if not {dist}.is_initialized():\n        return value\n")
+        ]
+        plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
+        plan.need_import("torch")
+    return helper
