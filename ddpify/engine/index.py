@@ -39,6 +39,9 @@ from ddpify.engine.syntax import STATEMENT_KINDS, dotted, parameter_names, singl
 Scope = cst.Module | cst.FunctionDef | cst.ClassDef
 
 
+_NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+
+
 @dataclass(frozen=True)
 class Ref:
     """A place that holds a value: ``name`` in a function or module, or ``self.x`` in a class."""
@@ -490,20 +493,25 @@ class Index(ProgramClasses):
         ``solver = make_solver(model)``, a helper returning one) in the same function: the method of the
         program's own class that the call runs (its ``self`` filled)."""
         func = call.func
-        if not isinstance(func, cst.Attribute):
+        if not isinstance(func, (cst.Attribute, cst.Name)):
             return None
         if len(self._following) > 1:  # asked while following another helper: one level of objects is enough
             self._cut += 1
             return None
+        # ``stopper(loss, model)`` after ``stopper = EarlyStopping()``: the object's ``__call__``
+        receiver, name = (func.value, func.attr.value) if isinstance(func, cst.Attribute) else (func, "__call__")
         built: list[cst.BaseExpression] = []
-        if isinstance(func.value, cst.Call):
-            built.append(func.value)
-        elif (ref := self.carried_ref(func.value, scope)) is not None and ref.scope is scope:
+        if isinstance(receiver, cst.Call):
+            built.append(receiver)
+        elif (ref := self.carried_ref(receiver, scope)) is not None and ref.scope is scope:
             built += [value for _, value in (*self.values_assigned(ref), *self.unpacked_values(ref))]
         classes = {cls for value in built for cls in self.classes_built(value)}
         if len(classes) != 1:
             return None
-        method = self.method(classes.pop(), func.attr.value, dispatch=True)
+        cls = classes.pop()
+        if name == "__call__" and self.derives_from(cls, _NN_MODULE):
+            return None  # a module's call runs its forward through hooks: a model, not a helper object
+        method = self.method(cls, name, dispatch=True)
         return (method, 1) if method is not None else None
 
     def classes_built(self, value: cst.BaseExpression, depth: int = 0) -> list[cst.ClassDef]:

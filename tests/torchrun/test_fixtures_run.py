@@ -146,6 +146,7 @@ CASES = [
     "process_group/torch_imported_after_the_environment_is_set",
     "loop_control/plateau_scheduler_on_the_training_loss",
     "loop_control/plateau_scheduler_on_the_validation_loss",
+    "checkpoints/early_stopping_object_saves_the_model",
 ]
 
 
