@@ -377,8 +377,10 @@ class _Script:
                 yield INVARIANT_ONE_WRITER, node.lineno, what
 
     def _on_rank_zero(self, node: ast.AST, seen: frozenset[str]) -> bool:
-        """Whether ``node`` runs on rank 0 only; True also when that cannot be decided."""
+        """Whether ``node`` runs on rank 0 only, or on one rank at a time; True also when that cannot be decided."""
         for ancestor in self.ancestors(node):
+            if self._in_turns(ancestor):
+                return True
             if isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) and self._rankish(ancestor.test):
                 return True
             if not self.entry and isinstance(ancestor, ast.If) and is_main_block(ancestor):
@@ -390,6 +392,34 @@ class _Script:
             if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return self._function_on_rank_zero(ancestor, seen)
         return False  # module level: every rank runs it
+
+    def _in_turns(self, stmt: ast.AST) -> bool:
+        """Whether ``stmt`` runs between ``if <rank test>: dist.barrier()`` statements of its block, before and
+        after it: the ranks take their turns there (a cache rank 0 writes first, that the others then read)."""
+        parent = self.parent.get(stmt)
+        body = next(
+            (
+                block
+                for field in ("body", "orelse", "finalbody")
+                if isinstance(block := getattr(parent, field, None), list) and stmt in block
+            ),
+            None,
+        )
+        if body is None:
+            return False
+        at = body.index(stmt)
+
+        def turn(other: ast.stmt) -> bool:
+            return (
+                isinstance(other, ast.If)
+                and self._rankish(other.test)
+                and any(
+                    isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "barrier"
+                    for n in ast.walk(other)
+                )
+            )
+
+        return any(turn(other) for other in body[:at]) and any(turn(other) for other in body[at + 1 :])
 
     def _function_on_rank_zero(self, function: ast.FunctionDef | ast.AsyncFunctionDef, seen: frozenset[str]) -> bool:
         if any(

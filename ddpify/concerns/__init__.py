@@ -71,7 +71,7 @@ CONCERNS: tuple[ModuleType, ...] = (
 # The concerns whose facts each finder takes, in the order of its parameters.
 NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     process_group: (model, data),
-    downloads: (process_group,),
+    downloads: (process_group, model),
     run_names: (process_group, downloads),
     evaluation: (data,),
     tensors: (data, model, process_group),

@@ -44,7 +44,7 @@ from typing import cast
 import libcst as cst
 
 import ddpify.engine.match as m
-from ddpify.concerns import process_group
+from ddpify.concerns import model, process_group
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan, Statement, fresh, statement
 from ddpify.engine.index import Index
@@ -114,11 +114,14 @@ SAVES = {
 }
 
 
-def find(program: Program, setup: process_group.Facts) -> Facts:
+def find(program: Program, setup: process_group.Facts, models: model.Facts | None = None) -> Facts:
     index = program.index
     statements: list[cst.SimpleStatementLine] = []
-    fetchers = _fetchers(index)
-    downloading = [*_downloading(index), *_calling(index, _fetchers(index, caches=False))]
+    # DDP's constructor waits for every rank: a call that also wraps a model cannot run while the others wait
+    # at a barrier, so the turns go around the fetch inside it
+    wraps = tuple(m.insert_after for m in models.models) if models is not None else ()
+    fetchers = _fetchers(index, wraps=wraps)
+    downloading = [*_downloading(index), *_calling(index, _fetchers(index, caches=False, wraps=wraps))]
     fetching = {index.statement_of(call) for call in downloading}
     for call in [*downloading, *_calling(index, fetchers)]:
         stmt = index.statement_of(call)
@@ -170,9 +173,11 @@ def _run_fetches(index: Index, run: Download, fetching: set[cst.BaseStatement]) 
     return any(stmt in fetching for stmt in body[body.index(run.first) : body.index(run.last) + 1])
 
 
-def _fetchers(index: Index, *, caches: bool = True) -> frozenset[cst.FunctionDef]:
+def _fetchers(
+    index: Index, *, caches: bool = True, wraps: tuple[cst.BaseStatement, ...] = ()
+) -> frozenset[cst.FunctionDef]:
     """The program's functions that fetch files from the network or (with ``caches``) build a cache
-    file on first use, and the functions that call them."""
+    file on first use, and the functions that call them, but for those where a model is wrapped (``wraps``)."""
     found: set[cst.FunctionDef] = set()
     for call in index.calls:
         if index.is_call_to(call, FETCHES) and isinstance(scope := index.scope_of(call), cst.FunctionDef):
@@ -183,7 +188,12 @@ def _fetchers(index: Index, *, caches: bool = True) -> frozenset[cst.FunctionDef
     while frontier:
         for caller in index.callers(frontier.pop()):
             scope = index.scope_of(caller)
-            if isinstance(scope, cst.FunctionDef) and scope not in found and not index.trains(scope.body):
+            if (
+                isinstance(scope, cst.FunctionDef)
+                and scope not in found
+                and not index.trains(scope.body)
+                and not any(index.inside(wrap, scope) for wrap in wraps)
+            ):
                 found.add(scope)
                 frontier.append(scope)
     return frozenset(found)

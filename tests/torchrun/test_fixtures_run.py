@@ -147,6 +147,7 @@ CASES = [
     "loop_control/plateau_scheduler_on_the_training_loss",
     "loop_control/plateau_scheduler_on_the_validation_loss",
     "checkpoints/early_stopping_object_saves_the_model",
+    "downloads/cache_built_inside_the_model_builder",
 ]
 
 
