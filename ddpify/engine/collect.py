@@ -546,6 +546,13 @@ def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
                 assign(target.target, node.value, scope, stmt)
         elif isinstance(node, cst.AnnAssign) and node.value is not None:
             assign(node.target, node.value, index.scope_of(node), index.statement_of(node))
+    for item in index.nodes_of(cst.WithItem):  # ``with tqdm(loader) as bar:``: the bar iterates the loader
+        if isinstance(item, cst.WithItem) and item.asname is not None:
+            scope = index.scope_of(item)
+            dst = index.ref_of(cast(cst.BaseExpression, item.asname.name), scope)
+            src = index.carried_ref(item.item, scope) if isinstance(item.item, cst.Call) else None
+            if dst is not None and src is not None:
+                index.add_flow(Flow(src, dst, index.statement_of(item)))
 
     for call in index.calls:
         scope = index.scope_of(call)

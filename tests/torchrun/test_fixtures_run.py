@@ -148,6 +148,7 @@ CASES = [
     "loop_control/plateau_scheduler_on_the_validation_loss",
     "checkpoints/early_stopping_object_saves_the_model",
     "downloads/cache_built_inside_the_model_builder",
+    "data/progress_bar_as_a_context_manager",
 ]
 
 
