@@ -503,7 +503,9 @@ class Index(ProgramClasses):
         built: list[cst.BaseExpression] = []
         if isinstance(receiver, cst.Call):
             built.append(receiver)
-        elif (ref := self.carried_ref(receiver, scope)) is not None and ref.scope is scope:
+        elif (ref := self.carried_ref(receiver, scope)) is not None and (
+            ref.scope is scope or isinstance(ref.scope, cst.Module)  # ``learner.fit(loader)`` of a global object
+        ):
             built += [value for _, value in (*self.values_assigned(ref), *self.unpacked_values(ref))]
         classes = {cls for value in built for cls in self.classes_built(value)}
         if len(classes) != 1:

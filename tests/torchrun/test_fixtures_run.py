@@ -149,6 +149,8 @@ CASES = [
     "checkpoints/early_stopping_object_saves_the_model",
     "downloads/cache_built_inside_the_model_builder",
     "data/progress_bar_as_a_context_manager",
+    "data/method_of_a_global_object_trains_from_main",
+    "side_effects/epoch_of_a_global_object_inside_a_print",
 ]
 
 
