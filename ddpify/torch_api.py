@@ -143,6 +143,15 @@ OUTPUT_FUNCTIONS = frozenset(
 TERMINAL_OUTPUT = frozenset({"sys.stdout.write", "sys.stdout.flush", "sys.stderr.write", "sys.stderr.flush"})
 # fig.savefig(...) on any figure, df.to_csv(path), Path(...).write_text(...)
 OUTPUT_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes"})
+# What makes a PIL image, whose ``.save(path)`` writes a file (``Image.fromarray(grid).save("samples.png")``).
+PIL_IMAGES = frozenset(
+    {
+        "PIL.Image.fromarray",
+        "PIL.Image.open",
+        "PIL.Image.new",
+        "torchvision.transforms.functional.to_pil_image",
+    }
+)
 # Experiment trackers: created on rank 0 only (None elsewhere), every use on rank 0 only.
 TRACKER_FACTORIES = frozenset(
     {

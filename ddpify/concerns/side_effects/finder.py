@@ -12,6 +12,7 @@ from ddpify.concerns.side_effects.facts import FILE_USE_NOT_GATED, OUTPUT_RUNS_W
 from ddpify.engine.index import Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, single_target
+from ddpify.engine.values import built_by
 
 
 class Finder:
@@ -260,7 +261,21 @@ class Finder:
                 return "logging call"
             if call.func.attr.value in torch_api.OUTPUT_METHODS:
                 return "output call"
+            if call.func.attr.value == "save" and self._a_pil_image(call.func.value):
+                return "output call"
         return None
+
+    def _a_pil_image(self, expr: cst.BaseExpression) -> bool:
+        """Whether ``expr`` is an image PIL made (``Image.fromarray(array)``, also through ``.convert(...)``)."""
+        index = self.index
+        for value in built_by(index, expr) or ():
+            while isinstance(value, cst.Call):
+                if index.qualified_names(value.func) & torch_api.PIL_IMAGES:
+                    return True
+                if not isinstance(value.func, cst.Attribute):
+                    break
+                value = value.func.value  # ``Image.fromarray(grid).convert("RGB")``
+        return False
 
     def _on_a_tracker(self, expr: cst.BaseExpression, trackers: set[Ref]) -> bool:
         """``experiment.config`` in ``experiment.config.update(...)``: an attribute chain that starts at a tracker."""
