@@ -60,6 +60,7 @@ from ddpify.engine.called import called_functions, enclosing_function
 from ddpify.engine.edits import EditPlan, statement
 from ddpify.engine.index import Index
 from ddpify.engine.program import Program
+from ddpify.engine.syntax import imported_names
 from ddpify.result import Options
 
 # Calls that may run before the process group exists: they neither train nor ask for a rank or a device.
@@ -282,21 +283,10 @@ def _imported_before(module: cst.Module, anchor: cst.BaseStatement, name: str) -
     pending: list[cst.CSTNode] = list(body[:stop])
     while pending:
         node = pending.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        if isinstance(node, cst.Import):
-            for alias in node.names:
-                bound: cst.BaseExpression = alias.asname.name if alias.asname is not None else alias.name
-                while isinstance(bound, cst.Attribute):
-                    bound = bound.value
-                if isinstance(bound, cst.Name) and bound.value == name:
-                    return True
-        elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
-            for item in node.names:
-                bound = item.asname.name if item.asname is not None else item.name
-                if isinstance(bound, cst.Name) and bound.value == name:
-                    return True
-        else:
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            if any(local == name for local, _ in imported_names(node)):
+                return True
+        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             pending.extend(node.children)
     return False
 

@@ -48,7 +48,7 @@ A loop over the keys whose backward pass is guarded some other way is refused
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -168,13 +168,9 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
     if handed is not None:
         return handed
     samplers = [v for _, v in assigned if not m.matches(v, m.Name("None"))] + list(passed or ())
-    for sampler in samplers:
-        built = built_by(index, sampler)
-        if built is None or any(m.matches(b, m.Name("None")) for b in built):
-            return f"cannot see every sampler `{index.module.code_for_node(sampler)}` returns"
-        why = next(filter(None, (_why_not_wrappable(index, b, batches) for b in built)), "")
-        if why:
-            return why
+    why = _why_not_dealt_out(index, samplers, batches)
+    if why:
+        return why
     placeholders = tuple(a for a, v in assigned if m.matches(v, m.Name("None")))
     if not placeholders and samplers and all(_with_replacement(index, v) for v in samplers):
         return OwnSampler(arg, attribute, per_rank=tuple(cast(cst.Call, v) for v in samplers))
@@ -209,13 +205,9 @@ def _handed_placeholders(
     if arg.keyword is None or arg.keyword.value != "sampler":
         return f"the batch_sampler `{spelled}` may be None: there is no sampler to give each rank its share of"
     samplers = tuple(v for _, _, assigned in holders for _, v in assigned if not m.matches(v, m.Name("None")))
-    for sampler in samplers:
-        built = built_by(index, sampler)
-        if built is None or any(m.matches(b, m.Name("None")) for b in built):
-            return f"cannot see every sampler `{index.module.code_for_node(sampler)}` returns"
-        why = next(filter(None, (_why_not_wrappable(index, b, False) for b in built)), "")
-        if why:
-            return why
+    why = _why_not_dealt_out(index, samplers, False)
+    if why:
+        return why
     dataset_arg = argument(call, "dataset", 0)
     dataset_ref = index.ref_of(dataset_arg.value, index.scope_of(call)) if dataset_arg is not None else None
     if dataset_ref is None or dataset_ref.scope is not ref.scope:
@@ -239,6 +231,19 @@ def _handed_placeholders(
     if len(datasets) != 1 or shuffles is None:
         return f"cannot tell over which data set, or whether shuffled, `{spelled}` stands where it is None"
     return OwnSampler(arg, "sampler", samplers, placeholders, datasets.pop(), shuffles)
+
+
+def _why_not_dealt_out(index: Index, samplers: Sequence[cst.BaseExpression], batches: bool) -> str:
+    """Why one of ``samplers`` (the values a loader's sampler takes besides a placeholder) cannot be dealt out
+    to the ranks ('' when each can)."""
+    for sampler in samplers:
+        built = built_by(index, sampler)
+        if built is None or any(m.matches(b, m.Name("None")) for b in built):
+            return f"cannot see every sampler `{index.module.code_for_node(sampler)}` returns"
+        why = next(filter(None, (_why_not_wrappable(index, b, batches) for b in built)), "")
+        if why:
+            return why
+    return ""
 
 
 def _with_replacement(index: Index, value: cst.BaseExpression) -> bool:

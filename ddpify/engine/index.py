@@ -39,9 +39,6 @@ from ddpify.engine.syntax import STATEMENT_KINDS, dotted, parameter_names, singl
 Scope = cst.Module | cst.FunctionDef | cst.ClassDef
 
 
-_NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
-
-
 @dataclass(frozen=True)
 class Ref:
     """A place that holds a value: ``name`` in a function or module, or ``self.x`` in a class."""
@@ -511,7 +508,7 @@ class Index(ProgramClasses):
         if len(classes) != 1:
             return None
         cls = classes.pop()
-        if name == "__call__" and self.derives_from(cls, _NN_MODULE):
+        if name == "__call__" and self.derives_from(cls, torch_api.NN_MODULE):
             return None  # a module's call runs its forward through hooks: a model, not a helper object
         method = self.method(cls, name, dispatch=True)
         return (method, 1) if method is not None else None

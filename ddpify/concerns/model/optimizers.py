@@ -11,7 +11,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns import model_collections
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.syntax import argument, parameter_names
+from ddpify.engine.syntax import argument, assigned, parameter_names
 
 
 class TrainedModels:
@@ -411,11 +411,7 @@ class TrainedModels:
         for loop in self.index.enclosing_loops(name):
             if not isinstance(loop, cst.For):
                 continue
-            targets = loop.target.elements if isinstance(loop.target, cst.Tuple) else ()
-            bound = {e.value.value for e in targets if isinstance(e.value, cst.Name)}
-            if isinstance(loop.target, cst.Name):
-                bound.add(loop.target.value)
-            if name.value in bound:
+            if any(m.matches(target, m.Name(name.value)) for target in assigned(loop.target)):
                 return self._items_of(loop.iter, name.value, loop.target)
         return None
 
