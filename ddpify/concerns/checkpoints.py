@@ -53,6 +53,7 @@ from ddpify.engine.edits import EditPlan, with_comma
 from ddpify.engine.index import Index
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, single_target
+from ddpify.engine.values import built_by
 from ddpify.result import Options
 
 LOAD_WITHOUT_MAP_LOCATION = Code(
@@ -170,19 +171,32 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         call = cast(cst.Call, cast(cst.Expr, stmt.body[0]).value)
         plan.change(stmt, f"`{plan.index.module.code_for_node(call.func)}` on global rank 0 only, like the save")
     for stmt in facts.reloaded_saves:
-        dist = plan.names.dist
-        barrier = cst.parse_statement(f"{dist}.barrier()  # the others read what rank 0 just wrote\n")
-        if plan.index.module_of(stmt) in plan.shared:  # other scripts call it without a process group
-            barrier = cst.parse_statement(
-                f"if {dist}.is_initialized():\n    {dist}.barrier()  # the others read what rank 0 just wrote\n"
-            )
-        plan.insert_after(_outside_conditions(plan, _rank_zero_unit(plan, stmt)), barrier)
+        barrier_after(plan, stmt)
         plan.change(stmt, "dist.barrier() after the save: the file is read back later")
     for call in facts.state_loads:
         plan.replace(
             call, lambda n: cast(cst.Call, n).with_changes(args=[*with_comma(cast(cst.Call, n).args), _MAP_TO_CPU])
         )
         plan.change(call, 'torch.load(..., map_location="cpu"): not onto the GPU the checkpoint came from')
+
+
+def barrier_after(plan: EditPlan, stmt: cst.BaseStatement) -> None:
+    """A barrier after ``stmt``, which rank 0 alone runs, where every rank reaches it: the other ranks
+    wait there until rank 0 has written the file they read next."""
+    dist = plan.names.dist
+    barrier = cst.parse_statement(f"{dist}.barrier()  # the others read what rank 0 just wrote\n")
+    if plan.index.module_of(stmt) in plan.shared:  # other scripts call it without a process group
+        barrier = cst.parse_statement(
+            f"if {dist}.is_initialized():\n    {dist}.barrier()  # the others read what rank 0 just wrote\n"
+        )
+    plan.insert_after(_outside_conditions(plan, _rank_zero_unit(plan, stmt)), barrier)
+
+
+def path_shape(index: Index, path: cst.BaseExpression) -> str:
+    """:func:`_path_shape` of each value ``path`` may hold, followed back through the program (a helper's
+    parameter: what its callers pass), joined; '' where one spells nothing or it cannot be followed."""
+    shapes = {_path_shape(index, value) for value in built_by(index, path) or ()}
+    return "" if "" in shapes or len(shapes) != 1 else shapes.pop()
 
 
 def saved(index: Index, value: cst.BaseExpression) -> bool:

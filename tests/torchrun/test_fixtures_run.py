@@ -151,6 +151,8 @@ CASES = [
     "data/progress_bar_as_a_context_manager",
     "data/method_of_a_global_object_trains_from_main",
     "side_effects/epoch_of_a_global_object_inside_a_print",
+    "data/rows_ordered_unseeded_while_the_data_set_is_built",
+    "side_effects/file_written_then_read_back",
 ]
 
 

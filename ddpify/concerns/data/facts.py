@@ -79,9 +79,22 @@ class Split:
 
 
 @dataclass(frozen=True)
+class Order:
+    """A draw from an unseeded global RNG that orders or picks the rows of a training data set
+    (``random.shuffle(files)``, ``frame.sample(frac=1)``, ``train_test_split(...)``): each rank would build
+    its data set differently, and the shards, disjoint as indices, would overlap as rows."""
+
+    call: cst.Call
+    family: str  # the global RNG it draws from: torch, numpy or random
+    seed: str  # the seed its own generator gets: the script's seed, or 0
+    how: str  # "generator" (``generator=``), "random_state" (``random_state=``) or "rng" (a seeded generator's method)
+
+
+@dataclass(frozen=True)
 class Facts:
     loaders: tuple[Loader, ...]
     splits: tuple[Split, ...] = ()
+    orders: tuple[Order, ...] = ()
 
 
 SHAPE_FACTORIES = frozenset(

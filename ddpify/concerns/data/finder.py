@@ -35,7 +35,8 @@ from ddpify.engine.values import dict_keys, loader_argument
 
 def find(program: Program) -> Facts:
     loaders = tuple(LoaderFinder(program).loaders())
-    return Facts(loaders, tuple(Seeds(program.index).unseeded_splits()))
+    seeds = Seeds(program.index)
+    return Facts(loaders, tuple(seeds.unseeded_splits()), tuple(seeds.unseeded_orders(loaders)))
 
 
 class LoaderFinder:

@@ -15,7 +15,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, NO_DATASET, NO_EPOCH, STAR_ARGS
 from ddpify.concerns.data.facts import Facts, Loader, batch_size, batch_size_arg, is_false, is_none, is_true
-from ddpify.concerns.data.seeds import seed_split
+from ddpify.concerns.data.seeds import seed_order, seed_split
 from ddpify.concerns.data.streams import define_shard, shard_stream
 from ddpify.concerns.samplers import define_wrapper, sample_entries, share
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement, without_default
@@ -35,6 +35,8 @@ def {helper}(batch_size):
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for split in facts.splits:
         seed_split(plan, split)
+    for order in facts.orders:
+        seed_order(plan, order)
     taken: set[str] = set()
     helper = wrapper = whole_run_wrapper = shard = None
     for loader in facts.loaders:

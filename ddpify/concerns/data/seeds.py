@@ -13,13 +13,36 @@ from typing import cast
 
 import libcst as cst
 
-from ddpify.concerns.data.facts import RANDOM_SPLIT, Split
+import ddpify.engine.match as m
+from ddpify.concerns.data.facts import RANDOM_SPLIT, Loader, Order, Split
 from ddpify.concerns.samplers import OwnSampler, rng_draws
 from ddpify.engine.edits import EditPlan, insert_arg
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument
-from ddpify.engine.uniformity.sources import GLOBAL_SEEDS, Seeding
+from ddpify.engine.uniformity.sources import GLOBAL_SEEDS, Seeding, rng_family
 from ddpify.engine.values import built_by
+
+# Draws that order or pick rows: what a data set built from them holds, and where.
+PERMUTATIONS = frozenset(
+    {
+        "random.shuffle",
+        "random.sample",
+        "numpy.random.shuffle",
+        "numpy.random.permutation",
+        "numpy.random.choice",
+        "torch.randperm",
+    }
+)
+# The module each global RNG is drawn through: where a seeded generator of its own comes from.
+_RNG_MODULES = {"random": "random", "numpy": "numpy.random", "torch": "torch"}
+# scikit-learn's splits and shuffles draw from numpy's global RNG unless given ``random_state``.
+SKLEARN_DRAWS = frozenset(
+    {
+        "sklearn.model_selection.train_test_split",
+        "sklearn.model_selection._split.train_test_split",
+        "sklearn.utils.shuffle",
+    }
+)
 
 
 class Seeds:
@@ -36,6 +59,115 @@ class Seeds:
             if any(arg.star for arg in call.args) or self.seeding.seeded_before(call):
                 continue
             yield Split(call, self._script_seed(call))
+
+    def unseeded_orders(self, loaders: tuple[Loader, ...]) -> Iterator[Order]:
+        """Unseeded draws that order or pick the rows of a training loader's data set: in the expressions
+        it is built from, in-place shuffles of the names they read, and in the functions and constructors
+        of the program those expressions call (never in ``__getitem__``: DataLoader workers run that)."""
+        index = self.index
+        found: list[cst.Call] = []
+        for loader in loaders:
+            if not loader.training or loader.stream is not None:
+                continue
+            dataset = argument(loader.call, "dataset", 0)
+            if dataset is None:
+                continue
+            # (expression, the place in the program's flow it stands for: a seed set before it counts)
+            wanted: list[tuple[cst.BaseExpression | cst.BaseSuite, cst.CSTNode]] = [(dataset.value, dataset.value)]
+            seen: set[cst.CSTNode] = set()
+            while wanted:
+                expr, site = wanted.pop(0)
+                if expr in seen or len(seen) > 200:
+                    continue
+                seen.add(expr)
+                for node in index.walk(expr):
+                    if isinstance(node, cst.Call):
+                        family = self._order_family(node)
+                        if family and node not in found and not self._seeded(node, site, family):
+                            found.append(node)
+                        wanted += [(body, site) for body in self._bodies_run(node)]
+                    elif isinstance(node, cst.Name) and index.names_a_variable(node):
+                        wanted += self._values_of(node, site)
+        for call in found:
+            family = self._order_family(call)
+            how = self._seeding_form(call)
+            if how:
+                yield Order(call, family, self._script_seed(call), how)
+
+    def _order_family(self, call: cst.Call) -> str:
+        """The global RNG from which ``call`` orders or picks rows without a generator of its own; ''."""
+        index = self.index
+        if index.is_call_to(call, PERMUTATIONS):
+            return rng_family(index, call)
+        if index.is_call_to(call, SKLEARN_DRAWS):
+            shuffle = argument(call, "shuffle")
+            unshuffled = shuffle is not None and m.matches(shuffle.value, m.Name("False"))
+            return "" if argument(call, "random_state") is not None or unshuffled else "numpy"
+        func = call.func
+        if (  # pandas: ``frame.sample(frac=1)``, ``frame.sample(n=100)``
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "sample"
+            and not index.qualified_names(func)
+            and any(a.keyword is not None and a.keyword.value in ("frac", "n") for a in call.args)
+            and argument(call, "random_state") is None
+        ):
+            return "numpy"
+        return ""
+
+    def _seeded(self, draw: cst.Call, site: cst.CSTNode, family: str) -> bool:
+        return self.seeding.seeded_before(draw, family) or self.seeding.seeded_before(site, family)
+
+    def _seeding_form(self, call: cst.Call) -> str:
+        """How ``call`` gets a seeded generator of its own ('' where it cannot be spelled here)."""
+        index = self.index
+        if index.is_call_to(call, frozenset({"torch.randperm"})):
+            return "generator"
+        if not index.is_call_to(call, PERMUTATIONS):
+            return "random_state"
+        func = call.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, (cst.Name, cst.Attribute)):
+            return "rng"  # ``random.shuffle``, ``np.random.permutation``
+        module = _RNG_MODULES[rng_family(index, call)].split(".")[0]
+        if module not in index.bound[index.module_of(call)]:
+            return "rng"  # ``shuffle(files)`` after ``from random import shuffle``: through the module
+        return ""
+
+    def _bodies_run(self, call: cst.Call) -> list[cst.BaseSuite]:
+        """The bodies of the program's function, or class's ``__init__``, that ``call`` runs."""
+        index = self.index
+        cls = index.local_class(call.func)
+        if cls is not None:
+            init = index.method(cls, "__init__")
+            return [init.body] if init is not None else []
+        callee = index.runs(call, index.scope_of(call))
+        return [callee[0].body] if callee is not None else []
+
+    def _values_of(self, name: cst.Name, site: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.CSTNode]]:
+        """What ``name`` is assigned, and the in-place shuffles of it (outside loops) before ``site``."""
+        index = self.index
+        ref = index.ref_of(name, index.scope_of(name))
+        if ref is None:
+            return []
+        values: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
+        for scope in index.scopes_reading(ref):
+            for read in index.mentions(scope, ref):
+                # ``rows = ...``, ``train, val = train_test_split(rows)``: what the assignment stores
+                target = next((a for a in index.ancestors(read) if isinstance(a, cst.AssignTarget)), None)
+                assign = index.parent(target)
+                if isinstance(assign, cst.Assign) and assign.value not in (v for v, _ in values):
+                    values.append((assign.value, assign.value))
+                    continue
+                arg = index.parent(read)
+                call = index.parent(arg)
+                if (
+                    isinstance(arg, cst.Arg)
+                    and isinstance(call, cst.Call)
+                    and call.args[0] is arg
+                    and index.after(site, call)
+                    and not any(True for _ in index.enclosing_loops(call))
+                ):
+                    values.append((call, call))
+        return values
 
     def _script_seed(self, split: cst.Call) -> str:
         """The seed the script gives torch later on, when it is a number or a module-level constant; else 0."""
@@ -87,4 +219,50 @@ def seed_split(plan: EditPlan, split: Split) -> None:
         split.call,
         f"random_split gets a generator seeded with {split.seed}: the global RNG is not seeded before it, "
         "so each rank would split differently",
+    )
+
+
+def seed_order(plan: EditPlan, order: Order) -> None:
+    """Give a draw that orders or picks a training data set's rows its own seeded generator."""
+    index = plan.index
+    call = order.call
+    name = index.module_of(call).code_for_node(call.func)
+    if order.how == "generator":
+        value = f"torch.Generator().manual_seed({order.seed})"
+        keyword = "generator"
+        if "torch" not in index.bound[index.module_of(call)]:
+            plan.need_import("torch")
+    elif order.how == "random_state":
+        value, keyword = order.seed, "random_state"
+    else:
+        maker = "Random" if order.family == "random" else "default_rng"
+        if isinstance(call.func, cst.Attribute):
+            rng = cst.Call(cst.Attribute(call.func.value, cst.Name(maker)), [cst.Arg(cst.parse_expression(order.seed))])
+            method = call.func.attr
+        else:  # a name imported from the module: the module's own generator
+            module = _RNG_MODULES[order.family]
+            if module.split(".")[0] not in index.bound[index.module_of(call)]:
+                plan.need_import(module.split(".")[0])
+            rng = cast(cst.Call, cst.parse_expression(f"{module}.{maker}({order.seed})"))
+            method = cst.Name(cast(cst.Name, call.func).value)
+
+        def seeded(node: cst.CSTNode) -> cst.CSTNode:
+            return cast(cst.Call, node).with_changes(func=cst.Attribute(rng, method))
+
+        plan.replace(call, seeded)
+        plan.change(call, _order_summary(name, f"a generator of its own seeded with {order.seed}", order.family))
+        return
+    arg = cst.Arg(
+        value=cst.parse_expression(value),
+        keyword=cst.Name(keyword),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), arg, len(cast(cst.Call, n).args)))
+    plan.change(call, _order_summary(name, f"{keyword}={value}", order.family))
+
+
+def _order_summary(name: str, what: str, family: str) -> str:
+    return (
+        f"`{name}` gets {what}: {family}'s RNG is not seeded before it, so each rank would "
+        "build its training data differently and the shards would overlap"
     )

@@ -51,11 +51,12 @@ start right after the imports; one created among the imports is refused (DDP502)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import cast
 
 import libcst as cst
 
 from ddpify import torch_api
-from ddpify.concerns import downloads, model, process_group
+from ddpify.concerns import checkpoints, downloads, model, process_group
 from ddpify.concerns.side_effects.facts import (
     CODES,
     FILE_USE_NOT_GATED,
@@ -63,7 +64,7 @@ from ddpify.concerns.side_effects.facts import (
     TRACKER_USED_ELSEWHERE,
     Facts,
 )
-from ddpify.concerns.side_effects.finder import Finder
+from ddpify.concerns.side_effects.finder import Finder, _writes
 from ddpify.concerns.side_effects.rewrite import rewrite
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
@@ -138,8 +139,67 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
         and not finder.exempt(c)
     )
     return Facts(
-        outputs, tuple(hoisted), trackers, progress_bars, makedirs, devnull_opens, ungrouped, log_files, tracker_values
+        outputs,
+        tuple(hoisted),
+        trackers,
+        progress_bars,
+        makedirs,
+        devnull_opens,
+        ungrouped,
+        log_files,
+        tracker_values,
+        tuple(_read_back(index, outputs)),
     )
+
+
+def _read_back(index: Index, outputs: tuple[tuple[cst.BaseStatement, str], ...]) -> Iterator[cst.BaseStatement]:
+    """The outputs that write a file the program reads later: the other ranks must wait for rank 0."""
+    read = {
+        shape
+        for call in index.calls
+        if (path := _file_read(index, call)) is not None and (shape := checkpoints.path_shape(index, path))
+    }
+    if not read:
+        return
+    for stmt, kind in outputs:
+        if kind != "output call" or not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        call = cast(cst.Call, cast(cst.Expr, stmt.body[0]).value)
+        path = _file_written(index, call)
+        if path is not None and checkpoints.path_shape(index, path) in read:
+            yield stmt
+
+
+def _file_read(index: Index, call: cst.Call) -> cst.BaseExpression | None:
+    """The path a call reads a file from: ``pd.read_csv(path)``, ``np.load(path)``, ``open(path)``."""
+    names = index.qualified_names(call.func)
+    if names & _READS and call.args and not call.args[0].keyword:
+        if "builtins.open" in names and _writes(call):
+            return None
+        return call.args[0].value
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("read_text", "read_bytes"):
+        return call.func.value
+    return None
+
+
+def _file_written(index: Index, call: cst.Call) -> cst.BaseExpression | None:
+    """The path an output call writes: ``frame.to_csv(path)``, ``np.save(path, a)``, ``Path(p).write_text(s)``."""
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("write_text", "write_bytes"):
+        return call.func.value
+    if call.args and not call.args[0].keyword and not index.qualified_names(call.func) & _WRITES_INTO_A_FILE:
+        return call.args[0].value
+    return None
+
+
+_READS = frozenset(
+    {
+        "builtins.open",
+        *(f"pandas.read_{kind}" for kind in ("csv", "table", "json", "parquet", "pickle", "excel", "feather")),
+        *(f"numpy.{name}" for name in ("load", "loadtxt", "genfromtxt")),
+        "PIL.Image.open",
+    }
+)
+_WRITES_INTO_A_FILE = frozenset({"json.dump", "pickle.dump"})  # their file object comes second
 
 
 def _reads_off_rank_zero(

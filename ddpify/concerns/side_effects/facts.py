@@ -65,3 +65,5 @@ class Facts:
     log_files: tuple[cst.Arg, ...] = ()  # logging.FileHandler(path): the other ranks log to os.devnull
     # ``writer.log_dir`` read where every rank runs: a plain value of the tracker, rank 0's on every rank
     tracker_values: tuple[cst.Attribute, ...] = ()
+    # outputs whose file the program reads again later (``to_csv(path)``, then ``read_csv(path)``)
+    read_back: tuple[cst.BaseStatement, ...] = ()

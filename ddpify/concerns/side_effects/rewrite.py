@@ -9,6 +9,7 @@ from typing import cast
 import libcst as cst
 
 import ddpify.engine.match as m
+from ddpify.concerns import checkpoints
 from ddpify.concerns.side_effects.facts import _TERMINAL, MODULE_OUTPUT_KEPT, Facts
 from ddpify.concerns.side_effects.finder import _callee_name
 from ddpify.engine import uniformity
@@ -28,6 +29,9 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             owner = index.module.code_for_node(value.value)
             plan.replace(value, _shared_from_rank_zero(helper, owner))
             plan.change(value, f"`{owner}` exists on rank 0 only: every rank takes rank 0's `{value.attr.value}`")
+    for stmt in facts.read_back:
+        checkpoints.barrier_after(plan, stmt)
+        plan.change(stmt, "dist.barrier() after the write: the file is read back later")
     reported: set[tuple[cst.Module, str]] = set()  # the first output of each kind in each file
     for stmt, kind in facts.outputs:
         if any(ancestor in gated for ancestor in index.ancestors(stmt)):
