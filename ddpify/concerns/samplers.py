@@ -60,7 +60,7 @@ from ddpify.engine.edits import EditPlan, fresh, insert_arg, with_comma
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, dotted, parameter_names
 from ddpify.engine.uniformity.sources import rng_family
-from ddpify.engine.values import built_by, passed_values, spread_values, written_otherwise
+from ddpify.engine.values import built_by, dict_entries, passed_values, spread_values, written_otherwise
 
 # The samplers of torch.utils.data that the wrapper can deal out: each has a length and
 # draws from torch's RNG (or its own generator), never from ``random`` or NumPy.
@@ -125,11 +125,13 @@ class OwnSampler:
     # ``RandomSampler(ds, replacement=True, ...)``: draws with replacement, which each rank makes with its own
     # generator (an "infinite" sampler of 10**10 draws cannot be dealt out)
     per_rank: tuple[cst.Call, ...] = ()
+    # ``kwargs["sampler"] = ...`` on request: where the dict holds none, a DistributedSampler goes into it
+    by_default: bool = False
 
     @property
     def reshuffles(self) -> bool:
         """Whether the order changes with the epoch, so that ``set_epoch`` is needed."""
-        return bool(self.wrapped) or self.shuffle
+        return bool(self.wrapped) or self.shuffle or self.by_default
 
 
 def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length: bool) -> OwnSampler | str:
@@ -179,6 +181,39 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
     if batches:
         return f"the batch_sampler `{spelled}` may be None: there is no sampler to give each rank its share of"
     return _placeholder(index, call, arg, placeholders, tuple(samplers))
+
+
+def stored_sampler(index: Index, call: cst.Call, spread: cst.Arg) -> OwnSampler | str:
+    """The samplers stored under ``"sampler"`` in the ``**kwargs`` dict of the DataLoader ``call``
+    (``kwargs["sampler"] = WeightedRandomSampler(...)``), each one for the ranks to share; or why not."""
+    scope = index.scope_of(call)
+    ref = index.ref_of(spread.value, scope)
+    entries = dict_entries(index, spread.value, scope)
+    if ref is None or entries is None:
+        return ""
+    stored = [
+        value
+        for read in index.mentions(ref.scope, ref)
+        if isinstance(subscript := index.parent(read), cst.Subscript)
+        and isinstance(target := index.parent(subscript), cst.AssignTarget)
+        and isinstance(assign := index.parent(target), cst.Assign)
+        and (value := assign.value) in entries.get("sampler", ())
+    ]
+    if not stored or len(stored) != len(entries["sampler"]) or any(m.matches(v, m.Name("None")) for v in stored):
+        return ""  # a sampler in the dict's own literal, or one that may be None
+    if any(
+        isinstance(arg := index.parent(read), cst.Arg) and arg.star == "**" and arg is not spread
+        for scope in index.scopes_reading(ref)
+        for read in index.mentions(scope, ref)
+    ):
+        return (
+            f"`{index.module.code_for_node(spread.value)}` is handed to another call too, which would get the sampler"
+        )
+    why = _why_not_dealt_out(index, stored, batches=False)
+    if why:
+        return why
+    always = any(index.parent(index.statement_of(v)) is index.parent(index.statement_of(call)) for v in stored)
+    return OwnSampler(spread, "sampler", wrapped=tuple(stored), by_default=not always)
 
 
 def _handed_placeholders(

@@ -153,6 +153,7 @@ CASES = [
     "side_effects/epoch_of_a_global_object_inside_a_print",
     "data/rows_ordered_unseeded_while_the_data_set_is_built",
     "side_effects/file_written_then_read_back",
+    "data/sampler_stored_into_a_keyword_dict_on_request",
 ]
 
 

@@ -25,7 +25,7 @@ from ddpify.concerns.data.reads import Reads
 from ddpify.concerns.data.seeds import Seeds
 from ddpify.concerns.data.streams import find_stream
 from ddpify.concerns.data.switches import backward_switched_off
-from ddpify.concerns.samplers import DictEntry, dict_entry, entry_iterations, keys_drawn
+from ddpify.concerns.samplers import DictEntry, OwnSampler, dict_entry, entry_iterations, keys_drawn, stored_sampler
 from ddpify.engine.edits import statement
 from ddpify.engine.index import Flow, Ref, Scope
 from ddpify.engine.program import Program, is_backward
@@ -118,7 +118,8 @@ class LoaderFinder:
                 )
             )
             whole_run = training and not epoch_loops and not restarts and all(self._runs_once(n) for n in trained)
-            spread, keys = self._spread(call, training)
+            spread, keys, stored = self._spread(call, training, refs)
+            own = own or stored
             lengths = tuple(self.reads.dataset_lengths(refs)) if training else ()
             full = self.checks.batch_size_in_shapes(call, [node for node, _ in sites], keys) if training else None
             yield Loader(
@@ -185,17 +186,26 @@ class LoaderFinder:
         origin = self._origin(call)
         return self.index.downstream(origin) if origin is not None else set()
 
-    def _spread(self, call: cst.Call, training: bool) -> tuple[cst.Arg | None, frozenset[str] | None]:
-        """``DataLoader(ds, **kwargs)``: the ``**kwargs`` argument and the keys it may hold."""
+    def _spread(
+        self, call: cst.Call, training: bool, refs: set[Ref]
+    ) -> tuple[cst.Arg | None, frozenset[str] | None, OwnSampler | None]:
+        """``DataLoader(ds, **kwargs)``: the ``**kwargs`` argument, the keys it may hold, and the samplers
+        stored into it on request (``kwargs["sampler"] = WeightedRandomSampler(...)`` under a flag)."""
+        index = self.index
         spread = next((a for a in call.args if a.star == "**"), None)
-        keys = dict_keys(self.index, spread.value, self.index.scope_of(call)) if spread is not None else None
-        if training and spread is not None and keys is not None and keys & torch_api.DATALOADER_SAMPLING_KEYWORDS:
-            self.program.report(
-                spread,
-                OWN_SAMPLER,
-                "the training DataLoader already has its own sampler; a DistributedSampler would replace it",
-            )
-        return spread, keys
+        keys = dict_keys(index, spread.value, index.scope_of(call)) if spread is not None else None
+        if not training or spread is None or keys is None or not keys & torch_api.DATALOADER_SAMPLING_KEYWORDS:
+            return spread, keys, None
+        found = (
+            stored_sampler(index, call, spread) if keys & torch_api.DATALOADER_SAMPLING_KEYWORDS == {"sampler"} else ""
+        )
+        if isinstance(found, OwnSampler):
+            found = self.checks.seeds.unseeded_draw(found) or found
+        if isinstance(found, OwnSampler) and not any(True for _ in self.reads.dataset_lengths(refs)):
+            return spread, keys, found
+        why = found if isinstance(found, str) and found else "a DistributedSampler would replace it"
+        self.program.report(spread, OWN_SAMPLER, f"the training DataLoader already has its own sampler; {why}")
+        return spread, keys, None
 
     def _entry_sites(
         self, call: cst.Call, entry: DictEntry, refs: set[Ref], starts: dict[cst.CSTNode, cst.CSTNode]

@@ -52,6 +52,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 elif own.wrapped:
                     wrapper = wrapper or define_wrapper(plan, taken)
                 share(plan, own, (whole_run_wrapper if loader.whole_run else wrapper) or "", loader.whole_run)
+                if own.by_default:
+                    _sampler_by_default(plan, loader, taken)
                 reshuffles = own.reshuffles
             else:
                 reshuffles = _add_sampler(plan, loader, taken, options.keep_global_batch)
@@ -170,6 +172,33 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         "torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler
     )
     return shuffles
+
+
+def _sampler_by_default(plan: EditPlan, loader: Loader, taken: set[str]) -> None:
+    """``DataLoader(ds, **kwargs)`` where ``kwargs["sampler"]`` is set only on request: where it is not,
+    a DistributedSampler goes into the dict, taking the dict's ``shuffle``."""
+    index = plan.index
+    call = loader.call
+    code = index.module_of(call).code_for_node
+    holder = code(cast(cst.Arg, loader.spread).value)
+    dataset = cast(cst.Arg, argument(call, "dataset", torch_api.DATALOADER_POSITIONS["dataset"])).value
+    stmt = index.statement_of(call)
+    if isinstance(dataset, (cst.Name, cst.Attribute)):
+        dataset_code = code(dataset)
+    else:
+        dataset_code = fresh("train_dataset", index.identifiers | taken)
+        taken.add(dataset_code)
+        _hoist(plan, stmt, f"{dataset_code} = {code(dataset)}")
+        plan.replace(dataset, _name(dataset_code))
+    shuffle = f'{holder}.pop("shuffle", False)' if loader.spread_keys and "shuffle" in loader.spread_keys else "False"
+    test = plan.with_group(call, f'"sampler" not in {holder}')
+    _hoist(
+        plan,
+        stmt,
+        f"if {test}:  # none asked for: this rank's share of the data set\n"
+        f'    {holder}["sampler"] = {plan.names.sampler}({dataset_code}, shuffle={shuffle})',
+    )
+    plan.change(call, f"training DataLoader: a DistributedSampler where `{holder}` holds no sampler")
 
 
 def _add_sampler_where_distributed(
