@@ -453,7 +453,7 @@ def _why_not_seedable(index: Index, call: cst.Call) -> str:
         return ""
     for node in index.walk(cls):
         if isinstance(node, (cst.Name, cst.Attribute)):
-            for name in index.qualified_names(node):
+            for name in sorted(index.qualified_names(node)):
                 if name.startswith(OTHER_RNGS):
                     return (
                         f"`{cls.name.value}` draws from `{name.rsplit('.', 1)[0]}`, which ddpify cannot seed the same "

@@ -73,7 +73,7 @@ class ProgramClasses:
                 return found
         elif not isinstance(expr, cst.Attribute) or len(self.modules) <= 1:
             return None
-        for full in self.qualified_names(expr):
+        for full in sorted(self.qualified_names(expr)):
             definition = self.local_definition(full)
             if isinstance(definition, cst.ClassDef):
                 return definition

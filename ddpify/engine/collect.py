@@ -364,15 +364,20 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Import(self, node: cst.Import) -> None:
         for local, full in imported_names(node):
-            self.imports[local].add(full)
+            self._import(node, local, full)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         package = self.source.package
         for local, full in imported_names(node, package):
-            self.imports[local].add(full)
+            self._import(node, local, full)
         base = relative_base(node, package)
         if base is not None:
             self.imported.append((node, base))
+
+    def _import(self, node: cst.Import | cst.ImportFrom, local: str, full: str) -> None:
+        sites = self.index.import_sites.setdefault((self.source.module, local), [])
+        sites.append((node, full))
+        self.imports[local].add(full)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if len(self.scopes) == 1:
@@ -559,6 +564,9 @@ def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
         callee = index.runs(call, scope)
         if callee is not None:
             _argument_flows(index, call, *callee, returns)
+        elif isinstance(call.func, cst.Attribute):  # an object of one class or another: each method it may run
+            for method in index.instance_methods(call, scope):
+                _argument_flows(index, call, *method, returns)
     return returns
 
 

@@ -88,6 +88,9 @@ class Index(ProgramClasses):
     kinds: dict[type[cst.CSTNode], list[cst.CSTNode]] = field(default_factory=dict)
     # each module's imports: local name -> the modules or objects it refers to
     imports: dict[cst.Module, dict[str, set[str]]] = field(default_factory=dict)
+    # each import statement binding a local name, with what it binds there, in source order (``from
+    # methods.rot import Model`` in one branch, ``from methods.clu import Model`` in another)
+    import_sites: dict[tuple[cst.Module, str], list[tuple[cst.CSTNode, str]]] = field(default_factory=dict)
     # Source order: each node's number in a pre-order walk, and the last number inside it.
     order: dict[cst.CSTNode, int] = field(default_factory=dict)
     last: dict[cst.CSTNode, int] = field(default_factory=dict)
@@ -104,6 +107,7 @@ class Index(ProgramClasses):
     _following: set[cst.CSTNode] = field(default_factory=set)  # calls whose built classes are being found
     _cut: int = 0  # how often a bound cut such a search short (its partial answers are not kept)
     _classes_known: dict[cst.CSTNode, list[cst.ClassDef]] = field(default_factory=dict)
+    _methods_known: dict[cst.Call, list[tuple[cst.FunctionDef, int]]] = field(default_factory=dict)
     _unpacked_known: dict[Ref, list[tuple[cst.Assign, cst.BaseExpression]]] = field(default_factory=dict)
     _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
     _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)  # see qualified_names()
@@ -207,10 +211,24 @@ class Index(ProgramClasses):
         module = self.module_of(node)
         imports = self.imports[module]
         if root in imports:
-            return frozenset(f"{full}.{rest}" if rest else full for full in imports[root])
+            fulls = imports[root]
+            if len(fulls) > 1:
+                fulls = self._import_binding(node, module, root) or fulls
+            return frozenset(f"{full}.{rest}" if rest else full for full in fulls)
         if hasattr(builtins, root) and root not in self._bound_in(module):
             return frozenset({f"builtins.{text}"})
         return _NONE
+
+    def _import_binding(self, node: cst.CSTNode, module: cst.Module, name: str) -> set[str]:
+        """What ``name`` refers to at ``node`` where several imports bind it: the last import before
+        ``node`` in a block around it (the branch's own ``from methods.clu import Model``); empty where
+        that is not one import."""
+        binding = [
+            full
+            for site, full in self.import_sites.get((module, name), ())
+            if self.after(node, site) and self.inside(node, self.parent(self.parent(site)) or module)
+        ]
+        return {binding[-1]} if binding else set()
 
     def _bound_in(self, module: cst.Module) -> set[str]:
         """Every name ``module`` binds anywhere (computed for every module on first use): another
@@ -489,12 +507,28 @@ class Index(ProgramClasses):
         """``Solver(model).train(loader)``, or ``solver.train(loader)`` after ``solver = Solver(model)`` (or
         ``solver = make_solver(model)``, a helper returning one) in the same function: the method of the
         program's own class that the call runs (its ``self`` filled)."""
+        methods = self.instance_methods(call, scope)
+        return methods[0] if len(methods) == 1 else None
+
+    def instance_methods(self, call: cst.Call, scope: Scope) -> list[tuple[cst.FunctionDef, int]]:
+        """What :meth:`instance_method` resolves, for each class the object may be an instance of
+        (``model = rot.Model(...)`` in one branch, ``model = clu.Model(...)`` in another), in source order."""
+        known = self._methods_known.get(call)
+        if known is not None:
+            return known
+        cut = self._cut
+        found = self._instance_methods(call, scope)
+        if self._cut == cut:  # complete (see :meth:`classes_built`)
+            self._methods_known[call] = found
+        return found
+
+    def _instance_methods(self, call: cst.Call, scope: Scope) -> list[tuple[cst.FunctionDef, int]]:
         func = call.func
         if not isinstance(func, (cst.Attribute, cst.Name)):
-            return None
+            return []
         if len(self._following) > 1:  # asked while following another helper: one level of objects is enough
             self._cut += 1
-            return None
+            return []
         # ``stopper(loss, model)`` after ``stopper = EarlyStopping()``: the object's ``__call__``
         receiver, name = (func.value, func.attr.value) if isinstance(func, cst.Attribute) else (func, "__call__")
         built: list[cst.BaseExpression] = []
@@ -504,14 +538,19 @@ class Index(ProgramClasses):
             ref.scope is scope or isinstance(ref.scope, cst.Module)  # ``learner.fit(loader)`` of a global object
         ):
             built += [value for _, value in (*self.values_assigned(ref), *self.unpacked_values(ref))]
-        classes = {cls for value in built for cls in self.classes_built(value)}
-        if len(classes) != 1:
-            return None
-        cls = classes.pop()
-        if name == "__call__" and self.derives_from(cls, torch_api.NN_MODULE):
-            return None  # a module's call runs its forward through hooks: a model, not a helper object
-        method = self.method(cls, name, dispatch=True)
-        return (method, 1) if method is not None else None
+        classes: list[cst.ClassDef] = []
+        for value in built:
+            classes += [cls for cls in self.classes_built(value) if cls not in classes]
+        found: list[tuple[cst.FunctionDef, int]] = []
+        for cls in classes:
+            if name == "__call__" and self.derives_from(cls, torch_api.NN_MODULE):
+                return []  # a module's call runs its forward through hooks: a model, not a helper object
+            method = self.method(cls, name, dispatch=True)
+            if method is None:
+                return []
+            if (method, 1) not in found:
+                found.append((method, 1))
+        return found
 
     def classes_built(self, value: cst.BaseExpression, depth: int = 0) -> list[cst.ClassDef]:
         """The program's own classes whose instance ``value`` is: ``Solver(...)``, the call of a helper of
@@ -557,7 +596,7 @@ class Index(ProgramClasses):
         """A function or constructor of another module of the program: ``get_loader`` or ``utils.get_loader``."""
         if len(self.modules) <= 1:
             return None
-        for full in self.qualified_names(func):
+        for full in sorted(self.qualified_names(func)):
             definition = self.local_definition(full)
             if isinstance(definition, cst.FunctionDef):
                 return definition, 0
@@ -574,6 +613,9 @@ class Index(ProgramClasses):
                 callee = self.resolve_callee(call, self.scope_of(call))
                 if callee is not None:
                     self._callers[callee[0]].append(call)
+                elif isinstance(call.func, cst.Attribute):  # each method an object of one class or another runs
+                    for method, _ in self.instance_methods(call, self.scope_of(call)):
+                        self._callers[method].append(call)
         return self._callers.get(function, [])
 
     def add_flow(self, flow: Flow) -> None:
