@@ -191,9 +191,12 @@ def stored_sampler(index: Index, call: cst.Call, spread: cst.Arg) -> OwnSampler 
     entries = dict_entries(index, spread.value, scope)
     if ref is None or entries is None:
         return ""
+    holders = [ref]  # the dict, and where it is a parameter the dicts every call passes for it
+    holders += [r for v in passed_values(index, ref) or () if (r := index.ref_of(v, index.scope_of(v))) is not None]
     stored = [
         value
-        for read in index.mentions(ref.scope, ref)
+        for holder in holders
+        for read in index.mentions(holder.scope, holder)
         if isinstance(subscript := index.parent(read), cst.Subscript)
         and isinstance(target := index.parent(subscript), cst.AssignTarget)
         and isinstance(assign := index.parent(target), cst.Assign)
@@ -203,8 +206,9 @@ def stored_sampler(index: Index, call: cst.Call, spread: cst.Arg) -> OwnSampler 
         return ""  # a sampler in the dict's own literal, or one that may be None
     if any(
         isinstance(arg := index.parent(read), cst.Arg) and arg.star == "**" and arg is not spread
-        for scope in index.scopes_reading(ref)
-        for read in index.mentions(scope, ref)
+        for holder in holders
+        for scope in index.scopes_reading(holder)
+        for read in index.mentions(scope, holder)
     ):
         return (
             f"`{index.module.code_for_node(spread.value)}` is handed to another call too, which would get the sampler"

@@ -518,6 +518,10 @@ def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
         src = index.carried_ref(value, scope)
         if dst is not None and src is not None:
             index.add_flow(Flow(src, dst, stmt))
+        if isinstance(target, (cst.Tuple, cst.List)) and src is not None:  # ``train, val = loaders``
+            for slot, element in enumerate(target.elements):
+                if isinstance(element, cst.Element) and (item := index.ref_of(element.value, scope)) is not None:
+                    index.add_flow(Flow(keyed(src, str(slot)), item, stmt))
             return
         if dst is not None and isinstance(value, cst.Dict):  # loaders = {"train": train_loader, ...}
             for key, entry in _string_entries(index, value, scope):
@@ -537,6 +541,7 @@ def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
                     receiver = index.ref_of(part, scope)
                     if receiver is not None:
                         index.add_flow(Flow(returned, receiver, stmt))
+                        _nested_items(index, ret, part, callee[0], receiver, stmt)
                 if (receiver := index.ref_of(target, scope)) is not None:
                     _tuple_items(index, ret, callee[0], receiver, stmt)
                 if isinstance(ret.value, cst.Dict) and (receiver := index.ref_of(target, scope)) is not None:
@@ -657,6 +662,25 @@ def _tuple_items(index: Index, ret: cst.Return, function: cst.FunctionDef, recei
         for slot, element in enumerate(ret.value.elements):
             if isinstance(element, cst.Element):
                 returned = _return_ref(index, element.value, function, slot)
+                index.add_flow(Flow(returned, keyed(receiver, str(slot)), stmt))
+
+
+def _nested_items(
+    index: Index, ret: cst.Return, part: cst.BaseExpression, function: cst.FunctionDef, receiver: Ref, stmt: cst.CSTNode
+) -> None:
+    """``loaders, weights = load()`` where it returns ``(train, valid), weights``: each item of the inner
+    tuple reaches ``loaders[i]``."""
+    target = index.parent(index.parent(part))
+    if not (isinstance(target, (cst.Tuple, cst.List)) and isinstance(ret.value, cst.Tuple)):
+        return
+    position = next((i for i, e in enumerate(target.elements) if e.value is part), None)
+    if position is None or len(target.elements) != len(ret.value.elements):
+        return
+    inner = ret.value.elements[position].value
+    if isinstance(inner, (cst.Tuple, cst.List)):
+        for slot, element in enumerate(inner.elements):
+            if isinstance(element, cst.Element):
+                returned = _return_ref(index, element.value, function, None)
                 index.add_flow(Flow(returned, keyed(receiver, str(slot)), stmt))
 
 

@@ -154,6 +154,8 @@ CASES = [
     "data/rows_ordered_unseeded_while_the_data_set_is_built",
     "side_effects/file_written_then_read_back",
     "data/sampler_stored_into_a_keyword_dict_on_request",
+    "data/loaders_nested_in_a_returned_tuple",
+    "model/model_built_in_the_trainer_call",
 ]
 
 

@@ -500,9 +500,8 @@ class LoaderFinder:
         index = self.index
         if isinstance(ref.scope, cst.Module):
             return ref
-        if isinstance(ref.scope, cst.ClassDef):
-            owner = index.method_scope(caller)
-            return ref if owner is not None and index.attribute_class(owner) is ref.scope else None
+        if isinstance(ref.scope, cst.ClassDef):  # ``self.loader``: the caller's own field, or the field of the
+            return ref  # object whose method it calls (``runner.run()``), found upstream where it was handed in
         by_statement = self._sources_by_statement.get(ref)
         if by_statement is None:  # a function called from hundreds of places: one scan, not one per call
             by_statement = self._sources_by_statement[ref] = {}

@@ -20,7 +20,7 @@ from ddpify.engine.edits import EditPlan, insert_arg
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument
 from ddpify.engine.uniformity.sources import GLOBAL_SEEDS, Seeding, rng_family
-from ddpify.engine.values import built_by
+from ddpify.engine.values import built_by, passed_values
 
 # Draws that order or pick rows: what a data set built from them holds, and where.
 PERMUTATIONS = frozenset(
@@ -167,6 +167,8 @@ class Seeds:
                     and not any(True for _ in index.enclosing_loops(call))
                 ):
                     values.append((call, call))
+        if not values:  # a parameter: what every call passes for it
+            values += [(value, value) for value in passed_values(index, ref) or ()]
         return values
 
     def _script_seed(self, split: cst.Call) -> str:
@@ -226,7 +228,8 @@ def seed_order(plan: EditPlan, order: Order) -> None:
     """Give a draw that orders or picks a training data set's rows its own seeded generator."""
     index = plan.index
     call = order.call
-    name = index.module_of(call).code_for_node(call.func)
+    # the same name however the script imports it
+    name = min(index.qualified_names(call.func), default=index.module_of(call).code_for_node(call.func))
     if order.how == "generator":
         value = f"torch.Generator().manual_seed({order.seed})"
         keyword = "generator"

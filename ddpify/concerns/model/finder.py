@@ -35,6 +35,7 @@ from ddpify.engine.called import enclosing_function
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward
 from ddpify.engine.syntax import argument, single_target
+from ddpify.engine.values import passed_values
 
 # (statement, the place it assigns, whether it is ``.cuda()``): a move of the model to its device
 _Move = tuple[cst.SimpleStatementLine, Ref, bool]
@@ -289,7 +290,7 @@ class _Finder:
                         wraps.append((stmt, target))
                     elif move is not None:
                         moves.append((stmt, target, move))
-                    elif index.carried_ref(value, scope) is None:
+                    elif index.carried_ref(value, scope) is None or self._built_by_every_caller(value, scope):
                         creations.append((stmt, target))
                 elif (
                     isinstance(small, cst.Assign)
@@ -306,6 +307,19 @@ class _Finder:
                 if target in lineage:
                     moves.append((stmt, target, move))
         return moves, creations, wraps
+
+    def _built_by_every_caller(self, value: cst.BaseExpression, scope: Scope) -> bool:
+        """``self.model = model`` where ``model`` is a parameter that every call builds in place
+        (``Learner(nn.Sequential(...))``): the model is ready here, where it arrives."""
+        index = self.index
+        ref = index.ref_of(value, scope) if isinstance(value, cst.Name) else None
+        passed = passed_values(index, ref) if ref is not None else None
+        return bool(passed) and all(
+            isinstance(v, cst.Call)
+            and index.carried_ref(v, index.scope_of(v)) is None
+            and index.runs(v, index.scope_of(v)) is None
+            for v in passed or ()
+        )
 
     def _list_model(self, listed: model_collections.ModelList, optimizer: cst.Call) -> Model:
         """Every model of a list, wrapped once the list is ready: ``nets = [DDP(net) for net in nets]``."""
