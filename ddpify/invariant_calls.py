@@ -148,11 +148,15 @@ def _tests_rank(test: ast.expr) -> bool:
     for node in ast.walk(test):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get_rank":
             return True
-        if isinstance(node, ast.Name) and "rank" in node.id.lower():
+        if isinstance(node, ast.Name) and "rank" in node.id.lower() and not node.id.startswith(_UNIFORM_HELPERS):
             return True
         if isinstance(node, ast.Attribute) and "rank" in node.attr.lower():
             return True
     return False
+
+
+# The helpers ddpify generates that give every rank one value: a test through them is the same everywhere.
+_UNIFORM_HELPERS = ("same_on_every_rank", "mean_over_ranks")
 
 
 def _runs_with_group_only(script: _Script, node: ast.AST, seen: set[str]) -> bool:

@@ -11,12 +11,13 @@ left::
     for x, y in loader:
         loss = loss_fn(model(x), y)
         ...
-        if loss.item() < tolerance:   # DDP601: rank-local decision
+        if loss.item() < tolerance:   # rank-local decision
             break
 
-There is no safe automatic rewrite (the value must be all-reduced, or decided
-on rank 0 and broadcast, at a point every rank reaches), so this concern only
-reports (DDP601) and rewrites nothing. A counter from ``range`` or
+Every rank takes rank 0's decision instead: the test of each such ``if``
+between the exit and the loop becomes ``same_on_every_rank(<test>)`` (one
+broadcast where every rank reaches the test), so that the ranks leave the loop
+together. A counter from ``range`` or
 ``enumerate`` is the same on every rank and is not reported, and so is a
 decision drawn from an evaluation over a loader without a DistributedSampler:
 every rank sees the whole set through the same weights.
@@ -31,7 +32,6 @@ from typing import cast
 import libcst as cst
 
 from ddpify.concerns import data, model
-from ddpify.diagnostics import Code, Severity
 from ddpify.engine import uniformity
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.index import Index, Ref
@@ -41,14 +41,7 @@ from ddpify.engine.uniformity.batches import RankLocal
 from ddpify.engine.values import built_by
 from ddpify.result import Options
 
-RANK_LOCAL_EXIT = Code(
-    "DDP601",
-    Severity.WARNING,
-    "loop_control",
-    "a break/return in the training loop decided by a value computed from this rank's batches",
-    "all-reduce the value (or decide on rank 0 and broadcast it) before deciding",
-)
-CODES = (RANK_LOCAL_EXIT,)
+CODES = ()
 PLATEAU_SCHEDULERS = frozenset(
     {"torch.optim.lr_scheduler.ReduceLROnPlateau", "torch.optim.lr_scheduler.lr_scheduler.ReduceLROnPlateau"}
 )
@@ -56,7 +49,9 @@ PLATEAU_SCHEDULERS = frozenset(
 
 @dataclass(frozen=True)
 class Facts:
-    rank_local_exits: tuple[cst.Break | cst.Return, ...]  # reported, left as they are
+    # ``if loss.item() < tol: break``: each exit, with the tests between it and its loop read from this
+    # rank's batches (outermost first), which every rank takes from rank 0
+    rank_local_exits: tuple[tuple[cst.Break | cst.Return, tuple[cst.If, ...]], ...]
     # ``scheduler.step(train_loss)`` of a ReduceLROnPlateau: the metric each rank computes from its own batches
     plateau_metrics: tuple[cst.Arg, ...] = ()
 
@@ -68,7 +63,20 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
-    """A rank-local exit is only reported; a plateau scheduler steps on the mean of its metric over the ranks."""
+    """A rank-local exit is decided on rank 0 for every rank; a plateau scheduler steps on the mean of its
+    metric over the ranks."""
+    decided: set[cst.If] = set()
+    same = uniformity.same_on_every_rank(plan) if facts.rank_local_exits else ""
+    for node, tests in facts.rank_local_exits:
+        for test in (t for t in tests if t not in decided):
+            decided.add(test)
+            plan.replace(test.test, lambda n: cst.Call(cst.Name(same), [cst.Arg(cast(cst.BaseExpression, n))]))
+        keyword = "break" if isinstance(node, cst.Break) else "return"
+        plan.change(
+            node,
+            f"`{keyword}` is decided by a value computed from this rank's batches: every rank takes rank 0's "
+            "decision, so that the ranks leave the training loop together",
+        )
     if not facts.plateau_metrics:
         return
     helper = uniformity.mean_over_ranks(plan)
@@ -91,7 +99,7 @@ class _Finder:
         refs = frozenset(ref for loader in training for ref in _trained_refs(self.index, loader))
         self.rank_local = RankLocal(self.index, sites, refs)
 
-    def rank_local_exits(self) -> Iterator[cst.Break | cst.Return]:
+    def rank_local_exits(self) -> Iterator[tuple[cst.Break | cst.Return, tuple[cst.If, ...]]]:
         """``if loss.item() < tol: break`` -- each rank decides on its own shard, and the others hang.
 
         Whether the test differs between ranks is the uniformity analysis's answer
@@ -101,29 +109,23 @@ class _Finder:
         a decision drawn from it is the same everywhere.
         """
         index = self.index
-        reported: set[cst.CSTNode] = set()
+        found: set[cst.CSTNode] = set()
         for loop in index.loops:
             exits = [node for node in index.walk(loop.body) if isinstance(node, (cst.Break, cst.Return))]
             if not exits or not index.trains(loop.body):
                 continue
             for node in exits:
-                if node in reported:
+                if node in found:
                     continue
+                tests: list[cst.If] = []
                 for ancestor in index.ancestors(node):
                     if ancestor is loop or isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
                         break
                     if isinstance(ancestor, cst.If) and self.rank_local.reads(ancestor.test, loop):
-                        reported.add(node)
-                        yield node
-                        keyword = "break" if isinstance(node, cst.Break) else "return"
-                        self.program.report(
-                            node,
-                            RANK_LOCAL_EXIT,
-                            f"`{keyword}` depends on a value computed from this rank's batches: ranks can leave the "
-                            "training loop at different steps and hang; all-reduce the value (or decide on rank 0 "
-                            "and broadcast) before deciding",
-                        )
-                        break
+                        tests.insert(0, ancestor)
+                if tests:
+                    found.add(node)
+                    yield node, tuple(tests)
 
     def plateau_metrics(self) -> Iterator[cst.Arg]:
         """``scheduler.step(mean_loss)`` of a ``ReduceLROnPlateau``, the metric read from this rank's batches:

@@ -156,6 +156,7 @@ CASES = [
     "data/sampler_stored_into_a_keyword_dict_on_request",
     "data/loaders_nested_in_a_returned_tuple",
     "model/model_built_in_the_trainer_call",
+    "loop_control/early_stopping_patience_on_the_training_loss",
 ]
 
 

@@ -500,8 +500,11 @@ class LoaderFinder:
         index = self.index
         if isinstance(ref.scope, cst.Module):
             return ref
-        if isinstance(ref.scope, cst.ClassDef):  # ``self.loader``: the caller's own field, or the field of the
-            return ref  # object whose method it calls (``runner.run()``), found upstream where it was handed in
+        if isinstance(ref.scope, cst.ClassDef):
+            owner = index.method_scope(caller)
+            if owner is not None and index.attribute_class(owner) is ref.scope:
+                return ref  # ``self.loader`` in another method of the class
+            return self._handed_to_the_object(ref, call, caller)
         by_statement = self._sources_by_statement.get(ref)
         if by_statement is None:  # a function called from hundreds of places: one scan, not one per call
             by_statement = self._sources_by_statement[ref] = {}
@@ -511,6 +514,28 @@ class LoaderFinder:
         if stmt is None:
             stmt = self._statement_of_call[call] = index.statement_of(call)
         return by_statement.get(stmt)
+
+    def _handed_to_the_object(self, ref: Ref, call: cst.Call, caller: Scope) -> Ref | None:
+        """``runner.run()`` after ``runner = Epoch(model, loader)`` (or ``Epoch(model, loader).run()``): what
+        the caller handed to the object that became its field ``ref`` (``self.loader``)."""
+        index = self.index
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        if receiver is None:
+            return None
+        built: list[cst.BaseExpression] = [receiver] if isinstance(receiver, cst.Call) else []
+        if (held := index.ref_of(receiver, caller)) is not None and held.scope is caller:
+            built += [value for _, value in index.values_assigned(held)]
+        made = {index.statement_of(value) for value in built if isinstance(value, cst.Call)}
+        seen, queue = {ref}, [ref]
+        while queue:
+            for flow in index.flows_into(queue.pop(0)):
+                if flow.stmt in made:
+                    return flow.src
+                inside = flow.src.scope is ref.scope or index.method_class(flow.src.scope) is ref.scope
+                if inside and flow.src not in seen and len(seen) < 20:
+                    seen.add(flow.src)
+                    queue.append(flow.src)
+        return None
 
 
 # Calls whose items are those of their first argument, in some order (or numbered, or shown with a bar)

@@ -456,9 +456,8 @@ class WrapperReads:
             holder = index.carried_ref(attribute.value, scope) if isinstance(attribute.value, cst.Name) else None
             if holder is None or holder.scope is not scope:
                 continue
-            built = [
-                index.classes_built(value) for _, value in index.values_assigned(holder) if isinstance(value, cst.Call)
-            ]
+            held = (*index.values_assigned(holder), *index.unpacked_values(holder))  # ``loader, trainer = build()``
+            built = [index.classes_built(value) for _, value in held if isinstance(value, (cst.Call, cst.Name))]
             if built and all(classes == [cls] for classes in built):
                 yield attribute
 
