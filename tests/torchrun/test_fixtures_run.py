@@ -157,6 +157,7 @@ CASES = [
     "data/loaders_nested_in_a_returned_tuple",
     "model/model_built_in_the_trainer_call",
     "loop_control/early_stopping_patience_on_the_training_loss",
+    "model/loss_kept_on_the_model",
 ]
 
 
