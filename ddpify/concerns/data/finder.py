@@ -525,13 +525,20 @@ class LoaderFinder:
         built: list[cst.BaseExpression] = [receiver] if isinstance(receiver, cst.Call) else []
         if (held := index.ref_of(receiver, caller)) is not None and held.scope is caller:
             built += [value for _, value in index.values_assigned(held)]
-        made = {index.statement_of(value) for value in built if isinstance(value, cst.Call)}
+        calls = [value for value in built if isinstance(value, cst.Call)]
+        made = {index.statement_of(value) for value in calls}
+        # ``runner = make_runner(model, loader)``: the helper that builds the object hands the loader on
+        factories = {c[0] for value in calls if (c := index.resolve_callee(value, caller)) is not None}
         seen, queue = {ref}, [ref]
         while queue:
             for flow in index.flows_into(queue.pop(0)):
                 if flow.stmt in made:
                     return flow.src
-                inside = flow.src.scope is ref.scope or index.method_class(flow.src.scope) is ref.scope
+                inside = (
+                    flow.src.scope is ref.scope
+                    or index.method_class(flow.src.scope) is ref.scope
+                    or flow.src.scope in factories
+                )
                 if inside and flow.src not in seen and len(seen) < 20:
                     seen.add(flow.src)
                     queue.append(flow.src)
