@@ -476,9 +476,18 @@ class Finder:
                 or self._method_of_own_object(node, scope, model_refs)  # ``trainer.step(x)``
                 or self.index.carried_ref(node.func, scope) in model_refs
                 or self._item_of_models(node.func, model_refs)
+                or self._library_call_on_a_model(node, scope, model_refs)
             ):
                 return [node]
         return [call for child in self.index.children.get(node, ()) for call in self._work_calls(child, model_refs)]
+
+    def _library_call_on_a_model(self, call: cst.Call, scope: Scope, model_refs: frozenset[Ref]) -> bool:
+        """``evaluate(model, val_loader)`` imported from code ddpify does not read: it may run the wrapped
+        model, whose forward syncs buffers with the other ranks, so it runs on every rank."""
+        names = self.index.qualified_names(call.func)
+        if not names or names & torch_api.OUTPUT_FUNCTIONS or any(n.startswith(_NOT_WORK) for n in names):
+            return False
+        return any(self.index.carried_ref(arg.value, scope) in model_refs for arg in call.args)
 
     def _method_of_own_object(self, call: cst.Call, scope: Scope, model_refs: frozenset[Ref]) -> bool:
         """``trainer.step(x)`` on an object of the program's own class (not a model: a model's own
@@ -506,6 +515,20 @@ class Finder:
 
 
 _BASIC_CONFIG = frozenset({"logging.basicConfig"})
+# Library calls handed a model that only show or record it: they stay with the output on rank 0.
+_NOT_WORK = (
+    "builtins.",
+    "IPython.",
+    "logging.",
+    "tqdm.",
+    "wandb.",
+    "mlflow.",
+    "torch.save",
+    "torch.jit.save",
+    "torch.onnx.",
+    "torch.utils.tensorboard",
+    *torch_api.TRACKER_MODULES,
+)
 
 
 def _writes(open_call: cst.Call, modes: str = "wax") -> bool:
