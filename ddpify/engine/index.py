@@ -303,6 +303,8 @@ class Index(ProgramClasses):
     def ref_of(self, expr: cst.BaseExpression, scope: Scope) -> Ref | None:
         """The place ``expr`` reads, when it is a plain name or ``self.field``."""
         if isinstance(expr, cst.Name):
+            if expr.value in _CONSTANTS:  # ``self.model = None``: a value, not a place every None shares
+                return None
             current: Scope = scope
             while not isinstance(current, cst.Module):
                 if expr.value in self.bound[current]:
@@ -817,6 +819,7 @@ def keyed(holder: Ref, key: str) -> Ref:
 
 
 _NONE: frozenset[str] = frozenset()
+_CONSTANTS = frozenset({"None", "True", "False"})
 
 # Nodes that hold no code: what precedes a node's first token without moving where it starts.
 _LAYOUT = (

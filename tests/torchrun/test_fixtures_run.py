@@ -158,6 +158,7 @@ CASES = [
     "model/model_built_in_the_trainer_call",
     "loop_control/early_stopping_patience_on_the_training_loss",
     "model/loss_kept_on_the_model",
+    "model/fields_set_to_none_before_they_are_built",
 ]
 
 
