@@ -580,6 +580,9 @@ class Index(ProgramClasses):
         cls = self.local_class(value.func)
         if cls is not None:
             return [cls]
+        func = value.func
+        if isinstance(func, cst.Attribute) and func.attr.value in torch_api.MODULE_CHAINING_METHODS:
+            return self.classes_built(func.value, depth + 1)  # ``Classifier(16).to(device)``
         # (resolving the call may ask about this very value, or about others through their helpers: the
         # helpers being followed at once are few, or chains of method calls would grow without bound)
         if depth > 3 or value in self._following or len(self._following) > 3:

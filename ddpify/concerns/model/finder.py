@@ -115,6 +115,8 @@ class _Finder:
                     routed = {cast(cst.Attribute, call.func).value for call in through_forward}
                     if self.forward.refuse_parts_run_directly(model, classes):
                         continue
+                    if self.forward.refuse_step_inside_the_model(model, classes):
+                        continue
                     if self._refuse_second_backward(model):
                         continue
                     borrowed = self.outputs.forwards_for_another_model(model, classes)

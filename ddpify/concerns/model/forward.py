@@ -20,7 +20,7 @@ from ddpify.concerns.model.codes import MOVES_IN_TRAINING, PARTS_RUN_DIRECTLY
 from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.program import Program
+from ddpify.engine.program import Program, is_backward
 from ddpify.engine.syntax import single_target
 from ddpify.engine.values import loader_batch_size
 
@@ -117,6 +117,43 @@ class ForwardChecks:
             "model of its own",
         )
         return True
+
+    def refuse_step_inside_the_model(self, model: Model, classes: set[cst.ClassDef]) -> bool:
+        """``model.train_a_batch(x, y)`` whose method runs the model (``self(x)``) and the backward pass:
+        the forward never goes through the wrapper, which cannot average what it does not run."""
+        index = self.index
+        ancestry = {c for cls in classes for c in index.ancestry(cls)}  # a base class's ``train_a_batch`` too
+        for cls in sorted(ancestry, key=lambda c: index.order[c]):
+            for (owner, name), method in sorted(index.functions.items(), key=lambda item: index.order[item[1]]):
+                if owner is not cls or name == "forward" or not self._called_on(model, name, method):
+                    continue
+                backward = next((n for n in index.walk(method.body) if type(n) is cst.Call and is_backward(n)), None)
+                if backward is None or not self._runs_submodules(method, cls):
+                    continue
+                self.program.report(
+                    backward,
+                    PARTS_RUN_DIRECTLY,
+                    f"`{cls.name.value}.{name}()` runs the model and its backward pass inside the model itself: "
+                    "DistributedDataParallel averages gradients only for a forward through the wrapper, which this "
+                    f"step never takes; compute the loss from `{model.expression}(...)` where `{name}` is called, "
+                    "and run the backward pass and the step there",
+                )
+                return True
+        return False
+
+    def _called_on(self, model: Model, name: str, method: cst.FunctionDef) -> bool:
+        """Whether the program calls ``method`` on the model: ``model.name(...)`` through any place that
+        holds it (a helper's parameter too)."""
+        index = self.index
+        if index.callers(method):
+            return True
+        lineage = index.lineage(model.ref)
+        return any(
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == name
+            and index.carried_ref(call.func.value, index.scope_of(call)) in lineage
+            for call in index.calls
+        )
 
     def _in_training(self, node: cst.CSTNode) -> bool:
         """Inside a loop that runs a backward pass, or a function (other than the wrap's) that does."""
