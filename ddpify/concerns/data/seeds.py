@@ -99,7 +99,9 @@ class Seeds:
         index = self.index
         if index.is_call_to(call, PERMUTATIONS):
             return rng_family(index, call)
-        if index.is_call_to(call, SKLEARN_DRAWS):
+        if index.is_call_to(call, SKLEARN_DRAWS) or any(
+            name.startswith("sklearn.datasets.make_") for name in index.qualified_names(call.func)
+        ):  # ``train_test_split(...)``, ``make_moons(n_samples=3000, noise=0.05)``
             shuffle = argument(call, "shuffle")
             unshuffled = shuffle is not None and m.matches(shuffle.value, m.Name("False"))
             return "" if argument(call, "random_state") is not None or unshuffled else "numpy"
