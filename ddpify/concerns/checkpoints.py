@@ -180,15 +180,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         plan.change(call, 'torch.load(..., map_location="cpu"): not onto the GPU the checkpoint came from')
 
 
-def barrier_after(plan: EditPlan, stmt: cst.BaseStatement) -> None:
+def barrier_after(plan: EditPlan, stmt: cst.BaseStatement, why: str = "the others read what rank 0 just wrote") -> None:
     """A barrier after ``stmt``, which rank 0 alone runs, where every rank reaches it: the other ranks
     wait there until rank 0 has written the file they read next."""
     dist = plan.names.dist
-    barrier = cst.parse_statement(f"{dist}.barrier()  # the others read what rank 0 just wrote\n")
+    barrier = cst.parse_statement(f"{dist}.barrier()  # {why}\n")
     if plan.index.module_of(stmt) in plan.shared:  # other scripts call it without a process group
-        barrier = cst.parse_statement(
-            f"if {dist}.is_initialized():\n    {dist}.barrier()  # the others read what rank 0 just wrote\n"
-        )
+        barrier = cst.parse_statement(f"if {dist}.is_initialized():\n    {dist}.barrier()  # {why}\n")
     plan.insert_after(_outside_conditions(plan, _rank_zero_unit(plan, stmt)), barrier)
 
 

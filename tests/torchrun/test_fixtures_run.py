@@ -159,6 +159,7 @@ CASES = [
     "loop_control/early_stopping_patience_on_the_training_loss",
     "model/loss_kept_on_the_model",
     "model/fields_set_to_none_before_they_are_built",
+    "side_effects/run_folder_made_fresh_for_each_run",
 ]
 
 

@@ -55,6 +55,7 @@ from typing import cast
 
 import libcst as cst
 
+import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns import checkpoints, downloads, model, process_group
 from ddpify.concerns.side_effects.facts import (
@@ -149,7 +150,30 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
         log_files,
         tracker_values,
         tuple(_read_back(index, outputs)),
+        tuple(_fresh_folders(index, late, finder.exempt)),
     )
+
+
+def _fresh_folders(
+    index: Index, late: Callable[[cst.CSTNode], bool], exempt: Callable[[cst.CSTNode], bool]
+) -> Iterator[cst.SimpleStatementLine]:
+    """``os.makedirs(run_dir, exist_ok=False)`` alone on its line: the run must start in a folder of its
+    own. Rank 0 makes it (and fails where it exists, as before); the others wait for it."""
+    for call in index.calls:
+        exist_ok = argument(call, "exist_ok")
+        stmt = index.statement_of(call)
+        if (
+            index.is_call_to(call, torch_api.MAKEDIRS)
+            and exist_ok is not None
+            and m.matches(exist_ok.value, m.Name("False"))
+            and isinstance(stmt, cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr)
+            and stmt.body[0].value is call
+            and late(call)
+            and not exempt(call)
+        ):
+            yield stmt
 
 
 def _read_back(index: Index, outputs: tuple[tuple[cst.BaseStatement, str], ...]) -> Iterator[cst.BaseStatement]:

@@ -67,3 +67,5 @@ class Facts:
     tracker_values: tuple[cst.Attribute, ...] = ()
     # outputs whose file the program reads again later (``to_csv(path)``, then ``read_csv(path)``)
     read_back: tuple[cst.BaseStatement, ...] = ()
+    # ``os.makedirs(run_dir, exist_ok=False)``: made on rank 0 (which fails where it exists), the others wait
+    fresh_folders: tuple[cst.SimpleStatementLine, ...] = ()

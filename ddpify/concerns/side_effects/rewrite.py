@@ -32,6 +32,10 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for stmt in facts.read_back:
         checkpoints.barrier_after(plan, stmt)
         plan.change(stmt, "dist.barrier() after the write: the file is read back later")
+    for stmt in facts.fresh_folders:
+        plan.on_rank_zero(stmt)
+        checkpoints.barrier_after(plan, stmt, "the others use the folder rank 0 just made")
+        plan.change(stmt, "the run's own folder is made on global rank 0 only (the others wait for it)")
     reported: set[tuple[cst.Module, str]] = set()  # the first output of each kind in each file
     for stmt, kind in facts.outputs:
         if any(ancestor in gated for ancestor in index.ancestors(stmt)):
