@@ -69,7 +69,7 @@ from ddpify.concerns.side_effects.finder import Finder, _writes
 from ddpify.concerns.side_effects.rewrite import rewrite
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import argument
+from ddpify.engine.syntax import argument, single_target
 
 __all__ = ["CODES", "Facts", "find", "rewrite"]
 
@@ -129,7 +129,10 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
     progress_bars = tuple(
         c
         for c in index.calls
-        if index.is_call_to(c, torch_api.PROGRESS_BARS) and argument(c, "disable") is None and late(c)
+        if index.is_call_to(c, torch_api.PROGRESS_BARS)
+        and argument(c, "disable") is None
+        and late(c)
+        and not _counts_read(index, c)
     )
     makedirs = tuple(
         c
@@ -152,6 +155,23 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
         tuple(_read_back(index, outputs)),
         tuple(_fresh_folders(index, late, finder.exempt)),
     )
+
+
+def _counts_read(index: Index, bar: cst.Call) -> bool:
+    """``total / pbar.n``: the program reads what the bar counted, which a disabled bar does not count;
+    such a bar is left on every rank."""
+    held = single_target(index.parent(bar))
+    ref = index.ref_of(held, index.scope_of(bar)) if held is not None else None
+    if ref is None:
+        return False
+    for scope in index.scopes_reading(ref):
+        for read in index.mentions(scope, ref):
+            attribute = index.parent(read)
+            if isinstance(attribute, cst.Attribute) and attribute.value is read:
+                call = index.parent(attribute)
+                if not (isinstance(call, cst.Call) and call.func is attribute):
+                    return True
+    return False
 
 
 def _fresh_folders(
