@@ -161,6 +161,7 @@ CASES = [
     "model/fields_set_to_none_before_they_are_built",
     "side_effects/run_folder_made_fresh_for_each_run",
     "side_effects/progress_bar_counter_read_for_a_running_mean",
+    "model/builder_overridden_by_a_subclass",
 ]
 
 

@@ -168,6 +168,24 @@ class _Finder:
         # A move inside a loop (``model.to(device).train()`` after a checkpoint on the CPU) is not
         # where the model becomes ready; only the least nested places count.
         moves, creations, wraps = self._least_nested(moves), self._least_nested(creations), self._least_nested(wraps)
+        # ``build_model()`` overridden by a subclass, each building its model and its optimizer over it:
+        # each optimizer's model is the one its own function builds
+        own = index.scope_of(optimizer)
+        scopes = {index.scope_of(c[0]) for c in [*moves, *creations]}
+        if (
+            isinstance(own, cst.FunctionDef)
+            and own in scopes
+            and index.method_class(own) is not None
+            and any(
+                isinstance(other, cst.FunctionDef)
+                and other.name.value == own.name.value
+                and index.method_class(other) not in (None, index.method_class(own))
+                for other in scopes
+            )
+        ):
+            moves = [c for c in moves if index.scope_of(c[0]) is own]
+            creations = [c for c in creations if index.scope_of(c[0]) is own]
+            wraps = [c for c in wraps if index.scope_of(c[0]) is own]
         built = [c[0] for c in moves] + [c[0] for c in creations] + [c[0] for c in wraps]
         classes = {c for stmt in built for c in self._built_classes(stmt)}
         self._model_classes[ref] = classes
