@@ -171,7 +171,7 @@ class _Finder:
         # ``build_model()`` overridden by a subclass, each building its model and its optimizer over it:
         # each optimizer's model is the one its own function builds
         own = index.scope_of(optimizer)
-        scopes = {index.scope_of(c[0]) for c in [*moves, *creations]}
+        scopes = {index.scope_of(stmt) for stmt in [*(c[0] for c in moves), *(c[0] for c in creations)]}
         if (
             isinstance(own, cst.FunctionDef)
             and own in scopes
