@@ -180,7 +180,9 @@ def _trains(index: Index, branch: cst.BaseSuite) -> bool:
     if index.trains(branch):
         return True
     return any(
-        isinstance(call, cst.Call) and (cls := index.local_class(call.func)) is not None and index.trains(cls)
+        isinstance(call, cst.Call)
+        and (cls := index.local_class(call.func)) is not None
+        and any(index.trains(c) for c in index.ancestry(cls))  # ``run()`` of a base class too
         for call in index.walk(branch)
     )
 

@@ -21,6 +21,7 @@ from typing import cast
 
 import libcst as cst
 
+import ddpify.engine.match as m
 from ddpify.engine.index import Index
 from ddpify.engine.syntax import assigned
 
@@ -135,11 +136,23 @@ def _runs_of(index: Index, function: cst.FunctionDef) -> list[cst.CSTNode]:
         if _subclassed(index, owner):
             return []  # a subclass's objects run it too
         built = [call for call in index.calls if index.local_class(call.func) is owner]
-        named = [n for n in _names(index, owner.name.value) if n is not owner.name]
+        named = [n for n in _names(index, owner.name.value) if n is not owner.name and not _super_of(index, n)]
         return list(built) if len(named) == len(built) else []
     calls = index.callers(function)
     named = [n for n in _names(index, function.name.value) if n is not function.name]
     return list(calls) if len(named) == len(calls) else []
+
+
+def _super_of(index: Index, name: cst.Name) -> bool:
+    """``super(Trainer, self)``: the class named only to reach its base, not used as a value."""
+    arg = index.parent(name)
+    call = index.parent(arg)
+    return (
+        isinstance(arg, cst.Arg)
+        and isinstance(call, cst.Call)
+        and m.matches(call.func, m.Name("super"))
+        and call.args[0] is arg
+    )
 
 
 def _subclassed(index: Index, cls: cst.ClassDef) -> bool:

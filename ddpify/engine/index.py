@@ -401,13 +401,22 @@ class Index(ProgramClasses):
                 method = self.method(self.class_of[owner], func.attr.value, dispatch=True)
                 return (method, 1) if method is not None else None
             return self._imported_callee(func) or self.instance_method(call, scope)
-        if isinstance(func, cst.Attribute) and m.matches(func.value, m.Call(func=m.Name("super"), args=[])):
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Call)
+            and m.matches(func.value.func, m.Name("super"))
+            and len(func.value.args) in (0, 2)
+        ):
             owner = self.method_scope(scope)
-            if owner is not None:  # ``super().__init__(...)``: the method of a base class
-                bases = self.bases(self.class_of[owner])
-                method = next((f for b in bases if (f := self.method(b, func.attr.value)) is not None), None)
-                return (method, 1) if method is not None else None
-            return None
+            if owner is None:
+                return None
+            # ``super().__init__(...)``, or ``super(Trainer, self).__init__(...)``: the method of a base class
+            cls = self.class_of[owner] if not func.value.args else self.local_class(func.value.args[0].value)
+            if cls is None:
+                return None
+            bases = self.bases(cls)
+            method = next((f for b in bases if (f := self.method(b, func.attr.value)) is not None), None)
+            return (method, 1) if method is not None else None
         # ``Runner(args).run()``: a method of an instance of the program's own class
         return self.instance_method(call, scope)
 
