@@ -113,7 +113,7 @@ def test_a_method_whose_result_the_backward_pass_differentiates_runs_through_the
     assert codes(program) == []
 
 
-def test_a_method_whose_result_cannot_be_followed_to_the_backward_pass_runs_as_the_forward(read) -> None:
+def test_a_method_whose_result_cannot_be_followed_to_the_backward_pass_is_reported(read) -> None:
     program = read(
         """
         import torch
@@ -128,8 +128,8 @@ def test_a_method_whose_result_cannot_be_followed_to_the_backward_pass_runs_as_t
         """
     )
     (found,) = model.find(program).models
-    assert [code(program, call) for call in found.through_forward] == ["model.embed(x)"]
-    assert codes(program) == []
+    assert found.through_forward == ()
+    assert codes(program) == ["DDP303"]
 
 
 def test_a_method_without_gradients_is_neither_routed_nor_reported(read) -> None:

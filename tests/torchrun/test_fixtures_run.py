@@ -162,6 +162,7 @@ CASES = [
     "side_effects/run_folder_made_fresh_for_each_run",
     "side_effects/progress_bar_counter_read_for_a_running_mean",
     "model/builder_overridden_by_a_subclass",
+    "model/average_kept_by_a_method_of_the_model",
 ]
 
 

@@ -29,9 +29,8 @@ model once: its forward runs the parts, so DDP averages all their gradients.
 Limits: an optimizer whose parameters cannot be traced to a model (DDP301), a
 model never built or placed in this file (DDP302, DDP304), a training step
 that runs parts of a model but never the model itself (DDP310), and a second
-backward pass through one forward of a model (DDP312) are refused; a custom
-method that runs submodules in the training step runs as the wrapper's forward
-(``forward_through``); a model moved
+backward pass through one forward of a model (DDP312) are refused; a
+custom method that runs submodules in the training step (DDP303), a model moved
 between devices inside the training loop (DDP305) and a contrastive loss over
 the batch, which now sees only the local batch
 (:mod:`ddpify.concerns.batch_negatives`, DDP311), are reported.
@@ -50,6 +49,7 @@ from ddpify.concerns.model.codes import (
     MODEL_NOT_PLACED,
     MOVES_IN_TRAINING,
     NO_OPTIMIZER,
+    OUTSIDE_FORWARD,
     PARTS_RUN_DIRECTLY,
     SMALL_BATCH_NORM,
     STORED_BEFORE_WRAP,
@@ -67,6 +67,7 @@ __all__ = [
     "MODEL_NOT_PLACED",
     "MOVES_IN_TRAINING",
     "NO_OPTIMIZER",
+    "OUTSIDE_FORWARD",
     "PARTS_RUN_DIRECTLY",
     "SMALL_BATCH_NORM",
     "STORED_BEFORE_WRAP",

@@ -19,6 +19,13 @@ MODEL_NOT_PLACED = Code(
     "the model an optimizer trains is never built or put on its device in this file",
     "build the model and move it to its device in the script",
 )
+OUTSIDE_FORWARD = Code(
+    "DDP303",
+    Severity.WARNING,
+    "model",
+    "a custom model method runs submodules in the training step, bypassing DDP's gradient averaging",
+    "route the computation through forward()",
+)
 NO_OPTIMIZER = Code(
     "DDP304",
     Severity.ERROR,
@@ -80,6 +87,7 @@ SECOND_BACKWARD = Code(
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
+    OUTSIDE_FORWARD,
     NO_OPTIMIZER,
     MOVES_IN_TRAINING,
     UNFROZEN_AFTER_WRAP,

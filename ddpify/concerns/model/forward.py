@@ -1,8 +1,8 @@
 """What the training step runs through a model, and what its forward may leave without a gradient.
 
 DDP averages gradients only for a forward through the wrapped model: parts run directly are
-refused (DDP310), a custom method that runs submodules runs as the wrapper's forward, and a model
-moved between devices in the training loop is reported (DDP305). A submodule that forward runs only on
+refused (DDP310), a custom method that runs submodules is reported (DDP303), and so is a model
+moved between devices in the training loop (DDP305). A submodule that forward runs only on
 some steps, or an output used only under an ``if``, needs ``find_unused_parameters=True``;
 BatchNorm over small per-process batches is reported (DDP308).
 """
@@ -10,18 +10,19 @@ BatchNorm over small per-process batches is reported (DDP308).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from typing import cast
 
 import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
-from ddpify.concerns.model.codes import MOVES_IN_TRAINING, PARTS_RUN_DIRECTLY
+from ddpify.concerns.model.codes import MOVES_IN_TRAINING, OUTSIDE_FORWARD, PARTS_RUN_DIRECTLY
 from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program, is_backward
-from ddpify.engine.syntax import single_target
+from ddpify.engine.syntax import dotted, single_target
 from ddpify.engine.values import loader_batch_size
 
 # nn.Module methods that run no submodule: ``next(self.parameters()).new_zeros(...)`` computes nothing
@@ -79,7 +80,7 @@ class ForwardChecks:
 
         DistributedDataParallel averages gradients only for what runs through its forward: parts
         run directly (one optimizer per part, or one over the whole model) would train apart on
-        every rank. A custom method of the model runs as the wrapper's forward instead.
+        every rank. A custom method of the model is DDP303's.
         """
         index = self.index
         if model.item is not None:
@@ -169,7 +170,7 @@ class ForwardChecks:
 
         DDP averages the gradients only of what its own forward computes; ``model.module.method()``
         would train on each rank apart. A method that runs submodules in the training step but whose
-        result cannot be followed to the backward pass (the loss kept on ``self``) runs the same way.
+        result cannot be followed to the backward pass is reported instead (DDP303).
         """
         index = self.index
         routed: list[cst.Call] = []
@@ -193,10 +194,18 @@ class ForwardChecks:
             in_step = isinstance(function, cst.FunctionDef) and index.trains(function.body)  # a train_step method
             if not in_step and not any(index.trains(loop.body) for loop in index.enclosing_loops(call)):
                 continue
-            # Whether or not its value can be followed to the backward pass (``model.step(x)`` that keeps
-            # the loss on ``self``), it runs as the wrapper's forward: an extra forward costs nothing, one
-            # outside the wrapper would leave its gradients unaveraged.
-            routed.append(call)
+            receiver = dotted(attribute.value)
+            kept = frozenset(f"{receiver}.{field}" for field in _fields_set(index, method)) if receiver else frozenset()
+            if reaches_backward(index, call, kept):
+                routed.append(call)
+            else:
+                self.program.report(
+                    call,
+                    OUTSIDE_FORWARD,
+                    f"`{model.expression}.{name}()` runs the model outside forward(), and ddpify cannot tell "
+                    "whether the loss comes from it: if it does, DDP does not average its gradients across ranks; "
+                    "route it through forward()",
+                )
         return tuple(routed)
 
     def skipped_submodule(
@@ -489,3 +498,64 @@ def _no_grad_method(index: Index, method: cst.FunctionDef) -> bool:
         if index.qualified_names(func) & torch_api.NO_GRAD:
             return True
     return False
+
+
+def reaches_backward(index: Index, call: cst.Call, kept: frozenset[str] = frozenset()) -> bool:
+    """Whether the value of ``call`` reaches a ``.backward()`` in its own function: directly, or through
+    names (and ``self`` attributes) assigned from it, in the order the statements run; ``kept`` are the
+    places the call itself stores to (``model.loss`` after ``model.step(x)`` sets ``self.loss``)."""
+    scope = index.scope_of(call)
+    names: set[str] = set()
+    for node in index.walk(scope):
+        if node is call:
+            names.update(kept)
+        if isinstance(node, cst.Call) and is_backward(node):
+            receiver = cast(cst.Attribute, node.func).value
+            args = [receiver, *(a.value for a in node.args)]
+            if any(arg is call or index.inside(call, arg) or _mentions_any(index, arg, names) for arg in args):
+                return True
+        if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call) and index.scope_of(node) is scope:
+            # ``parts.append(model.embed(x))``: the container now holds the value
+            method = node.value.func
+            if isinstance(method, cst.Attribute) and any(
+                a.value is call or index.inside(call, a.value) or _mentions_any(index, a.value, names)
+                for a in node.value.args
+            ):
+                names.update(_bound_names(index, method.value))
+        if isinstance(node, cst.Assign | cst.AugAssign | cst.AnnAssign) and index.scope_of(node) is scope:
+            value = node.value
+            if value is None:
+                continue
+            if value is call or index.inside(call, value) or _mentions_any(index, value, names):
+                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                for target in targets:
+                    names.update(_bound_names(index, target))
+    return False
+
+
+def _fields_set(index: Index, method: cst.FunctionDef) -> set[str]:
+    """The attributes of ``self`` that ``method`` assigns (``self.loss = ...``)."""
+    self_name = index.self_name(method)
+    return {
+        target.target.attr.value
+        for node in index.walk(method.body)
+        if isinstance(node, cst.Assign)
+        for target in node.targets
+        if isinstance(target.target, cst.Attribute) and m.matches(target.target.value, m.Name(self_name or ""))
+    }
+
+
+def _bound_names(index: Index, target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, cst.Tuple | cst.List):
+        for element in target.elements:
+            yield from _bound_names(index, element.value)
+    elif isinstance(target, cst.StarredElement | cst.Subscript):
+        yield from _bound_names(index, target.value)
+    elif text := dotted(target):
+        yield text
+
+
+def _mentions_any(index: Index, expr: cst.BaseExpression, names: set[str]) -> bool:
+    if not names:
+        return False
+    return any(isinstance(node, cst.Name | cst.Attribute) and dotted(node) in names for node in index.walk(expr))
