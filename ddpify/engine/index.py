@@ -705,7 +705,9 @@ class Index(ProgramClasses):
                 break
             scope = self.scope_of(inner)
             callee = self.runs(inner, scope)  # ``trainer.step()`` too
-            if callee is not None and callee[0] not in seen and self._trains_within(callee[0].body, seen | {callee[0]}):
+            # ``model.run()`` on an object of one trainer class or another: any of their methods
+            callees = [callee] if callee is not None else self.instance_methods(inner, scope)
+            if any(c[0] not in seen and self._trains_within(c[0].body, seen | {c[0]}) for c in callees):
                 found = True
                 break
         if found or not seen:  # an answer cut short by a cycle is not remembered
