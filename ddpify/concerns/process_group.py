@@ -316,6 +316,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     if "torch" not in bound or not _imported_before(module, anchor, "torch"):
         # the helper classes after the setup name ``torch`` in their bases, read where they are defined
         plan.need_import("torch")
+        plan.torch_first = "torch" in bound  # imported, but only below: a program's run keeps it too
     plan.need_import("torch.distributed", asname=names.dist)
     guard = index.main_guard
     if facts.setup_at_module_level or guard is None:

@@ -69,6 +69,8 @@ class EditPlan:
     helpers_placed: bool = False
     # New imports of the entry script go above this statement (where the process group is set up)
     imports_before: cst.BaseStatement | None = None
+    # the entry script binds ``torch`` only below where the process group is set up: import it at the top too
+    torch_first: bool = False
 
     def __post_init__(self) -> None:
         self.rank_zero = self.rank_zero_test(self.index.module)
@@ -213,6 +215,8 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
             for item in _candidate_imports(plan)
             if _local_name(item) not in bound and _mentions(after, item) > _mentions(before, item)
         ]
+        if module is index.module and plan.torch_first and Import("torch") not in needed:
+            needed.append(Import("torch"))
         if used and module is index.module:
             _place_setup_helpers(plan, used)
         elif used:
