@@ -584,6 +584,9 @@ class Index(ProgramClasses):
             ref = self.ref_of(value, self.scope_of(value))
             held = [v for _, v in (*self.values_assigned(ref), *self.unpacked_values(ref, depth))] if ref else []
             return [c for each in held for c in self.classes_built(each, depth + 1)]
+        if isinstance(value, cst.IfExp):  # ``Trainer(loader) if linear else WideTrainer(loader)``
+            both = self.classes_built(value.body, depth + 1)
+            return both + [c for c in self.classes_built(value.orelse, depth + 1) if c not in both]
         if not isinstance(value, cst.Call):
             return []
         cls = self.local_class(value.func)
