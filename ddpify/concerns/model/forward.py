@@ -123,7 +123,8 @@ class ForwardChecks:
         """``model.train_a_batch(x, y)`` whose method runs the model (``self(x)``) and the backward pass:
         the forward never goes through the wrapper, which cannot average what it does not run."""
         index = self.index
-        ancestry = {c for cls in classes for c in index.ancestry(cls)}  # a base class's ``train_a_batch`` too
+        # a base class's ``train_a_batch`` too; only the model's classes (a trainer object is not one)
+        ancestry = {c for cls in classes if index.derives_from(cls, torch_api.NN_MODULE) for c in index.ancestry(cls)}
         for cls in sorted(ancestry, key=lambda c: index.order[c]):
             for (owner, name), method in sorted(index.functions.items(), key=lambda item: index.order[item[1]]):
                 if owner is not cls or name == "forward" or not self._called_on(model, name, method):
