@@ -33,6 +33,7 @@ PERMUTATIONS = frozenset(
         "torch.randperm",
     }
 )
+_TORCH_PERMUTATION = frozenset({"torch.randperm"})
 # The module each global RNG is drawn through: where a seeded generator of its own comes from.
 _RNG_MODULES = {"random": "random", "numpy": "numpy.random", "torch": "torch"}
 # scikit-learn's splits and shuffles draw from numpy's global RNG unless given ``random_state``.
@@ -65,7 +66,7 @@ class Seeds:
         it is built from, in-place shuffles of the names they read, and in the functions and constructors
         of the program those expressions call (never in ``__getitem__``: DataLoader workers run that)."""
         index = self.index
-        found: list[cst.Call] = []
+        found: dict[cst.Call, str] = {}  # each draw and its RNG, in the order found
         for loader in loaders:
             if not loader.training or loader.stream is not None:
                 continue
@@ -84,12 +85,11 @@ class Seeds:
                     if isinstance(node, cst.Call):
                         family = self._order_family(node)
                         if family and node not in found and not self._seeded(node, site, family):
-                            found.append(node)
+                            found[node] = family
                         wanted += [(body, site) for body in self._bodies_run(node)]
                     elif isinstance(node, cst.Name) and index.names_a_variable(node):
                         wanted += self._values_of(node, site)
-        for call in found:
-            family = self._order_family(call)
+        for call, family in found.items():
             how = self._seeding_form(call)
             if how:
                 yield Order(call, family, self._script_seed(call), how)
@@ -122,7 +122,7 @@ class Seeds:
     def _seeding_form(self, call: cst.Call) -> str:
         """How ``call`` gets a seeded generator of its own ('' where it cannot be spelled here)."""
         index = self.index
-        if index.is_call_to(call, frozenset({"torch.randperm"})):
+        if index.is_call_to(call, _TORCH_PERMUTATION):
             return "generator"
         if not index.is_call_to(call, PERMUTATIONS):
             return "random_state"
