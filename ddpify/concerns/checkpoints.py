@@ -104,15 +104,16 @@ class _Finder:
     def reloaded(self, saves: tuple[cst.SimpleStatementLine, ...]) -> Iterator[cst.SimpleStatementLine]:
         """Saves of a file the script reads back with ``torch.load``: the other ranks must wait for rank 0."""
         index = self.index
-        loaded = {
-            _path_shape(index, call.args[0].value)
-            for call in index.calls
-            if index.is_call_to(call, torch_api.LOAD) and call.args
-        }
+        paths = [call.args[0].value for call in index.calls if index.is_call_to(call, torch_api.LOAD) and call.args]
+        loaded = {_path_shape(index, path) for path in paths}
+        # a helper's parameter (``fit_probe("encoder.pt")`` loading its ``path``): what its callers pass
+        followed = {path_shape(index, path) for path in paths} - {""}
         for stmt in saves:
             call = cast(cst.Expr, stmt.body[0]).value
             path = argument(call, "f", 1) if isinstance(call, cst.Call) else None
-            if path is not None and _path_shape(index, path.value) in loaded:
+            if path is not None and (
+                _path_shape(index, path.value) in loaded or path_shape(index, path.value) in followed
+            ):
                 yield stmt
 
     def state_loads(self) -> Iterator[cst.Call]:

@@ -56,6 +56,7 @@ def trains_in_sync(script: Path) -> None:
         ("cache_helper_called_by_the_model_builder", "-o"),
         ("method_class_imported_in_each_branch", "--in-place"),
         ("unconvertible_trainer_calls_super_with_its_class", "-o"),
+        ("optimizer_helper_shared_by_two_models", "--in-place"),
         pytest.param("code_that_never_runs", "--in-place", marks=pytest.mark.exhaustive),
         pytest.param("builtin_rebound_in_another_module", "-o", marks=pytest.mark.exhaustive),
         pytest.param("helpers", "-o", marks=pytest.mark.exhaustive),

@@ -159,7 +159,12 @@ class TrainedModels:
             found = listed.ref if listed is not None else self._module_ref(receiver)
             if found is None:
                 return refs, untraced or receiver
-            for model in self._whole_model(found, call) or self._callers_receivers(found) or [found]:
+            for model in (
+                self._whole_model(found, call)
+                or self._callers_receivers(found)
+                or self._callers_arguments(found)
+                or [found]
+            ):
                 if model not in refs:
                     refs.append(model)
         return refs, untraced
@@ -179,6 +184,16 @@ class TrainedModels:
         ):
             return []
         return self._callers_receivers(Ref(method, index.self_name(method) or "self"))
+
+    def _callers_arguments(self, ref: Ref) -> list[Ref]:
+        """A parameter of a helper called with different models (``make_optimizer(encoder)`` in one program,
+        ``make_optimizer(classifier)`` in another): each caller's model, each trained by its own optimizer
+        and wrapped where it is built. [] where every caller hands the same value."""
+        function = ref.scope
+        if not isinstance(function, cst.FunctionDef) or ref.path not in parameter_names(function):
+            return []
+        given = list(dict.fromkeys(flow.src for flow in self.index.flows_into(ref)))
+        return given if len(given) > 1 else []
 
     def _callers_receivers(self, ref: Ref) -> list[Ref]:
         """``self`` of a model's own method (``configure_optimizers``): the models it is called on
