@@ -163,6 +163,8 @@ CASES = [
     "side_effects/progress_bar_counter_read_for_a_running_mean",
     "model/builder_overridden_by_a_subclass",
     "model/average_kept_by_a_method_of_the_model",
+    "model/best_copy_and_live_model_in_one_helper",
+    "model/best_copy_returned_by_the_training_function",
 ]
 
 

@@ -37,6 +37,9 @@ class Model:
     # reads in code that also runs before the wrap (a sampling helper called on a ``--sample-only``
     # path and after training): ``.module`` only where the model is wrapped
     unwrap_where_wrapped: tuple[cst.BaseExpression, ...] = ()
+    # reads through a place that may hold a plain model too (``best_model`` kept as a deep copy, a helper
+    # also handed an EMA copy): ``.module`` only where it holds the wrapper
+    unwrap_if_wrapper: tuple[cst.BaseExpression, ...] = ()
     # other names taken for the model before the wrap (``net = model``) and used after it: each is taken
     # again right after the wrap (``net = model``), so that it names the wrapper
     realiased: tuple[tuple[str, str], ...] = ()

@@ -124,10 +124,14 @@ class _Finder:
                         read for read in (*model.unwrap, *borrowed) if read not in self._claimed and read not in routed
                     )
                     self._claimed.update(unwrap)
+                    mixed = self.reads.reads_of(
+                        model.ref, model.insert_after, self.reads.handed_plain(model.ref, model.insert_after)
+                    )
                     yield replace(
                         model,
                         unwrap=unwrap,
                         unwrap_where_wrapped=tuple(r for r in unwrap if self._runs_before(r, model.insert_after)),
+                        unwrap_if_wrapper=tuple(r for r in unwrap if r in mixed),
                         through_forward=through_forward,
                         lineage=frozenset(self.index.lineage(model.ref)),
                         unused=self.forward.skipped_submodule(

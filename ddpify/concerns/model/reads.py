@@ -23,7 +23,7 @@ from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.engine.index import Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import parameter_names
-from ddpify.engine.values import binds
+from ddpify.engine.values import binds, passed_values
 
 DEEPCOPY = frozenset({"copy.deepcopy"})
 
@@ -39,6 +39,7 @@ class WrapperReads:
         self.index = program.index
         self.trained = trained
         self._warned_holders: set[str] = set()
+        self._wrapped_places: dict[tuple[Ref, cst.BaseStatement], set[Ref]] = {}
 
     def stored_after(self, target: Ref, wrap: cst.BaseStatement) -> tuple[cst.BaseExpression, ...]:
         """Reads of the wrapped model taken out of a list it is kept in after the wrap, that need ``.module``.
@@ -317,7 +318,11 @@ class WrapperReads:
         ):
             return None
         if isinstance(parent, cst.Assign) and parent.value is node:
-            return parent.targets[0].target
+            target = parent.targets[0].target
+            unpacked = _unpacked_into(read, node, target)
+            if unpacked is not None:  # ``best, best_loss = model, inf``: a name, followed as the model's
+                return None if isinstance(unpacked, cst.Name) else unpacked
+            return target
         # ``nn.ModuleList([a, b])`` builds a new module; ``for net in [a, b]: net.to(device)`` prepares both
         return None
 
@@ -434,6 +439,7 @@ class WrapperReads:
                 if flow.dst not in wrapped and (ref is not target or after_wrap(flow.stmt)):
                     wrapped.add(flow.dst)
                     queue.append(flow.dst)
+        self._wrapped_places[(target, wrap)] = wrapped
         return [
             (ref, read)
             for ref in sorted(wrapped, key=lambda r: r.path)
@@ -443,6 +449,53 @@ class WrapperReads:
             )
             if ref is not target or after_wrap(read)
         ]
+
+    def handed_plain(self, target: Ref, wrap: cst.BaseStatement) -> frozenset[Ref]:
+        """The places the wrapped model reaches that may hold a plain model too, and so get ``.module`` only
+        where they hold the wrapper: ``best_model``, the model itself until a better epoch keeps a deep copy
+        of it, and ``evaluate(m)`` handed either; a helper handed the model and, by another call, an EMA copy."""
+        index = self.index
+        wrapped = self._wrapped_places.get((target, wrap))
+        if wrapped is None:
+            self._reads_from_wrap(target, wrap)
+            wrapped = self._wrapped_places[(target, wrap)]
+
+        # the program's other trained models are wrapped too (``embeddings(encoder)``, ``embeddings(wide)``);
+        # this one only from its wrap on (``best = model`` before it holds the plain model)
+        own = index.downstream(target)
+        others = [r for r in self.trained.all_trained() if r not in own and target not in index.downstream(r)]
+        trained = wrapped.union(*(index.downstream(ref) for ref in others))
+
+        def wrapper(value: cst.BaseExpression | None) -> bool:
+            return value is not None and index.carried_ref(value, index.scope_of(value)) in trained
+
+        mixed: set[Ref] = set()
+        for ref in sorted(wrapped - {target}, key=lambda r: r.path):
+            if isinstance(ref.scope, cst.FunctionDef) and ref.path in parameter_names(ref.scope):
+                given = passed_values(index, ref) or []
+            elif ref.path.startswith("self.") or isinstance(ref.scope, cst.ClassDef):
+                continue  # an attribute: the objects holding it are not followed here
+            else:
+                # a value the program's own function returns arrives by a flow at its assignment
+                arrived = {flow.stmt for flow in index.flows_into(ref) if flow.src in trained}
+                given = [
+                    value
+                    for node, value in (*index.values_assigned(ref), *index.unpacked_values(ref))
+                    if node not in arrived and index.parent(node) not in arrived
+                ]
+            if not all(wrapper(value) for value in given):
+                mixed.add(ref)
+        queue = list(mixed)
+        while queue:
+            for flow in index.flows_from(queue.pop()):
+                if flow.dst in wrapped and flow.dst not in mixed and flow.dst is not target:
+                    mixed.add(flow.dst)
+                    queue.append(flow.dst)
+        return frozenset(mixed)
+
+    def reads_of(self, target: Ref, wrap: cst.BaseStatement, places: frozenset[Ref]) -> set[cst.BaseExpression]:
+        """The reads (from the wrap on) of the model through ``places``."""
+        return {read for ref, read in self._reads_from_wrap(target, wrap) if ref in places}
 
     def _through_instances(self, ref: Ref) -> Iterator[cst.Attribute]:
         """``trainer.model`` after ``trainer = Trainer(model, ...)`` in the same function: the attribute
@@ -612,3 +665,21 @@ def _hasattr_test(test: cst.BaseExpression, receiver: str, attribute: str) -> bo
         args=[m.Arg(m.Name(receiver)), m.Arg(m.SimpleString(f'"{attribute}"') | m.SimpleString(f"'{attribute}'"))],
     )
     return bool(m.findall(test, pattern))
+
+
+def _unpacked_into(
+    read: cst.BaseExpression, value: cst.CSTNode, target: cst.BaseExpression
+) -> cst.BaseExpression | None:
+    """Where ``a, b = x, y`` puts ``read``, one of the items of ``value``: the matching item of ``target``;
+    None where the two are not flat sequences of one length (``nets = [a, b]``)."""
+    if not (
+        isinstance(value, (cst.Tuple, cst.List))
+        and isinstance(target, (cst.Tuple, cst.List))
+        and len(value.elements) == len(target.elements)
+        and not any(isinstance(e, cst.StarredElement) for e in (*value.elements, *target.elements))
+    ):
+        return None
+    for item, into in zip(value.elements, target.elements, strict=True):
+        if item.value is read:
+            return into.value
+    return None

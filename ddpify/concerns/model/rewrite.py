@@ -323,13 +323,20 @@ def _through_forward(plan: EditPlan, call: cst.Call) -> None:
 def _unwrap(plan: EditPlan, model: Model, read: cst.BaseExpression) -> None:
     """A read of the wrapped model that needs the model itself: ``.module``."""
     early = read in model.unwrap_where_wrapped
-    if plan.index.module_of(read) in plan.shared or model.maybe_frozen or early:
+    mixed = read in model.unwrap_if_wrapper
+    if plan.index.module_of(read) in plan.shared or model.maybe_frozen or early or mixed:
         # Other scripts pass this code a plain model (or it stays plain while frozen, or this code
-        # also runs before the wrap): take ``.module`` only from the wrapper.
+        # also runs before the wrap, or is also handed a plain copy): take ``.module`` only from the wrapper.
         parent = plan.index.parent(read)
         bare = isinstance(parent, cst.Arg) and parent.value is read and not parent.star
         plan.replace(read, _module_if_wrapped(plan.names.ddp, bare))
-        why = "this code also runs before the wrap" if early else "other scripts pass a plain model"
+        why = (
+            "this code also runs before the wrap"
+            if early
+            else "a plain model reaches it too"
+            if mixed
+            else "other scripts pass a plain model"
+        )
         plan.change(read, f"`{plan.index.module.code_for_node(read)}.module` when it is wrapped ({why})")
         return
     plan.replace(read, lambda n: cst.Attribute(value=cast(cst.BaseExpression, n), attr=cst.Name("module")))
