@@ -569,7 +569,7 @@ def _collect_flows(index: Index) -> dict[cst.FunctionDef, list[cst.Return]]:
         callee = index.runs(call, scope)
         if callee is not None:
             _argument_flows(index, call, *callee, returns)
-        elif isinstance(call.func, cst.Attribute):  # an object of one class or another: each method it may run
+        else:  # an object of one class or another, a name for one function or another: each it may run
             for method in index.instance_methods(call, scope):
                 _argument_flows(index, call, *method, returns)
     return returns

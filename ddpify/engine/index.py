@@ -540,6 +540,8 @@ class Index(ProgramClasses):
         if len(self._following) > 1:  # asked while following another helper: one level of objects is enough
             self._cut += 1
             return []
+        if isinstance(func, cst.Name) and (chosen := self._functions_chosen(func, scope)):
+            return chosen
         # ``stopper(loss, model)`` after ``stopper = EarlyStopping()``: the object's ``__call__``
         receiver, name = (func.value, func.attr.value) if isinstance(func, cst.Attribute) else (func, "__call__")
         built: list[cst.BaseExpression] = []
@@ -622,6 +624,31 @@ class Index(ProgramClasses):
                 return (init, 1) if init is not None else None
         return None
 
+    def _functions_chosen(self, func: cst.Name, scope: Scope) -> list[tuple[cst.FunctionDef, int]]:
+        """``train = train_smoothed if args.smooth else train_plain`` (or one function in each branch of an
+        ``if``), then ``train(model, loader)``: each function of the program the name may hold, in source
+        order; [] unless every value it is given is one."""
+        ref = self.carried_ref(func, scope)
+        if ref is None or not (ref.scope is scope or isinstance(ref.scope, cst.Module)):
+            return []
+        leaves: list[cst.BaseExpression] = []
+        for _, value in self.values_assigned(ref):
+            pending = [value]
+            while pending:
+                each = pending.pop(0)
+                if isinstance(each, cst.IfExp):
+                    pending += [each.body, each.orelse]
+                else:
+                    leaves.append(each)
+        found: list[tuple[cst.FunctionDef, int]] = []
+        for leaf in leaves:
+            function = self.function_named(leaf, self.scope_of(leaf))
+            if function is None or self.method_scope(function) is not None:
+                return []
+            if (function, 0) not in found:
+                found.append((function, 0))
+        return found if len(found) > 1 else []
+
     def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
         """The calls that run ``function`` (resolved once for every call, on first use)."""
         if self._callers is None:
@@ -630,7 +657,7 @@ class Index(ProgramClasses):
                 callee = self.resolve_callee(call, self.scope_of(call))
                 if callee is not None:
                     self._callers[callee[0]].append(call)
-                elif isinstance(call.func, cst.Attribute):  # each method an object of one class or another runs
+                else:  # each method an object of one class or another runs, each function a name may hold
                     for method, _ in self.instance_methods(call, self.scope_of(call)):
                         self._callers[method].append(call)
         return self._callers.get(function, [])

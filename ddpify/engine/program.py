@@ -148,8 +148,8 @@ def _callees(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
     if commands:
         return [*commands, *handed]
     func = call.func
-    if not isinstance(func, cst.Attribute):
-        return handed
+    if not isinstance(func, cst.Attribute):  # ``train(...)`` after ``train = train_a if flag else train_b``
+        return [*(function for function, _ in index.instance_methods(call, scope)), *handed]
     if (instance := index.instance_method(call, scope)) is not None:  # ``Runner(args).train()``
         return [instance[0], *handed]
     ref = index.root_ref(func.value, scope)

@@ -165,6 +165,7 @@ CASES = [
     "model/average_kept_by_a_method_of_the_model",
     "model/best_copy_and_live_model_in_one_helper",
     "model/best_copy_returned_by_the_training_function",
+    "data/epoch_function_chosen_by_a_flag",
 ]
 
 

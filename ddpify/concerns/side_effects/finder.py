@@ -492,7 +492,7 @@ class Finder:
     def _method_of_own_object(self, call: cst.Call, scope: Scope, model_refs: frozenset[Ref]) -> bool:
         """``trainer.step(x)`` on an object of the program's own class (not a model: a model's own
         methods, ``model.sample(n)``, are the wrapped model's reads, run on rank 0 through ``.module``)."""
-        if self.index.instance_method(call, scope) is None:
+        if not self.index.instance_methods(call, scope):  # of one class or another, or a function chosen
             return False
         receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
         return receiver is None or self.index.carried_ref(receiver, scope) not in model_refs
