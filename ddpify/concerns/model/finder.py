@@ -428,12 +428,11 @@ class _Finder:
         function = callee[0]
         made: list[cst.ClassDef] = []
         for value in index.returned_values(function):
-            returned: cst.BaseExpression | None = value
             ref = index.carried_ref(value, function)
-            if ref is not None:  # ``model = Net(...)`` ... ``return model``
-                values = [value for _, value in index.values_assigned(ref)]
-                returned = values[0] if len(values) == 1 else None
-            made += [c for c in self._classes_made_by(returned, function, depth + 1) if c not in made]
+            # ``model = Net(...)`` ... ``return model``, or one class in each branch (``if cfg.name == "a":``)
+            values = [value] if ref is None else [value for _, value in index.values_assigned(ref)]
+            for each in values:
+                made += [c for c in self._classes_made_by(each, function, depth + 1) if c not in made]
         return made
 
     def _data_parallel_model(

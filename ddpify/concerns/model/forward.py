@@ -314,6 +314,26 @@ class ForwardChecks:
                     passed.append(name)
         return built, passed
 
+    def _holders(self, cls: cst.ClassDef) -> dict[str, set[str]]:
+        """For each field, the fields ``__init__`` builds around it: ``{"projector": {"encoder"}}`` for
+        ``self.encoder = nn.Sequential(self.backbone, self.projector)``."""
+        index = self.index
+        holders: dict[str, set[str]] = {}
+        for owner in index.ancestry(cls):
+            init = index.functions.get((owner, "__init__"))
+            self_name = index.self_name(init) if init is not None else None
+            if init is None or self_name is None:
+                continue
+            for node in index.walk(init.body):
+                target = single_target(node)
+                if target is None or not m.matches(target, m.Attribute(value=m.Name(self_name))):
+                    continue
+                value = cast(cst.Assign | cst.AnnAssign, node).value
+                for part in index.walk(value) if value is not None else ():
+                    if isinstance(part, cst.Attribute) and m.matches(part.value, m.Name(self_name)):
+                        holders.setdefault(part.attr.value, set()).add(cast(cst.Attribute, target).attr.value)
+        return holders
+
     def _never_used(self, cls: cst.ClassDef, entries: frozenset[str]) -> str | None:
         """Why a submodule gets no gradient from the wrapper's forward, if one does not: ``__init__`` builds it
         (``self.label_emb = nn.Embedding(...)``, an EMA copy ``self.ema_model = deepcopy(self.model)``) and
@@ -326,10 +346,15 @@ class ForwardChecks:
         # Only what the wrapper's forward runs gets a gradient: forward (or the method the step runs as
         # forward) and the methods of the class it calls, not an EMA update or sampling beside it.
         methods = [f for f in self._run_by(cls, entries) if not _no_grad_method(index, f)]
+        holders = self._holders(cls)
         for name in (*built, *passed):
             mentions = [a for f in methods for a in index.attributes.get(name, ()) if index.inside(a, f)]
             if not mentions and name in built:
-                return f"`{self_name}.{name}` is built but forward() never runs it"
+                # ``self.encoder = nn.Sequential(self.backbone, self.projector)``: run through the module holding it
+                held = [h for h in sorted(holders.get(name, ())) if h in built]
+                if not any(index.inside(a, f) for h in held for a in index.attributes.get(h, ()) for f in methods):
+                    return f"`{self_name}.{name}` is built but forward() never runs it"
+                continue
             runs = [a for a in mentions if isinstance(call := index.parent(a), cst.Call) and call.func is a]
             if runs and all(self._without_grad(a) for a in mentions):
                 return f"forward() runs `{self_name}.{name}` only under torch.no_grad()"
