@@ -167,6 +167,7 @@ CASES = [
     "model/best_copy_returned_by_the_training_function",
     "data/epoch_function_chosen_by_a_flag",
     "model/builder_picks_a_class_whose_part_skips_a_layer",
+    "model/param_groups_kept_on_the_model",
 ]
 
 

@@ -344,12 +344,40 @@ class TrainedModels:
                 if (untraced := self._trace(value, calls, seen)) is not None:
                     return untraced
             return None
+        if isinstance(expr, cst.Attribute) and (values := self._set_on_an_object(expr)):
+            # ``model.optim_list = [{"params": ...}]`` then ``Adam(model.optim_list)``: what was set there
+            for value in values:
+                if (untraced := self._trace(value, calls, seen)) is not None:
+                    return untraced
+            return None
         if isinstance(expr, cst.Name):
             source = self._loop_source(expr)
             if source is not None:  # ``for p in model.parameters(): yield p``
                 return self._trace(source, calls, seen)
             return self._trace_name(expr, calls, seen)
         return expr
+
+    def _set_on_an_object(self, expr: cst.Attribute) -> list[cst.BaseExpression]:
+        """The values ``obj.field = value`` statements of ``expr``'s own scope set, for ``expr`` spelled
+        ``obj.field`` with ``obj`` a plain name (not ``self``, whose fields are places of their own)."""
+        index = self.index
+        if not isinstance(expr.value, cst.Name):
+            return []
+        scope = index.scope_of(expr)
+        found: list[cst.BaseExpression] = []
+        for attribute in index.attributes.get(expr.attr.value, ()):
+            if attribute is expr or not m.matches(attribute.value, m.Name(expr.value.value)):
+                continue
+            target = index.parent(attribute)
+            assign = index.parent(target)
+            if (
+                isinstance(target, cst.AssignTarget)
+                and isinstance(assign, cst.Assign)
+                and len(assign.targets) == 1
+                and index.scope_of(attribute) is scope
+            ):
+                found.append(assign.value)
+        return found
 
     def _own_parameters(self, call: cst.Call, seen: set[Ref]) -> bool:
         """``model.get_learnable_parameters()``, a method of the program's model classes that every class
