@@ -624,12 +624,12 @@ class Index(ProgramClasses):
                 return (init, 1) if init is not None else None
         return None
 
-    def _functions_chosen(self, func: cst.Name, scope: Scope) -> list[tuple[cst.FunctionDef, int]]:
+    def _functions_chosen(self, func: cst.Name, scope: Scope, depth: int = 0) -> list[tuple[cst.FunctionDef, int]]:
         """``train = train_smoothed if args.smooth else train_plain`` (or one function in each branch of an
-        ``if``), then ``train(model, loader)``: each function of the program the name may hold, in source
-        order; [] unless every value it is given is one."""
+        ``if``; or another name for such a name), then ``train(model, loader)``: each function of the program
+        the name may hold, in source order; [] unless every value it is given is one."""
         ref = self.carried_ref(func, scope)
-        if ref is None or not (ref.scope is scope or isinstance(ref.scope, cst.Module)):
+        if ref is None or not (ref.scope is scope or isinstance(ref.scope, cst.Module)) or depth > 2:
             return []
         leaves: list[cst.BaseExpression] = []
         for _, value in self.values_assigned(ref):
@@ -643,6 +643,11 @@ class Index(ProgramClasses):
         found: list[tuple[cst.FunctionDef, int]] = []
         for leaf in leaves:
             function = self.function_named(leaf, self.scope_of(leaf))
+            if function is None and isinstance(leaf, cst.Name):  # ``fit_fn = fit`` after ``fit = a if c else b``
+                chosen = self._functions_chosen(leaf, self.scope_of(leaf), depth + 1)
+                found += [each for each in chosen if each not in found]
+                if chosen:
+                    continue
             if function is None or self.method_scope(function) is not None:
                 return []
             if (function, 0) not in found:
