@@ -49,10 +49,13 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns import downloads
 from ddpify.diagnostics import Code, Severity
+from ddpify.engine import uniformity
+from ddpify.engine.called import enclosing_function
 from ddpify.engine.edits import EditPlan, with_comma
 from ddpify.engine.index import Index
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, single_target
+from ddpify.engine.uniformity.batches import RankLocal
 from ddpify.engine.values import built_by
 from ddpify.result import Options
 
@@ -188,7 +191,32 @@ def barrier_after(plan: EditPlan, stmt: cst.BaseStatement, why: str = "the other
     barrier = cst.parse_statement(f"{dist}.barrier()  # {why}\n")
     if plan.index.module_of(stmt) in plan.shared:  # other scripts call it without a process group
         barrier = cst.parse_statement(f"if {dist}.is_initialized():\n    {dist}.barrier()  # {why}\n")
-    plan.insert_after(_outside_conditions(plan, _rank_zero_unit(plan, stmt)), barrier)
+    where = _outside_conditions(plan, _rank_zero_unit(plan, stmt))
+    plan.insert_after(where, barrier)
+    for test in _varying_tests_above(plan.index, where):
+        if uniformity.decide_on_rank_zero(plan, test.test):
+            plan.change(
+                test,
+                f"`{plan.index.module_of(test).code_for_node(test.test)}` may differ between ranks (a clock, a draw): "
+                "every rank takes rank 0's decision, so that all of them reach the barrier after the save",
+            )
+
+
+def _varying_tests_above(index: Index, where: cst.BaseStatement, depth: int = 0) -> Iterator[cst.If]:
+    """The ``if`` tests around the calls of the function holding ``where`` (and of the functions calling it)
+    that may differ between ranks: ``if time.time() - t0 > every: save_state(...)`` where ``save_state``
+    waits at a barrier; the ranks that skip it would leave the others waiting."""
+    function = enclosing_function(index, where)
+    if function is None or depth > 2:
+        return
+    varying = RankLocal(index, (), frozenset())
+    for call in index.callers(function):
+        for ancestor in index.ancestors(call):
+            if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
+                break
+            if isinstance(ancestor, cst.If) and varying.reads(ancestor.test, index.scope_of(ancestor)):
+                yield ancestor
+        yield from _varying_tests_above(index, index.statement_of(call), depth + 1)
 
 
 def path_shape(index: Index, path: cst.BaseExpression) -> str:

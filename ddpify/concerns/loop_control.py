@@ -65,12 +65,9 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     """A rank-local exit is decided on rank 0 for every rank; a plateau scheduler steps on the mean of its
     metric over the ranks."""
-    decided: set[cst.If] = set()
-    same = uniformity.same_on_every_rank(plan) if facts.rank_local_exits else ""
     for node, tests in facts.rank_local_exits:
-        for test in (t for t in tests if t not in decided):
-            decided.add(test)
-            plan.replace(test.test, lambda n: cst.Call(cst.Name(same), [cst.Arg(cast(cst.BaseExpression, n))]))
+        for test in tests:
+            uniformity.decide_on_rank_zero(plan, test.test)
         keyword = "break" if isinstance(node, cst.Break) else "return"
         plan.change(
             node,

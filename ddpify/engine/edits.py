@@ -55,6 +55,7 @@ class EditPlan:
     rank_zero_only: list[cst.BaseStatement] = field(default_factory=list)
     removed: set[cst.BaseStatement] = field(default_factory=set)
     inlined: set[cst.If] = field(default_factory=set)  # an ``if`` replaced by its own body
+    decided_on_rank_zero: set[cst.BaseExpression] = field(default_factory=set)  # tests every rank takes from rank 0
     imports: list[Import] = field(default_factory=list)
     # functions and classes the generated code calls, emitted after the setup function
     setup_helpers: dict[str, cst.FunctionDef | cst.ClassDef] = field(default_factory=dict)

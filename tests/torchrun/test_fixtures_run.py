@@ -168,6 +168,7 @@ CASES = [
     "data/epoch_function_chosen_by_a_flag",
     "model/builder_picks_a_class_whose_part_skips_a_layer",
     "model/param_groups_kept_on_the_model",
+    "checkpoints/saved_on_a_clock_by_a_helper",
 ]
 
 

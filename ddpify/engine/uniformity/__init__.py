@@ -226,6 +226,17 @@ def same_on_every_rank(plan: EditPlan) -> str:
     return helper
 
 
+def decide_on_rank_zero(plan: EditPlan, test: cst.BaseExpression) -> bool:
+    """``if <test>:`` decided by rank 0 for every rank: ``same_on_every_rank(<test>)`` (once per test;
+    False where it already is)."""
+    if test in plan.decided_on_rank_zero:
+        return False
+    plan.decided_on_rank_zero.add(test)
+    same = same_on_every_rank(plan)
+    plan.replace(test, lambda n: cst.Call(cst.Name(same), [cst.Arg(cast(cst.BaseExpression, n))]))
+    return True
+
+
 MEAN_OVER_RANKS = '''
 def {helper}(value):
     """The mean over every rank of a number each rank computes from its own batches (a loss, a metric)."""
