@@ -242,6 +242,7 @@ def test_a_helper_that_also_runs_before_the_wrap_reads_the_plain_model(tmp_path:
     [
         ("model/data_parallel_checkpoint_resumed", ["--resume", "data_parallel.pth"]),
         ("model/data_parallel_from_a_factory_resumed", ["data_parallel.pth"]),  # wrapped by a helper
+        ("model/data_parallel_checkpoint_loaded_without_map_location", ["--resume", "data_parallel.pth"]),
     ],
 )
 def test_a_checkpoint_of_the_data_parallel_original_resumes_the_converted_program(

@@ -164,9 +164,14 @@ def _load_old_checkpoints(plan: EditPlan, model: Model) -> None:
         definition = cast(cst.FunctionDef, cst.parse_module(STRIP_PREFIX.format(helper=helper)).body[0])
         plan.add_setup_helper(helper, definition, definition)
         plan.need_import("torch.nn.modules.utils", "consume_prefix_in_state_dict_if_present")
+
+    def strip(node: cst.CSTNode) -> cst.CSTNode:
+        arg = cast(cst.Arg, node)
+        return arg.with_changes(value=cst.Call(func=cst.Name(helper), args=[cst.Arg(arg.value)]))
+
     for call in loads:
-        arg = call.args[0].value
-        plan.replace(arg, lambda node: cst.Call(func=cst.Name(helper), args=[cst.Arg(cast(cst.BaseExpression, node))]))
+        # on the argument, not its value: ``torch.load(...)`` there may get its own edit (map_location)
+        plan.replace(call.args[0], strip)
         plan.change(call, "a checkpoint saved from nn.DataParallel (keys `module.*`) still loads")
 
 
