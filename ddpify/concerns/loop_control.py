@@ -31,6 +31,7 @@ from typing import cast
 
 import libcst as cst
 
+import ddpify.engine.match as m
 from ddpify.concerns import data, model
 from ddpify.engine import uniformity
 from ddpify.engine.edits import EditPlan
@@ -152,7 +153,10 @@ def _trained_refs(index: Index, loader: data.Loader) -> frozenset[Ref]:
         return loader.refs
     found: set[Ref] = set()
     for site in loader.sites:
-        ref = index.carried_ref(site.iter, index.scope_of(site)) if isinstance(site, cst.For) else None
+        iterated = site.iter if isinstance(site, cst.For) else None
+        while isinstance(iterated, cst.Call) and m.matches(iterated.func, m.Name("enumerate")) and iterated.args:
+            iterated = iterated.args[0].value  # ``for i, (x, y) in enumerate(loader)``
+        ref = index.carried_ref(iterated, index.scope_of(site)) if iterated is not None else None
         if ref is None:
             return loader.refs
         found |= {ref, *(place for place in index.upstream(ref) if place in loader.refs)}

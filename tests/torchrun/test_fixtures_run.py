@@ -169,6 +169,7 @@ CASES = [
     "model/builder_picks_a_class_whose_part_skips_a_layer",
     "model/param_groups_kept_on_the_model",
     "checkpoints/saved_on_a_clock_by_a_helper",
+    "data/validation_loader_shuffled_by_the_training_factory",
 ]
 
 

@@ -59,6 +59,9 @@ class Loader:
     whole_run: bool = False
     # ``loader.sampler.indices``: reads of its own sampler through the loader
     sampler_reads: tuple[cst.Attribute, ...] = ()
+    # ``split == "train"``: where the factory's callers that train pass other values than those that evaluate,
+    # the test under which it gets its sampler (else its ``shuffle`` test)
+    trains_when: str | None = None
 
 
 @dataclass(frozen=True)

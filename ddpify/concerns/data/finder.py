@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import cast
 
 import libcst as cst
 
@@ -27,10 +28,10 @@ from ddpify.concerns.data.streams import find_stream
 from ddpify.concerns.data.switches import backward_switched_off
 from ddpify.concerns.samplers import DictEntry, OwnSampler, dict_entry, entry_iterations, keys_drawn, stored_sampler
 from ddpify.engine.edits import statement
-from ddpify.engine.index import Flow, Ref, Scope
+from ddpify.engine.index import Flow, Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward
-from ddpify.engine.syntax import single_target, straight_line
-from ddpify.engine.values import dict_keys, loader_argument
+from ddpify.engine.syntax import parameter_names, single_target, straight_line
+from ddpify.engine.values import dict_keys, loader_argument, passed_values
 
 
 def find(program: Program) -> Facts:
@@ -139,6 +140,7 @@ class LoaderFinder:
                 evaluated,
                 whole_run,
                 tuple(self.reads.sampler_reads(refs)) if own is not None and own.wrapped else (),
+                self._trains_when(call, sites) if evaluated else None,
             )
 
     def _epoch_loops(
@@ -335,6 +337,60 @@ class LoaderFinder:
         for call, caller_ref in carrying:
             found.extend(lp for lp in self._epoch_loop(call, caller_ref, depth + 1) if lp not in found)
         return found
+
+    def _trains_when(self, call: cst.Call, sites: list[tuple[cst.CSTNode, Ref]]) -> str | None:
+        """``split == "train"`` for a factory ``make_loader(split)`` whose every call passes a constant for
+        ``split``, the calls whose loader trains one set of values and the others another (``"val"``,
+        ``"test"``): the loaders it makes for evaluation stay whole on every rank, even where they shuffle too."""
+        index = self.index
+        function = index.scope_of(call)
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        iterated = {ref for _, ref in sites}
+        callers = index.callers(function)
+        training = [c for c in callers if any(index.downstream(ref) & iterated for ref in self._kept_by(c))]
+        if not training or len(training) == len(callers):
+            return None
+        self_name = index.self_name(function)
+        for name in parameter_names(function):
+            if name == self_name or any(True for _ in index.values_assigned(Ref(function, name))):
+                continue
+            values = passed_values(index, Ref(function, name))
+            if values is None or len(values) != len(callers):
+                continue
+            spelled = [_constant(index, value) for value in values]
+            if None in spelled:
+                continue
+            trains = {s for c, s in zip(callers, spelled, strict=True) if c in training}
+            others = {s for c, s in zip(callers, spelled, strict=True) if c not in training}
+            if trains & others:
+                continue
+            chosen = sorted(cast(set[str], trains))
+            return f"{name} == {chosen[0]}" if len(chosen) == 1 else f"{name} in ({', '.join(chosen)})"
+        return None
+
+    def _kept_by(self, call: cst.Call) -> list[Ref]:
+        """The places a call's value is kept in: ``loader = make(...)``, ``data, loader = make(...)``, and
+        each call's own target in ``train, val = make("train"), make("val")``."""
+        index = self.index
+        node: cst.CSTNode = call
+        parent = index.parent(node)
+        if isinstance(parent, cst.Element) and isinstance(tuple_ := index.parent(parent), (cst.Tuple, cst.List)):
+            assign = index.parent(tuple_)
+            if not (isinstance(assign, cst.Assign) and assign.value is tuple_ and len(assign.targets) == 1):
+                return []
+            target = assign.targets[0].target
+            if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(tuple_.elements):
+                return []
+            position = list(tuple_.elements).index(parent)
+            targets: list[cst.BaseExpression] = [target.elements[position].value]
+        elif isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+        else:
+            return []
+        scope = index.scope_of(call)
+        return [ref for t in targets if (ref := index.ref_of(t, scope)) is not None]
 
     def _trains_when_shuffled(self, call: cst.Call, sites: set[cst.CSTNode]) -> bool:
         """``DataLoader(sets[split], shuffle=split == "train")`` iterated by a loop whose every backward pass
@@ -573,3 +629,12 @@ def _pass_counter(loop: cst.While) -> str:
         and small.value.value == "1"
     }
     return counted.pop() if len(counted) == 1 else ""
+
+
+def _constant(index: Index, value: cst.BaseExpression) -> str | None:
+    """How a constant argument is spelled (``"train"``, ``0``, ``True``); None for anything else."""
+    if isinstance(value, (cst.SimpleString, cst.Integer)) or (
+        isinstance(value, cst.Name) and value.value in ("True", "False", "None")
+    ):
+        return index.module_of(value).code_for_node(value)
+    return None

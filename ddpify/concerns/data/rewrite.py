@@ -145,6 +145,8 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         # and the loader that shuffles (the training one) gets the sampler
         condition = index.module.code_for_node(shuffle.value)
         code = f"{sampler}({dataset_code}) if {condition} else None"
+        if loader.trains_when not in (None, condition):  # evaluation loaders shuffle too: the callers tell apart
+            code = f"{sampler}({dataset_code}, shuffle={condition}) if {loader.trains_when} else None"
     value = cst.parse_expression(code)
     new_arg = cst.Arg(
         value=value,
@@ -342,7 +344,7 @@ def _sampled_when(plan: EditPlan, loader: Loader) -> str | None:
     shuffle = argument(loader.call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
     if not loader.evaluated or shuffle is None or is_true(shuffle.value) or is_false(shuffle.value):
         return None
-    return plan.index.module.code_for_node(shuffle.value)
+    return loader.trains_when or plan.index.module.code_for_node(shuffle.value)
 
 
 def _name(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
