@@ -170,6 +170,7 @@ CASES = [
     "model/param_groups_kept_on_the_model",
     "checkpoints/saved_on_a_clock_by_a_helper",
     "data/validation_loader_shuffled_by_the_training_factory",
+    "model/data_parallel_removed_from_an_evaluated_model",
 ]
 
 
@@ -263,3 +264,31 @@ def test_a_checkpoint_of_the_data_parallel_original_resumes_the_converted_progra
     assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
     # loaded, not skipped: the first step starts from the checkpoint's weights, so a missing key would raise
     assert "Missing key" not in report.output
+
+
+@pytest.mark.torchrun
+def test_an_evaluation_path_loads_the_checkpoint_of_the_data_parallel_original(tmp_path: Path) -> None:
+    """The input's ``--eval`` path loads a checkpoint its ``nn.DataParallel`` training wrote (keys ``module.*``):
+    the converted evaluation, its DataParallel removed, still loads it and reads the model, not ``.module``."""
+    case = FIXTURES / "model/data_parallel_removed_from_an_evaluated_model"
+    shutil.copy(case / "input.py", tmp_path / "original.py")
+    shutil.copy(case / "expected.py", tmp_path / "converted.py")
+    trained = subprocess.run(
+        [sys.executable, "original.py", "--checkpoint", "published.pt"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    evaluated = subprocess.run(
+        [sys.executable, "converted.py", "--eval", "--checkpoint", "published.pt"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert evaluated.stdout.startswith("[")

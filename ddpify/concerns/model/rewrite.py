@@ -17,6 +17,7 @@ from ddpify.concerns.model.facts import Facts, Model
 from ddpify.concerns.model.finder import statement_value
 from ddpify.concerns.model.reads import DEEPCOPY
 from ddpify.engine.edits import EditPlan, fresh, with_comma
+from ddpify.engine.index import Ref
 from ddpify.result import Options
 
 
@@ -50,6 +51,8 @@ def _module_if_wrapped(ddp: str, bare: bool) -> Callable[[cst.CSTNode], cst.CSTN
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     ddp = plan.names.ddp
     wrapped_by_ddp: set[cst.Call] = set()
+    stripped: set[cst.Call] = set()  # ``load_state_dict`` calls that load the input's DataParallel checkpoints
+    trained = facts.refs
     for model in facts.models:
         arguments = ", device_ids=[torch.cuda.current_device()]" if model.on_cuda else ""
         if options.find_unused_parameters or model.unused is not None:
@@ -93,7 +96,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         for call in model.through_forward:
             _through_forward(plan, call)
         if _had_data_parallel(plan, facts, model):
-            _load_old_checkpoints(plan, model)
+            _load_old_checkpoints(plan, model.lineage, stripped)
     for call in facts.data_parallel:
         if call not in wrapped_by_ddp and call.args:
             stmt = plan.index.statement_of(call)
@@ -102,6 +105,11 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             else:
                 plan.replace(call, lambda n: cast(cst.Call, n).args[0].value)
             plan.change(call, "remove nn.DataParallel: each process drives one GPU")
+            # a model only evaluated (``--eval``): it loads the input's checkpoints and reads no ``.module``
+            lineage = frozenset(place for ref in plan.index.holders(call) for place in plan.index.lineage(ref))
+            if lineage and not lineage & trained:
+                _load_old_checkpoints(plan, lineage, stripped)
+                _module_reads_dropped(plan, lineage)
     for test in facts.data_parallel_tests if facts.models else ():
         plan.replace(test, lambda _: cst.Name(ddp))
         plan.change(test, "`isinstance(..., nn.DataParallel)` -> `isinstance(..., DDP)`: the program unwraps its model")
@@ -142,7 +150,18 @@ def {helper}(state_dict):
 '''
 
 
-def _load_old_checkpoints(plan: EditPlan, model: Model) -> None:
+def _module_reads_dropped(plan: EditPlan, lineage: frozenset[Ref]) -> None:
+    """``scorer.module.score`` of a model no longer wrapped in ``nn.DataParallel``: ``scorer.score``."""
+    index = plan.index
+    for attribute in index.attributes.get("module", ()):
+        if index.carried_ref(attribute.value, index.scope_of(attribute)) not in lineage:
+            continue
+        plan.replace(attribute, lambda n: cast(cst.Attribute, n).value)
+        text = index.module_of(attribute).code_for_node(attribute.value)
+        plan.change(attribute, f"`{text}.module` -> `{text}`: it is no longer wrapped in nn.DataParallel")
+
+
+def _load_old_checkpoints(plan: EditPlan, lineage: frozenset[Ref], stripped: set[cst.Call]) -> None:
     """``model.load_state_dict(sd)`` -> ``model.load_state_dict(without_module_prefix(sd))``: the input's
     checkpoints, saved from its ``nn.DataParallel``, still load into the model that is no longer wrapped in it
     (the converted program saves ``model.module``'s keys, without the prefix)."""
@@ -155,8 +174,10 @@ def _load_old_checkpoints(plan: EditPlan, model: Model) -> None:
         and call.args
         and call.args[0].keyword is None
         and not call.args[0].star
-        and index.root_ref(call.func.value, index.scope_of(call)) in model.lineage
+        and index.root_ref(call.func.value, index.scope_of(call)) in lineage
+        and call not in stripped
     ]
+    stripped.update(loads)
     if not loads:
         return
     helper = fresh("without_module_prefix", index.identifiers)
