@@ -97,13 +97,24 @@ class _Finder:
             if untraced is not None:
                 code = self.index.module.code_for_node(untraced)
                 text = code if len(code) <= 60 and "\n" not in code else code.splitlines()[0][:57] + "..."
-                self.program.report(
-                    untraced,
-                    UNTRACEABLE_OPTIMIZER,
-                    f"cannot tell which model `{text}` comes from: every parameter this optimizer trains must come "
-                    "from a model's `.parameters()` or `.named_parameters()` so that DistributedDataParallel "
-                    "averages its gradients",
-                )
+                node, holder = untraced, None
+                while (holder := self.index.ref_of(node, self.index.scope_of(untraced))) is None and isinstance(
+                    node, (cst.Attribute, cst.Subscript)
+                ):
+                    node = node.value  # ``self.nets`` of ``self.nets[k]``
+                if holder is not None and self.trained.holds_models(holder):
+                    message = (
+                        f"`{holder.path}` keeps its models in a dict or list, which is no module: ddpify cannot wrap "
+                        "it in DistributedDataParallel; wrap each model it holds yourself, or keep them in an "
+                        "nn.ModuleDict"
+                    )
+                else:
+                    message = (
+                        f"cannot tell which model `{text}` comes from: every parameter this optimizer trains must "
+                        "come from a model's `.parameters()` or `.named_parameters()` so that "
+                        "DistributedDataParallel averages its gradients"
+                    )
+                self.program.report(untraced, UNTRACEABLE_OPTIMIZER, message)
                 continue
             for ref in refs:
                 listed = self.trained.lists.get(ref)

@@ -12,6 +12,7 @@ from ddpify import torch_api
 from ddpify.concerns import model_collections
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, assigned, parameter_names
+from ddpify.engine.values import built_by
 
 
 class TrainedModels:
@@ -245,7 +246,32 @@ class TrainedModels:
         containers = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)
         if subscripted and any(isinstance(value, containers) for _, value in index.values_assigned(ref)):
             return None
+        if node is not receiver and self.holds_models(ref):
+            return None  # ``nets.enc`` of ``nets = Munch(enc=..., head=...)``: not a part of one model
         return ref
+
+    def holds_models(self, ref: Ref) -> bool:
+        """Whether ``ref`` holds a container of models that is no module itself: a dict (also an attribute-dict
+        class, the program's own or a library's such as ``Munch``), a list, a tuple; ``nn.ModuleDict`` is a
+        module."""
+        index = self.index
+        held = [v for _, v in index.values_assigned(ref)]
+        for value in [b for v in held for b in built_by(index, v) or [v]]:
+            if isinstance(value, (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)):
+                return True
+            if not isinstance(value, cst.Call):
+                continue
+            names = index.qualified_names(value.func)
+            if names & _CONTAINERS or any(n.rsplit(".", 1)[-1] in _ATTRIBUTE_DICTS for n in names):
+                return True
+            cls = index.local_class(value.func)
+            if (
+                cls is not None
+                and index.derives_from(cls, _CONTAINERS)
+                and not index.derives_from(cls, torch_api.NN_MODULE)
+            ):
+                return True
+        return False
 
     def _built_by_name(self, value: cst.BaseExpression | None) -> bool:
         """``getattr(models, opt.model)()``: a class of a package of the program, chosen by name."""
@@ -576,6 +602,10 @@ class TrainedModels:
         if self._all_trained is None:
             self._all_trained = {ref for opt in self.optimizers() for ref in self.trained_refs(opt)[0]}
         return self._all_trained
+
+
+_CONTAINERS = frozenset({"builtins.dict", "builtins.list", "builtins.tuple", "collections.OrderedDict"})
+_ATTRIBUTE_DICTS = frozenset({"Munch", "EasyDict", "edict", "AttrDict", "SimpleNamespace", "DotMap", "Box"})
 
 
 def _unchained(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
