@@ -79,8 +79,8 @@ def _callees(index: Index, call: cst.Call, by_name: dict[str, list[cst.FunctionD
     resolved = index.resolve_callee(call, index.scope_of(call))
     if resolved is not None:
         found.append(resolved[0])
-    elif isinstance(call.func, cst.Name):  # ``train = train_a if flag else train_b``: either may be called
-        found += [function for function, _ in index.instance_methods(call, index.scope_of(call))]
+    else:  # ``train = train_a if flag else train_b``: either may be called
+        found += index.functions_chosen(call)
     func = call.func
     named = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)  # ``Runner(args).train()`` too
     if named:

@@ -624,6 +624,13 @@ class Index(ProgramClasses):
                 return (init, 1) if init is not None else None
         return None
 
+    def functions_chosen(self, call: cst.Call) -> list[cst.FunctionDef]:
+        """The program's functions a call of a name may run, where the name is given one or another of them
+        (see :meth:`_functions_chosen`)."""
+        if not isinstance(call.func, cst.Name):
+            return []
+        return [function for function, _ in self._functions_chosen(call.func, self.scope_of(call))]
+
     def _functions_chosen(self, func: cst.Name, scope: Scope, depth: int = 0) -> list[tuple[cst.FunctionDef, int]]:
         """``train = train_smoothed if args.smooth else train_plain`` (or one function in each branch of an
         ``if``; or another name for such a name), then ``train(model, loader)``: each function of the program

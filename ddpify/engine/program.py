@@ -149,7 +149,7 @@ def _callees(index: Index, call: cst.Call) -> list[cst.FunctionDef]:
         return [*commands, *handed]
     func = call.func
     if not isinstance(func, cst.Attribute):  # ``train(...)`` after ``train = train_a if flag else train_b``
-        return [*(function for function, _ in index.instance_methods(call, scope)), *handed]
+        return [*index.functions_chosen(call), *handed]
     if (instance := index.instance_method(call, scope)) is not None:  # ``Runner(args).train()``
         return [instance[0], *handed]
     ref = index.root_ref(func.value, scope)
