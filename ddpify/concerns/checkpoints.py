@@ -193,7 +193,7 @@ def barrier_after(plan: EditPlan, stmt: cst.BaseStatement, why: str = "the other
         barrier = cst.parse_statement(f"if {dist}.is_initialized():\n    {dist}.barrier()  # {why}\n")
     where = _outside_conditions(plan, _rank_zero_unit(plan, stmt))
     plan.insert_after(where, barrier)
-    for test in _varying_tests_above(plan.index, where):
+    for test in _varying_tests_above(plan.index, where, RankLocal(plan.index, (), frozenset())):
         if uniformity.decide_on_rank_zero(plan, test.test):
             plan.change(
                 test,
@@ -202,21 +202,23 @@ def barrier_after(plan: EditPlan, stmt: cst.BaseStatement, why: str = "the other
             )
 
 
-def _varying_tests_above(index: Index, where: cst.BaseStatement, depth: int = 0) -> Iterator[cst.If]:
+def _varying_tests_above(
+    index: Index, where: cst.BaseStatement, varying: RankLocal, depth: int = 0
+) -> Iterator[cst.If]:
     """The ``if`` tests around the calls of the function holding ``where`` (and of the functions calling it)
-    that may differ between ranks: ``if time.time() - t0 > every: save_state(...)`` where ``save_state``
-    waits at a barrier; the ranks that skip it would leave the others waiting."""
+    that may differ between ranks (a clock, a draw: what ``varying`` reads as such): ``if time.time() - t0 >
+    every: save_state(...)`` where ``save_state`` waits at a barrier; the ranks that skip it would leave the
+    others waiting."""
     function = enclosing_function(index, where)
     if function is None or depth > 2:
         return
-    varying = RankLocal(index, (), frozenset())
     for call in index.callers(function):
         for ancestor in index.ancestors(call):
             if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
                 break
             if isinstance(ancestor, cst.If) and varying.reads(ancestor.test, index.scope_of(ancestor)):
                 yield ancestor
-        yield from _varying_tests_above(index, index.statement_of(call), depth + 1)
+        yield from _varying_tests_above(index, index.statement_of(call), varying, depth + 1)
 
 
 def path_shape(index: Index, path: cst.BaseExpression) -> str:

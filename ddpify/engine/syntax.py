@@ -103,6 +103,21 @@ def assigned(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
         yield target
 
 
+def unpacked_into(
+    target: cst.BaseExpression, value: cst.BaseExpression, item: cst.CSTNode
+) -> cst.BaseExpression | None:
+    """Where ``a, b = x, y`` puts ``item``, one of the items of ``value``: the item of ``target`` at its
+    position; None where the two are not flat sequences of one length (``nets = [a, b]``, a starred item)."""
+    if not (
+        isinstance(value, (cst.Tuple, cst.List))
+        and isinstance(target, (cst.Tuple, cst.List))
+        and len(value.elements) == len(target.elements)
+        and not any(isinstance(e, cst.StarredElement) for e in (*value.elements, *target.elements))
+    ):
+        return None
+    return next((into.value for each, into in zip(value.elements, target.elements) if each.value is item), None)
+
+
 def single_target(node: cst.CSTNode | None) -> cst.BaseExpression | None:
     """What one assignment of a value binds: ``x`` of ``x = v`` and of the annotated ``x: T = v``
     (which Python runs alike); None for anything else (several targets, a bare annotation)."""

@@ -30,7 +30,7 @@ from ddpify.concerns.samplers import DictEntry, OwnSampler, dict_entry, entry_it
 from ddpify.engine.edits import statement
 from ddpify.engine.index import Flow, Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward
-from ddpify.engine.syntax import parameter_names, single_target, straight_line
+from ddpify.engine.syntax import parameter_names, single_target, straight_line, unpacked_into
 from ddpify.engine.values import dict_keys, loader_argument, passed_values
 
 
@@ -379,11 +379,8 @@ class LoaderFinder:
             assign = index.parent(tuple_)
             if not (isinstance(assign, cst.Assign) and assign.value is tuple_ and len(assign.targets) == 1):
                 return []
-            target = assign.targets[0].target
-            if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(tuple_.elements):
-                return []
-            position = list(tuple_.elements).index(parent)
-            targets: list[cst.BaseExpression] = [target.elements[position].value]
+            into = unpacked_into(assign.targets[0].target, tuple_, call)
+            targets: list[cst.BaseExpression] = [into] if into is not None else []
         elif isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1:
             target = parent.targets[0].target
             targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]

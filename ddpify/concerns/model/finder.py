@@ -135,8 +135,12 @@ class _Finder:
                         read for read in (*model.unwrap, *borrowed) if read not in self._claimed and read not in routed
                     )
                     self._claimed.update(unwrap)
-                    mixed = self.reads.reads_of(
-                        model.ref, model.insert_after, self.reads.handed_plain(model.ref, model.insert_after)
+                    mixed = (
+                        self.reads.reads_of(
+                            model.ref, model.insert_after, self.reads.handed_plain(model.ref, model.insert_after)
+                        )
+                        if unwrap
+                        else set()
                     )
                     yield replace(
                         model,

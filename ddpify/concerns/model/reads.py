@@ -22,7 +22,7 @@ from ddpify.concerns.model.codes import STORED_BEFORE_WRAP, WRAPPER_IN_CONTAINER
 from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.engine.index import Ref, Scope
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import parameter_names
+from ddpify.engine.syntax import parameter_names, unpacked_into
 from ddpify.engine.values import binds, passed_values
 
 DEEPCOPY = frozenset({"copy.deepcopy"})
@@ -39,7 +39,8 @@ class WrapperReads:
         self.index = program.index
         self.trained = trained
         self._warned_holders: set[str] = set()
-        self._wrapped_places: dict[tuple[Ref, cst.BaseStatement], set[Ref]] = {}
+        # per (model, wrap): the places the wrapped model reaches, and each read of it there
+        self._from_wrap: dict[tuple[Ref, cst.BaseStatement], tuple[set[Ref], list[tuple[Ref, cst.BaseExpression]]]] = {}
 
     def stored_after(self, target: Ref, wrap: cst.BaseStatement) -> tuple[cst.BaseExpression, ...]:
         """Reads of the wrapped model taken out of a list it is kept in after the wrap, that need ``.module``.
@@ -319,7 +320,7 @@ class WrapperReads:
             return None
         if isinstance(parent, cst.Assign) and parent.value is node:
             target = parent.targets[0].target
-            unpacked = _unpacked_into(read, node, target)
+            unpacked = unpacked_into(target, parent.value, read)
             if unpacked is not None:  # ``best, best_loss = model, inf``: a name, followed as the model's
                 return None if isinstance(unpacked, cst.Name) else unpacked
             return target
@@ -412,6 +413,15 @@ class WrapperReads:
 
     def _reads_from_wrap(self, target: Ref, wrap: cst.BaseStatement) -> list[tuple[Ref, cst.BaseExpression]]:
         """Each read of the model from the wrap on, with the place it reads, before any rebinding counts."""
+        return self._followed_from_wrap(target, wrap)[1]
+
+    def _followed_from_wrap(
+        self, target: Ref, wrap: cst.BaseStatement
+    ) -> tuple[set[Ref], list[tuple[Ref, cst.BaseExpression]]]:
+        """The places the model reaches from the wrap on, and each read of it there (found once)."""
+        known = self._from_wrap.get((target, wrap))
+        if known is not None:
+            return known
         index = self.index
         wrap_scope = index.scope_of(wrap)
 
@@ -439,8 +449,7 @@ class WrapperReads:
                 if flow.dst not in wrapped and (ref is not target or after_wrap(flow.stmt)):
                     wrapped.add(flow.dst)
                     queue.append(flow.dst)
-        self._wrapped_places[(target, wrap)] = wrapped
-        return [
+        reads = [
             (ref, read)
             for ref in sorted(wrapped, key=lambda r: r.path)
             for read in (
@@ -449,16 +458,15 @@ class WrapperReads:
             )
             if ref is not target or after_wrap(read)
         ]
+        self._from_wrap[(target, wrap)] = wrapped, reads
+        return wrapped, reads
 
     def handed_plain(self, target: Ref, wrap: cst.BaseStatement) -> frozenset[Ref]:
         """The places the wrapped model reaches that may hold a plain model too, and so get ``.module`` only
         where they hold the wrapper: ``best_model``, the model itself until a better epoch keeps a deep copy
         of it, and ``evaluate(m)`` handed either; a helper handed the model and, by another call, an EMA copy."""
         index = self.index
-        wrapped = self._wrapped_places.get((target, wrap))
-        if wrapped is None:
-            self._reads_from_wrap(target, wrap)
-            wrapped = self._wrapped_places[(target, wrap)]
+        wrapped = self._followed_from_wrap(target, wrap)[0]
 
         # the program's other trained models are wrapped too (``embeddings(encoder)``, ``embeddings(wide)``);
         # this one only from its wrap on (``best = model`` before it holds the plain model)
@@ -665,21 +673,3 @@ def _hasattr_test(test: cst.BaseExpression, receiver: str, attribute: str) -> bo
         args=[m.Arg(m.Name(receiver)), m.Arg(m.SimpleString(f'"{attribute}"') | m.SimpleString(f"'{attribute}'"))],
     )
     return bool(m.findall(test, pattern))
-
-
-def _unpacked_into(
-    read: cst.BaseExpression, value: cst.CSTNode, target: cst.BaseExpression
-) -> cst.BaseExpression | None:
-    """Where ``a, b = x, y`` puts ``read``, one of the items of ``value``: the matching item of ``target``;
-    None where the two are not flat sequences of one length (``nets = [a, b]``)."""
-    if not (
-        isinstance(value, (cst.Tuple, cst.List))
-        and isinstance(target, (cst.Tuple, cst.List))
-        and len(value.elements) == len(target.elements)
-        and not any(isinstance(e, cst.StarredElement) for e in (*value.elements, *target.elements))
-    ):
-        return None
-    for item, into in zip(value.elements, target.elements, strict=True):
-        if item.value is read:
-            return into.value
-    return None
