@@ -292,3 +292,28 @@ def test_an_evaluation_path_loads_the_checkpoint_of_the_data_parallel_original(t
     )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert evaluated.stdout.startswith("[")
+
+
+@pytest.mark.torchrun
+def test_a_checkpoint_filtered_by_the_model_keys_loads_as_in_the_original(tmp_path: Path) -> None:
+    """A helper keeps only the checkpoint's keys that the model has (``k in model.state_dict()``): the input's
+    checkpoints name them ``module.*``, so the strip goes before that filter, not after it where nothing would
+    load any more. The converted evaluation gives the original's output on the original's checkpoint."""
+    case = FIXTURES / "model/data_parallel_checkpoint_filtered_by_the_model_keys"
+    shutil.copy(case / "input.py", tmp_path / "original.py")
+    shutil.copy(case / "expected.py", tmp_path / "converted.py")
+
+    def run(script: str, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, script, "--checkpoint", "published.pt", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    run("original.py")
+    assert run("converted.py", "--eval") == run("original.py", "--eval")

@@ -191,9 +191,54 @@ def _load_old_checkpoints(plan: EditPlan, lineage: frozenset[Ref], stripped: set
         return arg.with_changes(value=cst.Call(func=cst.Name(helper), args=[cst.Arg(arg.value)]))
 
     for call in loads:
+        filtered = _filtered_by_own_keys(plan, call, lineage)
+        if filtered:
+            # ``{k: v for k, v in ckpt.items() if k in own}``: stripped after the filter, nothing would load
+            for source in filtered:
+                plan.replace(
+                    source, lambda n: cst.Call(func=cst.Name(helper), args=[cst.Arg(cast(cst.BaseExpression, n))])
+                )
+                plan.change(
+                    source, "a checkpoint saved from nn.DataParallel (keys `module.*`) still matches the model's keys"
+                )
+            continue
         # on the argument, not its value: ``torch.load(...)`` there may get its own edit (map_location)
         plan.replace(call.args[0], strip)
         plan.change(call, "a checkpoint saved from nn.DataParallel (keys `module.*`) still loads")
+
+
+def _filtered_by_own_keys(plan: EditPlan, load: cst.Call, lineage: frozenset[Ref]) -> list[cst.BaseExpression]:
+    """``own = model.state_dict()``, ``own.update({k: v for k, v in ckpt.items() if k in own})``, then
+    ``model.load_state_dict(own)``: the ``ckpt`` that such a filter keeps against the model's own keys (the
+    load itself holds the model's keys, which need no strip)."""
+    index = plan.index
+    value = load.args[0].value
+    scope = index.scope_of(load)
+    own = index.ref_of(value, scope) if isinstance(value, cst.Name) else None
+    if own is None:
+        return []
+    if not any(
+        isinstance(bound, cst.Call)
+        and isinstance(bound.func, cst.Attribute)
+        and bound.func.attr.value == "state_dict"
+        and index.root_ref(bound.func.value, index.scope_of(bound)) in lineage
+        for _, bound in index.values_assigned(own)
+    ):
+        return []
+    body = next((a for a in index.ancestors(load) if isinstance(a, cst.FunctionDef)), index.module_of(load))
+    sources: list[cst.BaseExpression] = []
+    for comprehension in index.walk(body):
+        if not isinstance(comprehension, cst.DictComp):
+            continue
+        loop = comprehension.for_in
+        if (
+            isinstance(loop.iter, cst.Call)
+            and isinstance(loop.iter.func, cst.Attribute)
+            and loop.iter.func.attr.value == "items"
+            and any(index.mentions(test.test, own) for test in loop.ifs)
+        ):
+            sources.append(loop.iter.func.value)
+    return sources
 
 
 def _rewraps_itself(plan: EditPlan, stmt: cst.BaseStatement, call: cst.Call) -> bool:
