@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,9 +34,15 @@ TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 def python(cwd: Path, script: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
-    return subprocess.run(
-        [sys.executable, script], cwd=cwd, capture_output=True, text=True, timeout=120, check=False, env=env
-    )
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, script], cwd=cwd, capture_output=True, text=True, timeout=120, check=False, env=env
+        )
+        # Gloo's threads can abort the interpreter's teardown on a loaded machine (SIGABRT, "terminate called
+        # without an active exception") after the program ended: torch's, not the program's; run it once more
+        if not (done.returncode == -signal.SIGABRT and "terminate called" in done.stderr):
+            break
+    return done
 
 
 def trains_in_sync(script: Path) -> None:
