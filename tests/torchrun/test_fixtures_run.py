@@ -48,6 +48,7 @@ CASES = [
     "data/loader_passed_to_a_method",
     "data/enumerate_kept_in_a_name",
     "data/loader_built_in_the_epoch_loop",
+    "data/loader_built_in_the_loop_that_draws_it",
     "model/ema_copy_as_a_submodule",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",

@@ -30,6 +30,15 @@ class Restart:
 
 
 @dataclass(frozen=True)
+class Inline:
+    """``for x, y in DataLoader(ds, shuffle=True):`` inside an epoch loop: a loader built where its batches
+    are drawn, which no name holds; its sampler is named just before that loop."""
+
+    loop: cst.For  # the loop that draws the batches
+    epoch: str  # the variable of the epoch loop around it
+
+
+@dataclass(frozen=True)
 class Loader:
     call: cst.Call
     training: bool
@@ -62,6 +71,8 @@ class Loader:
     # ``split == "train"``: where the factory's callers that train pass other values than those that evaluate,
     # the test under which it gets its sampler (else its ``shuffle`` test)
     trains_when: str | None = None
+    # built in the ``for`` that draws its batches
+    inline: Inline | None = None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns.data.checks import Checks
 from ddpify.concerns.data.codes import NO_EPOCH, NO_TRAINING_LOADER, OWN_SAMPLER, UNFOLLOWED_LOADER
-from ddpify.concerns.data.facts import EpochLoop, Facts, Loader, Restart, is_false, is_true
+from ddpify.concerns.data.facts import EpochLoop, Facts, Inline, Loader, Restart, is_false, is_true
 from ddpify.concerns.data.reads import Reads
 from ddpify.concerns.data.seeds import Seeds
 from ddpify.concerns.data.streams import find_stream
@@ -81,6 +81,10 @@ class LoaderFinder:
             entry = dict_entry(index, call)
             if entry is not None:
                 origin = entry.holder
+            if origin is None and entry is None and (inline := self._inline(call)) is not None:
+                full = self.checks.batch_size_in_shapes(call, [inline.loop], frozenset())
+                yield Loader(call, True, (), full_batches=full, sites=(inline.loop,), inline=inline)
+                continue
             refs = index.downstream(origin) if origin is not None else set()
             starts: dict[cst.CSTNode, cst.CSTNode] = {}  # where to look for the epoch loop around a site
             if entry is None:
@@ -142,6 +146,49 @@ class LoaderFinder:
                 tuple(self.reads.sampler_reads(refs)) if own is not None and own.wrapped else (),
                 self._trains_when(call, sites) if evaluated else None,
             )
+
+    def _inline(self, call: cst.Call) -> Inline | None:
+        """``for x, y in DataLoader(...)`` (or through ``enumerate``/``tqdm``) that trains, inside an epoch
+        loop of the same function with a plain variable; the loader's arguments leave the sampling to it (no
+        sampler of its own, no ``**kwargs``) and its dataset is no stream."""
+        index = self.index
+        node: cst.CSTNode = call
+        while isinstance(arg := index.parent(node), cst.Arg) and arg.keyword is None and not arg.star:
+            wrapper = index.parent(arg)
+            if not (
+                isinstance(wrapper, cst.Call) and wrapper.args[0] is arg and _last_name(wrapper.func) in _PASSING_ON
+            ):
+                return None
+            node = wrapper
+        loop = index.parent(node)
+        if not (isinstance(loop, cst.For) and loop.iter is node):
+            return None
+        if any(
+            a.star or (a.keyword is not None and a.keyword.value in torch_api.DATALOADER_SAMPLING_KEYWORDS)
+            for a in call.args
+        ):
+            return None
+        if find_stream(index, call) is not None:
+            return None
+        if not (self.reads.site_trains(loop) and self.reads.batches_train(loop)):
+            return None
+        scope = index.scope_of(loop)
+        outer = next(
+            (
+                lp
+                for lp in index.enclosing_loops(loop)
+                if lp is not loop and not (isinstance(lp, cst.For) and self._over_phases(lp))
+            ),
+            None,
+        )
+        if outer is None or index.scope_of(outer) is not scope:
+            return None
+        if isinstance(outer, cst.While):  # ``while epoch < n: ...; epoch += 1``
+            counter = _pass_counter(outer)
+            return Inline(loop, counter) if counter else None
+        if isinstance(outer.target, cst.Name) and outer.target.value != "_":
+            return Inline(loop, outer.target.value)
+        return None
 
     def _epoch_loops(
         self,

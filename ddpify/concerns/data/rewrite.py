@@ -153,9 +153,37 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         keyword=cst.Name("sampler"),
         equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
     )
+    inline = loader.inline
     if index.module_of(call) in plan.shared:
-        _add_sampler_where_distributed(plan, loader, new_arg, shuffle, taken)
+        named = _add_sampler_where_distributed(
+            plan, loader, new_arg, shuffle, taken, "train_sampler" if inline is not None else "sampler"
+        )
         summary = "training DataLoader: a DistributedSampler once a process group exists (other scripts use it too)"
+        if inline is not None and shuffles:
+            _hoist(plan, stmt, f"if {named} is not None:\n    {named}.set_epoch({inline.epoch})")
+            plan.change(inline.loop, f"call `{named}.set_epoch({inline.epoch})` before each pass over the data")
+        shuffles = shuffles and inline is None
+    elif inline is not None:
+        # built where its batches are drawn: the sampler gets a name, to set its epoch before each pass
+        named = fresh("train_sampler", index.identifiers | taken)
+        taken.add(named)
+        _hoist(plan, stmt, f"{named} = {code}")
+        if shuffles:
+            _hoist(plan, stmt, f"{named}.set_epoch({inline.epoch})")
+            plan.change(inline.loop, f"call `{named}.set_epoch({inline.epoch})` before each pass over the data")
+        named_arg = new_arg.with_changes(value=cst.Name(named))
+        if shuffle is not None:
+            plan.replace(
+                shuffle,
+                lambda n: n.with_changes(keyword=named_arg.keyword, equal=named_arg.equal, value=named_arg.value),
+            )
+        else:
+            position = len(call.args)
+            if default is not None and call.args.index(default) < position:
+                position -= 1
+            plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), named_arg, position))
+        summary = "training DataLoader: shuffle moves into a DistributedSampler"
+        shuffles = False  # its epoch is set here
     elif shuffle is not None:
         plan.replace(shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=value))
         summary = "training DataLoader: shuffle moves into a DistributedSampler"
@@ -204,12 +232,12 @@ def _sampler_by_default(plan: EditPlan, loader: Loader, taken: set[str]) -> None
 
 
 def _add_sampler_where_distributed(
-    plan: EditPlan, loader: Loader, sampler: cst.Arg, shuffle: cst.Arg | None, taken: set[str]
-) -> None:
+    plan: EditPlan, loader: Loader, sampler: cst.Arg, shuffle: cst.Arg | None, taken: set[str], name: str
+) -> str:
     """In a module that other scripts import too, the sampler exists only where a process group does,
     and the loader shuffles by itself elsewhere, as the script did."""
     index = plan.index
-    name = fresh("sampler", index.identifiers | taken)
+    name = fresh(name, index.identifiers | taken)
     taken.add(name)
     code = index.module.code_for_node(sampler.value)
     if isinstance(sampler.value, cst.IfExp):  # the training loader's own test: ``(A if train else None) if ...``
@@ -227,6 +255,7 @@ def _add_sampler_where_distributed(
     position = loader.call.args.index(spread) if spread is not None else len(loader.call.args)
     new_arg = sampler.with_changes(value=cst.Name(name))
     plan.replace(loader.call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
+    return name
 
 
 def _drop_last(plan: EditPlan, loader: Loader) -> None:
