@@ -86,6 +86,9 @@ def find(program: Program) -> Facts:
         if isinstance(node, cst.FormattedString) and _formats_cuda_index(node):
             indices.append(GpuIndex(node, "f-string"))
         elif isinstance(node, cst.SimpleString) and _CUDA_INDEX.match(node.value):
+            element = index.parent(node)
+            if isinstance(element, cst.DictElement) and element.key is node:
+                continue  # ``map_location={"cuda:0": "cpu"}``: the GPU a checkpoint was saved from, matched as written
             indices.append(GpuIndex(node, "string"))
         elif isinstance(node, cst.Call):
             kind = finder.gpu_index_call(node)
