@@ -609,15 +609,20 @@ class WrapperReads:
         return False
 
     def _unwraps_itself(self, param: Ref) -> bool:
-        """A parameter the function tests with ``hasattr(model, ...)`` and never runs: it expects a plain module."""
+        """A parameter the function tests with ``hasattr(model, ...)`` and never runs: it expects a plain module.
+        A function that trains keeps the wrapper whatever it tests (``model.forward(x)`` there, then
+        ``model.module if hasattr(model, "module") else model`` to save: its forward must go through DDP)."""
         function = param.scope
         if not isinstance(function, cst.FunctionDef) or param.path.startswith("self."):
             return False
         calls = [node for node in self.index.walk(function.body) if type(node) is cst.Call]
         hasattr_test = m.Call(func=m.Name("hasattr"), args=[m.Arg(m.Name(param.path)), m.Arg()])
         tested = any(m.matches(call, hasattr_test) for call in calls)
-        runs = any(m.matches(call.func, m.Name(param.path)) for call in calls)
-        return tested and not runs
+        runs = any(
+            m.matches(call.func, m.Name(param.path) | m.Attribute(value=m.Name(param.path), attr=m.Name("forward")))
+            for call in calls
+        )
+        return tested and not runs and not self.index.trains(function.body)
 
     def needs_module(self, read: cst.BaseExpression) -> bool:
         if self._unwrapped_before(read):
