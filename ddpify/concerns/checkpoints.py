@@ -83,7 +83,7 @@ def find(program: Program, fetches: downloads.Facts) -> Facts:
     # it in its turn where it is still missing) are handled in turns, not on rank 0
     saves = tuple(s for s in finder.saves() if not fetches.in_turns(program.index, s))
     moves = tuple(m for m in finder.file_moves() if not fetches.in_turns(program.index, m)) if saves else ()
-    return Facts(saves, moves, tuple(finder.reloaded(saves)), tuple(finder.state_loads()))
+    return Facts(saves, moves, tuple(finder.reloaded(saves + moves)), tuple(finder.state_loads()))
 
 
 class _Finder:
@@ -105,17 +105,28 @@ class _Finder:
                 yield stmt
 
     def reloaded(self, saves: tuple[cst.SimpleStatementLine, ...]) -> Iterator[cst.SimpleStatementLine]:
-        """Saves of a file the script reads back with ``torch.load``: the other ranks must wait for rank 0."""
+        """Saves (and copies or moves) of a file the script reads back with ``torch.load``: the other ranks
+        must wait for rank 0."""
         index = self.index
         paths = [call.args[0].value for call in index.calls if index.is_call_to(call, torch_api.LOAD) and call.args]
         loaded = {_path_shape(index, path) for path in paths}
+        # ``os.path.join(os.path.dirname(path), "best.pth")`` and ``os.path.join(args.logs, "best.pth")``: the
+        # same file name in a folder spelled two ways (a needless barrier costs little, a missing one a race)
+        named = {name for path in paths if (name := _file_name(index, path))}
         # a helper's parameter (``fit_probe("encoder.pt")`` loading its ``path``): what its callers pass
         followed = {path_shape(index, path) for path in paths} - {""}
         for stmt in saves:
             call = cast(cst.Expr, stmt.body[0]).value
-            path = argument(call, "f", 1) if isinstance(call, cst.Call) else None
+            if not isinstance(call, cst.Call):
+                continue
+            if index.is_call_to(call, _FILE_MOVES):  # ``shutil.copy(path, best)``: it writes its second argument
+                path = call.args[1] if len(call.args) > 1 and not index.is_call_to(call, _REMOVES) else None
+            else:
+                path = argument(call, "f", 1)
             if path is not None and (
-                _path_shape(index, path.value) in loaded or path_shape(index, path.value) in followed
+                _path_shape(index, path.value) in loaded
+                or path_shape(index, path.value) in followed
+                or _file_name(index, path.value) in named
             ):
                 yield stmt
 
@@ -176,7 +187,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         plan.change(stmt, f"`{plan.index.module.code_for_node(call.func)}` on global rank 0 only, like the save")
     for stmt in facts.reloaded_saves:
         barrier_after(plan, stmt)
-        plan.change(stmt, "dist.barrier() after the save: the file is read back later")
+        what = "copy" if stmt in facts.file_moves else "save"
+        plan.change(stmt, f"dist.barrier() after the {what}: the file is read back later")
     for call in facts.state_loads:
         plan.replace(
             call, lambda n: cast(cst.Call, n).with_changes(args=[*with_comma(cast(cst.Call, n).args), _MAP_TO_CPU])
@@ -277,6 +289,19 @@ def _path_shape(index: Index, path: cst.BaseExpression) -> str:
     return "|".join(parts)
 
 
+def _file_name(index: Index, path: cst.BaseExpression) -> str:
+    """The file name a path ends in where it is written out whole, with a suffix (``"model_best.pth"`` as the
+    last part of ``os.path.join(folder, "model_best.pth")``); '' otherwise."""
+    last: cst.BaseExpression | None = path
+    if isinstance(path, cst.Call) and index.is_call_to(path, frozenset({"os.path.join"})) and path.args:
+        last = path.args[-1].value
+    if not isinstance(last, cst.SimpleString):
+        return ""
+    text = last.evaluated_value
+    name = text.rsplit("/", 1)[-1] if isinstance(text, str) else ""
+    return name if "." in name.strip(".") else ""
+
+
 def _rank_zero_unit(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
     """The statement that will hold the rank-0 test: the save, an ``if`` whose test takes the rank test,
     or the ``with open(path, "wb") as f:`` around ``torch.save(model, f)`` (the file is written on rank 0)."""
@@ -331,6 +356,7 @@ def _loads_state_dict(node: cst.CSTNode | None) -> bool:
 
 _DICT = frozenset({"builtins.dict"})
 _OPEN = frozenset({"builtins.open"})
+_REMOVES = frozenset({"shutil.rmtree", "os.remove", "os.unlink"})
 _FILE_MOVES = frozenset(
     {
         *(f"shutil.{name}" for name in ("copyfile", "copy", "copy2", "copytree", "move", "rmtree")),

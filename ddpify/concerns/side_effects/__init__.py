@@ -206,6 +206,21 @@ def _read_back(index: Index, outputs: tuple[tuple[cst.BaseStatement, str], ...])
     if not read:
         return
     for stmt, kind in outputs:
+        if kind == "file write" and isinstance(stmt, cst.With):  # ``with open(path, "w") as f: ...``
+            if any(isinstance(n, cst.Call) and index.is_call_to(n, torch_api.SAVE) for n in index.walk(stmt.body)):
+                continue  # ``torch.save(model, f)``: the save's own barrier (checkpoints)
+            paths = [
+                item.item.args[0].value
+                for item in stmt.items
+                if isinstance(item.item, cst.Call)
+                and "builtins.open" in index.qualified_names(item.item.func)
+                and _writes(item.item)
+                and item.item.args
+                and not item.item.args[0].keyword
+            ]
+            if any(checkpoints.path_shape(index, path) in read for path in paths):
+                yield stmt
+            continue
         if kind != "output call" or not isinstance(stmt, cst.SimpleStatementLine):
             continue
         call = cast(cst.Call, cast(cst.Expr, stmt.body[0]).value)
