@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 
 from ddpify import Status, convert
 
@@ -63,6 +63,12 @@ def test_programs_from_libcst_nodes(source: str | bytes) -> None:
 
 @settings(CI, max_examples=60)
 @given(fuzz.mutants())
+@example(
+    mutant=(
+        "tests/fixtures/process_group/fire_without_component/input.py",
+        b'import fire, torch, torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\ndef train(epochs=2, lr=0.1):\n    data = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)\n    model = nn.Linear(4, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=lr)\n    data = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)\n    for _ in range(epochs):\n        for x, y in data:\n            opt.zero_grad()\n            nn.functional.mse_loss(model(x), y).backward()\n            opt.step()\n\n\ndef evaluate(path="m.pt"):\n    print(path)\n\n\nif __name__ == "__main__":\n    fire.Fire()\n',
+    ),
+).via("a second loader of one `for _ in` epoch loop: its name was chosen twice")
 def test_mutated_training_scripts(mutant: tuple[str, bytes]) -> None:
     name, code = mutant
     fuzz.check(code, path=name)

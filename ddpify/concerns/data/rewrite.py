@@ -39,6 +39,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         seed_order(plan, order)
     taken: set[str] = set()
     helper = wrapper = whole_run_wrapper = shard = None
+    renamed: dict[cst.For | cst.While, str] = {}  # ``for _ in range(n)``: the name its epoch gets
     for loader in facts.loaders:
         if loader.training:
             own = loader.own_sampler
@@ -58,7 +59,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             else:
                 reshuffles = _add_sampler(plan, loader, taken, options.keep_global_batch)
             if reshuffles:
-                _set_epoch(plan, loader, taken, own.attribute if own is not None else "sampler")
+                _set_epoch(plan, loader, taken, own.attribute if own is not None else "sampler", renamed)
             if options.keep_global_batch:
                 helper = helper or fresh("per_process_batch", plan.index.identifiers | taken)
                 taken.add(helper)
@@ -313,7 +314,10 @@ def _split_batch(plan: EditPlan, loader: Loader, helper: str) -> None:
     plan.change(batch, "per-process batch = batch size / world size (the global batch stays as before)")
 
 
-def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str], attribute: str) -> None:
+def _set_epoch(
+    plan: EditPlan, loader: Loader, taken: set[str], attribute: str, renamed: dict[cst.For | cst.While, str]
+) -> None:
+    """``sampler.set_epoch(epoch)`` at the start of each epoch loop (``for _ in ...`` gets a name, once)."""
     for restart in loader.restarts:
         sampler = f"{restart.loader}.{attribute}"
         again = cst.parse_statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n")
@@ -331,8 +335,10 @@ def _set_epoch(plan: EditPlan, loader: Loader, taken: set[str], attribute: str) 
             )
             continue
         epoch = target.value
-        if epoch == "_" and isinstance(loop, cst.For):  # (a ``while`` loop's counter is read as it is)
-            epoch = fresh("epoch", plan.index.identifiers | taken)
+        if epoch == "_" and isinstance(loop, cst.For) and loop in renamed:  # a second loader of this loop
+            epoch = renamed[loop]
+        elif epoch == "_" and isinstance(loop, cst.For):  # (a ``while`` loop's counter is read as it is)
+            epoch = renamed[loop] = fresh("epoch", plan.index.identifiers | taken)
             taken.add(epoch)
             plan.replace(target, _renamed(epoch))
         code = f"{epoch_loop.loader}.{attribute}.set_epoch({epoch})"
