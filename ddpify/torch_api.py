@@ -45,6 +45,14 @@ DATA_PARALLEL = frozenset(
         "torch.nn.parallel.data_parallel.DataParallel",
     }
 )
+# A model compiled or exported for inference: of the module itself, never of its DDP wrapper.
+EXPORT_MODEL = frozenset({"torch.jit.script", "torch.jit.trace", "torch.onnx.export"})
+# What writes such an export (``torch.jit.save(scripted, path)``; ``scripted.save(path)`` on what
+# ``torch.jit.script``/``trace`` made; a Hugging Face model's or tokenizer's ``save_pretrained(path)``).
+EXPORT_WRITES = frozenset({"torch.onnx.export", "torch.jit.save"})
+COMPILED_FOR_EXPORT = frozenset({"torch.jit.script", "torch.jit.trace"})
+# ``data_parallel(module, inputs, device_ids)``: one forward of ``module`` split over the GPUs listed.
+DATA_PARALLEL_FUNCTION = frozenset({"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"})
 
 # A call to any of these means the script already runs distributed (or spawns
 # its own workers, or hands training to a library that does): ddpify leaves it

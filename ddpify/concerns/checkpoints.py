@@ -75,6 +75,7 @@ class Facts:
     file_moves: tuple[cst.SimpleStatementLine, ...]  # shutil.copyfile(...), os.replace(...): files rank 0 writes
     reloaded_saves: tuple[cst.SimpleStatementLine, ...]  # saves whose file the script loads again later
     state_loads: tuple[cst.Call, ...]  # torch.load(...) of state dicts, without map_location
+    exports: tuple[cst.SimpleStatementLine, ...] = ()  # torch.onnx.export(...), scripted.save(...), save_pretrained
 
 
 def find(program: Program, fetches: downloads.Facts) -> Facts:
@@ -83,7 +84,8 @@ def find(program: Program, fetches: downloads.Facts) -> Facts:
     # it in its turn where it is still missing) are handled in turns, not on rank 0
     saves = tuple(s for s in finder.saves() if not fetches.in_turns(program.index, s))
     moves = tuple(m for m in finder.file_moves() if not fetches.in_turns(program.index, m)) if saves else ()
-    return Facts(saves, moves, tuple(finder.reloaded(saves + moves)), tuple(finder.state_loads()))
+    exports = tuple(s for s in finder.exports() if not fetches.in_turns(program.index, s))
+    return Facts(saves, moves, tuple(finder.reloaded(saves + moves)), tuple(finder.state_loads()), exports)
 
 
 class _Finder:
@@ -96,6 +98,36 @@ class _Finder:
         for stmt in self.index.statements:
             if all(isinstance(s, cst.Expr) and self.index.is_call_to(s.value, torch_api.SAVE) for s in stmt.body):
                 yield stmt
+
+    def exports(self) -> Iterator[cst.SimpleStatementLine]:
+        """Statements that only write a model exported for inference: ``torch.onnx.export(model, x, path)``,
+        ``torch.jit.save(scripted, path)``, ``scripted.save(path)`` of what ``torch.jit.script`` made, or
+        ``model.save_pretrained(path)``: each rank would write the same files at once."""
+        for stmt in self.index.statements:
+            if all(isinstance(s, cst.Expr) and self._writes_export(s.value) for s in stmt.body):
+                yield stmt
+
+    def _writes_export(self, value: cst.BaseExpression) -> bool:
+        index = self.index
+        if not isinstance(value, cst.Call):
+            return False
+        if index.is_call_to(value, torch_api.EXPORT_WRITES):
+            return True
+        func = value.func
+        if not isinstance(func, cst.Attribute):
+            return False
+        if func.attr.value == "save_pretrained":
+            return True
+        if func.attr.value != "save":
+            return False
+        made = func.value
+        if isinstance(made, cst.Call):
+            return index.is_call_to(made, torch_api.COMPILED_FOR_EXPORT)
+        ref = index.ref_of(made, index.scope_of(value)) if isinstance(made, cst.Name) else None
+        bound = [v for _, v in index.values_assigned(ref)] if ref is not None else []
+        return bool(bound) and all(
+            isinstance(v, cst.Call) and index.is_call_to(v, torch_api.COMPILED_FOR_EXPORT) for v in bound
+        )
 
     def file_moves(self) -> Iterator[cst.SimpleStatementLine]:
         """Statements that only copy, move or delete files (``shutil.copyfile(path, "best.pth")``):
@@ -181,6 +213,9 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for stmt in facts.saves:
         plan.on_rank_zero(stmt)
         plan.change(stmt, "torch.save on global rank 0 only")
+    for stmt in facts.exports:
+        plan.on_rank_zero(stmt)
+        plan.change(stmt, "the model's export is written on global rank 0 only")
     for stmt in facts.file_moves:
         plan.on_rank_zero(stmt)
         call = cast(cst.Call, cast(cst.Expr, stmt.body[0]).value)

@@ -52,6 +52,8 @@ CASES = [
     "model/hasattr_unwrap_in_a_function_that_trains",
     "side_effects/prepared_file_read_back_by_every_rank",
     "checkpoints/best_copy_read_back_by_every_rank",
+    "model/functional_data_parallel_in_the_step",
+    "checkpoints/model_exported_after_training",
     "model/ema_copy_as_a_submodule",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",

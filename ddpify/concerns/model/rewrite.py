@@ -18,6 +18,7 @@ from ddpify.concerns.model.finder import statement_value
 from ddpify.concerns.model.reads import DEEPCOPY
 from ddpify.engine.edits import EditPlan, fresh, with_comma
 from ddpify.engine.index import Ref
+from ddpify.engine.syntax import argument
 from ddpify.result import Options
 
 
@@ -110,6 +111,9 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             if lineage and not lineage & trained:
                 _load_old_checkpoints(plan, lineage, stripped)
                 _module_reads_dropped(plan, lineage)
+    for call in plan.index.calls if facts.models else ():
+        if plan.index.is_call_to(call, torch_api.DATA_PARALLEL_FUNCTION):
+            _forward_without_data_parallel(plan, call)
     for test in facts.data_parallel_tests if facts.models else ():
         plan.replace(test, lambda _: cst.Name(ddp))
         plan.change(test, "`isinstance(..., nn.DataParallel)` -> `isinstance(..., DDP)`: the program unwraps its model")
@@ -117,6 +121,32 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         plan.need_import(
             "torch.nn.parallel", "DistributedDataParallel", ddp if ddp != "DistributedDataParallel" else None
         )
+
+
+def _forward_without_data_parallel(plan: EditPlan, call: cst.Call) -> None:
+    """``nn.parallel.data_parallel(net, x, gpus)`` -> ``net(x)``: each process runs its own forward on its
+    own GPU (the module's GPUs are no longer the ones listed; through the wrapper, its gradients are averaged).
+    A tuple of inputs is spread over the arguments, as ``data_parallel`` does."""
+    index = plan.index
+    module = argument(call, "module", 0)
+    inputs = argument(call, "inputs", 1)
+    kwargs = argument(call, "module_kwargs", 5)
+    if module is None or inputs is None or any(a.star for a in call.args):
+        return
+    code = index.module_of(call).code_for_node
+    value = inputs.value
+    if isinstance(value, cst.Tuple):
+        arguments = [code(e.value) for e in value.elements]
+    else:
+        ref = index.ref_of(value, index.scope_of(call)) if isinstance(value, cst.Name) else None
+        bound = [v for _, v in index.values_assigned(ref)] if ref is not None else []
+        spread = bool(bound) and all(isinstance(v, cst.Tuple) for v in bound)
+        arguments = [("*" if spread else "") + code(value)]
+    if kwargs is not None:
+        arguments.append("**" + code(kwargs.value))
+    replacement = cst.parse_expression(f"{code(module.value)}({', '.join(arguments)})")
+    plan.replace(call, lambda n: replacement.with_changes(lpar=cast(cst.Call, n).lpar, rpar=cast(cst.Call, n).rpar))
+    plan.change(call, "nn.parallel.data_parallel(...) -> a forward of the model itself: each process drives one GPU")
 
 
 def _had_data_parallel(plan: EditPlan, facts: Facts, model: Model) -> bool:
@@ -422,6 +452,12 @@ def _unwrap(plan: EditPlan, model: Model, read: cst.BaseExpression) -> None:
             f"`{text}(...)` -> `{text}.module(...)`: this step trains another model and leaves outputs of "
             f"`{text}` unused, which its DistributedDataParallel wrapper would wait for"
         )
+    elif (
+        isinstance(parent, cst.Arg)
+        and isinstance(call, cst.Call)
+        and plan.index.is_call_to(call, torch_api.EXPORT_MODEL)
+    ):
+        summary = f"export `{text}.module`, not the DistributedDataParallel wrapper"
     elif isinstance(parent, cst.Arg) and not (
         isinstance(call, cst.Call) and plan.index.is_call_to(call, DEEPCOPY | torch_api.SAVE)
     ):
