@@ -473,7 +473,7 @@ class _Script:
             scope = self.scope_of(optimizer)
             for name in self._optimized_names(optimizer):
                 loop = self._first_training_loop(scope, optimizer, name)
-                if loop is None:
+                if loop is None or self._held_by_a_wrapped_model(scope, name):
                     continue
                 if not any(
                     isinstance(n, ast.Assign)
@@ -492,6 +492,19 @@ class _Script:
                     "DistributedDataParallel: its gradients would not be averaged"
                 )
                 yield INVARIANT_WRAPPED, loop.lineno, what
+
+    def _held_by_a_wrapped_model(self, scope: ast.AST, name: str) -> bool:
+        """``d_net = Distiller(t_net, s_net)``, then ``d_net = DDP(d_net)``: ``s_net`` trains inside ``d_net``,
+        whose wrapper averages its gradients."""
+        for bound in self.bindings[scope].values():
+            assigns = [n for n in bound if isinstance(n, ast.Assign)]
+            built = any(
+                isinstance(a.value, ast.Call) and any(isinstance(g, ast.Name) and g.id == name for g in a.value.args)
+                for a in assigns
+            )
+            if built and any(self.calls_to(c, _WRAPS) for a in assigns for c in ast.walk(a.value)):
+                return True
+        return False
 
     def _aliases_trained(
         self, scope: ast.AST, optimizer: ast.Call, names: list[str]

@@ -54,6 +54,7 @@ CASES = [
     "checkpoints/best_copy_read_back_by_every_rank",
     "model/functional_data_parallel_in_the_step",
     "checkpoints/model_exported_after_training",
+    "model/distiller_holds_the_student_and_a_teacher",
     "model/ema_copy_as_a_submodule",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",

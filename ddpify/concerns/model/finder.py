@@ -30,7 +30,7 @@ from ddpify.concerns.model.forward import ForwardChecks
 from ddpify.concerns.model.freezing import Freezing
 from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.concerns.model.outputs import OutputUse
-from ddpify.concerns.model.reads import WrapperReads
+from ddpify.concerns.model.reads import DEEPCOPY, WrapperReads
 from ddpify.engine.called import enclosing_function
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward
@@ -45,7 +45,7 @@ _Candidate = TypeVar("_Candidate", bound=tuple[Any, ...])  # (statement, ...)
 def find(program: Program) -> Facts:
     finder = _Finder(program)
     reported = len(program.findings)
-    models = tuple(finder.models())
+    models = _outermost(program.index, tuple(finder.models()))
     backward = program.first_backward()
     if not models and len(program.findings) == reported and backward is not None:
         program.report(
@@ -59,6 +59,62 @@ def find(program: Program) -> Facts:
     index = program.index
     data_parallel = tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL))
     return Facts(models, tuple(finder.trained.optimizers()), data_parallel, _data_parallel_tests(index))
+
+
+def _outermost(index: Index, models: tuple[Model, ...]) -> tuple[Model, ...]:
+    """The trained models that no other trained model holds. ``d_net = Distiller(t_net, s_net)`` with an
+    optimizer over ``s_net``'s parameters and ``d_net.connector``'s: the step runs ``d_net``, which runs
+    ``s_net``; only ``d_net`` is wrapped (a second wrapper over ``s_net``'s parameters would wait for
+    gradients its own forward never made). Beside such a model, a module it holds that no optimizer trains
+    (the teacher) may get no gradient in a step: ``find_unused_parameters``."""
+    built: dict[Model, list[tuple[cst.Call, list[cst.BaseExpression]]]] = {}
+    for model in models:
+        values = [v for _, v in index.values_assigned(model.ref)] + [v for _, v in index.unpacked_values(model.ref)]
+        for named in [v for v in values if isinstance(v, cst.Name)]:  # ``return distiller, data`` of a helper
+            held = index.ref_of(named, index.scope_of(named))
+            values += [v for _, v in index.values_assigned(held)] if held is not None else []
+        for value in values:
+            if isinstance(value, cst.Call) and not index.is_call_to(value, DEEPCOPY) and index.classes_built(value):
+                parts: list[cst.BaseExpression] = [
+                    a.value for a in value.args if not a.star and isinstance(a.value, (cst.Name, cst.Attribute))
+                ]
+                built.setdefault(model, []).append((value, parts))
+
+    def held_by(inner: Model, outer: Model) -> bool:
+        return any(
+            index.ref_of(part, index.scope_of(call)) in inner.lineage | {inner.ref}
+            for call, parts in built.get(outer, ())
+            for part in parts
+        )
+
+    trained = {place for model in models for place in model.lineage | {model.ref}}
+    kept: list[Model] = []
+    for model in models:
+        if any(other is not model and held_by(model, other) for other in models):
+            continue
+        if model.unused is None and any(held_by(other, model) for other in models if other is not model):
+            # it holds a trained model (a student) beside one that no optimizer trains (a teacher)
+            idle = [
+                part
+                for call, parts in built.get(model, ())
+                for part in parts
+                if (ref := index.ref_of(part, index.scope_of(call))) is not None
+                and ref not in trained
+                and _a_module(index, ref)
+            ]
+            if idle:
+                code = index.module_of(idle[0]).code_for_node(idle[0])
+                model = replace(model, unused=f"it holds `{code}`, which no optimizer trains")
+        kept.append(model)
+    return tuple(kept)
+
+
+def _a_module(index: Index, ref: Ref) -> bool:
+    """Whether the value at ``ref`` is an instance of an nn.Module class of the program (also where
+    ``teacher, student = Net(64), Net(16)`` binds it)."""
+    classes = list(index.constructed_classes(ref))
+    classes += [c for _, value in index.unpacked_values(ref) for c in index.classes_built(value)]
+    return any(index.derives_from(c, torch_api.NN_MODULE) for c in classes)
 
 
 def _data_parallel_tests(index: Index) -> tuple[cst.BaseExpression, ...]:
