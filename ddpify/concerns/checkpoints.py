@@ -289,7 +289,12 @@ def saved(index: Index, value: cst.BaseExpression) -> bool:
             return False
         if isinstance(call, cst.Call) and parent.keyword is not None and index.is_call_to(call, _DICT):
             return saved(index, call)  # dict(model=model, epoch=epoch)
-        return isinstance(call, cst.Call) and index.is_call_to(call, torch_api.SAVE) and call.args[0] is parent
+        if not isinstance(call, cst.Call):
+            return False
+        if index.is_call_to(call, torch_api.SAVE):
+            return call.args[0] is parent
+        # save_ckpt(path, [("net", net)], step)
+        return isinstance(value, (cst.List, cst.Tuple, cst.Dict)) and _handles_state_dicts(index, call)
     if not isinstance(parent, (cst.Assign, cst.AnnAssign)) or parent.value is not value:
         return False
     if (target := single_target(parent)) is None:
@@ -306,6 +311,22 @@ def saved(index: Index, value: cst.BaseExpression) -> bool:
         and index.ref_of(call.args[0].value, index.scope_of(call)) == holder
         for call in index.calls
     )
+
+
+def _handles_state_dicts(index: Index, call: cst.Call) -> bool:
+    """Whether ``call`` runs a function of the program that saves state dicts (``torch.save`` and
+    ``.state_dict()``) or loads them (``.load_state_dict(...)``): the models handed to it in a list or dict
+    (``[("net", net), ("optimizer", opt)]``) are read for their keys, which must be the module's."""
+    callee = index.resolve_callee(call, index.scope_of(call))
+    if callee is None:
+        return False
+    body: cst.CSTNode = callee[0].body
+    if callee[0].name.value == "__init__":  # ``Saver(path, [("net", net)]).run()``: what its methods do
+        body = next((a for a in index.ancestors(callee[0]) if isinstance(a, cst.ClassDef)), callee[0]).body
+    calls = [n for n in index.walk(body) if isinstance(n, cst.Call)]
+    methods = {c.func.attr.value for c in calls if isinstance(c.func, cst.Attribute)}
+    saves = any(index.is_call_to(c, torch_api.SAVE) for c in calls)
+    return (saves and "state_dict" in methods) or "load_state_dict" in methods
 
 
 def _path_shape(index: Index, path: cst.BaseExpression) -> str:

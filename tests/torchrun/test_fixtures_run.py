@@ -324,3 +324,23 @@ def test_a_checkpoint_filtered_by_the_model_keys_loads_as_in_the_original(tmp_pa
 
     run("original.py")
     assert run("converted.py", "--eval") == run("original.py", "--eval")
+
+
+@pytest.mark.torchrun
+def test_a_model_handed_to_a_save_helper_in_a_list_is_saved_with_the_module_keys(tmp_path: Path) -> None:
+    """``save_checkpoint(path, [("net", net), ...])`` saves ``part.state_dict()`` of each item: the keys of the
+    module, which the resume (before the wrap, ``strict=False``) matches, not the wrapper's ``module.*``."""
+    case = FIXTURES / "checkpoints/models_handed_to_a_save_helper_in_a_list"
+    script = tmp_path / "train_ddp.py"
+    shutil.copy(case / "expected.py", script)
+    report = verify(script, nproc=2, workdir=tmp_path, timeout=240)
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    keys = subprocess.run(
+        [sys.executable, "-c", "import torch; print(sorted(torch.load('checkpoint.pth')['net']))"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert keys.stdout.strip() == "['0.bias', '0.weight', '2.bias', '2.weight']"
