@@ -33,13 +33,14 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify.concerns import data, model
+from ddpify.concerns.data.reads import Reads
 from ddpify.engine import uniformity
 from ddpify.engine.edits import EditPlan
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument
 from ddpify.engine.uniformity.batches import RankLocal
-from ddpify.engine.values import built_by
+from ddpify.engine.values import built_by, loader_argument
 from ddpify.result import Options
 
 CODES = ()
@@ -59,7 +60,9 @@ class Facts:
 
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
     training = [loader for loader in loaders.loaders if loader.training]
-    finder = _Finder(program, training)
+    finder = _Finder(
+        program, training, [loader for loader in loaders.loaders if _draws_its_own_share(program.index, loader)]
+    )
     return Facts(tuple(finder.rank_local_exits()), tuple(finder.plateau_metrics()) if models.models else ())
 
 
@@ -89,11 +92,23 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         )
 
 
+def _draws_its_own_share(index: Index, loader: data.Loader) -> bool:
+    """An evaluation loader left whole that still differs between ranks: it shuffles with each process's own
+    random state and drops the last, short batch (``shuffle=True, drop_last=True``): each rank leaves out
+    other samples, so what it computes over them (a validation loss deciding early stopping) differs."""
+    if loader.training or loader_argument(index, loader.call, "generator") is not None:
+        return False
+    flags = [loader_argument(index, loader.call, name) for name in ("shuffle", "drop_last")]
+    return all(flag is not None and m.matches(flag, m.Name("True")) for flag in flags)
+
+
 class _Finder:
-    def __init__(self, program: Program, training: list[data.Loader]) -> None:
+    def __init__(self, program: Program, training: list[data.Loader], varying: list[data.Loader]) -> None:
         self.program = program
         self.index = program.index
         sites = [site for loader in training for site in loader.sites]
+        reads = Reads(self.index)
+        sites += [site for loader in varying for site, _ in reads.iterations(set(loader.refs))]
         refs = frozenset(ref for loader in training for ref in _trained_refs(self.index, loader))
         self.rank_local = RankLocal(self.index, sites, refs)
 

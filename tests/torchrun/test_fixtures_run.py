@@ -55,6 +55,7 @@ CASES = [
     "model/functional_data_parallel_in_the_step",
     "checkpoints/model_exported_after_training",
     "model/distiller_holds_the_student_and_a_teacher",
+    "loop_control/early_stop_on_a_shuffled_validation_loader",
     "model/ema_copy_as_a_submodule",
     "data/one_function_trains_and_evaluates",
     "tensors/result_beside_whole_tensors",
