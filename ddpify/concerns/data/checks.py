@@ -72,6 +72,12 @@ class Checks:
             loop = site if isinstance(site, cst.For) else next(index.enclosing_loops(site), None)
             if loop is None:
                 continue
+            # ``for i, inputs in enumerate(loader): inputs, targets = parse(inputs)``: the loop binds it anew
+            fresh = (
+                {n.value for n in index.walk(loop.target) if isinstance(n, cst.Name)}
+                if isinstance(loop, cst.For)
+                else set()
+            )
             for node in index.walk(loop.body):
                 if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
                     continue
@@ -83,7 +89,7 @@ class Checks:
                     if isinstance(n, cst.Name)
                 }
                 inputs = {n.value for a in node.value.args for n in index.walk(a.value) if isinstance(n, cst.Name)}
-                for state in sorted(outputs & inputs):
+                for state in sorted((outputs & inputs) - fresh):
                     if self._read_before_written(state, loop.body):
                         loader = f"`{origin.path}`" if origin is not None else "this DataLoader"
                         line = index.module.code_for_node(node).strip()
