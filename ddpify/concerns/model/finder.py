@@ -397,6 +397,21 @@ class _Finder:
                         part = index.ref_of(element.value, scope)
                         if part in lineage:
                             creations.append((stmt, part))
+                elif (
+                    isinstance(small, cst.Assign)
+                    and isinstance(value, cst.Tuple)
+                    and isinstance(small.targets[0].target, (cst.Tuple, cst.List))
+                    and len(small.targets[0].target.elements) == len(value.elements)
+                ):
+                    # ``teacher, student = Net(64), Net(16)``: each built in its place
+                    for element, item in zip(small.targets[0].target.elements, value.elements, strict=True):
+                        part = index.ref_of(element.value, scope)
+                        if (
+                            part in lineage
+                            and isinstance(item, cst.Element)
+                            and index.carried_ref(item.value, scope) is None
+                        ):
+                            creations.append((stmt, part))
             elif isinstance(small, cst.Expr) and (move := _device_move(small.value)) is not None:
                 target = index.carried_ref(small.value, scope)
                 if target in lineage:
