@@ -297,7 +297,8 @@ class TrainedModels:
         if isinstance(expr, cst.Call):
             func = expr.func
             if isinstance(func, cst.Attribute) and func.attr.value in torch_api.PARAMETER_METHODS:
-                calls.append(expr)
+                # ``layer.parameters()`` for ``layer`` in ``model.modules()``: parameters of ``model``
+                calls.append(self._submodules_of(func.value) or expr)
                 return None
             if isinstance(func, cst.Attribute) and func.attr.value in {"items", "values"} and not expr.args:
                 return self._trace(func.value, calls, seen)  # ``param_dict.items()`` of a dict of parameters
@@ -558,6 +559,11 @@ class TrainedModels:
             if isinstance(value, (cst.List, cst.Tuple)) and not value.elements:
                 continue  # filled below
             if self._trace(value, calls, seen) is not None:
+                return name
+        for _, item in index.unpacked_values(ref):  # ``no_decay, decay = split_params(model)``, ``a, b = [], []``
+            if isinstance(item, (cst.List, cst.Tuple)) and not item.elements:
+                continue  # filled below
+            if self._trace(item, calls, seen) is not None:
                 return name
         for read in index.mentions(scope, ref):
             augmented = index.parent(read)
