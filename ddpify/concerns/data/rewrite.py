@@ -164,36 +164,27 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
             _hoist(plan, stmt, f"if {named} is not None:\n    {named}.set_epoch({inline.epoch})")
             plan.change(inline.loop, f"call `{named}.set_epoch({inline.epoch})` before each pass over the data")
         shuffles = shuffles and inline is None
-    elif inline is not None:
-        # built where its batches are drawn: the sampler gets a name, to set its epoch before each pass
-        named = fresh("train_sampler", index.identifiers | taken)
-        taken.add(named)
-        _hoist(plan, stmt, f"{named} = {code}")
-        if shuffles:
-            _hoist(plan, stmt, f"{named}.set_epoch({inline.epoch})")
-            plan.change(inline.loop, f"call `{named}.set_epoch({inline.epoch})` before each pass over the data")
-        named_arg = new_arg.with_changes(value=cst.Name(named))
+    else:
+        if inline is not None:
+            # built where its batches are drawn: the sampler gets a name, to set its epoch before each pass
+            named = fresh("train_sampler", index.identifiers | taken)
+            taken.add(named)
+            _hoist(plan, stmt, f"{named} = {code}")
+            if shuffles:
+                _hoist(plan, stmt, f"{named}.set_epoch({inline.epoch})")
+                plan.change(inline.loop, f"call `{named}.set_epoch({inline.epoch})` before each pass over the data")
+                shuffles = False  # its epoch is set here
+            value = cst.Name(named)
+            new_arg = new_arg.with_changes(value=value)
         if shuffle is not None:
-            plan.replace(
-                shuffle,
-                lambda n: n.with_changes(keyword=named_arg.keyword, equal=named_arg.equal, value=named_arg.value),
-            )
+            plan.replace(shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=value))
+            summary = "training DataLoader: shuffle moves into a DistributedSampler"
         else:
-            position = len(call.args)
+            position = call.args.index(spread) if spread is not None else len(call.args)
             if default is not None and call.args.index(default) < position:
                 position -= 1
-            plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), named_arg, position))
-        summary = "training DataLoader: shuffle moves into a DistributedSampler"
-        shuffles = False  # its epoch is set here
-    elif shuffle is not None:
-        plan.replace(shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=value))
-        summary = "training DataLoader: shuffle moves into a DistributedSampler"
-    else:
-        position = call.args.index(spread) if spread is not None else len(call.args)
-        if default is not None and call.args.index(default) < position:
-            position -= 1
-        plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
-        summary = "training DataLoader: add a DistributedSampler"
+            plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
+            summary = "training DataLoader: add a DistributedSampler"
     batch = batch_size(index, call)
     if batch is not None and not keep_global_batch:
         size = index.module.code_for_node(batch)
