@@ -7,11 +7,18 @@ what order (``WeightedRandomSampler`` oversamples a rare class,
 sampler groups similar lengths); a ``DistributedSampler`` in its place would
 lose that. So the sampler is wrapped: every rank draws the same sequence from
 it (torch's RNG forked and seeded by the epoch), pads it like a
-``DistributedSampler`` so that every rank gets as many, and keeps every
-N-th item from its rank on::
+``DistributedSampler`` so that every rank gets as many, and deals the draws
+out in whole batches of the loader's ``batch_size``, to the ranks in turn::
 
     loader = DataLoader(ds, batch_size=50, sampler=WeightedRandomSampler(w, len(ds)))
-    ->  loader = DataLoader(ds, batch_size=50, sampler=DistributedSamplerWrapper(WeightedRandomSampler(w, len(ds))))
+    ->  loader = DataLoader(ds, batch_size=50, sampler=DistributedSamplerWrapper(WeightedRandomSampler(w, len(ds)), 50))
+
+Whole batches, because a sampler may shape its batches: one that draws P
+identities and K samples of each in a run (metric learning's P x K batches)
+or groups similar lengths would lose that if every N-th draw went to each
+rank. A batch size that the call does not spell as a plain name or number
+(passed through ``**kwargs``, computed by a call) leaves the wrapper dealing
+single draws.
 
 The wrapper is a ``DistributedSampler`` subclass defined once in the
 generated script, so ``loader.sampler.set_epoch(epoch)`` works as usual.
@@ -78,17 +85,26 @@ OTHER_RNGS = ("random.", "numpy.random.")
 
 WRAPPER = '''
 class {wrapper}({sampler}):
-    """This rank's share of what `sampler` draws; all ranks draw alike (torch's RNG seeded by the epoch)."""
+    """This rank's share of what `sampler` draws: whole batches, dealt to the ranks in turn, so that each batch is
+    one the sampler made; all ranks draw alike (torch's RNG seeded by the epoch)."""
 
-    def __init__(self, sampler):
+    def __init__(self, sampler, batch_size=1):
         super().__init__(range(len(sampler)), shuffle=False)
         self.sampler = sampler
+        self.batch_size = batch_size
+        per_round = batch_size * self.num_replicas
+        self.total_size = -(-len(sampler) // per_round) * per_round
+        self.num_samples = self.total_size // self.num_replicas
 
     def __iter__(self):
         with torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(self.seed + self.epoch)
             drawn = list(self.sampler)
-        return (drawn[i] for i in super().__iter__())
+        if drawn:  # padded like a DistributedSampler's, from the start
+            drawn = (drawn * -(-self.total_size // len(drawn)))[: self.total_size]
+        size = self.batch_size
+        starts = range(self.rank * size, self.total_size, self.num_replicas * size)
+        return (i for start in starts for i in drawn[start : start + size])
 '''
 
 # One pass of the loader is the whole training: the sampler's length is the run's number of steps (a
@@ -96,11 +112,13 @@ class {wrapper}({sampler}):
 WHOLE_RUN_WRAPPER = '''
 class {wrapper}({sampler}):
     """This rank's share of what `sampler` draws once for every rank, all ranks alike (torch's RNG seeded by the
-    epoch): one pass is the whole training, so each rank keeps len(sampler) steps."""
+    epoch), in whole batches dealt to the ranks in turn: one pass is the whole training, so each rank keeps
+    len(sampler) steps."""
 
-    def __init__(self, sampler):
+    def __init__(self, sampler, batch_size=1):
         super().__init__(range(len(sampler)), shuffle=False)
         self.sampler = sampler
+        self.batch_size = batch_size
         self.num_samples = len(sampler)
         self.total_size = len(sampler) * self.num_replicas
 
@@ -108,7 +126,12 @@ class {wrapper}({sampler}):
         with torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(self.seed + self.epoch)
             drawn = [i for _ in range(self.num_replicas) for i in self.sampler]
-        return iter(drawn[self.rank :: self.num_replicas])
+        size, per_round = self.batch_size, self.batch_size * self.num_replicas
+        total = -(-len(drawn) // per_round) * per_round
+        if drawn:
+            drawn = (drawn * -(-total // len(drawn)))[:total]
+        mine = [i for start in range(self.rank * size, total, per_round) for i in drawn[start : start + size]]
+        return iter(mine[: self.num_samples])
 '''
 
 
@@ -481,9 +504,10 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
     )
     dist = plan.names.dist
     index = plan.index
+    size = _batch_size(index, own)
     for value in own.wrapped:
         if not plan.without_group(value):
-            plan.replace(value, _wrapped_in(wrapper, None))
+            plan.replace(value, _wrapped_in(wrapper, None, size if value is own.arg.value else None))
             continue
         # another script may import it: the sampler as it was, without a group
         assign = index.parent(value)
@@ -492,7 +516,9 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
             wrap = cst.parse_statement(f"{name} = {wrapper}({name})\n")
             plan.insert_after(index.statement_of(value), plan.where_distributed(value, wrap))
         else:
-            plan.replace(value, _wrapped_in(wrapper, f"{dist}.is_initialized()"))
+            plan.replace(
+                value, _wrapped_in(wrapper, f"{dist}.is_initialized()", size if value is own.arg.value else None)
+            )
     shuffle = "" if own.shuffle else ", shuffle=False"
     for placeholder in own.placeholders:
         code = f"{sampler}({own.dataset}{shuffle})"
@@ -549,12 +575,36 @@ def _draw_per_rank(plan: EditPlan, call: cst.Call, whole_run: bool) -> None:
     )
 
 
-def _wrapped_in(wrapper: str, test: str | None) -> Callable[[cst.CSTNode], cst.CSTNode]:
-    """``Wrapper(sampler)``; with ``test``, ``Wrapper(sampler) if test else sampler``."""
+def _batch_size(index: Index, own: OwnSampler) -> cst.BaseExpression | None:
+    """The ``batch_size`` of the DataLoader that ``own`` is the sampler of, where the wrapper can be handed it
+    as written (None: the wrapper deals single draws)."""
+    call = index.parent(own.arg)
+    if own.attribute != "sampler" or not isinstance(call, cst.Call):
+        return None
+    arg = argument(call, "batch_size", 1)
+    if arg is None or arg.star:
+        return None
+    value = arg.value
+    return value if _read_again_at_no_cost(value) and not m.matches(value, m.Integer("1")) else None
+
+
+def _read_again_at_no_cost(expr: cst.BaseExpression) -> bool:
+    """A number, a dotted name, or arithmetic of them (``P * K``, ``args.batch_size // 2``)."""
+    if isinstance(expr, cst.BinaryOperation):
+        return _read_again_at_no_cost(expr.left) and _read_again_at_no_cost(expr.right)
+    return isinstance(expr, cst.Integer) or bool(dotted(expr))
+
+
+def _wrapped_in(
+    wrapper: str, test: str | None, size: cst.BaseExpression | None = None
+) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``Wrapper(sampler)`` (``Wrapper(sampler, size)`` where the loader's batch size is known); with ``test``,
+    ``Wrapper(sampler) if test else sampler``."""
 
     def wrap(node: cst.CSTNode) -> cst.CSTNode:
         value = cast(cst.BaseExpression, node)
-        call = cst.Call(func=cst.Name(wrapper), args=[cst.Arg(value)])
+        args = [cst.Arg(value)] if size is None else [*with_comma([cst.Arg(value)]), cst.Arg(size)]
+        call = cst.Call(func=cst.Name(wrapper), args=args)
         if test is None:
             return call
         return cst.IfExp(test=cst.parse_expression(test), body=call, orelse=value)

@@ -57,6 +57,7 @@ CASES = [
     "model/distiller_holds_the_student_and_a_teacher",
     "loop_control/early_stop_on_a_shuffled_validation_loader",
     "data/loop_variable_rebound_in_its_own_loop",
+    "data/identity_batches_from_a_sampler_of_its_own",
     "model/models_built_side_by_side_in_one_line",
     "model/param_groups_by_walking_the_modules",
     "model/ema_copy_as_a_submodule",
