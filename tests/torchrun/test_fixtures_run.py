@@ -58,6 +58,8 @@ CASES = [
     "loop_control/early_stop_on_a_shuffled_validation_loader",
     "data/loop_variable_rebound_in_its_own_loop",
     "data/identity_batches_from_a_sampler_of_its_own",
+    "model/builder_shared_by_training_and_sampling",
+    "data/identity_batches_from_a_sampler_of_its_own",
     "model/models_built_side_by_side_in_one_line",
     "model/param_groups_by_walking_the_modules",
     "model/ema_copy_as_a_submodule",

@@ -235,6 +235,14 @@ class _Finder:
         index = self.index
         lineage = own_lineage(self.index, ref)
         moves, creations, wraps = self._candidates(lineage)
+        # A builder called for training and by a function that only samples (``net = self.build()`` in both
+        # ``train()`` and ``sample()``): the wrap goes where this optimizer's model comes from or goes, never
+        # into the other branch
+        on_path = upstream(index, ref) | index.downstream(ref)
+        if any(c[1] in on_path for c in [*moves, *creations, *wraps]):
+            moves = [c for c in moves if c[1] in on_path]
+            creations = [c for c in creations if c[1] in on_path]
+            wraps = [c for c in wraps if c[1] in on_path]
         # Where the model is trained, or after it has been (``model = train_model(model, ...)``,
         # ``model = model.cpu()`` for export), it is not being built: the wrap must come before.
         building = [c[0] for c in moves] + [c[0] for c in creations]
@@ -758,6 +766,11 @@ def own_lineage(index: Index, ref: Ref) -> set[Ref]:
     (``count_params(encoder)``, ``evaluate(student)``) share its parameter, but neither
     is built where the other is.
     """
+    return set().union(*(index.downstream(source) for source in upstream(index, ref)))
+
+
+def upstream(index: Index, ref: Ref) -> set[Ref]:
+    """``ref`` and every place its value came from."""
     sources = {ref}
     queue = [ref]
     while queue:
@@ -765,7 +778,7 @@ def own_lineage(index: Index, ref: Ref) -> set[Ref]:
             if flow.src not in sources:
                 sources.add(flow.src)
                 queue.append(flow.src)
-    return set().union(*(index.downstream(source) for source in sources))
+    return sources
 
 
 def depths(index: Index, lineage: set[Ref]) -> dict[Ref, int]:
