@@ -74,11 +74,24 @@ class RankLocal:
             for n in index.walk(body)
             if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and index.scope_of(n) is own and n is not block
         ]
+        # ``losses.append(loss.item())``, ``meter.update(loss.item(), n)``: the container holds them too
+        filled = [
+            (holder, n)
+            for n in index.walk(body)
+            if isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value in _FILLING
+            and (holder := dotted(n.func.value))
+            and index.scope_of(n) is own
+        ]
         self._names[block] = local
         for _ in range(3):
             for assign in assignments:
                 if assign.value is not None and self.reads(assign.value, block):
                     local |= {name for t in _targets(assign) for name in _bound(t)}
+            for holder, call in filled:
+                if holder not in local and any(self.reads(arg.value, block) for arg in call.args):
+                    local.add(holder)
         return local
 
     def draws_batches(self, function: cst.FunctionDef, depth: int = 0) -> bool:
@@ -124,6 +137,10 @@ class RankLocal:
             if not over_local and any(isinstance(n, cst.Name) and n.value == name.value for n in index.walk(bound)):
                 return True
         return False
+
+
+# Methods that put a value into the object they are called on: a list, a set, a dict, a running average
+_FILLING = frozenset({"append", "extend", "insert", "add", "update"})
 
 
 def _targets(assign: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.CSTNode]:
