@@ -56,6 +56,9 @@ class Facts:
     rank_local_exits: tuple[tuple[cst.Break | cst.Return, tuple[cst.If, ...]], ...]
     # ``scheduler.step(train_loss)`` of a ReduceLROnPlateau: the metric each rank computes from its own batches
     plateau_metrics: tuple[cst.Arg, ...] = ()
+    # ``if not torch.isfinite(loss): continue`` before the backward pass: each skip, with the tests between it
+    # and its loop read from this rank's batches; every rank skips the step where any rank does
+    rank_local_skips: tuple[tuple[cst.Continue, tuple[cst.If, ...]], ...] = ()
 
 
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
@@ -63,7 +66,9 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
     finder = _Finder(
         program, training, [loader for loader in loaders.loaders if _draws_its_own_share(program.index, loader)]
     )
-    return Facts(tuple(finder.rank_local_exits()), tuple(finder.plateau_metrics()) if models.models else ())
+    if not models.models:
+        return Facts(tuple(finder.rank_local_exits()))
+    return Facts(tuple(finder.rank_local_exits()), tuple(finder.plateau_metrics()), tuple(finder.rank_local_skips()))
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
@@ -77,6 +82,14 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             node,
             f"`{keyword}` is decided by a value computed from this rank's batches: every rank takes rank 0's "
             "decision, so that the ranks leave the training loop together",
+        )
+    for node, tests in facts.rank_local_skips:
+        for test in tests:
+            uniformity.decide_on_any_rank(plan, test.test)
+        plan.change(
+            node,
+            "`continue` skips the backward pass on a value computed from this rank's batches: every rank skips "
+            "the step where any rank does, so that the gradient all-reduces of the ranks stay paired",
         )
     if not facts.plateau_metrics:
         return
@@ -138,6 +151,30 @@ class _Finder:
                         tests.insert(0, ancestor)
                 if tests:
                     found.add(node)
+                    yield node, tuple(tests)
+
+    def rank_local_skips(self) -> Iterator[tuple[cst.Continue, tuple[cst.If, ...]]]:
+        """``if not torch.isfinite(loss): continue`` before the backward pass: the rank that skips joins the
+        next step's gradient all-reduce while the others are in this one's."""
+        index = self.index
+        for loop in index.loops:
+            if not index.trains(loop.body):
+                continue
+            later = [
+                index.order[stmt]
+                for stmt in index.walk(loop.body)
+                if isinstance(stmt, cst.SimpleStatementLine) and index.trains(stmt)
+            ]
+            for node in index.walk(loop.body) if later else ():
+                if not isinstance(node, cst.Continue) or index.order[index.statement_of(node)] > max(later):
+                    continue
+                tests: list[cst.If] = []
+                for ancestor in index.ancestors(node):
+                    if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
+                        break
+                    if isinstance(ancestor, cst.If) and self.rank_local.reads(ancestor.test, loop):
+                        tests.insert(0, ancestor)
+                if tests and next(index.enclosing_loops(node), None) is loop:
                     yield node, tuple(tests)
 
     def plateau_metrics(self) -> Iterator[cst.Arg]:

@@ -237,6 +237,29 @@ def decide_on_rank_zero(plan: EditPlan, test: cst.BaseExpression) -> bool:
     return True
 
 
+ON_ANY_RANK = '''
+def {helper}(flag):
+    """Whether `flag` holds on any rank, on every rank: a training step one rank skips, every rank skips."""
+{unset}    flag = torch.tensor(int(bool(flag)))
+    {dist}.all_reduce(flag, op={dist}.ReduceOp.MAX)
+    return bool(flag)
+'''
+
+
+def decide_on_any_rank(plan: EditPlan, test: cst.BaseExpression) -> None:
+    """``if <test>:`` taken on every rank where it holds on any: ``on_any_rank(<test>)``."""
+    helper = fresh("on_any_rank", plan.index.identifiers)
+    if not plan.has_setup_helper(helper):
+        dist = plan.names.dist
+        forms = [
+            cst.parse_module(ON_ANY_RANK.format(helper=helper, dist=dist, unset=unset)).body[0]
+            for unset in ("", f"    if not {dist}.is_initialized():\n        return flag\n")
+        ]
+        plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
+        plan.need_import("torch")
+    plan.replace(test, lambda n: cst.Call(cst.Name(helper), [cst.Arg(cast(cst.BaseExpression, n))]))
+
+
 MEAN_OVER_RANKS = '''
 def {helper}(value):
     """The mean over every rank of a number each rank computes from its own batches (a loss, a metric)."""
