@@ -10,6 +10,7 @@ progress bar over it, can be named for ``sampler.set_epoch(epoch)``.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterator
 from dataclasses import replace
@@ -86,6 +87,8 @@ class LoaderFinder:
                 yield Loader(call, True, (), full_batches=full, sites=(inline.loop,), inline=inline)
                 continue
             refs = index.downstream(origin) if origin is not None else set()
+            if origin is not None and entry is None:
+                refs = self._reached_through_its_branch(call, refs)
             starts: dict[cst.CSTNode, cst.CSTNode] = {}  # where to look for the epoch loop around a site
             if entry is None:
                 sites = [
@@ -416,6 +419,63 @@ class LoaderFinder:
             return f"{name} == {chosen[0]}" if len(chosen) == 1 else f"{name} in ({', '.join(chosen)})"
         return None
 
+    def _reached_through_its_branch(self, call: cst.Call, refs: set[Ref]) -> set[Ref]:
+        """The places a loader built in a branch of a factory reaches, given what each call of the factory
+        passes: ``make_loader(ds, train)`` with ``if train: return DataLoader(ds, shuffle=True)`` and ``else:
+        return DataLoader(ds)``: ``make_loader(val_set, False)`` never gets the first, whatever it trains on."""
+        index = self.index
+        function = index.scope_of(call)
+        if not isinstance(function, cst.FunctionDef):
+            return refs
+        branches: list[tuple[cst.BaseExpression, bool]] = []  # each test above the call, and the arm it is in
+        node: cst.CSTNode = call
+        for ancestor in index.ancestors(call):
+            if ancestor is function:
+                break
+            if isinstance(ancestor, cst.If) and node is not ancestor.test:
+                branches.append((ancestor.test, node is ancestor.body))
+            if isinstance(ancestor, cst.Else) and isinstance(owner := index.parent(ancestor), cst.If):
+                branches.append((owner.test, False))
+                node = owner
+                continue
+            node = ancestor
+        callers = index.callers(function)
+        if not branches or not callers:
+            return refs
+        never = [
+            c
+            for c in callers
+            if any(_evaluated(test, self._bound_constants(function, c)) == (not arm) for test, arm in branches)
+        ]
+        if not never:
+            return refs
+        kept = {ref for c in callers if c not in never for held in self._kept_by(c) for ref in index.downstream(held)}
+        elsewhere = {ref for c in never for held in self._kept_by(c) for ref in index.downstream(held)}
+        # (the factory's own places, ``<return>`` among them, hand on to the calls that never get this loader)
+        return {ref for ref in refs if ref in kept or not index.downstream(ref) & elsewhere}
+
+    def _bound_constants(self, function: cst.FunctionDef, call: cst.Call) -> dict[str, object]:
+        """The constant each parameter of ``function`` holds in ``call`` (passed, or its default)."""
+        index = self.index
+        resolved = index.resolve_callee(call, index.scope_of(call))
+        implicit = resolved[1] if resolved is not None and resolved[0] is function else 0
+        names = parameter_names(function)
+        bound: dict[str, object] = {}
+        for param in function.params.params:
+            if param.default is not None and (value := _literal(index, param.default)) is not _UNKNOWN:
+                bound[param.name.value] = value
+        for at, arg in enumerate(call.args):
+            if arg.star:
+                break
+            name = (
+                arg.keyword.value
+                if arg.keyword is not None
+                else (names[implicit + at] if implicit + at < len(names) else "")
+            )
+            if name:
+                bound[name] = _literal(index, arg.value)
+        return {name: value for name, value in bound.items() if value is not _UNKNOWN}
+
     def _kept_by(self, call: cst.Call) -> list[Ref]:
         """The places a call's value is kept in: ``loader = make(...)``, ``data, loader = make(...)``, and
         each call's own target in ``train, val = make("train"), make("val")``."""
@@ -673,6 +733,53 @@ def _pass_counter(loop: cst.While) -> str:
         and small.value.value == "1"
     }
     return counted.pop() if len(counted) == 1 else ""
+
+
+_UNKNOWN = object()
+
+
+def _literal(index: Index, value: cst.BaseExpression) -> object:
+    """The value of a constant argument (``"train"``, ``0``, ``True``); ``_UNKNOWN`` for anything else."""
+    spelled = _constant(index, value)
+    return ast.literal_eval(spelled) if spelled is not None else _UNKNOWN
+
+
+def _evaluated(test: cst.BaseExpression, bound: dict[str, object]) -> object:
+    """What ``test`` gives where the names of ``bound`` hold their constants (``split == "train"``, ``not
+    train``, ``mode in ("val", "test")``); ``_UNKNOWN`` where that depends on anything else."""
+    if isinstance(test, cst.Name):
+        constants: dict[str, object] = {"True": True, "False": False, "None": None}
+        return bound.get(test.value, constants.get(test.value, _UNKNOWN))
+    if isinstance(test, (cst.SimpleString, cst.Integer)):
+        return ast.literal_eval(test.value)
+    if isinstance(test, (cst.Tuple, cst.List)):
+        items = [_evaluated(e.value, bound) for e in test.elements]
+        return _UNKNOWN if _UNKNOWN in items else tuple(items)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _evaluated(test.expression, bound)
+        return _UNKNOWN if inner is _UNKNOWN else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left, right = _evaluated(test.left, bound), _evaluated(test.right, bound)
+        if isinstance(test.operator, cst.And):
+            return False if False in (left, right) else _UNKNOWN if _UNKNOWN in (left, right) else bool(left and right)
+        return True if True in (left, right) else _UNKNOWN if _UNKNOWN in (left, right) else bool(left or right)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        left, right = _evaluated(test.left, bound), _evaluated(test.comparisons[0].comparator, bound)
+        if _UNKNOWN in (left, right):
+            return _UNKNOWN
+        compare = test.comparisons[0].operator
+        try:
+            if isinstance(compare, (cst.Equal, cst.Is)):
+                return left == right
+            if isinstance(compare, (cst.NotEqual, cst.IsNot)):
+                return left != right
+            if isinstance(compare, cst.In):
+                return left in right  # type: ignore[operator]
+            if isinstance(compare, cst.NotIn):
+                return left not in right  # type: ignore[operator]
+        except TypeError:
+            return _UNKNOWN
+    return _UNKNOWN
 
 
 def _constant(index: Index, value: cst.BaseExpression) -> str | None:
