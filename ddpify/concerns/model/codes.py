@@ -1,4 +1,4 @@
-"""The diagnostic codes of the model concern (DDP301-DDP312), and ``CODES``, the tuple that registers them."""
+"""The diagnostic codes of the model concern (DDP301-DDP314), and ``CODES``, the tuple that registers them."""
 
 from __future__ import annotations
 
@@ -84,6 +84,14 @@ SECOND_BACKWARD = Code(
     "add the losses and call backward once (`(loss_a + loss_b).backward()`), or keep the first loss off the model "
     "(a GAN's discriminator step on `fake.detach()`)",
 )
+OWN_DATA_PARALLEL = Code(
+    "DDP314",
+    Severity.ERROR,
+    "model",
+    "the model is wrapped in the program's own subclass of nn.DataParallel: what the subclass adds (its own "
+    "scatter of the inputs, patches for synchronised BatchNorm) has no counterpart under DistributedDataParallel",
+    "wrap the model in nn.DataParallel there (or leave it unwrapped when one process drives one GPU), then convert",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -97,4 +105,5 @@ CODES = (
     PARTS_RUN_DIRECTLY,
     IN_BATCH_NEGATIVES,
     SECOND_BACKWARD,
+    OWN_DATA_PARALLEL,
 )

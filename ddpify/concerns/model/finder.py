@@ -20,6 +20,7 @@ from ddpify.concerns import batch_negatives, model_collections
 from ddpify.concerns.model.codes import (
     MODEL_NOT_PLACED,
     NO_OPTIMIZER,
+    OWN_DATA_PARALLEL,
     SECOND_BACKWARD,
     STORED_BEFORE_WRAP,
     UNFROZEN_AFTER_WRAP,
@@ -235,6 +236,17 @@ class _Finder:
         index = self.index
         lineage = own_lineage(self.index, ref)
         moves, creations, wraps = self._candidates(lineage)
+        for stmt, _ in creations:
+            value = statement_value(stmt)
+            own = index.local_class(value.func) if isinstance(value, cst.Call) else None
+            if own is not None and index.derives_from(own, torch_api.DATA_PARALLEL):
+                self.program.report(
+                    stmt,
+                    OWN_DATA_PARALLEL,
+                    f"`{own.name.value}` is the program's own subclass of nn.DataParallel: what it adds would be "
+                    "lost under DistributedDataParallel, and the program may rely on it (its scatter, its patches)",
+                )
+                return None
         # A builder called for training and by a function that only samples (``net = self.build()`` in both
         # ``train()`` and ``sample()``): the wrap goes where this optimizer's model comes from or goes, never
         # into the other branch
