@@ -28,6 +28,7 @@ class Finder:
         # trackers kept as a field of an object the program hands on (``config.writer = SummaryWriter()``):
         # every place the object passes through, and the field's name
         self.tracker_fields: list[tuple[frozenset[Ref], str]] = []
+        self.tracker_refs: set[Ref] = set()  # the places holding a tracker (None off rank 0)
 
     def devnull_opens(self, gated: set[cst.BaseStatement], late: Callable[[cst.CSTNode], bool]) -> Iterator[cst.Call]:
         """Files opened for writing outside the statements put on rank 0.
@@ -143,12 +144,21 @@ class Finder:
     def trackers(self) -> Iterator[cst.Call]:
         for call in self.index.calls:
             parent = self.index.parent(call)
-            if self.index.is_call_to(call, torch_api.TRACKER_FACTORIES) and (
+            if self._builds_tracker(call) and (
                 isinstance(parent, cst.Assign)
                 or single_target(parent) is not None
                 or (isinstance(parent, cst.Return) and self.index.holders(call))  # ``return SummaryWriter(...)``
             ):
                 yield call
+
+    def _builds_tracker(self, call: cst.Call) -> bool:
+        """``SummaryWriter(log_dir)``, ``wandb.init(...)``, or the program's own subclass of a tracker class
+        (``class RunWriter(SummaryWriter)``, with methods of its own that log)."""
+        index = self.index
+        if index.is_call_to(call, torch_api.TRACKER_FACTORIES):
+            return True
+        own = index.local_class(call.func)
+        return own is not None and index.derives_from(own, torch_api.TRACKER_FACTORIES)
 
     def outputs(
         self, model_refs: frozenset[Ref], trackers: tuple[cst.Call, ...], hoisted: list[cst.Call]
@@ -161,6 +171,7 @@ class Finder:
         tracker_refs = self.assigned_from(trackers)
         self.tracker_fields = self._fields_holding(trackers)
         tracker_refs |= self._aliases_of_fields()
+        self.tracker_refs = tracker_refs
         logger_refs = self.assigned_from(
             c for c in index.calls if index.is_call_to(c, torch_api.LOGGER_FACTORIES) and _assigned(index.parent(c))
         )
@@ -495,7 +506,11 @@ class Finder:
         if not self.index.instance_methods(call, scope):  # of one class or another, or a function chosen
             return False
         receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-        return receiver is None or self.index.carried_ref(receiver, scope) not in model_refs
+        if receiver is None:
+            return True
+        held = self.index.carried_ref(receiver, scope)
+        # a tracker of the program's own class (``writer.log_loss(...)``) exists on rank 0 only
+        return held not in model_refs and held not in self.tracker_refs and not self._on_a_tracker_field(receiver)
 
     def _item_of_models(self, func: cst.BaseExpression, model_refs: frozenset[Ref]) -> bool:
         """``net`` in ``for net in nets:`` (or ``zip(nets, opts)``), where ``nets`` holds models."""
