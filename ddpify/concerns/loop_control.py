@@ -83,11 +83,11 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             f"`{keyword}` is decided by a value computed from this rank's batches: every rank takes rank 0's "
             "decision, so that the ranks leave the training loop together",
         )
-    for node, tests in facts.rank_local_skips:
+    for skip, tests in facts.rank_local_skips:
         for test in tests:
             uniformity.decide_on_any_rank(plan, test.test)
         plan.change(
-            node,
+            skip,
             "`continue` skips the backward pass on a value computed from this rank's batches: every rank skips "
             "the step where any rank does, so that the gradient all-reduces of the ranks stay paired",
         )

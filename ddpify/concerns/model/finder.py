@@ -238,12 +238,12 @@ class _Finder:
         moves, creations, wraps = self._candidates(lineage)
         for stmt, _ in creations:
             value = statement_value(stmt)
-            own = index.local_class(value.func) if isinstance(value, cst.Call) else None
-            if own is not None and index.derives_from(own, torch_api.DATA_PARALLEL):
+            subclass = index.local_class(value.func) if isinstance(value, cst.Call) else None
+            if subclass is not None and index.derives_from(subclass, torch_api.DATA_PARALLEL):
                 self.program.report(
                     stmt,
                     OWN_DATA_PARALLEL,
-                    f"`{own.name.value}` is the program's own subclass of nn.DataParallel: what it adds would be "
+                    f"`{subclass.name.value}` is the program's own subclass of nn.DataParallel: what it adds would be "
                     "lost under DistributedDataParallel, and the program may rely on it (its scatter, its patches)",
                 )
                 return None
