@@ -18,10 +18,12 @@ Only the text of the files is read: nothing is imported or run.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
+import re
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,8 +31,9 @@ from typing import TYPE_CHECKING
 from ddpify.cli.exits import Failure
 from ddpify.cli.files import read_input
 from ddpify.cli.notebooks import read_script
-from ddpify.cli.project import Project, project_root
+from ddpify.cli.project import Project, project_root, read_bounded
 from ddpify.cli.screening import Facts
+from ddpify.engine.reach import parse
 from ddpify.notebook import is_notebook
 from ddpify.result import LocalModule
 
@@ -226,6 +229,10 @@ def _project(entry: Path, projects: dict[Path, Project], max_size: int, root: Pa
     return project
 
 
+# A string that may name a module: ``"jobs.fit"``, ``"processor.recognition.REC_Processor"``
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+
 class _Walk:
     """The modules of a program, breadth first from its entry script through each file's imports."""
 
@@ -242,11 +249,68 @@ class _Walk:
         self.found: dict[str, _Found] = {}  # by real path
         self.imports: dict[str, set[str]] = {}  # each file -> the modules of the program it imports
         self.truncated = False
+        self.limit = 0
 
     def run(self, *, limit: int, failure: str | None = None) -> None:
         if self.facts is None:
             return
         queue: deque[tuple[str, str, Facts]] = deque([(str(self.entry), "", self.facts)])
+        named: set[str] = set()  # the files whose dotted strings were looked at
+        self.limit = limit
+        while queue:
+            self._follow(queue, limit, failure)
+            if self.truncated or not self._loads_a_computed_name():
+                return
+            # ``__import__(path.rpartition(".")[0])`` of ``load_class("jobs.fit.FitJob")``: the modules that
+            # the program's strings name may be the ones loaded; reading them lets a backward pass there be seen
+            for real, package, facts in self._named_by_strings(named):
+                queue.append((real, package, facts))
+
+    def _loads_a_computed_name(self) -> bool:
+        files = [self.facts, *(found.facts for found in self.found.values())]
+        return any(load.kind == "call" and load.module is None for facts in files if facts for load in facts.loads)
+
+    def _named_by_strings(self, done: set[str]) -> Iterator[tuple[str, str, Facts]]:
+        """The local modules named by a dotted string constant (``"jobs.fit.FitJob"``, ``"models.resnet"``)
+        in the files found so far that were not looked at yet, each added as found, with its facts."""
+        resolver = self.project.resolver(self.search)
+        for real in [str(self.entry), *self.found]:
+            if real in done:
+                continue
+            done.add(real)
+            source = read_bounded(real, self.project.limit)
+            tree = parse(source) if source is not None else None
+            strings = sorted(
+                {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+                if tree is not None
+                else set()
+            )
+            for text in strings:
+                if not _DOTTED.fullmatch(text):
+                    continue
+                parts = text.split(".")
+                for end in (len(parts), len(parts) - 1):
+                    name = ".".join(parts[:end])
+                    located = resolver.file(name)
+                    if located is None or located.file is None:
+                        continue
+                    if located.real in self.found or located.real == str(self.entry):
+                        break
+                    if len(self.found) >= self.limit:
+                        self.truncated = True
+                        return
+                    module_facts = self.project.facts(located.real)
+                    module = None
+                    if self.read is not None:
+                        module = LocalModule(_shown(located.file), name, self.read(located.file))
+                    self.found[located.real] = _Found(located.file, name, module_facts, module)
+                    self.imports.setdefault(real, set()).add(located.real)
+                    if module_facts is not None:
+                        package = name if located.file.name == "__init__.py" else name.rpartition(".")[0]
+                        yield located.real, package, module_facts
+                    break
+
+    def _follow(self, queue: deque[tuple[str, str, Facts]], limit: int, failure: str | None) -> None:
         while queue:
             real, package, facts = queue.popleft()
             for name, found in self.project.imports(self.search, real, package, facts):
