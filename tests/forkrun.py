@@ -38,6 +38,7 @@ from typing import Any
 
 _RC_FILE = "agent.rc"
 _LOG_FILE = "torchrun.log"
+_STDOUT_FILE, _STDERR_FILE = "stdout", "stderr"  # of a script run as under plain ``python``
 _TERMINATE_GRACE_S = 5.0
 
 
@@ -120,6 +121,8 @@ def _agent(request: dict[str, Any]) -> dict[str, Any]:
     for rank in range(int(request["nproc"])):
         pid = os.fork()
         if pid == 0:
+            if request.get("plain"):  # ``python script.py``: the environment as given, the agent's group
+                return {**request, "rank": rank}
             os.setsid()  # as torchrun's workers: each leads a session of its own
             return {**request, "rank": rank, "env": _rank_environment(request, rank, port)}
         ranks[pid] = rank
@@ -137,7 +140,7 @@ def _agent(request: dict[str, Any]) -> dict[str, Any]:
         for rank, code in failed.items():
             print(f"  rank      : {rank} (local_rank: {rank})\n  exitcode  : {code}")
     sys.stdout.flush()
-    rc = 1 if failed else 0
+    rc = failed[0] if failed and request.get("plain") else 1 if failed else 0
     tmp = probe_dir / f".{_RC_FILE}.tmp"
     tmp.write_text(str(rc))
     tmp.replace(probe_dir / _RC_FILE)
@@ -180,11 +183,37 @@ _PRELOADED = (
 )
 
 
+def _run_plain(request: Mapping[str, Any]) -> None:
+    """``python script.py args...`` in this forked process: its output into the run's folder."""
+    import runpy
+    import traceback
+
+    folder = Path(request["probe_dir"])
+    for fd, name in ((1, _STDOUT_FILE), (2, _STDERR_FILE)):
+        opened = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
+    script = request["argv"][0]
+    sys.argv = list(request["argv"])
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    raise SystemExit(code)
+
+
 def _serve_forever() -> None:
     for name in _PRELOADED:
         importlib.import_module(name)
     request = _agent(_serve())
     _become_rank(request)
+    if request.get("plain"):
+        _run_plain(request)
     from ddpify.verify import probe
 
     raise SystemExit(probe.main(request["argv"]))
@@ -297,6 +326,27 @@ def run_forked(
             records=records,
             stacks=stacks,
         )
+
+
+def run_plain_forked(cwd: Path, argv: Sequence[str], env: Mapping[str, str], timeout: float) -> Any:
+    """``python *argv`` in ``cwd``, forked from the server that has imported torch already: the
+    ``subprocess.CompletedProcess`` that ``subprocess.run`` would give (``subprocess.TimeoutExpired`` past
+    ``timeout``)."""
+    with tempfile.TemporaryDirectory(prefix="ddpify-forkrun-") as probe_dir:
+        folder = Path(probe_dir)
+        request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env), "nproc": 1, "probe_dir": probe_dir}
+        agent = _server().start({**request, "plain": True})
+        started = time.monotonic()
+        while not (folder / _RC_FILE).exists():
+            if time.monotonic() - started > timeout:
+                from ddpify.verify import launcher
+
+                launcher._signal_group(agent, signal.SIGKILL)
+                raise subprocess.TimeoutExpired(["python", *argv], timeout)
+            time.sleep(0.02)
+        code = int((folder / _RC_FILE).read_text())
+        stdout, stderr = ((folder / name).read_text(errors="replace") for name in (_STDOUT_FILE, _STDERR_FILE))
+        return subprocess.CompletedProcess(["python", *argv], code, stdout, stderr)
 
 
 def _stop_run(agent: int, probe_dir: str, nproc: int) -> None:

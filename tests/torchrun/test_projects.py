@@ -30,10 +30,17 @@ pytest.importorskip("torch")
 
 PROJECTS = Path(__file__).parent.parent / "fixtures" / "projects"
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
+# as conftest.py's: plain runs fork from the server that has imported torch (tests/forkrun.py)
+FORKED = os.environ.get("DDPIFY_TEST_TORCHRUN") != "1"
 
 
 def python(cwd: Path, script: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    if FORKED:  # forked from the server that has imported torch (tests/forkrun.py): a torch import less
+        import forkrun
+
+        done: subprocess.CompletedProcess[str] = forkrun.run_plain_forked(cwd, [script], env, timeout=120)
+        return done
     for _ in range(2):
         done = subprocess.run(
             [sys.executable, script], cwd=cwd, capture_output=True, text=True, timeout=120, check=False, env=env
