@@ -42,6 +42,21 @@ def options_for(path: Path) -> Options:
     return Options(**json.loads(options_file.read_text())) if options_file.exists() else Options()
 
 
+_CONVERTED: dict[tuple[str, str], Conversion] = {}
+
+
+def converted(text: str, options: Options) -> Conversion:
+    """``convert(text)`` as ``train.py``, kept for the next sweep of the same script: each script is converted
+    once per process, however many of its twins are compared with it (the test run sends a script's twins
+    to one worker)."""
+    key = (text, repr(options))
+    if key not in _CONVERTED:
+        if len(_CONVERTED) >= 64:
+            _CONVERTED.pop(next(iter(_CONVERTED)))
+        _CONVERTED[key] = convert(text, path="train.py", options=options)
+    return _CONVERTED[key]
+
+
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     yield node
     for child in node.children:
@@ -96,7 +111,7 @@ def compare_twins(path: Path, made: dict[str, str], said: Callable[[Conversion],
     if not made:
         return None
     options = options_for(path)
-    plain = said(convert(path.read_text(), path="train.py", options=options))
+    plain = said(converted(path.read_text(), options))
     found: list[str] = []
     for how, code in made.items():
         other = said(convert(code, path="train.py", options=options))
@@ -110,7 +125,7 @@ def compare_twin(path: Path, made: str | None, said: Callable[[Conversion], Said
     if made is None:
         return None
     options = options_for(path)
-    plain, other = (said(convert(text, path="train.py", options=options)) for text in (path.read_text(), made))
+    plain, other = said(converted(path.read_text(), options)), said(convert(made, path="train.py", options=options))
     return compare(plain, other, name)
 
 

@@ -23,7 +23,7 @@ import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _twins import Said, codes, compare, kind, options_for, sweep, walk
+from _twins import Said, codes, compare, converted, kind, options_for, sweep, walk
 
 from ddpify import convert
 from ddpify.result import Conversion
@@ -155,7 +155,8 @@ def differences(path: Path) -> list[str] | None:
     if made is None:
         return None
     options = options_for(path)
-    plain, other = (_said(convert(text, path="train.py", options=options)) for text in (source, made))
+    plain = _said(converted(source, options))
+    other = _said(convert(made, path="train.py", options=options))
     return compare(plain, other, "aliased")
 
 

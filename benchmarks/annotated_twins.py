@@ -26,7 +26,7 @@ import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _twins import Said, compare, options_for, sweep, walk
+from _twins import Said, compare, converted, options_for, sweep, walk
 
 from ddpify import convert
 from ddpify.result import Conversion
@@ -81,7 +81,8 @@ def differences(path: Path) -> list[str] | None:
     if annotated is None:
         return None
     options = options_for(path)
-    plain, typed = (_said(convert(text, path="script.py", options=options)) for text in (source, annotated))
+    plain = _said(converted(source, options))
+    typed = _said(convert(annotated, path="train.py", options=options))
     return compare(plain, typed, "typed")
 
 

@@ -25,7 +25,7 @@ import libcst.matchers as m
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _twins import Said, codes, compare, options_for, sweep
+from _twins import Said, codes, compare, converted, options_for, sweep
 
 from ddpify import convert
 from ddpify.result import Conversion
@@ -115,7 +115,8 @@ def differences(path: Path) -> list[str] | None:
     if made is None:
         return None
     options = options_for(path)
-    plain, other = (_said(convert(text, path="train.py", options=options)) for text in (source, made))
+    plain = _said(converted(source, options))
+    other = _said(convert(made, path="train.py", options=options))
     return compare(plain, other, "inlined")
 
 

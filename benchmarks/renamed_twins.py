@@ -27,7 +27,7 @@ import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _twins import Said, compare, options_for, sweep
+from _twins import Said, compare, converted, options_for, sweep
 
 from ddpify import convert
 from ddpify.result import Conversion
@@ -153,7 +153,8 @@ def differences(path: Path) -> list[str] | None:
         return None
     renamed, _names = made
     options = options_for(path)
-    plain, other = (_said(convert(text, path="train.py", options=options)) for text in (source, renamed))
+    plain = _said(converted(source, options))
+    other = _said(convert(renamed, path="train.py", options=options))
     return compare(plain, other, "renamed")
 
 

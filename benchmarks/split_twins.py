@@ -24,7 +24,7 @@ import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _twins import Said, codes, compare, kind, options_for, sweep, walk
+from _twins import Said, codes, compare, converted, kind, options_for, sweep, walk
 
 from ddpify import convert
 from ddpify.result import Conversion, LocalModule
@@ -158,7 +158,7 @@ def differences(path: Path) -> list[str] | None:
         return None
     script, parts = made
     options = options_for(path)
-    plain = _said(convert(source, path="train.py", options=options))
+    plain = _said(converted(source, options))
     split = _said(convert(script, path="train.py", options=options, modules=[LocalModule("parts.py", "parts", parts)]))
     return compare(plain, split, "split")
 

@@ -51,6 +51,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("torchrun") is not None and item.nodeid not in QUICK_TORCHRUN:
             item.add_marker(pytest.mark.exhaustive)
+        # a script's twins run in one worker, which converts the script itself once for all of them
+        callspec = getattr(item, "callspec", None)
+        if item.nodeid.startswith("tests/test_twins.py::") and callspec is not None and "path" in callspec.params:
+            item.add_marker(pytest.mark.xdist_group(str(Path(callspec.params["path"]).relative_to(REPOSITORY))))
 
 
 @pytest.fixture(autouse=True)
