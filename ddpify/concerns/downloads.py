@@ -27,7 +27,8 @@ a call into the program's own code that fetches files (``urllib``,
 is, output and writes included, since the ranks run it in turns. The same
 holds for code that writes a cache file only when it is missing
 (``if not os.path.exists(cache): ... torch.save(data, cache)``, often in a data
-set's ``__init__``): rank 0 writes it, and the others find it in place.
+set's ``__init__``, also with the test in a method: ``if not self._prepared():``):
+rank 0 writes it, and the others find it in place.
 
 Limits: a download where the rank cannot be asked yet (before the process
 group is set up), one inside a compound statement's header or in a statement
@@ -237,9 +238,15 @@ def _builds(index: Index, node: cst.CSTNode, path: str, depth: int = 0) -> bool:
     return False
 
 
-def _existence_query(index: Index, test: cst.BaseExpression) -> str | None:
-    """The path that ``os.path.exists(p)`` (``isfile``, ``Path(p).exists()``, ``p.is_file()``) asks about."""
+def _existence_query(index: Index, test: cst.BaseExpression, depth: int = 0) -> str | None:
+    """The path that ``os.path.exists(p)`` (``isfile``, ``Path(p).exists()``, ``p.is_file()``) asks about; also
+    through a function of the program that returns such a test (``if not self._ready():``)."""
     path = files.queried(index, test) if isinstance(test, cst.Call) else None
+    if path is None and isinstance(test, cst.Call) and depth < 2:
+        callee = index.runs(test, index.scope_of(test))
+        returned = index.returned_values(callee[0]) if callee is not None else []
+        if len(returned) == 1:
+            return _existence_query(index, returned[0], depth + 1)
     if isinstance(path, cst.Call) and index.is_call_to(path, PATH_CLASSES) and path.args:
         path = path.args[0].value  # ``Path(cache).exists()`` asks about ``cache``
     return index.module.code_for_node(path) if path is not None else None
