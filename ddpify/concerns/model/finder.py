@@ -236,10 +236,10 @@ class _Finder:
         index = self.index
         lineage = own_lineage(self.index, ref)
         moves, creations, wraps = self._candidates(lineage)
-        for stmt, _ in creations:
-            value = statement_value(stmt)
-            subclass = index.local_class(value.func) if isinstance(value, cst.Call) else None
-            if subclass is not None and index.derives_from(subclass, torch_api.DATA_PARALLEL):
+        for stmt, _ in [*creations, *((c[0], c[1]) for c in moves)]:
+            made = self._classes_made_by(statement_value(stmt), index.scope_of(stmt))
+            subclass = next((c for c in made if index.derives_from(c, torch_api.DATA_PARALLEL)), None)
+            if subclass is not None:
                 self.program.report(
                     stmt,
                     OWN_DATA_PARALLEL,
@@ -248,13 +248,16 @@ class _Finder:
                 )
                 return None
         # A builder called for training and by a function that only samples (``net = self.build()`` in both
-        # ``train()`` and ``sample()``): the wrap goes where this optimizer's model comes from or goes, never
-        # into the other branch
+        # ``train()`` and ``sample()``): the wrap goes where this optimizer's model comes from or goes, or where
+        # a copy of it reaches code that trains (``self.model = model.to(gpu)`` of a Trainer), never into a
+        # branch that only runs the model
         on_path = upstream(index, ref) | index.downstream(ref)
-        if any(c[1] in on_path for c in [*moves, *creations, *wraps]):
-            moves = [c for c in moves if c[1] in on_path]
-            creations = [c for c in creations if c[1] in on_path]
-            wraps = [c for c in wraps if c[1] in on_path]
+        targets = [move[1] for move in moves] + [c[1] for c in creations] + [w[1] for w in wraps]
+        trained = {t for t in targets if t in on_path or self._reaches_training(t)}
+        if trained:
+            moves = [c for c in moves if c[1] in trained]
+            creations = [c for c in creations if c[1] in trained]
+            wraps = [c for c in wraps if c[1] in trained]
         # Where the model is trained, or after it has been (``model = train_model(model, ...)``,
         # ``model = model.cpu()`` for export), it is not being built: the wrap must come before.
         building = [c[0] for c in moves] + [c[0] for c in creations]
@@ -351,6 +354,15 @@ class _Finder:
             )
         return Model(
             target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps, realiased=realiased
+        )
+
+    def _reaches_training(self, place: Ref) -> bool:
+        """Whether the value at ``place`` is read, there or where it goes, by a function that trains."""
+        index = self.index
+        return any(
+            isinstance(scope, cst.FunctionDef) and index.trains(scope)
+            for reached in index.downstream(place)
+            for scope in index.scopes_reading(reached)
         )
 
     def _inside_the_builder(
