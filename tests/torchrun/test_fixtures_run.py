@@ -63,6 +63,8 @@ CASES = [
     "loop_control/step_skipped_where_the_loss_is_not_finite",
     "data/validation_loader_from_a_branch_of_the_training_factory",
     "downloads/data_set_prepared_on_first_use",
+    "model/param_groups_of_the_module_inside_data_parallel",
+    "model/parameters_gathered_into_a_field",
     "model/models_built_side_by_side_in_one_line",
     "model/param_groups_by_walking_the_modules",
     "model/ema_copy_as_a_submodule",

@@ -103,6 +103,8 @@ class TrainedModels:
         )
         if any(index.is_call_to(call, names) for names in (torch_api.SAVE,)) or self._torch_optimizer(call):
             return False
+        if isinstance(first.value, cst.Call) and self._torch_optimizer(first.value):
+            return False  # ``Warmup(torch.optim.Adam(model.parameters()), ...)``: the Adam inside is the optimizer
         places = {place for target in index.holders(call) for place in index.downstream(target)}
         if not any(place.path.rpartition(".")[2] in self._stepped_names() for place in places):
             return False
@@ -166,9 +168,42 @@ class TrainedModels:
                 or self._callers_arguments(found)
                 or [found]
             ):
+                model = self._inside_data_parallel(model)
                 if model not in refs:
                     refs.append(model)
         return refs, untraced
+
+    def _inside_data_parallel(self, ref: Ref) -> Ref:
+        """``model`` for ``model.module`` where ``model`` holds ``nn.DataParallel(...)``: the model it wraps is
+        the one trained (``get_params(model.module, "head")`` after ``model = nn.DataParallel(model)``, also
+        for the helper's parameter that every call hands ``model.module``)."""
+        index = self.index
+        function = ref.scope
+        if isinstance(function, cst.FunctionDef) and ref.path in parameter_names(function):
+            names = parameter_names(function)
+            given: set[Ref | None] = set()
+            for call in index.callers(function):
+                resolved = index.resolve_callee(call, index.scope_of(call))
+                arg = argument(call, ref.path, names.index(ref.path) - (resolved[1] if resolved else 0))
+                value = arg.value if arg is not None else None
+                outer = None
+                if isinstance(value, cst.Attribute) and value.attr.value == "module":
+                    outer = index.ref_of(value.value, index.scope_of(call))
+                given.add(outer if outer is not None and self._data_parallel(outer) else None)
+            found = given.pop() if len(given) == 1 else None
+            return found or ref
+        if not ref.path.endswith(".module"):
+            return ref
+        outer = Ref(ref.scope, ref.path.removesuffix(".module"))
+        return outer if self._data_parallel(outer) else ref
+
+    def _data_parallel(self, ref: Ref) -> bool:
+        """Whether ``ref`` holds ``nn.DataParallel(...)`` built where it is assigned (not by a builder nor handed
+        in: the reads of ``.module`` before the wrap are made plain only where the wrapper is removed)."""
+        return any(
+            isinstance(made := _unchained(value), cst.Call) and self.index.is_call_to(made, torch_api.DATA_PARALLEL)
+            for _, value in self.index.values_assigned(ref)
+        )
 
     def _whole_model(self, ref: Ref, call: cst.Call) -> list[Ref]:
         """The models a method of a model class runs on, for ``self.model.classifier.parameters()`` in it (a
@@ -328,6 +363,8 @@ class TrainedModels:
             return None if pieces else expr
         if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
             return self._trace(expr.left, calls, seen) or self._trace(expr.right, calls, seen)
+        if isinstance(expr, cst.IfExp):  # ``model.head.parameters() if args.head_only else model.parameters()``
+            return self._trace(expr.body, calls, seen) or self._trace(expr.orelse, calls, seen)
         if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
             if not expr.elements:
                 return expr
@@ -364,10 +401,16 @@ class TrainedModels:
             return None
         if isinstance(expr, cst.Attribute) and (field := index.ref_of(expr, index.scope_of(expr))) is not None:
             values = [value for _, value in index.values_assigned(field)]  # ``self.params = params`` in __init__
-            if field in seen or not values:
+            filled = self._filled(field)  # ``self.params = []`` then ``self.params += list(enc.parameters())``
+            if field in seen or not (values or filled):
                 return None if field in seen else expr
             seen.add(field)
             for value in values:
+                if filled and isinstance(value, (cst.List, cst.Tuple)) and not value.elements:
+                    continue
+                if (untraced := self._trace(value, calls, seen)) is not None:
+                    return untraced
+            for value in filled:
                 if (untraced := self._trace(value, calls, seen)) is not None:
                     return untraced
             return None
@@ -383,6 +426,27 @@ class TrainedModels:
                 return self._trace(source, calls, seen)
             return self._trace_name(expr, calls, seen)
         return expr
+
+    def _filled(self, field: Ref) -> list[cst.BaseExpression]:
+        """What ``self.params += ...``, ``self.params.append(...)`` and ``self.params.extend(...)`` put into the
+        list kept at ``field``."""
+        index = self.index
+        found: list[cst.BaseExpression] = []
+        for node in index.nodes_of(cst.AugAssign):
+            assert isinstance(node, cst.AugAssign)
+            if isinstance(node.operator, cst.AddAssign) and index.ref_of(node.target, index.scope_of(node)) == field:
+                found.append(node.value)
+        for call in index.calls:
+            func = call.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in {"append", "extend"}
+                and len(call.args) == 1
+                and index.ref_of(func.value, index.scope_of(call)) == field
+            ):
+                value = call.args[0].value
+                found.append(cst.List([cst.Element(value)]) if func.attr.value == "append" else value)
+        return found
 
     def _set_on_an_object(self, expr: cst.Attribute) -> list[cst.BaseExpression]:
         """The values ``obj.field = value`` statements of ``expr``'s own scope set, for ``expr`` spelled

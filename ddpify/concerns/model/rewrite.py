@@ -18,7 +18,7 @@ from ddpify.concerns.model.finder import statement_value
 from ddpify.concerns.model.reads import DEEPCOPY
 from ddpify.engine.edits import EditPlan, fresh, with_comma
 from ddpify.engine.index import Ref
-from ddpify.engine.syntax import argument
+from ddpify.engine.syntax import argument, single_target
 from ddpify.result import Options
 
 
@@ -106,6 +106,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             else:
                 plan.replace(call, lambda n: cast(cst.Call, n).args[0].value)
             plan.change(call, "remove nn.DataParallel: each process drives one GPU")
+            # ``model = nn.DataParallel(Net()).to(device)``, the model wrapped further on: plain until then
+            assign = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+            target = single_target(assign) if assign is not None else None
+            held = plan.index.ref_of(target, plan.index.scope_of(stmt)) if target is not None else None
+            for model in facts.models:
+                if model.ref == held and plan.index.after(model.insert_after, stmt):
+                    _plain_until_the_wrap(plan, model, stmt)
             # a model only evaluated (``--eval``): it loads the input's checkpoints and reads no ``.module``
             lineage = frozenset(place for ref in plan.index.holders(call) for place in plan.index.lineage(ref))
             if lineage and not lineage & trained:
@@ -322,15 +329,14 @@ def _remove_data_parallel(plan: EditPlan, model: Model) -> None:
         if guard is not None:
             plan.inline(guard)
     plan.change(model.data_parallel_removed, "remove nn.DataParallel: each process drives one GPU")
-    _plain_until_the_wrap(plan, model)
+    _plain_until_the_wrap(plan, model, model.data_parallel_removed)
 
 
-def _plain_until_the_wrap(plan: EditPlan, model: Model) -> None:
+def _plain_until_the_wrap(plan: EditPlan, model: Model, removed: cst.BaseStatement) -> None:
     """``model.module.classifier`` read after the removed DataParallel line and before the wrap that now
     follows (``if device_count() > 1: model = nn.DataParallel(model); head = model.module.classifier``): the
     model is plain there, so ``.module`` goes."""
     index = plan.index
-    removed = cast(cst.SimpleStatementLine, model.data_parallel_removed)
     scope = index.scope_of(removed)
     for read in index.mentions(scope, model.ref):
         attribute = index.parent(read)
