@@ -31,7 +31,7 @@ from ddpify.concerns.samplers import DictEntry, OwnSampler, dict_entry, entry_it
 from ddpify.engine.edits import statement
 from ddpify.engine.index import Flow, Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward
-from ddpify.engine.syntax import parameter_names, single_target, straight_line, unpacked_into
+from ddpify.engine.syntax import dotted, parameter_names, single_target, straight_line, unpacked_into
 from ddpify.engine.values import dict_keys, loader_argument, passed_values
 
 
@@ -425,22 +425,18 @@ class LoaderFinder:
         return DataLoader(ds)``: ``make_loader(val_set, False)`` never gets the first, whatever it trains on."""
         index = self.index
         function = index.scope_of(call)
-        if not isinstance(function, cst.FunctionDef):
-            return refs
         branches: list[tuple[cst.BaseExpression, bool]] = []  # each test above the call, and the arm it is in
-        node: cst.CSTNode = call
-        for ancestor in index.ancestors(call):
-            if ancestor is function:
+        for _ in range(3):
+            if not isinstance(function, cst.FunctionDef):
+                return refs
+            branches = _branches_above(index, call, function)
+            callers = index.callers(function)
+            if branches or len(callers) != 1:
                 break
-            if isinstance(ancestor, cst.If) and node is not ancestor.test:
-                branches.append((ancestor.test, node is ancestor.body))
-            if isinstance(ancestor, cst.Else) and isinstance(owner := index.parent(ancestor), cst.If):
-                branches.append((owner.test, False))
-                node = owner
-                continue
-            node = ancestor
-        callers = index.callers(function)
-        if not branches or not callers:
+            # ``return DataLoader(...)`` of a helper that one branch of the factory calls: that call's branch
+            call = callers[0]
+            function = index.scope_of(call)
+        if not branches or not callers or not isinstance(function, cst.FunctionDef):
             return refs
         never = [
             c
@@ -455,6 +451,32 @@ class LoaderFinder:
         return {ref for ref in refs if ref in kept or not index.downstream(ref) & elsewhere}
 
     def _bound_constants(self, function: cst.FunctionDef, call: cst.Call) -> dict[str, object]:
+        """The constant each parameter of ``function`` holds in ``call`` (passed, or its default); for a method
+        called on an object built in place (``Loaders(ds, mode="val").run()``), also the fields its
+        ``__init__`` sets from its own parameters (``self.mode = mode``)."""
+        bound = self._passed_constants(function, call)
+        index = self.index
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        self_name = index.self_name(function)
+        if isinstance(receiver, cst.Call) and self_name is not None:
+            cls = index.local_class(receiver.func)
+            init = index.method(cls, "__init__") if cls is not None else None
+            if init is not None:
+                given = self._passed_constants(init, receiver)
+                init_self = index.self_name(init)
+                for assign in index.walk(init.body):
+                    if (
+                        isinstance(assign, cst.Assign)
+                        and len(assign.targets) == 1
+                        and isinstance(field := assign.targets[0].target, cst.Attribute)
+                        and m.matches(field.value, m.Name(init_self or ""))
+                        and isinstance(assign.value, cst.Name)
+                        and assign.value.value in given
+                    ):
+                        bound[f"{self_name}.{field.attr.value}"] = given[assign.value.value]
+        return bound
+
+    def _passed_constants(self, function: cst.FunctionDef, call: cst.Call) -> dict[str, object]:
         """The constant each parameter of ``function`` holds in ``call`` (passed, or its default)."""
         index = self.index
         resolved = index.resolve_callee(call, index.scope_of(call))
@@ -738,6 +760,23 @@ def _pass_counter(loop: cst.While) -> str:
 _UNKNOWN = object()
 
 
+def _branches_above(index: Index, call: cst.Call, function: cst.FunctionDef) -> list[tuple[cst.BaseExpression, bool]]:
+    """Each ``if`` test above ``call`` in ``function``, with whether the call is in its body (else its ``else``)."""
+    branches: list[tuple[cst.BaseExpression, bool]] = []
+    node: cst.CSTNode = call
+    for ancestor in index.ancestors(call):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, cst.If) and node is not ancestor.test:
+            branches.append((ancestor.test, node is ancestor.body))
+        if isinstance(ancestor, cst.Else) and isinstance(owner := index.parent(ancestor), cst.If):
+            branches.append((owner.test, False))
+            node = owner
+            continue
+        node = ancestor
+    return branches
+
+
 def _literal(index: Index, value: cst.BaseExpression) -> object:
     """The value of a constant argument (``"train"``, ``0``, ``True``); ``_UNKNOWN`` for anything else."""
     spelled = _constant(index, value)
@@ -750,6 +789,8 @@ def _evaluated(test: cst.BaseExpression, bound: dict[str, object]) -> object:
     if isinstance(test, cst.Name):
         constants: dict[str, object] = {"True": True, "False": False, "None": None}
         return bound.get(test.value, constants.get(test.value, _UNKNOWN))
+    if isinstance(test, cst.Attribute):  # ``self.mode``, set from a constructor's argument
+        return bound.get(dotted(test), _UNKNOWN) if dotted(test) else _UNKNOWN
     if isinstance(test, (cst.SimpleString, cst.Integer)):
         return ast.literal_eval(test.value)
     if isinstance(test, (cst.Tuple, cst.List)):
