@@ -115,6 +115,8 @@ WRAPPER_SAFE_ATTRIBUTES = frozenset(
 
 # The parameters of a module, as the optimizer sees them.
 PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+# ``nn.Parameter(tensor)``: a module field that its ``parameters()`` yields
+PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 # Methods that iterate over a module's submodules (itself included, for ``modules``).
 SUBMODULE_METHODS = frozenset({"modules", "named_modules", "children", "named_children"})
 

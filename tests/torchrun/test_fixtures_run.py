@@ -65,6 +65,7 @@ CASES = [
     "downloads/data_set_prepared_on_first_use",
     "model/param_groups_of_the_module_inside_data_parallel",
     "model/parameters_gathered_into_a_field",
+    "model/parameter_of_a_head_in_a_param_group",
     "model/models_built_side_by_side_in_one_line",
     "model/param_groups_by_walking_the_modules",
     "model/ema_copy_as_a_submodule",

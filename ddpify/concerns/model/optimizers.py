@@ -14,6 +14,9 @@ from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, assigned, parameter_names
 from ddpify.engine.values import built_by
 
+# what a piece of ``params`` is traced to: ``X.parameters()``, or ``X.weight`` of a module ``X``
+Traced = cst.Call | cst.Attribute
+
 
 class TrainedModels:
     """The script's optimizers, and the models (or lists of models) whose parameters each one holds."""
@@ -120,7 +123,7 @@ class TrainedModels:
             return stepped
         # ``AdamW(grouped_parameters)`` of a library, ``optim_name([{"params": base_params}, ...])``: param
         # groups built from a model before the call
-        found: list[cst.Call] = []
+        found: list[Traced] = []
         self._trace(first.value, found, set())
         return bool(found)
 
@@ -151,11 +154,11 @@ class TrainedModels:
         params = self.params_of(optimizer)
         if params is None:
             return [], optimizer
-        calls: list[cst.Call] = []
+        calls: list[Traced] = []
         untraced = self._trace(params, calls, set())
         refs: list[Ref] = []
         for call in calls:
-            receiver = cast(cst.Attribute, call.func).value
+            receiver = call.value if isinstance(call, cst.Attribute) else cast(cst.Attribute, call.func).value
             listed = model_collections.taken_from(self.index, receiver)
             if listed is not None:
                 self.lists[listed.ref] = listed
@@ -205,7 +208,7 @@ class TrainedModels:
             for _, value in self.index.values_assigned(ref)
         )
 
-    def _whole_model(self, ref: Ref, call: cst.Call) -> list[Ref]:
+    def _whole_model(self, ref: Ref, call: Traced) -> list[Ref]:
         """The models a method of a model class runs on, for ``self.model.classifier.parameters()`` in it (a
         ``get_optimizer`` that trains only a head): the part belongs to them. [] where the method has no
         such receivers (``__init__``, a GAN's parts each trained apart)."""
@@ -326,7 +329,7 @@ class TrainedModels:
         value = _unchained(value)
         return isinstance(value, cst.Call) and self.index.resolve_callee(value, self.index.scope_of(value)) == (init, 1)
 
-    def _trace(self, expr: cst.BaseExpression, calls: list[cst.Call], seen: set[Ref]) -> cst.BaseExpression | None:
+    def _trace(self, expr: cst.BaseExpression, calls: list[Traced], seen: set[Ref]) -> cst.BaseExpression | None:
         """Add the ``X.parameters()`` calls ``expr`` takes its parameters from; the piece that has none, if any."""
         index = self.index
         if isinstance(expr, cst.Call):
@@ -396,6 +399,9 @@ class TrainedModels:
                     return self._trace(comp.iter, calls, seen)
                 comp = comp.inner_for_in
             return expr
+        if isinstance(expr, cst.Attribute) and self._parameter_of_a_module(expr):
+            calls.append(expr)  # ``head.kernel``: an ``nn.Parameter`` that the module's class sets in ``__init__``
+            return None
         if isinstance(expr, (cst.Name, cst.Attribute)) and (submodules := self._submodules_of(expr)) is not None:
             calls.append(submodules)  # ``m.weight`` in ``for m in model.modules()``: a parameter of ``model``
             return None
@@ -426,6 +432,30 @@ class TrainedModels:
                 return self._trace(source, calls, seen)
             return self._trace_name(expr, calls, seen)
         return expr
+
+    def _parameter_of_a_module(self, expr: cst.Attribute) -> bool:
+        """``head.kernel`` where ``head`` holds a module of the program's own class whose ``__init__`` sets
+        ``self.kernel = nn.Parameter(...)``."""
+        index = self.index
+        for value in built_by(index, expr.value) or ():
+            made = _unchained(value)
+            cls = index.local_class(made.func) if isinstance(made, cst.Call) else None
+            init = index.method(cls, "__init__") if cls is not None else None
+            if init is None:
+                continue
+            self_name = index.self_name(init)
+            for node in index.walk(init.body):
+                if (
+                    isinstance(node, cst.Assign)
+                    and len(node.targets) == 1
+                    and m.matches(
+                        node.targets[0].target, m.Attribute(value=m.Name(self_name or ""), attr=m.Name(expr.attr.value))
+                    )
+                    and isinstance(node.value, cst.Call)
+                    and index.is_call_to(node.value, torch_api.PARAMETER_CLASSES)
+                ):
+                    return True
+        return False
 
     def _filled(self, field: Ref) -> list[cst.BaseExpression]:
         """What ``self.params += ...``, ``self.params.append(...)`` and ``self.params.extend(...)`` put into the
@@ -489,14 +519,14 @@ class TrainedModels:
             for returned in returns:
                 if isinstance(returned, (cst.List, cst.Tuple)) and not returned.elements:
                     continue  # ``return []``: no parameters of its own (a model without a backbone)
-                found: list[cst.Call] = []
+                found: list[Traced] = []
                 if self._trace(returned, found, seen) is not None or not all(map(self._on_self, found)):
                     return False
             if not returns:
                 return False
         return True
 
-    def _on_self(self, call: cst.Call) -> bool:
+    def _on_self(self, call: Traced) -> bool:
         """``self.student.parameters()``: a parameters call on ``self`` (or a part of it) in a method."""
         index = self.index
         function = next((a for a in index.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
@@ -518,7 +548,7 @@ class TrainedModels:
             ]
             return bool(loops) and all(rooted(loop.iter, depth + 1) for loop in loops)
 
-        return rooted(cast(cst.Attribute, call.func).value)
+        return rooted(call.value if isinstance(call, cst.Attribute) else cast(cst.Attribute, call.func).value)
 
     def _returned_by_program(self, call: cst.Call) -> list[cst.BaseExpression] | None:
         """What the program's own function that ``call`` runs returns (each ``return`` value) or, for a
@@ -583,7 +613,7 @@ class TrainedModels:
         return None
 
     def _trace_argument(
-        self, function: cst.FunctionDef, param: str, calls: list[cst.Call], seen: set[Ref]
+        self, function: cst.FunctionDef, param: str, calls: list[Traced], seen: set[Ref]
     ) -> cst.BaseExpression | None:
         """``def make_optimizer(params): return SGD(params)``: what every caller passes for ``params``."""
         index = self.index
@@ -605,7 +635,7 @@ class TrainedModels:
                 return untraced
         return None
 
-    def _trace_name(self, name: cst.Name, calls: list[cst.Call], seen: set[Ref]) -> cst.BaseExpression | None:
+    def _trace_name(self, name: cst.Name, calls: list[Traced], seen: set[Ref]) -> cst.BaseExpression | None:
         """``params = [...]``, or ``params = []`` filled by ``params.append(p)`` in a loop over ``named_parameters()``."""
         index = self.index
         scope = index.scope_of(name)
