@@ -23,7 +23,7 @@ import hashlib
 import os
 import re
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +38,7 @@ from ddpify.notebook import is_notebook
 from ddpify.result import LocalModule
 
 if TYPE_CHECKING:
+    from ddpify.cli.project import Found
     from ddpify.cli.request import Job
 
 MAX_MODULES = 1000  # a training program with its library (a model zoo imported whole); more is not read
@@ -249,30 +250,30 @@ class _Walk:
         self.found: dict[str, _Found] = {}  # by real path
         self.imports: dict[str, set[str]] = {}  # each file -> the modules of the program it imports
         self.truncated = False
-        self.limit = 0
 
     def run(self, *, limit: int, failure: str | None = None) -> None:
         if self.facts is None:
             return
         queue: deque[tuple[str, str, Facts]] = deque([(str(self.entry), "", self.facts)])
         named: set[str] = set()  # the files whose dotted strings were looked at
-        self.limit = limit
         while queue:
-            self._follow(queue, limit, failure)
+            while queue and not self.truncated:
+                real, package, facts = queue.popleft()
+                self._take(queue, real, self.project.imports(self.search, real, package, facts), limit, failure)
             if self.truncated or not self._loads_a_computed_name():
                 return
             # ``__import__(path.rpartition(".")[0])`` of ``load_class("jobs.fit.FitJob")``: the modules that
             # the program's strings name may be the ones loaded; reading them lets a backward pass there be seen
-            for real, package, facts in self._named_by_strings(named):
-                queue.append((real, package, facts))
+            for real, found in self._named_by_strings(named):
+                self._take(queue, real, found, limit, None)
 
     def _loads_a_computed_name(self) -> bool:
         files = [self.facts, *(found.facts for found in self.found.values())]
         return any(load.kind == "call" and load.module is None for facts in files if facts for load in facts.loads)
 
-    def _named_by_strings(self, done: set[str]) -> Iterator[tuple[str, str, Facts]]:
-        """The local modules named by a dotted string constant (``"jobs.fit.FitJob"``, ``"models.resnet"``)
-        in the files found so far that were not looked at yet, each added as found, with its facts."""
+    def _named_by_strings(self, done: set[str]) -> Iterator[tuple[str, list[tuple[str, Found]]]]:
+        """Each file found so far and not looked at yet, with the local modules not found yet that its dotted
+        string constants name (``"jobs.fit.FitJob"``, ``"models.resnet"``)."""
         resolver = self.project.resolver(self.search)
         for real in [str(self.entry), *self.found]:
             if real in done:
@@ -285,58 +286,51 @@ class _Walk:
                 if tree is not None
                 else set()
             )
-            for text in strings:
-                if not _DOTTED.fullmatch(text):
-                    continue
+            named: list[tuple[str, Found]] = []
+            for text in filter(_DOTTED.fullmatch, strings):
                 parts = text.split(".")
-                for end in (len(parts), len(parts) - 1):
-                    name = ".".join(parts[:end])
+                for name in (text, ".".join(parts[:-1])):  # a module, or a name in one
                     located = resolver.file(name)
-                    if located is None or located.file is None:
-                        continue
-                    if located.real in self.found or located.real == str(self.entry):
+                    if located is not None:
+                        if located.real not in self.found and located.real != str(self.entry):
+                            named.append((name, located))
                         break
-                    if len(self.found) >= self.limit:
-                        self.truncated = True
-                        return
-                    module_facts = self.project.facts(located.real)
-                    module = None
-                    if self.read is not None:
-                        module = LocalModule(_shown(located.file), name, self.read(located.file))
-                    self.found[located.real] = _Found(located.file, name, module_facts, module)
-                    self.imports.setdefault(real, set()).add(located.real)
-                    if module_facts is not None:
-                        package = name if located.file.name == "__init__.py" else name.rpartition(".")[0]
-                        yield located.real, package, module_facts
-                    break
+            yield real, named
 
-    def _follow(self, queue: deque[tuple[str, str, Facts]], limit: int, failure: str | None) -> None:
-        while queue:
-            real, package, facts = queue.popleft()
-            for name, found in self.project.imports(self.search, real, package, facts):
-                file, target = found.file, found.real
-                assert file is not None
-                if target == str(self.entry):
-                    continue
-                self.imports.setdefault(real, set()).add(target)
-                if target in self.found:
-                    continue
-                if len(self.found) >= limit:
-                    if failure is not None:
-                        raise Failure(failure)
-                    self.truncated = True
-                    return
-                if self.read is not None:
-                    source = self.read(file)
-                    module: LocalModule | None = LocalModule(_shown(file), name, source)
-                    module_facts = self.project.facts(target, source)
-                else:
-                    module = None
-                    module_facts = self.project.facts(target)
-                self.found[target] = _Found(file, name, module_facts, module)
-                if module_facts is not None:
-                    package = name if file.name == "__init__.py" else name.rpartition(".")[0]
-                    queue.append((target, package, module_facts))
+    def _take(
+        self,
+        queue: deque[tuple[str, str, Facts]],
+        real: str,
+        imported: Iterable[tuple[str, Found]],
+        limit: int,
+        failure: str | None,
+    ) -> None:
+        """The local modules the file ``real`` imports (by name, with where each leads), each new one found and
+        queued with its facts; past ``limit`` modules, ``failure`` is raised (or the walk is cut short)."""
+        for name, found in imported:
+            file, target = found.file, found.real
+            assert file is not None
+            if target == str(self.entry):
+                continue
+            self.imports.setdefault(real, set()).add(target)
+            if target in self.found:
+                continue
+            if len(self.found) >= limit:
+                if failure is not None:
+                    raise Failure(failure)
+                self.truncated = True
+                return
+            if self.read is not None:
+                source = self.read(file)
+                module: LocalModule | None = LocalModule(_shown(file), name, source)
+                module_facts = self.project.facts(target, source)
+            else:
+                module = None
+                module_facts = self.project.facts(target)
+            self.found[target] = _Found(file, name, module_facts, module)
+            if module_facts is not None:
+                package = name if file.name == "__init__.py" else name.rpartition(".")[0]
+                queue.append((target, package, module_facts))
 
     def _package(self, file: Path) -> str:
         """The package the relative imports of the module at ``file`` start from."""

@@ -143,12 +143,7 @@ class _Finder:
             for node in exits:
                 if node in found:
                     continue
-                tests: list[cst.If] = []
-                for ancestor in index.ancestors(node):
-                    if ancestor is loop or isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
-                        break
-                    if isinstance(ancestor, cst.If) and self.rank_local.reads(ancestor.test, loop):
-                        tests.insert(0, ancestor)
+                tests = self._rank_local_tests(node, loop)
                 if tests:
                     found.add(node)
                     yield node, tuple(tests)
@@ -160,22 +155,33 @@ class _Finder:
         for loop in index.loops:
             if not index.trains(loop.body):
                 continue
-            later = [
-                index.order[stmt]
-                for stmt in index.walk(loop.body)
-                if isinstance(stmt, cst.SimpleStatementLine) and index.trains(stmt)
-            ]
-            for node in index.walk(loop.body) if later else ():
-                if not isinstance(node, cst.Continue) or index.order[index.statement_of(node)] > max(later):
+            last = max(
+                (
+                    index.order[stmt]
+                    for stmt in index.walk(loop.body)
+                    if isinstance(stmt, cst.SimpleStatementLine) and index.trains(stmt)
+                ),
+                default=None,
+            )
+            if last is None:
+                continue
+            for node in index.walk(loop.body):
+                if not isinstance(node, cst.Continue) or index.order[index.statement_of(node)] > last:
                     continue
-                tests: list[cst.If] = []
-                for ancestor in index.ancestors(node):
-                    if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
-                        break
-                    if isinstance(ancestor, cst.If) and self.rank_local.reads(ancestor.test, loop):
-                        tests.insert(0, ancestor)
+                tests = self._rank_local_tests(node, loop)
                 if tests and next(index.enclosing_loops(node), None) is loop:
                     yield node, tuple(tests)
+
+    def _rank_local_tests(self, node: cst.CSTNode, loop: cst.For | cst.While) -> list[cst.If]:
+        """The tests between ``node`` and its innermost loop that read values of this rank's batches, outermost
+        first."""
+        tests: list[cst.If] = []
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
+                break
+            if isinstance(ancestor, cst.If) and self.rank_local.reads(ancestor.test, loop):
+                tests.insert(0, ancestor)
+        return tests
 
     def plateau_metrics(self) -> Iterator[cst.Arg]:
         """``scheduler.step(mean_loss)`` of a ``ReduceLROnPlateau``, the metric read from this rank's batches:

@@ -479,23 +479,16 @@ class LoaderFinder:
     def _passed_constants(self, function: cst.FunctionDef, call: cst.Call) -> dict[str, object]:
         """The constant each parameter of ``function`` holds in ``call`` (passed, or its default)."""
         index = self.index
-        resolved = index.resolve_callee(call, index.scope_of(call))
-        implicit = resolved[1] if resolved is not None and resolved[0] is function else 0
-        names = parameter_names(function)
         bound: dict[str, object] = {}
         for param in function.params.params:
             if param.default is not None and (value := _literal(index, param.default)) is not _UNKNOWN:
                 bound[param.name.value] = value
-        for at, arg in enumerate(call.args):
+        for arg in call.args:
             if arg.star:
                 break
-            name = (
-                arg.keyword.value
-                if arg.keyword is not None
-                else (names[implicit + at] if implicit + at < len(names) else "")
-            )
-            if name:
-                bound[name] = _literal(index, arg.value)
+            filled = index.parameter_of(arg)
+            if filled is not None and filled.scope is function:
+                bound[filled.path] = _literal(index, arg.value)
         return {name: value for name, value in bound.items() if value is not _UNKNOWN}
 
     def _kept_by(self, call: cst.Call) -> list[Ref]:

@@ -236,7 +236,7 @@ class _Finder:
         index = self.index
         lineage = own_lineage(self.index, ref)
         moves, creations, wraps = self._candidates(lineage)
-        for stmt, _ in [*creations, *((c[0], c[1]) for c in moves)]:
+        for stmt in [c[0] for c in creations] + [move[0] for move in moves]:
             made = self._classes_made_by(statement_value(stmt), index.scope_of(stmt))
             subclass = next((c for c in made if index.derives_from(c, torch_api.DATA_PARALLEL)), None)
             if subclass is not None:

@@ -12,7 +12,7 @@ from ddpify import torch_api
 from ddpify.concerns import model_collections
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, assigned, parameter_names
-from ddpify.engine.values import built_by
+from ddpify.engine.values import built_by, passed_values
 
 # what a piece of ``params`` is traced to: ``X.parameters()``, or ``X.weight`` of a module ``X``
 Traced = cst.Call | cst.Attribute
@@ -183,15 +183,11 @@ class TrainedModels:
         index = self.index
         function = ref.scope
         if isinstance(function, cst.FunctionDef) and ref.path in parameter_names(function):
-            names = parameter_names(function)
             given: set[Ref | None] = set()
-            for call in index.callers(function):
-                resolved = index.resolve_callee(call, index.scope_of(call))
-                arg = argument(call, ref.path, names.index(ref.path) - (resolved[1] if resolved else 0))
-                value = arg.value if arg is not None else None
+            for value in passed_values(index, ref) or ():
                 outer = None
                 if isinstance(value, cst.Attribute) and value.attr.value == "module":
-                    outer = index.ref_of(value.value, index.scope_of(call))
+                    outer = index.ref_of(value.value, index.scope_of(value))
                 given.add(outer if outer is not None and self._data_parallel(outer) else None)
             found = given.pop() if len(given) == 1 else None
             return found or ref
