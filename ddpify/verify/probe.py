@@ -99,6 +99,12 @@ from ddpify.verify.ownership import (
 _LOADER_ATTR = "_ddpify_probe_loader"
 _ITERATOR_ATTR = "_ddpify_probe_iteration"
 _FLUSH_INTERVAL_S = 0.25
+# The finished script's globals (or the stop that holds its frames), kept to the end of the
+# process as under plain ``python``: dropping them when the script returns destroys a DDP
+# model's reducer and with it the Gloo process group, whose destructor joins a worker thread
+# that may be waiting for the GIL the joining thread holds (a hang in about one short run in
+# twenty).
+_kept_to_the_end: list[object] = []
 
 
 class MaxStepsReached(SystemExit):
@@ -563,8 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [script, *argv[1:]]
     sys.path[0] = os.path.dirname(script)
     try:
-        runpy.run_path(script, run_name="__main__")
-    except MaxStepsReached:
+        _kept_to_the_end.append(runpy.run_path(script, run_name="__main__"))
+    except MaxStepsReached as stop:
+        _kept_to_the_end.append(stop)
         recorder.finish(protocol.ExitKind.MAX_STEPS)
         return 0
     except SystemExit as exc:
