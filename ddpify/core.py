@@ -19,6 +19,8 @@ alone); a violation is refused with its DDP9xx code.
 from __future__ import annotations
 
 import ast
+import os
+import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -58,8 +60,21 @@ def convert(
         try:
             return _convert(source, path, options, modules)
         except Exception as exc:
-            message = f"internal error: {exc!r}"
-            return _outcome(source, Status.INTERNAL_ERROR, [INTERNAL_ERROR.at(1, 1, message, path)])
+            return _outcome(source, Status.INTERNAL_ERROR, [INTERNAL_ERROR.at(1, 1, _briefly(exc), path)])
+
+
+def _briefly(exc: Exception) -> str:
+    """One line for a bug report: the exception, the start of its message (which may print a whole
+    syntax tree) and the line of ddpify that raised it."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else ""
+    if len(text) > 120 or len(lines) > 1:
+        text = text[:120].rstrip() + " ..."
+    package = os.path.dirname(os.path.abspath(__file__))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(package + os.sep)]
+    place = os.path.relpath(frames[-1].filename, os.path.dirname(package)) if frames else ""
+    where = f" ({place.replace(os.sep, '/')}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {text}{where}" if text else f"{type(exc).__name__}{where}"
 
 
 def _convert(

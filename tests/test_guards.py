@@ -8,6 +8,7 @@ cannot read, and syntax that needs a newer Python than the running one.
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -362,3 +363,22 @@ def test_real_syntax_errors_keep_cpython_s_message(source: str, message: str) ->
 
     assert conversion.status is Status.INVALID
     assert only(conversion).split(": DDP002 ", 1)[1].startswith(message)
+
+
+# ----------------------------------------------------------------------------
+# A bug inside ddpify: one line to report
+
+
+def test_an_internal_error_is_one_line_naming_where_ddpify_raised_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exception's message may print a whole syntax tree (``ValueError: If(...) is not in
+    list``): the report keeps its start and names the line of ddpify that raised it."""
+    from ddpify import concerns
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise ValueError("If(\n    test=Name(value='kind'),\n) is not in list")
+
+    monkeypatch.setattr(concerns, "find", crash)
+    conversion = convert(TRAIN, path="train.py")
+
+    assert conversion.status is Status.INTERNAL_ERROR
+    assert re.fullmatch(r"train\.py:1:1: DDP900 ValueError: If\( \.\.\. \(ddpify/core\.py:\d+\)", only(conversion))

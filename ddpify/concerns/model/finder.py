@@ -658,6 +658,9 @@ class _Finder:
         current = stmt
         while True:
             block = self.index.parent(current)
+            if isinstance(block, cst.If):  # an ``elif``: the ``If`` whose ``orelse`` it is
+                current = block
+                continue
             owner = self.index.parent(block) if block is not None else None
             if isinstance(owner, cst.Else):
                 owner = self.index.parent(owner)
@@ -730,7 +733,7 @@ class _Finder:
         take the weights the wrap broadcast, or each rank keeps its own initial draw.
         """
         block = self.index.parent(anchor)
-        siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [anchor]
         last = anchor
         for stmt in siblings[siblings.index(anchor) + 1 :]:
             if _leaves_block(stmt):
