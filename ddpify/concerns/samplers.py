@@ -506,6 +506,13 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
     index = plan.index
     size = _batch_size(index, own)
     for value in own.wrapped:
+        equivalent = distributed_equivalent(plan, own, value, whole_run)
+        if equivalent is not None:
+            if plan.without_group(value):  # another script may import it: the sampler as it was, without a group
+                original = index.module_of(value).code_for_node(value)
+                equivalent = f"{equivalent} if {dist}.is_initialized() else {original}"
+            plan.replace(value, _replaced_by(cst.parse_expression(equivalent)))
+            continue
         if not plan.without_group(value):
             plan.replace(value, _wrapped_in(wrapper, None, size if value is own.arg.value else None))
             continue
@@ -528,6 +535,10 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
     drawn = "the batches" if own.attribute == "batch_sampler" else "what"
     times = " once for every rank, so that each rank keeps its number of steps (one pass is the whole training)"
     for value in own.wrapped:
+        equivalent = distributed_equivalent(plan, own, value, whole_run)
+        if equivalent is not None:
+            plan.change(value, f"`{plan.index.module_of(value).code_for_node(value)}` -> `{equivalent}`")
+            continue
         plan.change(
             value,
             f"each rank takes its share of {drawn} `{plan.index.module.code_for_node(value)}` draws"
@@ -537,6 +548,26 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
         plan.change(placeholder, f"the sampler that stayed None is a {sampler} over `{own.dataset}`")
     for call in own.per_rank:
         _draw_per_rank(plan, call, whole_run)
+
+
+def needs_wrapper(plan: EditPlan, own: OwnSampler, whole_run: bool) -> bool:
+    """Whether some sampler of ``own`` is dealt out by the wrapper class, not replaced by a DistributedSampler."""
+    return any(distributed_equivalent(plan, own, value, whole_run) is None for value in own.wrapped)
+
+
+def distributed_equivalent(plan: EditPlan, own: OwnSampler, value: cst.BaseExpression, whole_run: bool) -> str | None:
+    """``RandomSampler(ds)`` -> ``DistributedSampler(ds)``, ``SequentialSampler(ds)`` -> ``DistributedSampler(ds,
+    shuffle=False)``: the same order of the same data set, shared out, without a wrapper class."""
+    if own.attribute != "sampler" or whole_run or not isinstance(value, cst.Call):
+        return None
+    names = plan.index.qualified_names(value.func)
+    if not names & SIZED_ONLY_SAMPLERS or len(value.args) != 1 or value.args[0].star:
+        return None
+    source = value.args[0]
+    if source.keyword is not None and source.keyword.value != "data_source":
+        return None
+    shuffle = "" if any(name.endswith(".RandomSampler") for name in names) else ", shuffle=False"
+    return f"{plan.names.sampler}({plan.index.module_of(value).code_for_node(source.value)}{shuffle})"
 
 
 def _draw_per_rank(plan: EditPlan, call: cst.Call, whole_run: bool) -> None:

@@ -79,7 +79,7 @@ class LoaderFinder:
             if not index.builds_loader(call):
                 continue
             origin = self._origin(call)
-            entry = dict_entry(index, call)
+            entry = dict_entry(index, call) or (self._dict_entry_by_name(origin) if origin is not None else None)
             if entry is not None:
                 origin = entry.holder
             if origin is None and entry is None and (inline := self._inline(call)) is not None:
@@ -258,6 +258,34 @@ class LoaderFinder:
         why = found if isinstance(found, str) and found else "a DistributedSampler would replace it"
         self.program.report(spread, OWN_SAMPLER, f"the training DataLoader already has its own sampler; {why}")
         return spread, keys, None
+
+    def _dict_entry_by_name(self, origin: Ref) -> DictEntry | None:
+        """``loaders = {"train": train_loader, "val": val_loader}`` where ``train_loader`` holds this loader and
+        is drawn from nowhere else: the loader is that dict's entry (a phase loop draws ``loaders[phase]``)."""
+        index = self.index
+        into: list[tuple[Ref, cst.SimpleString]] = []
+        places = index.downstream(origin)  # ``train_loader = make_loader(...)`` of a helper's loader too
+        for place in sorted(places, key=lambda ref: ref.path):
+            for flow in index.flows_from(place):
+                small = flow.stmt.body[0] if isinstance(flow.stmt, cst.SimpleStatementLine) else None
+                if not (
+                    isinstance(small, cst.Assign) and isinstance(small.value, cst.Dict) and len(small.targets) == 1
+                ):
+                    continue
+                holder = index.ref_of(small.targets[0].target, index.scope_of(small))
+                keys = [
+                    element.key
+                    for element in small.value.elements
+                    if isinstance(element, cst.DictElement)
+                    and isinstance(element.key, cst.SimpleString)
+                    and index.carried_ref(element.value, index.scope_of(small)) == place
+                ]
+                if holder is not None and len(keys) == 1 and isinstance(keys[0], cst.SimpleString):
+                    into.append((holder, keys[0]))
+        if len(into) != 1 or self.reads.iterations({ref for ref in places if "[" not in ref.path}):
+            return None
+        holder, key = into[0]
+        return DictEntry(holder, (key,))
 
     def _entry_sites(
         self, call: cst.Call, entry: DictEntry, refs: set[Ref], starts: dict[cst.CSTNode, cst.CSTNode]

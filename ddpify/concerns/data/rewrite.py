@@ -17,7 +17,7 @@ from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, NO_DATASET, NO_EPOCH,
 from ddpify.concerns.data.facts import Facts, Loader, batch_size, batch_size_arg, is_false, is_none, is_true
 from ddpify.concerns.data.seeds import seed_order, seed_split
 from ddpify.concerns.data.streams import define_shard, shard_stream
-from ddpify.concerns.samplers import define_wrapper, sample_entries, share
+from ddpify.concerns.samplers import define_wrapper, needs_wrapper, sample_entries, share
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement, without_default
 from ddpify.engine.syntax import argument
 from ddpify.result import Options
@@ -50,7 +50,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             elif own is not None:
                 if own.wrapped and loader.whole_run:
                     whole_run_wrapper = whole_run_wrapper or define_wrapper(plan, taken, whole_run=True)
-                elif own.wrapped:
+                elif needs_wrapper(plan, own, whole_run=False):
                     wrapper = wrapper or define_wrapper(plan, taken)
                 share(plan, own, (whole_run_wrapper if loader.whole_run else wrapper) or "", loader.whole_run)
                 if own.by_default:
