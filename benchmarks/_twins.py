@@ -65,9 +65,9 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 _SAMPLER = re.compile(r"^training DataLoader: [^;]*")
 _MODULE_READS = [
-    re.compile(r"^`(?P<model>[\w.\[\]]+?)\.module` when it is wrapped"),
-    re.compile(r"^`(?P<model>[\w.\[\]]+?)(\.\w+|\(\.\.\.\)|\[\.\.\.\])` -> `[\w.\[\]]+?\.module"),
-    re.compile(r"^(copy|save|pass) `(?P<model>[\w.\[\]]+?)\.module`"),
+    re.compile(r"^`(?P<model>[\w.\[\]\"']+?)\.module` when it is wrapped"),
+    re.compile(r"^`(?P<model>[\w.\[\]\"']+?)(\.\w+|\(\.\.\.\)|\[\.\.\.\])` -> `[\w.\[\]\"']+?\.module"),
+    re.compile(r"^(copy|save|pass) `(?P<model>[\w.\[\]\"']+?)\.module`"),
 ]
 _NUMBERS = re.compile(r"\b(line )?\d+\b")
 _SHARE = re.compile(r"^(each rank takes its share of (?:the batches )?what )`[^`]*`( draws)")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ddpify import torch_api
 from ddpify.engine.index import Index, Ref
 
 _COMPREHENSIONS = (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)
@@ -55,12 +56,24 @@ def taken_from(index: Index, receiver: cst.BaseExpression) -> ModelList | None:
     if not isinstance(node, cst.Name):
         return None
     for target, iterated in _bindings(index, node):
+        while isinstance(iterated, cst.Call) and iterated.args and index.is_call_to(iterated, torch_api.PROGRESS_BARS):
+            iterated = iterated.args[0].value  # ``for net in tqdm(nets)``
         collection = _iterated(target, iterated, node.value)
         if collection is not None:
             return _built_in_place(model_list(index, collection, node.value))
         if any(isinstance(n, cst.Name) and n.value == node.value for n in index.walk(target)):
             return None  # bound by a loop over something else
     return None
+
+
+def parts_of_one_model(index: Index, listed: ModelList) -> Ref | None:
+    """The model whose parts a list written out holds (``[model.conv1, model.conv2]``), if it is one."""
+    roots = set()
+    for member in listed.members:
+        if not isinstance(member, cst.Attribute):
+            return None
+        roots.add(index.root_ref(member.value, index.scope_of(member)))
+    return roots.pop() if len(roots) == 1 else None
 
 
 def _built_in_place(listed: ModelList | None) -> ModelList | None:

@@ -1,4 +1,4 @@
-"""The diagnostic codes of the model concern (DDP301-DDP314), and ``CODES``, the tuple that registers them."""
+"""The diagnostic codes of the model concern (DDP301-DDP315), and ``CODES``, the tuple that registers them."""
 
 from __future__ import annotations
 
@@ -92,6 +92,15 @@ OWN_DATA_PARALLEL = Code(
     "scatter of the inputs, patches for synchronised BatchNorm) has no counterpart under DistributedDataParallel",
     "wrap the model in nn.DataParallel there (or leave it unwrapped when one process drives one GPU), then convert",
 )
+RETURNED_PARAMETER = Code(
+    "DDP315",
+    Severity.ERROR,
+    "model",
+    "the model's forward returns one of its own parameters, and some steps give it no gradient: "
+    "DistributedDataParallel then waits for that gradient, or with find_unused_parameters=True marks the "
+    "parameter ready twice (its gradient comes from outside the graph it searches)",
+    "use the parameter in the loss on every step (`+ 0 * log_vars.sum()` where it is not needed), then convert",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -106,4 +115,5 @@ CODES = (
     IN_BATCH_NEGATIVES,
     SECOND_BACKWARD,
     OWN_DATA_PARALLEL,
+    RETURNED_PARAMETER,
 )

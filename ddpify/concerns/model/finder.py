@@ -151,6 +151,8 @@ class _Finder:
         seen: set[tuple[cst.CSTNode, str]] = set()
         for optimizer in self.trained.optimizers():
             refs, untraced = self.trained.trained_refs(optimizer)
+            if untraced is not None and not refs and self.trained.optimizes_inputs(optimizer):
+                continue  # ``SGD([delta])`` over an adversarial perturbation: each rank's own, nothing to average
             if untraced is not None:
                 code = self.index.module.code_for_node(untraced)
                 text = code if len(code) <= 60 and "\n" not in code else code.splitlines()[0][:57] + "..."
@@ -187,6 +189,12 @@ class _Finder:
                         continue
                     if self._refuse_second_backward(model):
                         continue
+                    unused = self.forward.skipped_submodule(
+                        classes,
+                        frozenset({"forward", *(cast(cst.Attribute, c.func).attr.value for c in through_forward)}),
+                    ) or self.outputs.output_used_sometimes(model, classes)
+                    if unused is not None and self.forward.refuse_returned_parameter(model, classes, unused):
+                        continue
                     borrowed = self.outputs.forwards_for_another_model(model, classes)
                     unwrap = tuple(
                         read for read in (*model.unwrap, *borrowed) if read not in self._claimed and read not in routed
@@ -206,11 +214,7 @@ class _Finder:
                         unwrap_if_wrapper=tuple(r for r in unwrap if r in mixed),
                         through_forward=through_forward,
                         lineage=frozenset(self.index.lineage(model.ref)),
-                        unused=self.forward.skipped_submodule(
-                            classes,
-                            frozenset({"forward", *(cast(cst.Attribute, c.func).attr.value for c in through_forward)}),
-                        )
-                        or self.outputs.output_used_sometimes(model, classes),
+                        unused=unused,
                         small_batch_norm=self.forward.small_batch_norm(model, classes),
                         wrapped_again=tuple(self.reads.wrapped_again(model.ref, model.insert_after))
                         if model.item is None
@@ -687,10 +691,24 @@ class _Finder:
         index = self.index
         function = enclosing_function(index, stmt)
         callers = index.callers(function) if function is not None and depth < 3 else []
-        # the calls that hand it this model (``get_embeds(model_am)``, not ``get_embeds(model_baseline)``)
-        callers = [c for c in callers if any(index.mentions(c, ref) for ref in lineage)]
-        if callers and not any(
-            self._before_training(index.statement_of(call), lineage, building, depth + 1) for call in callers
+        # the calls that hand it this model (``get_embeds(model_am)``, not ``get_embeds(model_baseline)``),
+        # or, for a field of the model's class, that call the method on an object that holds it
+        # (``trainer.load_model()`` after ``trainer.train()``: the reload for evaluation)
+        on_field = (
+            function is not None
+            and index.method_class(function) is not None
+            and any(ref.scope is index.attribute_class(function) for ref in lineage)
+        )
+        handed = []
+        for call in callers:
+            receiver = call.func.value if on_field and isinstance(call.func, cst.Attribute) else None
+            held = index.root_ref(receiver, index.scope_of(call)) if receiver is not None else None
+            if held is not None:
+                handed.append((call, lineage | {held}))
+            elif any(index.mentions(call, ref) for ref in lineage):
+                handed.append((call, lineage))
+        if handed and not any(
+            self._before_training(index.statement_of(call), through, building, depth + 1) for call, through in handed
         ):
             return False
         block = index.parent(stmt)

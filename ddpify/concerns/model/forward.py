@@ -17,7 +17,7 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
-from ddpify.concerns.model.codes import MOVES_IN_TRAINING, OUTSIDE_FORWARD, PARTS_RUN_DIRECTLY
+from ddpify.concerns.model.codes import MOVES_IN_TRAINING, OUTSIDE_FORWARD, PARTS_RUN_DIRECTLY, RETURNED_PARAMETER
 from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
@@ -243,12 +243,22 @@ class ForwardChecks:
                 and (cls, node.func.attr.value) not in index.functions
             ]
             calls += self._methods_with_own_weights(cls, forward, self_name)
+            weightless = self._parameter_free_fields(cls)
+            calls = [c for c in calls if cast(cst.Attribute, c.func).attr.value not in weightless]
             count = Counter(cast(cst.Attribute, c.func).attr.value for c in calls)
+            conditions = {call: self._varying_condition(call, forward, self_name) for call in calls}
+            always = {
+                name
+                for name in count
+                if _on_every_path(
+                    index, [(c, conditions[c]) for c in calls if cast(cst.Attribute, c.func).attr.value == name]
+                )
+            }
             # name the submodule run on fewest paths: ``self.recon`` rather than ``self.cls`` in
             # ``if with_recon: return self.cls(h), self.recon(h)`` / ``return self.cls(h), None``
             for call in sorted(calls, key=lambda c: count[cast(cst.Attribute, c.func).attr.value]):
-                condition = self._varying_condition(call, forward, self_name)
-                if condition is not None:
+                condition = conditions[call]
+                if condition is not None and cast(cst.Attribute, call.func).attr.value not in always:
                     return (
                         f"`{self_name}.{cast(cst.Attribute, call.func).attr.value}` runs only when "
                         f"`{index.module.code_for_node(condition)}` holds"
@@ -284,6 +294,73 @@ class ForwardChecks:
             if (used & set(built)) - in_forward:
                 found.append(node)
         return found
+
+    def refuse_returned_parameter(self, model: Model, classes: set[cst.ClassDef], unused: str) -> bool:
+        """``return outputs, self.log_vars`` in forward, where some steps give a parameter no gradient
+        (``unused`` says which): DDP cannot train that model whatever ``find_unused_parameters``."""
+        index = self.index
+        for cls in sorted(classes, key=index.order.__getitem__):
+            forward = index.method(cls, "forward")
+            self_name = index.self_name(forward) if forward is not None else None
+            if forward is None or self_name is None:
+                continue
+            parameters = self._parameter_fields(cls)
+            for node in index.walk(forward.body):
+                if not isinstance(node, cst.Return) or node.value is None:
+                    continue
+                for value in _elements(node.value):
+                    if m.matches(value, m.Attribute(value=m.Name(self_name))) and (
+                        cast(cst.Attribute, value).attr.value in parameters
+                    ):
+                        self.program.report(
+                            value,
+                            RETURNED_PARAMETER,
+                            f"`{cls.name.value}.forward` returns its parameter `{index.module_of(value).code_for_node(value)}`"
+                            f", and {unused}",
+                        )
+                        return True
+        return False
+
+    def _parameter_fields(self, cls: cst.ClassDef) -> set[str]:
+        """The fields ``__init__`` of the class (or of a base) sets to ``nn.Parameter(...)``."""
+        index = self.index
+        found: set[str] = set()
+        for owner in index.ancestry(cls):
+            init = index.functions.get((owner, "__init__"))
+            self_name = index.self_name(init) if init is not None else None
+            if init is None or self_name is None:
+                continue
+            for node in index.walk(init.body):
+                target = single_target(node)
+                value = cast(cst.Assign | cst.AnnAssign, node).value if target is not None else None
+                if (
+                    m.matches(target, m.Attribute(value=m.Name(self_name)))
+                    and isinstance(value, cst.Call)
+                    and index.qualified_names(value.func) & torch_api.PARAMETER_CLASSES
+                ):
+                    found.add(cast(cst.Attribute, target).attr.value)
+        return found
+
+    def _parameter_free_fields(self, cls: cst.ClassDef) -> set[str]:
+        """The fields ``__init__`` of the class (or of a base) sets to a layer of torch with no parameters
+        (``self.pool = nn.MaxPool2d(2)``), and to nothing else."""
+        index = self.index
+        free: set[str] = set()
+        other: set[str] = set()
+        for owner in index.ancestry(cls):
+            init = index.functions.get((owner, "__init__"))
+            self_name = index.self_name(init) if init is not None else None
+            if init is None or self_name is None:
+                continue
+            for node in index.walk(init.body):
+                target = single_target(node)
+                if target is None or not m.matches(target, m.Attribute(value=m.Name(self_name))):
+                    continue
+                value = cast(cst.Assign | cst.AnnAssign, node).value
+                names = index.qualified_names(value.func) if isinstance(value, cst.Call) else frozenset()
+                name = cast(cst.Attribute, target).attr.value
+                (free if names and names <= torch_api.PARAMETER_FREE_LAYERS else other).add(name)
+        return free - other
 
     def _fields(self, cls: cst.ClassDef) -> tuple[list[str], list[str]]:
         """The fields ``__init__`` of the class and of its bases builds as modules or parameters
@@ -556,6 +633,33 @@ def reaches_backward(index: Index, call: cst.Call, kept: frozenset[str] = frozen
                 targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
                 for target in targets:
                     names.update(_bound_names(index, target))
+    return False
+
+
+def _elements(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """``value``, or each element of the tuples and lists it is made of."""
+    if isinstance(value, cst.Tuple | cst.List):
+        for element in value.elements:
+            yield from _elements(element.value)
+    else:
+        yield value
+
+
+def _on_every_path(index: Index, calls: list[tuple[cst.Call, cst.BaseExpression | None]]) -> bool:
+    """Whether the calls of one submodule, each with the test that decides whether it runs, run it on every
+    path: one runs whatever the tests, or two run in the two branches of one ``if`` (``if self.use_tf:
+    x = self.embed(y)`` / ``else: x = self.embed(prev)``)."""
+    if any(condition is None for _, condition in calls):
+        return True
+    for call, condition in calls:
+        chain = index.parent(condition) if condition is not None else None
+        if not isinstance(chain, cst.If) or chain.test is not condition or chain.orelse is None:
+            continue
+        inside_body = index.inside(call, chain.body)
+        if inside_body and any(
+            other is not call and test is condition and index.inside(other, chain.orelse) for other, test in calls
+        ):
+            return True
     return False
 
 

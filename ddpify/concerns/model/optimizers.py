@@ -160,9 +160,16 @@ class TrainedModels:
         for call in calls:
             receiver = call.value if isinstance(call, cst.Attribute) else cast(cst.Attribute, call.func).value
             listed = model_collections.taken_from(self.index, receiver)
-            if listed is not None:
+            whole = model_collections.parts_of_one_model(self.index, listed) if listed is not None else None
+            found: Ref | None
+            if whole is not None:
+                # ``b = [model.conv1, model.conv2]`` for ``b[i].parameters()`` (one learning rate per part)
+                listed, found = None, whole
+            elif listed is not None:
                 self.lists[listed.ref] = listed
-            found = listed.ref if listed is not None else self._module_ref(receiver)
+                found = listed.ref
+            else:
+                found = self._module_ref(receiver)
             if found is None:
                 return refs, untraced or receiver
             for model in (
@@ -692,6 +699,42 @@ class TrainedModels:
                 return name
             calls.extend(traced)
         return None if len(calls) > found else name
+
+    def optimizes_inputs(self, optimizer: cst.Call) -> bool:
+        """Whether the optimizer steps tensors the program made trainable itself, none a module's parameter:
+        ``SGD([delta])`` after ``delta = (0.001 * torch.randn_like(x)).requires_grad_(True)`` (an adversarial
+        perturbation, an image optimised for style transfer). Each rank optimises its own inputs: there are
+        no gradients to average and no model to wrap."""
+        index = self.index
+        params = self.params_of(optimizer)
+        items = params.elements if isinstance(params, (cst.List, cst.Tuple)) else []
+        if not items:
+            return False
+        for item in items:
+            values = built_by(index, item.value) if isinstance(item, cst.Element) else None
+            if not values or not all(self._made_trainable(value) for value in values):
+                return False
+        return True
+
+    def _made_trainable(self, value: cst.BaseExpression) -> bool:
+        """``x.requires_grad_()`` or ``torch.zeros(..., requires_grad=True)`` (``Variable(t, requires_grad=True)``):
+        a tensor made a trainable leaf by the program, not a parameter of a module."""
+        index = self.index
+        made = False
+        for node in index.walk(value):
+            if isinstance(node, cst.Call) and index.qualified_names(node.func) & torch_api.PARAMETER_CLASSES:
+                return False
+            if isinstance(node, cst.Attribute) and node.attr.value in ("parameters", "named_parameters"):
+                return False
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value == "requires_grad_"
+            ):
+                made = True
+            if isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value == "requires_grad":
+                made = made or m.matches(node.value, m.Name("True"))
+        return made
 
     def all_trained(self) -> set[Ref]:
         """Every model any optimizer of the script trains."""

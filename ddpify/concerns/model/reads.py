@@ -20,7 +20,7 @@ from ddpify import torch_api
 from ddpify.concerns import checkpoints, model_collections
 from ddpify.concerns.model.codes import STORED_BEFORE_WRAP, WRAPPER_IN_CONTAINER
 from ddpify.concerns.model.optimizers import TrainedModels
-from ddpify.engine.index import Ref, Scope
+from ddpify.engine.index import Flow, Index, Ref, Scope, keyed
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import parameter_names, unpacked_into
 from ddpify.engine.values import binds, passed_values
@@ -67,6 +67,8 @@ class WrapperReads:
             text = index.module.code_for_node(holder)
             if (holder_ref is not None and holder_ref == target) or text in self._warned_holders:
                 continue
+            if holder_ref is not None and self._read_by_key_only(holder_ref):
+                continue  # ``kw = {"net": model}``: ``kw["net"]`` is followed like the model's name
             self._warned_holders.add(text)
             self.program.report(
                 read,
@@ -77,6 +79,23 @@ class WrapperReads:
             )
             break
         return tuple(reads)
+
+    def _read_by_key_only(self, holder: Ref) -> bool:
+        """Whether a dict is read only by constant keys (``kw["net"]``), wherever it goes (``return kw``, ``kwargs,
+        opt = create()``): each entry is then followed like a name, and nothing reads the wrapper unseen."""
+        index = self.index
+        for ref in index.downstream(holder):
+            for scope in index.scopes_reading(ref):
+                for read in index.mentions(scope, ref):
+                    parent = index.parent(read)
+                    if isinstance(parent, cst.Subscript) and parent.value is read:
+                        if index.ref_of(parent, index.scope_of(parent)) is None:
+                            return False  # ``kw[name]``
+                        continue
+                    if not isinstance(parent, (cst.Return, cst.Element, cst.AssignTarget)):
+                        return False  # ``kw.values()``, ``render(**kw)``: not by a key
+                    # else bound, or handed on whole (``return kw, opt``): its new place is looked at too
+        return True
 
     def _holds_only_models(self, listed: model_collections.ModelList, target: Ref, scope: Scope) -> bool:
         """Whether every item of ``listed`` is a trained model: ``nets.append(net)`` of ``target`` only, or
@@ -400,11 +419,35 @@ class WrapperReads:
         index = self.index
         reads = self._reads_from_wrap(target, wrap)
         plain = self._built_anew(target, wrap, [read for _, read in reads])
+        elsewhere = self._field_built_anew(target, wrap)
         for ref, read in reads:
             order = index.order[read]
             if ref is target and any(start < order < (index.order[end] if end else inf) for start, end in plain):
                 continue
+            if ref is target and any(
+                index.scope_of(a) is index.scope_of(read) and index.after(read, a) for a in elsewhere
+            ):
+                continue  # ``self.model = Net()`` then ``self.model.load_state_dict(...)`` in ``load_model()``
             yield read
+
+    def _field_built_anew(self, target: Ref, wrap: cst.BaseStatement) -> list[cst.Assign]:
+        """``self.model = Net()`` in another method than the wrap's (``load_model()`` for evaluation): a
+        new, plain model in that field from there on."""
+        index = self.index
+        if not (isinstance(target.scope, cst.ClassDef) and target.path.startswith("self.")):
+            return []
+        lineage = index.lineage(target)
+        # a method that builds an optimizer too builds a model to train (a subclass's ``build_model()``)
+        training = {index.scope_of(optimizer) for optimizer in self.trained.optimizers()}
+        return [
+            a
+            for a in index.assignments_to(target)
+            if (scope := index.scope_of(a)) is not index.scope_of(wrap)
+            and scope not in training
+            and not index.inside(wrap, scope)
+            and isinstance(a.value, cst.Call)
+            and not any(index.mentions(a.value, ref) for ref in lineage)
+        ]
 
     def wrapped_again(self, target: Ref, wrap: cst.BaseStatement) -> list[cst.BaseStatement]:
         """Where a model built anew after training is wrapped again (see ``_built_anew``)."""
@@ -443,7 +486,7 @@ class WrapperReads:
         queue = [target]
         while queue:
             ref = queue.pop()
-            for flow in index.flows_from(ref):
+            for flow in [*index.flows_from(ref), *_entry_carried(index, ref)]:
                 if self._unwraps_itself(flow.dst):
                     continue  # it gets ``model.module`` (see _needs_module)
                 if flow.dst not in wrapped and (ref is not target or after_wrap(flow.stmt)):
@@ -477,7 +520,8 @@ class WrapperReads:
         def wrapper(value: cst.BaseExpression | None) -> bool:
             return value is not None and index.carried_ref(value, index.scope_of(value)) in trained
 
-        mixed: set[Ref] = set()
+        # a field that another method fills with a new, plain model holds either from then on
+        mixed: set[Ref] = {target} if self._field_built_anew(target, wrap) else set()
         for ref in sorted(wrapped - {target}, key=lambda r: r.path):
             if isinstance(ref.scope, cst.FunctionDef) and ref.path in parameter_names(ref.scope):
                 given = passed_values(index, ref) or []
@@ -678,3 +722,13 @@ def _hasattr_test(test: cst.BaseExpression, receiver: str, attribute: str) -> bo
         args=[m.Arg(m.Name(receiver)), m.Arg(m.SimpleString(f'"{attribute}"') | m.SimpleString(f"'{attribute}'"))],
     )
     return bool(m.findall(test, pattern))
+
+
+def _entry_carried(index: Index, ref: Ref) -> list[Flow]:
+    """``kw["net"]`` where the dict ``kw`` travels on (``return kw, opt`` then ``kwargs, opt = create()``): the
+    entry goes with it, to ``kwargs["net"]``."""
+    holder, bracket, key = ref.path.rpartition("[")
+    if not bracket or "[" in holder:
+        return []
+    key = key.removesuffix("]").strip('"')
+    return [Flow(ref, keyed(flow.dst, key), flow.stmt) for flow in index.flows_from(Ref(ref.scope, holder))]
