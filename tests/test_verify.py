@@ -12,6 +12,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import cast
 
 import pytest
 import torch
@@ -439,6 +440,54 @@ def test_in_sync_tells_rounding_from_divergence(other_stats: list[float], passed
     check = report.check("in-sync")
     assert (check.passed, message in check.message) == (passed, True), check.message
     assert [c.name for c in report.failed] == ([] if passed else ["in-sync"])
+
+
+def test_an_optimizer_over_the_programs_own_inputs_is_neither_wrapped_nor_in_sync() -> None:
+    """``SGD([delta])`` over an adversarial perturbation: each rank's own tensor, outside any module."""
+
+    def with_attack(rank: int, sha: str) -> dict[str, object]:
+        record = _record(rank, "a" * 64, [1.0, 2.0, 3.0])
+        attack = {
+            "index": 1,
+            "type": "SGD",
+            "steps": 12,
+            "inputs": True,
+            "ownership": {"parameters": 1, "unwrapped": 1, "unwrapped_modules": [], "unregistered": 1},
+            "at_end": {"unregistered": 1, "unregistered_names": []},
+            "numel": 10,
+            "sha256": sha,
+            "stats": [0.1, 0.2, 0.3],
+        }
+        return {**record, "optimizers": [*cast(list[object], record["optimizers"]), attack]}
+
+    report = evaluate(_outcome(with_attack(0, "c" * 64), with_attack(1, "d" * 64)))
+
+    assert report.check("wrapped").passed, report.check("wrapped").message
+    assert report.check("in-sync").passed, report.check("in-sync").message
+
+
+@pytest.mark.parametrize("wrapper", [True, False], ids=["wrapper-keys", "module-keys"])
+def test_a_checkpoint_of_the_wrapper_is_not_loadable_into_the_model(wrapper: bool) -> None:
+    save = {"kind": "path", "given": "best.pt", "path": "/run/best.pt", "step": 4, "wrapper": wrapper}
+    rank0 = {**_record(0, "a" * 64, [1.0, 2.0, 3.0]), "saves": [save]}
+    report = evaluate(_outcome(rank0, _record(1, "a" * 64, [1.0, 2.0, 3.0])))
+
+    check = report.check("single-writer")
+    assert check.passed is not wrapper, check.message
+    if wrapper:
+        assert check.message.startswith("best.pt holds the state_dict of the DDP wrapper (every key starts with")
+
+
+def test_the_probe_tells_the_state_dict_of_a_wrapper() -> None:
+    from ddpify.verify.probe import _wrapper_state
+
+    model = nn.Linear(2, 1)
+    wrapped = {f"module.{key}": value for key, value in model.state_dict().items()}
+    assert _wrapper_state(wrapped)
+    assert _wrapper_state({"epoch": 3, "model": wrapped, "optimizer": {"state": {}, "param_groups": []}})
+    assert not _wrapper_state(model.state_dict())
+    assert not _wrapper_state({"epoch": 3, "model": model.state_dict()})
+    assert not _wrapper_state({})
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,8 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
-from ddpify.concerns import downloads
+from ddpify.concerns import data, downloads
+from ddpify.concerns.data import ranks
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine import uniformity
 from ddpify.engine.called import enclosing_function
@@ -76,16 +77,21 @@ class Facts:
     reloaded_saves: tuple[cst.SimpleStatementLine, ...]  # saves whose file the script loads again later
     state_loads: tuple[cst.Call, ...]  # torch.load(...) of state dicts, without map_location
     exports: tuple[cst.SimpleStatementLine, ...] = ()  # torch.onnx.export(...), scripted.save(...), save_pretrained
+    # the values that differ between ranks (the data concern's uniformity analysis): a barrier after a save
+    # must not sit behind a test of one (``if acc > best: save(...)`` where ``acc`` is this rank's own)
+    rank_local: RankLocal | None = None
 
 
-def find(program: Program, fetches: downloads.Facts) -> Facts:
+def find(program: Program, fetches: downloads.Facts, loaders: data.Facts) -> Facts:
     finder = _Finder(program)
     # a download's own files (fetched, unpacked, removed) and a cache's (built in turns: each rank writes
     # it in its turn where it is still missing) are handled in turns, not on rank 0
     saves = tuple(s for s in finder.saves() if not fetches.in_turns(program.index, s))
     moves = tuple(m for m in finder.file_moves() if not fetches.in_turns(program.index, m)) if saves else ()
     exports = tuple(s for s in finder.exports() if not fetches.in_turns(program.index, s))
-    return Facts(saves, moves, tuple(finder.reloaded(saves + moves)), tuple(finder.state_loads()), exports)
+    reloaded = tuple(finder.reloaded(saves + moves))
+    varying = ranks.rank_local(program.index, loaders) if reloaded else None
+    return Facts(saves, moves, reloaded, tuple(finder.state_loads()), exports, varying)
 
 
 class _Finder:
@@ -145,6 +151,8 @@ class _Finder:
         # ``os.path.join(os.path.dirname(path), "best.pth")`` and ``os.path.join(args.logs, "best.pth")``: the
         # same file name in a folder spelled two ways (a needless barrier costs little, a missing one a race)
         named = {name for path in paths if (name := _file_name(index, path))}
+        # ``name + ".pth"`` saved where ``"max_acc.pth"`` is loaded: a computed name may be that file
+        suffixes = {name.rpartition(".")[2] for name in named} | {s for path in paths if (s := _suffix(path))}
         # a helper's parameter (``fit_probe("encoder.pt")`` loading its ``path``): what its callers pass
         followed = {path_shape(index, path) for path in paths} - {""}
         for stmt in saves:
@@ -159,6 +167,7 @@ class _Finder:
                 _path_shape(index, path.value) in loaded
                 or path_shape(index, path.value) in followed
                 or _file_name(index, path.value) in named
+                or (not _file_name(index, path.value) and _suffix(path.value) in suffixes - {""})
             ):
                 yield stmt
 
@@ -182,9 +191,14 @@ class _Finder:
 
     def _feeds_state_dicts(self, call: cst.Call) -> bool:
         index = self.index
-        parent = index.parent(call)
+        node: cst.CSTNode = call
+        while isinstance(up := index.parent(node), cst.Subscript) and up.value is node:
+            node = up  # ``torch.load(path)["params"]``: the state dict is an entry of the checkpoint
+        parent = index.parent(node)
         if isinstance(parent, cst.Arg):
             return _loads_state_dict(index.parent(parent))
+        if node is not call:
+            return False
         if (bound := single_target(parent)) is None:  # ``ckpt = torch.load(...)``, or ``ckpt: dict = ...``
             return False
         ref = index.ref_of(bound, index.scope_of(call))
@@ -221,7 +235,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         call = cast(cst.Call, cast(cst.Expr, stmt.body[0]).value)
         plan.change(stmt, f"`{plan.index.module.code_for_node(call.func)}` on global rank 0 only, like the save")
     for stmt in facts.reloaded_saves:
-        barrier_after(plan, stmt)
+        barrier_after(plan, stmt, varying=facts.rank_local)
         what = "copy" if stmt in facts.file_moves else "save"
         plan.change(stmt, f"dist.barrier() after the {what}: the file is read back later")
     for call in facts.state_loads:
@@ -231,21 +245,29 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         plan.change(call, 'torch.load(..., map_location="cpu"): not onto the GPU the checkpoint came from')
 
 
-def barrier_after(plan: EditPlan, stmt: cst.BaseStatement, why: str = "the others read what rank 0 just wrote") -> None:
+def barrier_after(
+    plan: EditPlan,
+    stmt: cst.BaseStatement,
+    why: str = "the others read what rank 0 just wrote",
+    varying: RankLocal | None = None,
+) -> None:
     """A barrier after ``stmt``, which rank 0 alone runs, where every rank reaches it: the other ranks
-    wait there until rank 0 has written the file they read next."""
+    wait there until rank 0 has written the file they read next. A test above it that ``varying`` (the
+    values that differ between ranks; a clock and a draw where not given) reads is decided on rank 0."""
     dist = plan.names.dist
     barrier = cst.parse_statement(f"{dist}.barrier()  # {why}\n")
     if plan.index.module_of(stmt) in plan.shared:  # other scripts call it without a process group
         barrier = cst.parse_statement(f"if {dist}.is_initialized():\n    {dist}.barrier()  # {why}\n")
     where = _outside_conditions(plan, _rank_zero_unit(plan, stmt))
     plan.insert_after(where, barrier)
-    for test in _varying_tests_above(plan.index, where, RankLocal(plan.index, (), frozenset())):
+    varying = varying or RankLocal(plan.index, (), frozenset())
+    for test in _varying_tests_above(plan.index, where, varying):
         if uniformity.decide_on_rank_zero(plan, test.test):
             plan.change(
                 test,
-                f"`{plan.index.module_of(test).code_for_node(test.test)}` may differ between ranks (a clock, a draw): "
-                "every rank takes rank 0's decision, so that all of them reach the barrier after the save",
+                f"`{plan.index.module_of(test).code_for_node(test.test)}` may differ between ranks (this rank's own "
+                "batches, a clock, a draw): every rank takes rank 0's decision, so that all of them reach the "
+                "barrier after the save",
             )
 
 
@@ -356,6 +378,23 @@ def _file_name(index: Index, path: cst.BaseExpression) -> str:
     text = last.evaluated_value
     name = text.rsplit("/", 1)[-1] if isinstance(text, str) else ""
     return name if "." in name.strip(".") else ""
+
+
+def _suffix(path: cst.BaseExpression) -> str:
+    """The suffix of a file name computed with a constant end (``name + ".pth"``, ``f"{name}.pth"``, the last
+    part of ``os.path.join``); '' otherwise."""
+    last = path.args[-1].value if isinstance(path, cst.Call) and path.args else path
+    if isinstance(last, cst.BinaryOperation) and isinstance(last.operator, cst.Add):
+        last = last.right
+    if isinstance(last, cst.FormattedString) and last.parts:
+        end = last.parts[-1]
+        text = end.value if isinstance(end, cst.FormattedStringText) else ""
+    elif isinstance(last, cst.SimpleString):
+        text = last.evaluated_value if isinstance(last.evaluated_value, str) else ""
+    else:
+        return ""
+    _, dot, suffix = text.rpartition(".")
+    return suffix if dot and suffix.isalnum() and "/" not in suffix else ""
 
 
 def _rank_zero_unit(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:

@@ -31,16 +31,14 @@ from typing import cast
 
 import libcst as cst
 
-import ddpify.engine.match as m
 from ddpify.concerns import data, model
-from ddpify.concerns.data.reads import Reads
+from ddpify.concerns.data import ranks
 from ddpify.engine import uniformity
 from ddpify.engine.edits import EditPlan
-from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument
 from ddpify.engine.uniformity.batches import RankLocal
-from ddpify.engine.values import built_by, loader_argument
+from ddpify.engine.values import built_by
 from ddpify.result import Options
 
 CODES = ()
@@ -62,10 +60,7 @@ class Facts:
 
 
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
-    training = [loader for loader in loaders.loaders if loader.training]
-    finder = _Finder(
-        program, training, [loader for loader in loaders.loaders if _draws_its_own_share(program.index, loader)]
-    )
+    finder = _Finder(program, ranks.rank_local(program.index, loaders))
     if not models.models:
         return Facts(tuple(finder.rank_local_exits()))
     return Facts(tuple(finder.rank_local_exits()), tuple(finder.plateau_metrics()), tuple(finder.rank_local_skips()))
@@ -105,25 +100,11 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         )
 
 
-def _draws_its_own_share(index: Index, loader: data.Loader) -> bool:
-    """An evaluation loader left whole that still differs between ranks: it shuffles with each process's own
-    random state and drops the last, short batch (``shuffle=True, drop_last=True``): each rank leaves out
-    other samples, so what it computes over them (a validation loss deciding early stopping) differs."""
-    if loader.training or loader_argument(index, loader.call, "generator") is not None:
-        return False
-    flags = [loader_argument(index, loader.call, name) for name in ("shuffle", "drop_last")]
-    return all(flag is not None and m.matches(flag, m.Name("True")) for flag in flags)
-
-
 class _Finder:
-    def __init__(self, program: Program, training: list[data.Loader], varying: list[data.Loader]) -> None:
+    def __init__(self, program: Program, rank_local: RankLocal) -> None:
         self.program = program
         self.index = program.index
-        sites = [site for loader in training for site in loader.sites]
-        reads = Reads(self.index)
-        sites += [site for loader in varying for site, _ in reads.iterations(set(loader.refs))]
-        refs = frozenset(ref for loader in training for ref in _trained_refs(self.index, loader))
-        self.rank_local = RankLocal(self.index, sites, refs)
+        self.rank_local = rank_local
 
     def rank_local_exits(self) -> Iterator[tuple[cst.Break | cst.Return, tuple[cst.If, ...]]]:
         """``if loss.item() < tol: break`` -- each rank decides on its own shard, and the others hang.
@@ -202,20 +183,3 @@ class _Finder:
             block = next(index.enclosing_loops(call), None) or index.scope_of(call)
             if self.rank_local.reads(metric.value, block):
                 yield metric
-
-
-def _trained_refs(index: Index, loader: data.Loader) -> frozenset[Ref]:
-    """The places holding the loader that its training loops draw from: where one factory also builds
-    the validation loader (which keeps the whole set), the places only that one reaches are left out."""
-    if not loader.evaluated:
-        return loader.refs
-    found: set[Ref] = set()
-    for site in loader.sites:
-        iterated = site.iter if isinstance(site, cst.For) else None
-        while isinstance(iterated, cst.Call) and m.matches(iterated.func, m.Name("enumerate")) and iterated.args:
-            iterated = iterated.args[0].value  # ``for i, (x, y) in enumerate(loader)``
-        ref = index.carried_ref(iterated, index.scope_of(site)) if iterated is not None else None
-        if ref is None:
-            return loader.refs
-        found |= {ref, *(place for place in index.upstream(ref) if place in loader.refs)}
-    return frozenset(found)

@@ -669,7 +669,7 @@ def _nested_items(
     index: Index, ret: cst.Return, part: cst.BaseExpression, function: cst.FunctionDef, receiver: Ref, stmt: cst.CSTNode
 ) -> None:
     """``loaders, weights = load()`` where it returns ``(train, valid), weights``: each item of the inner
-    tuple reaches ``loaders[i]``."""
+    tuple reaches ``loaders[i]`` (and each entry of an inner dict display, ``loaders["train"]``)."""
     target = index.parent(index.parent(part))
     if not (isinstance(target, (cst.Tuple, cst.List)) and isinstance(ret.value, cst.Tuple)):
         return
@@ -677,6 +677,9 @@ def _nested_items(
     if position is None or len(target.elements) != len(ret.value.elements):
         return
     inner = ret.value.elements[position].value
+    if isinstance(inner, cst.Dict):  # ``return {"net": model}, optimizer``
+        for key, entry in _string_entries(index, inner, function):
+            index.add_flow(Flow(entry, keyed(receiver, key), stmt))
     if isinstance(inner, (cst.Tuple, cst.List)):
         for slot, element in enumerate(inner.elements):
             if isinstance(element, cst.Element):

@@ -365,6 +365,17 @@ class Index(ProgramClasses):
     def mentions(self, node: cst.CSTNode, ref: Ref) -> list[cst.BaseExpression]:
         """Every expression inside ``node`` that reads ``ref``."""
         found: list[cst.BaseExpression] = []
+        holder, bracket, _ = ref.path.partition("[")
+        if bracket:  # ``kwargs["net"]``: a subscript of a read of the holder
+            for read in self.mentions(node, Ref(ref.scope, holder)):
+                parent = self.parent(read)
+                if (
+                    isinstance(parent, cst.Subscript)
+                    and parent.value is read
+                    and self.ref_of(parent, self.scope_of(parent)) == ref
+                ):
+                    found.append(parent)
+            return found
         # A name reads a place of the same name; an attribute can only read ``self.<attr>``.
         candidates: list[cst.Name] | list[cst.Attribute]
         if ref.path.startswith("self."):

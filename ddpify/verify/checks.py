@@ -159,7 +159,7 @@ def _last_line(text: str) -> str:
 def _params_digest(record: dict[str, Any]) -> str | None:
     if not record.get("checksummed"):
         return None
-    shas: list[str] = [optimizer["sha256"] for optimizer in record.get("optimizers", [])]
+    shas: list[str] = [o["sha256"] for o in record.get("optimizers", []) if not o.get("inputs")]
     if not shas:
         return None
     if len(shas) == 1:
@@ -307,7 +307,7 @@ def _wrapped(run: RunOutcome) -> Check:
     checked: dict[int, str] = {}
     for rank, record in sorted(run.records.items()):
         for optimizer in record.get("optimizers", []):
-            if not optimizer.get("steps"):
+            if not optimizer.get("steps") or optimizer.get("inputs"):
                 continue
             found = optimizer.get("ownership")
             name = _optimizer_name(optimizer)
@@ -411,6 +411,8 @@ def _in_sync(run: RunOutcome) -> Check:
     for index in range(counts[0]):
         by_rank = {rank: found[index] for rank, found in optimizers.items()}
         reference = by_rank[0]
+        if any(o.get("inputs") for o in by_rank.values()):
+            continue  # the program's own inputs, each rank's (see _wrapped)
         if all(o["sha256"] == reference["sha256"] for o in by_rank.values()):
             continue
         if all(_stats_close(reference, o) for o in by_rank.values()):
@@ -530,7 +532,12 @@ def _single_writer(run: RunOutcome) -> Check:
             counts = writers.setdefault(save["path"], {})
             counts[rank] = counts.get(rank, 0) + 1
             given.setdefault(save["path"], save["given"])
-    problems = []
+    problems = [
+        f"{save['given'] or 'a buffer'} holds the state_dict of the DDP wrapper (every key starts with `module.`): "
+        "it loads only into a wrapped model; save `model.module.state_dict()`"
+        for save in run.records.get(0, {}).get("saves", [])
+        if save.get("wrapper")
+    ][:1]
     for path, counts in writers.items():
         if len(counts) > 1:
             problems.append(

@@ -195,6 +195,9 @@ class _OptimizerRecord:
             "type": type(self.optimizer).__qualname__,
             "steps": self.steps,
             "ownership": self.ownership,
+            # tensors the program optimises, none a module's parameter (an adversarial perturbation): each
+            # rank's own, neither wrapped nor the same on every rank
+            "inputs": all(not isinstance(p, torch.nn.Parameter) for p in self.parameters()),
         }
 
     def checksum(self, wrappers: Iterable[WrapperRecord]) -> dict[str, Any]:
@@ -320,7 +323,7 @@ class Recorder:
         @functools.wraps(original_save)
         def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
             result = original_save(obj, f, *args, **kwargs)
-            self._guarded("torch.save", self._note_save, f)
+            self._guarded("torch.save", self._note_save, f, obj)
             return result
 
         _replace(torch, "save", save)
@@ -419,7 +422,8 @@ class Recorder:
             )
             self._dirty = True
 
-    def _note_save(self, target: Any) -> None:
+    def _note_save(self, target: Any, obj: Any) -> None:
+        wrapper = _wrapper_state(obj)
         if isinstance(target, (str, bytes, os.PathLike)):
             given = os.fsdecode(target)
             kind = "path"
@@ -427,10 +431,10 @@ class Recorder:
             given = target.name
             kind = "file"
         else:
-            self.saves.append({"kind": "buffer", "given": None, "path": None, "step": self.steps})
+            self.saves.append({"kind": "buffer", "given": None, "path": None, "step": self.steps, "wrapper": wrapper})
             return
         path = os.path.abspath(given)
-        self.saves.append({"kind": kind, "given": given, "path": path, "step": self.steps})
+        self.saves.append({"kind": kind, "given": given, "path": path, "step": self.steps, "wrapper": wrapper})
         self._dirty = True
 
     def _note_write(self, target: Any) -> None:
@@ -550,6 +554,16 @@ class Recorder:
                 os.replace(temporary, path)
             except OSError as exc:  # a full disk must not turn into a training failure
                 print(f"ddpify probe: cannot write {path}: {exc}", file=sys.stderr)
+
+
+def _wrapper_state(obj: Any, depth: int = 0) -> bool:
+    """Whether ``obj`` is, or holds (in a checkpoint dict), the state_dict of a DDP or DataParallel wrapper
+    rather than of the model: every key starts with ``module.``, so it loads only into a wrapper."""
+    if not isinstance(obj, dict) or depth > 2 or not obj:
+        return False
+    if all(isinstance(key, str) for key in obj) and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        return all(key.startswith("module.") for key in obj)
+    return any(_wrapper_state(value, depth + 1) for value in obj.values())
 
 
 def main(argv: list[str] | None = None) -> int:
