@@ -32,6 +32,7 @@ from ddpify.diagnostics import (
     ALREADY_DISTRIBUTED,
     INTERNAL_ERROR,
     TRAINING_IN_A_LIBRARY,
+    TRAINING_OUT_OF_SIGHT,
     TRAINING_UNFOLLOWED,
     UNFOLLOWED_IMPORT,
     Change,
@@ -224,6 +225,17 @@ def _plan(
             )
             where = TRAINING_IN_A_LIBRARY.at(*index.position(optimizer), message, index.path_of(optimizer))
             return _outcome(source, Status.REFUSED, [where])
+        trainer = program.called_and_trains()
+        if trainer is not None:
+            # a method called on an object ddpify cannot type trains: "nothing to do" would be a guess
+            index = program.index
+            message = (
+                f"no training step that the program's calls reach as ddpify follows them, but "
+                f"`{trainer.name.value}` ({index.path_of(trainer)} line {index.position(trainer)[0]}) trains and "
+                f"is called on an object ddpify cannot trace (a class taken from a dict by name); build that "
+                "object by its class where the program picks it"
+            )
+            return _outcome(source, Status.REFUSED, [TRAINING_OUT_OF_SIGHT.at(1, 1, message, path)])
         files = {name: program.index.paths[tree] for name, tree in program.index.module_names.items()}
         unfollowed = [
             UNFOLLOWED_IMPORT.at(

@@ -167,6 +167,15 @@ TRAINING_IN_A_LIBRARY = Code(
     "follow (a library's training loop, or code it cannot trace): nothing is written",
     "write the training loop out (forward, backward, step), or use the library's own distributed support",
 )
+TRAINING_OUT_OF_SIGHT = Code(
+    "DDP017",
+    Severity.ERROR,
+    "input",
+    "no training step that the program's calls reach as ddpify follows them, yet a method the program calls "
+    "on an object ddpify cannot trace trains (a trainer class taken from a dict by name): nothing is written",
+    "build the object that trains by its class (`Trainer(...)`) where the program picks it, or convert the module "
+    "that trains; ddpify cannot tell which code the program runs",
+)
 INTERNAL_ERROR = Code(
     "DDP900", Severity.ERROR, "ddpify", "a bug in ddpify: nothing is written", "report it with the input script"
 )
@@ -245,6 +254,7 @@ INPUT_CODES = (
     UNFOLLOWED_IN_FOLDER,
     TRAINING_UNFOLLOWED,
     TRAINING_IN_A_LIBRARY,
+    TRAINING_OUT_OF_SIGHT,
     NOTEBOOK_SETUP,
     NOTEBOOK_ONLY,
     NOTEBOOK_DISPLAY,

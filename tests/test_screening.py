@@ -194,6 +194,33 @@ def test_the_own_folder_added_to_the_search_path_is_recognised() -> None:
     assert own.own_folder and not up.own_folder
 
 
+@pytest.mark.parametrize(
+    ("change", "added"),
+    [
+        ('sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))', [("../lib", True)]),
+        (
+            'here = os.path.dirname(os.path.abspath(__file__))\nsys.path.append(os.path.join(here, "src"))',
+            [("src", True)],
+        ),
+        ('sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "third_party"))', [("../third_party", True)]),
+        ('sys.path.append("core")', [("core", False)]),
+        ('sys.path.append("../common")', [("../common", False)]),
+        (
+            "def add_path(p):\n    sys.path.insert(0, p)\nhere = os.path.dirname(__file__)\n"
+            'add_path(os.path.join(here, "..", "lib"))\nadd_path(os.path.join(here, "..", "data", "api"))',
+            [("../lib", True), ("../data/api", True)],
+        ),
+        ("sys.path.append(os.environ['LIB'])", []),
+        ('sys.path.append("/opt/lib")', []),
+        ('folder = "a"\nfolder = "b"\nsys.path.append(folder)', []),
+        ('def add_path(p):\n    sys.path.insert(0, p)\nadd_path("lib")\nadd_path(os.environ["X"])', []),
+    ],
+)
+def test_the_folders_a_change_of_the_search_path_adds(change: str, added: list[tuple[str, bool]]) -> None:
+    (load,) = facts(f"import os, sys\nfrom pathlib import Path\n{change}\n").loads
+    assert (load.kind, list(load.added)) == ("search", added)
+
+
 def test_a_file_cpython_cannot_parse_has_no_facts() -> None:
     assert screen(b"def (:\n") is None
     assert screen(b"\x00") is None

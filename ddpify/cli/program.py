@@ -32,7 +32,7 @@ from ddpify.cli.exits import Failure
 from ddpify.cli.files import read_input
 from ddpify.cli.notebooks import read_script
 from ddpify.cli.project import Project, project_root, read_bounded
-from ddpify.cli.screening import Facts
+from ddpify.cli.screening import Facts, Load
 from ddpify.engine.reach import parse
 from ddpify.notebook import is_notebook
 from ddpify.result import LocalModule
@@ -252,6 +252,42 @@ class _Walk:
         self.truncated = False
 
     def run(self, *, limit: int, failure: str | None = None) -> None:
+        """Walk the program; where its files add folders to ``sys.path`` that the code names
+        (``sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))``), walk it again
+        with those folders searched too, as Python would."""
+        for _ in range(4):
+            self._run(limit=limit, failure=failure)
+            added = [folder for folder in self._added_folders() if folder not in self.search]
+            if not added or self.truncated:
+                return
+            self.search = (*self.search, *added)
+            self.resolver = self.project.resolver(self.search)
+            self.found, self.imports = {}, {}
+
+    def _added_folders(self) -> list[Path]:
+        """The folders inside the project that the program's changes of ``sys.path`` add, in the order found."""
+        files = [(self.entry, self.facts), *((m.file, m.facts) for m in self.found.values())]
+        folders: list[Path] = []
+        for file, facts in files:
+            for load in facts.loads if facts is not None else ():
+                folders += [f for f in self._added(file, load) or () if f not in folders]
+        return folders
+
+    def _added(self, file: Path, load: Load) -> list[Path] | None:
+        """The folders that ``load`` (in ``file``) adds to ``sys.path``, where each is known and a folder of
+        the project (None otherwise); a folder named from where the program runs is taken from the entry's."""
+        if load.kind != "search" or not load.added:
+            return None
+        root = self.project.root
+        folders = []
+        for relative, from_file in load.added:
+            folder = Path(os.path.normpath((file.parent if from_file else self.entry.parent) / relative))
+            if not folder.is_dir() or not (folder == root or root in folder.parents):
+                return None
+            folders.append(folder)
+        return folders
+
+    def _run(self, *, limit: int, failure: str | None = None) -> None:
         if self.facts is None:
             return
         queue: deque[tuple[str, str, Facts]] = deque([(str(self.entry), "", self.facts)])
@@ -382,6 +418,9 @@ class _Walk:
                     continue  # followed like an import statement
                 if load.kind == "search" and load.own_folder and own_folder:
                     continue  # the entry's own folder: searched first anyway
+                added = self._added(file, load)
+                if added is not None and all(folder in self.search for folder in added):
+                    continue  # folders named in the code: searched as Python would
                 found.append(Unfollowed(shown, load.line, load.column, f"`{load.construct}`", _REASONS[load.kind]))
         return found
 

@@ -41,6 +41,7 @@ After:   500 ``ast`` parses, then libcst for the few programs that may train
 from __future__ import annotations
 
 import ast
+import posixpath
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -109,6 +110,10 @@ class Load:
     kind: str  # "call" (a module by name), "path" (code from a path), "search" (sys.path)
     module: str | None = None
     own_folder: bool = False
+    # the folders a change of ``sys.path`` adds, where the code names them: each relative to the file's own
+    # folder (``os.path.join(os.path.dirname(__file__), "..", "lib")``: ("../lib", True)), or to the folder
+    # the program runs from (``sys.path.append("core")``: ("core", False)); () where they are not known
+    added: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(eq=False)
@@ -176,6 +181,9 @@ class _Reader:
         self.getattrs: list[tuple[tuple[str, ...], Unit]] = []
         self.loading_aliases: set[str] = set()  # ``from importlib import import_module as load``
         self.decorators: list[tuple[list[ast.expr], Unit]] = []
+        self.assigned: dict[str, list[ast.expr]] = {}  # a plain name -> the values assigned to it
+        # a parameter of a function of the file -> the arguments its calls in the file give it
+        self.passed: dict[str, list[ast.expr]] = {}
 
     def read(self, tree: ast.Module) -> Facts:
         top, main = Unit(), Unit()
@@ -186,6 +194,16 @@ class _Reader:
                 self.statements([stmt], main, in_class=None)
             else:
                 self.statements([stmt], top, in_class=None)
+        functions = {
+            stmt.name: [a.arg for a in (*stmt.args.posonlyargs, *stmt.args.args)]
+            for stmt in tree.body
+            if isinstance(stmt, ast.FunctionDef)
+        }
+        changes_path = any(self.qualified(dotted) in PATH_CHANGES for dotted, _ in self.calls)
+        for node in ast.walk(tree) if changes_path else ():  # ``add_path(lib_path)`` of ``_init_paths.py``
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions:
+                for parameter, argument in zip(functions[node.func.id], node.args, strict=False):
+                    self.passed.setdefault(parameter, []).append(argument)
         for owner, unit in self.getattrs:
             if owner[0] in self.bound:
                 unit.getattr_owners.add(self.qualified(owner))
@@ -318,6 +336,8 @@ class _Reader:
     def assignment(self, node: ast.Assign | ast.AugAssign) -> None:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for target in targets:
+            if isinstance(target, ast.Name):
+                self.assigned.setdefault(target.id, []).append(node.value if isinstance(node, ast.Assign) else target)
             inner = target.value if isinstance(target, ast.Subscript) else target
             name = _dotted(inner)
             if name is not None and name[-1] == "path":
@@ -347,7 +367,8 @@ class _Reader:
             elif name in PATH_CHANGES:
                 added = node.args[-1] if node.args else None
                 own = added is not None and _names_own_folder(added)
-                yield Load(line, column, PATH_CHANGES[name], "search", own_folder=own)
+                folders = _Folder(self).values(added) if added is not None and name != "sys.path.extend" else ()
+                yield Load(line, column, PATH_CHANGES[name], "search", own_folder=own, added=folders)
 
 
 def may_train(entry: Facts, modules: Mapping[str, Facts]) -> bool:
@@ -526,6 +547,91 @@ def _constant_module(call: ast.Call) -> str | None:
         if not name.startswith(".") and all(part.isidentifier() for part in name.split(".")):
             return name
     return None
+
+
+# Stand-ins for the file and for the folder the program runs from, deep enough that ``..`` never
+# reaches the root, while a folder is worked out with os.path's own functions.
+_FILE_FOLDER = "/" + "/".join(f"f{i}" for i in range(16))
+_RUN_FOLDER = "/" + "/".join(f"r{i}" for i in range(16))
+
+
+class _Folder:
+    """The folder an expression names, worked out without running it: ``__file__``, string constants,
+    ``os.path.join``/``dirname``/``abspath``, ``Path(...).parent / "lib"``, ``str(...)``, and names
+    assigned once in the file. ``value`` gives it relative to the file's folder or to the folder the
+    program runs from, or None."""
+
+    _SAME = frozenset({"abspath", "realpath", "normpath", "expanduser", "str", "Path", "resolve", "absolute"})
+
+    def __init__(self, reader: _Reader) -> None:
+        self.reader = reader
+        self.depth = 0
+
+    def values(self, expr: ast.expr) -> tuple[tuple[str, bool], ...]:
+        """Each folder ``expr`` names (one, or one per call of the function whose parameter it is), or ()."""
+        named = self.reader.assigned.get(expr.id, []) if isinstance(expr, ast.Name) else [expr]
+        passed = self.reader.passed.get(expr.id, []) if isinstance(expr, ast.Name) and not named else []
+        found = [self._relative(value) for value in (named if len(named) == 1 else passed)]
+        return tuple(f for f in found if f is not None) if found and None not in found else ()
+
+    def _relative(self, expr: ast.expr) -> tuple[str, bool] | None:
+        path = self._path(expr)
+        if path is None:
+            return None
+        for root, from_file in ((_FILE_FOLDER, True), (_RUN_FOLDER, False)):
+            top = root[: root.index("/", 1)]  # a path from the stand-in keeps its first part
+            if path == top or path.startswith(top + "/"):
+                return posixpath.relpath(path, root), from_file
+        return None
+
+    def _path(self, expr: ast.expr) -> str | None:
+        self.depth += 1
+        try:
+            return self._evaluated(expr) if self.depth < 20 else None
+        finally:
+            self.depth -= 1
+
+    def _evaluated(self, expr: ast.expr) -> str | None:
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            return posixpath.normpath(posixpath.join(_RUN_FOLDER, expr.value))
+        if isinstance(expr, ast.Name):
+            if expr.id == "__file__":
+                return _FILE_FOLDER + "/file.py"
+            values = self.reader.assigned.get(expr.id, [])
+            return self._path(values[0]) if len(values) == 1 else None
+        if isinstance(expr, ast.Attribute) and expr.attr == "parent":
+            inner = self._path(expr.value)
+            return posixpath.dirname(inner) if inner is not None else None
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and expr.value.attr == "parents":
+            inner = self._path(expr.value.value)
+            steps = expr.slice.value if isinstance(expr.slice, ast.Constant) else None
+            if inner is None or not isinstance(steps, int) or steps < 0:
+                return None
+            for _ in range(steps + 1):
+                inner = posixpath.dirname(inner)
+            return inner
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div):  # Path(...) / "lib"
+            left, right = self._path(expr.left), expr.right
+            if left is None or not (isinstance(right, ast.Constant) and isinstance(right.value, str)):
+                return None
+            return posixpath.normpath(posixpath.join(left, right.value))
+        if not isinstance(expr, ast.Call) or expr.keywords:
+            return None
+        name = expr.func.attr if isinstance(expr.func, ast.Attribute) else getattr(expr.func, "id", None)
+        receiver = [expr.func.value] if isinstance(expr.func, ast.Attribute) and name in ("resolve", "absolute") else []
+        parts = [*receiver, *expr.args]
+        if name in self._SAME and len(parts) == 1:
+            return self._path(parts[0])
+        if name == "dirname" and len(parts) == 1:
+            inner = self._path(parts[0])
+            return posixpath.dirname(inner) if inner is not None else None
+        if name == "join" and parts:
+            first = self._path(parts[0])
+            rest = [p.value for p in parts[1:] if isinstance(p, ast.Constant) and isinstance(p.value, str)]
+            if first is None or len(rest) != len(parts) - 1:
+                return None
+            return posixpath.normpath(posixpath.join(first, *rest))
+        return None
 
 
 def _names_own_folder(expr: ast.AST) -> bool:

@@ -55,6 +55,14 @@ class Program:
             return any(is_backward(call) for call in self.index.calls)
         return _reaches_backward(self.index)
 
+    def called_and_trains(self) -> cst.FunctionDef | None:
+        """The first function, in source order, that the program calls (:func:`called_functions`: also a
+        method called by name on an object of a class ddpify cannot type, ``trainer.fit()`` after
+        ``trainer = TRAINERS[name](...)``) and that runs a backward pass."""
+        index = self.index
+        called = sorted(called_functions(index), key=index.order.__getitem__)
+        return next((function for function in called if index.trains(function.body)), None)
+
     def first_backward(self) -> cst.Call | None:
         return next((call for call in self.index.calls if is_backward(call)), None)
 

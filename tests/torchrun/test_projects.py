@@ -87,21 +87,24 @@ def trains_in_sync(script: Path) -> None:
         pytest.param("sampler_placeholder_in_a_trainer_module", "-o", marks=pytest.mark.exhaustive),
         pytest.param("loader_dict_in_a_shared_module", "--in-place", marks=pytest.mark.exhaustive),
         pytest.param("lbfgs_closure_in_a_shared_module", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("library_folder_added_to_the_search_path", "--in-place", marks=pytest.mark.exhaustive),
     ],
 )
 def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path, run_ddpify: RunDdpify) -> None:
     project = tmp_path / "project"
     shutil.copytree(PROJECTS / case / "input", project)
     (project / "pyproject.toml").write_text("")  # the project's root
-    args = ["train.py", "--in-place"] if how == "--in-place" else ["train.py", "-o", "../out/"]
+    named = PROJECTS / case / "entry.txt"
+    entry = named.read_text().strip() if named.exists() else "train.py"
+    args = [entry, "--in-place"] if how == "--in-place" else [entry, "-o", "../out/"]
     done = run_ddpify(project, *args)
     assert done.returncode == 0, done.stderr
     folder = project if how == "--in-place" else tmp_path / "out"
     expected = PROJECTS / case / "expected"
     for file in expected.rglob("*.py"):
         assert (folder / file.relative_to(expected)).read_bytes() == file.read_bytes()
-    trains_in_sync(folder / "train.py")
-    alone = python(folder, "train.py")
+    trains_in_sync(folder / entry)
+    alone = python(folder, entry)
     assert alone.returncode == 0, alone.stderr[-2000:]
 
 
@@ -147,7 +150,7 @@ def test_the_projects_other_scripts_still_run_without_a_process_group(case: str,
     shutil.copytree(PROJECTS / case / "input", project)
     named = PROJECTS / case / "entry.txt"
     entry = named.read_text().strip() if named.exists() else "train.py"
-    original = project / f"{Path(entry).stem}_single.py"
+    original = (project / entry).with_name(f"{Path(entry).stem}_single.py")  # beside it: it imports the same
     shutil.copy(project / entry, original)
     expected = PROJECTS / case / "expected"
     for file in expected.rglob("*.py"):
@@ -155,9 +158,9 @@ def test_the_projects_other_scripts_still_run_without_a_process_group(case: str,
     others = sorted(
         str(p.relative_to(project))
         for p in project.rglob("*.py")
-        if p.name not in (entry, original.name) and 'if __name__ == "__main__"' in p.read_text()
+        if p not in (project / entry, original) and 'if __name__ == "__main__"' in p.read_text()
     )
-    scripts = [original.name, *others]
+    scripts = [str(original.relative_to(project)), *others]
     for script in scripts:
         done = python(project, script)
         assert done.returncode == 0, f"{script}:\n{done.stderr[-2000:]}"
