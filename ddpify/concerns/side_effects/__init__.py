@@ -70,6 +70,7 @@ from ddpify.concerns.side_effects.rewrite import rewrite
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, single_target
+from ddpify.engine.uniformity import in_worker_code
 
 __all__ = ["CODES", "Facts", "find", "rewrite"]
 
@@ -154,7 +155,15 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
         tracker_values,
         tuple(_read_back(index, outputs)),
         tuple(_fresh_folders(index, late, finder.exempt)),
+        tuple(
+            c
+            for c in index.calls
+            if index.is_call_to(c, _INPUT) and late(c) and not finder.exempt(c) and not in_worker_code(index, c)
+        ),
     )
+
+
+_INPUT = frozenset({"builtins.input"})
 
 
 def _counts_read(index: Index, bar: cst.Call) -> bool:

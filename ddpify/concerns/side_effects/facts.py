@@ -69,3 +69,5 @@ class Facts:
     read_back: tuple[cst.BaseStatement, ...] = ()
     # ``os.makedirs(run_dir, exist_ok=False)``: made on rank 0 (which fails where it exists), the others wait
     fresh_folders: tuple[cst.SimpleStatementLine, ...] = ()
+    # ``input(prompt)`` where the process group exists: asked on rank 0, its answer given to every rank
+    prompts: tuple[cst.Call, ...] = ()

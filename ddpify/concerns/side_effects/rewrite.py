@@ -29,6 +29,17 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             owner = index.module.code_for_node(value.value)
             plan.replace(value, _shared_from_rank_zero(helper, owner))
             plan.change(value, f"`{owner}` exists on rank 0 only: every rank takes rank 0's `{value.attr.value}`")
+    for call in facts.prompts:
+        helper = uniformity.same_on_every_rank(plan)
+        rank_zero = f"{dist}.get_rank() == 0"
+        if plan.without_group(call):  # another script may run it without a group: it asks, as before
+            rank_zero = f"not {dist}.is_initialized() or {rank_zero}"
+        plan.replace(call, _asked_on(helper, rank_zero))
+        plan.change(
+            call,
+            "`input()` is asked on global rank 0 only, and every rank takes its answer (the others would read "
+            "an empty stdin, or wait)",
+        )
     for stmt in facts.read_back:
         checkpoints.barrier_after(plan, stmt)
         plan.change(stmt, "dist.barrier() after the write: the file is read back later")
@@ -140,6 +151,14 @@ def _shared_from_rank_zero(helper: str, owner: str) -> Callable[[cst.CSTNode], c
     def replace(node: cst.CSTNode) -> cst.CSTNode:
         value = cst.Module([]).code_for_node(node)
         return cst.parse_expression(f"{helper}({value} if {owner} is not None else None)")
+
+    return replace
+
+
+def _asked_on(helper: str, rank_zero: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    def replace(node: cst.CSTNode) -> cst.CSTNode:
+        asked = cst.Module([]).code_for_node(node)
+        return cst.parse_expression(f"{helper}({asked} if {rank_zero} else None)")
 
     return replace
 
