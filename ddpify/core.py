@@ -232,8 +232,8 @@ def _plan(
             message = (
                 f"no training step that the program's calls reach as ddpify follows them, but "
                 f"`{trainer.name.value}` ({index.path_of(trainer)} line {index.position(trainer)[0]}) trains and "
-                f"is called on an object ddpify cannot trace (a class taken from a dict by name); build that "
-                "object by its class where the program picks it"
+                f"is called on an object ddpify cannot trace (a class taken from a dict by its name, or named by a "
+                "string, `eval(args.runner)`); build that object by its class where the program picks it"
             )
             return _outcome(source, Status.REFUSED, [TRAINING_OUT_OF_SIGHT.at(1, 1, message, path)])
         files = {name: program.index.paths[tree] for name, tree in program.index.module_names.items()}

@@ -201,7 +201,10 @@ class _Closure:
                 todo += self._globals(reader)
 
     def _globals(self, reader: _Reader) -> list[_Function]:
-        """The functions in a module's globals: its own, and those it imports (by their names)."""
+        """The functions in a module's globals: its own, and those it imports (by their names; with a star
+        import, ``eval(args.runner)`` of ``from runners import *``, those of every module of the program)."""
+        if reader.star_imports:
+            return [function for other in self.readers for function in other.every]
         imported = {full.rsplit(".", 1)[-1] for fulls in reader.imports.values() for full in fulls}
         return [*reader.every, *self._named(reader, imported)]
 
@@ -313,6 +316,7 @@ class _Reader:
         self.classes: dict[str, list[_Function]] = {}  # a class's name -> its methods
         self.top_mentions: set[str] = set()  # the names module-level code reads
         self.aliases: dict[str, set[str]] = {}  # ``from m import a as b``: b -> a
+        self.star_imports = False  # ``from runners import *``: names whose origin only the imported modules tell
         self._skipped = skipped
         self._compound = 0
         self._statements(module.tree.body, None, None)
@@ -333,6 +337,8 @@ class _Reader:
                 if number in self._skipped:
                     self._compound += sum(1 for _ in compounds_below(stmt))
                     continue
+            if isinstance(stmt, ast.ImportFrom) and any(alias.name == "*" for alias in stmt.names):
+                self.star_imports = True
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 for local, full in imported(stmt, self.package):
                     self.imports.setdefault(local, set()).add(full)

@@ -339,6 +339,16 @@ class _Walker:
         if func in DYNAMIC_NAMES or commands:
             self.dynamic.append((name, line, f"{func}()"))
             self._run_all(module)
+            # ``eval(args.runner)`` after ``from runners import *``: the names the star imports bring are
+            # globals of this module too
+            starred, todo = set(), list(module.stars)
+            while todo:
+                star = todo.pop()
+                if star in starred or star not in self.modules:
+                    continue
+                starred.add(star)
+                self._run_all(self.modules[star])
+                todo += self.modules[star].stars
         elif func == "getattr" and len(call.args) >= 2 and not isinstance(call.args[1], ast.Constant):
             owners = [t for t in self._lookup_expr(module, call.args[0]) if isinstance(t, str)]
             for owner in owners:
