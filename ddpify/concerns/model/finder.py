@@ -21,6 +21,7 @@ from ddpify.concerns.model.codes import (
     MODEL_NOT_PLACED,
     NO_OPTIMIZER,
     OWN_DATA_PARALLEL,
+    PARTS_RUN_DIRECTLY,
     SECOND_BACKWARD,
     STORED_BEFORE_WRAP,
     UNFROZEN_AFTER_WRAP,
@@ -238,6 +239,17 @@ class _Finder:
 
     def _model(self, ref: Ref, optimizer: cst.Call) -> Model | None:
         index = self.index
+        if isinstance(ref.scope, cst.FunctionDef) and ref.path == index.self_name(ref.scope):
+            cls = index.method_class(ref.scope)
+            self.program.report(
+                optimizer,
+                PARTS_RUN_DIRECTLY,
+                f"`{cls.name.value if cls is not None else 'the class'}` builds the optimizer over its own parameters "
+                f"(`{ref.path}.parameters()`) and trains itself in its own methods: a wrapper made inside the class "
+                "cannot take `self`'s place, and a step run from inside the module never goes through the wrapper; "
+                "build the optimizer and run the step where the model is built, then convert",
+            )
+            return None
         lineage = own_lineage(self.index, ref)
         moves, creations, wraps = self._candidates(lineage)
         for stmt in [c[0] for c in creations] + [move[0] for move in moves]:
