@@ -292,9 +292,25 @@ class Finder:
         """``experiment.config`` in ``experiment.config.update(...)``: an attribute chain that starts at a tracker."""
         scope = self.index.scope_of(expr)
         while isinstance(expr, cst.Attribute):
+            if self._instance_field(expr, trackers):
+                return True
             expr = expr.value
             if self.index.carried_ref(expr, scope) in trackers:
                 return True
+        return False
+
+    def _instance_field(self, expr: cst.Attribute, trackers: set[Ref]) -> bool:
+        """``monitor.writer`` where ``monitor = Monitor(...)`` keeps its tracker in ``self.writer``."""
+        index = self.index
+        if not isinstance(expr.value, cst.Name):
+            return False
+        holder = index.carried_ref(expr.value, index.scope_of(expr))
+        if holder is None or not any(ref.path == f"self.{expr.attr.value}" for ref in trackers):
+            return False
+        for _, value in index.values_assigned(holder):
+            for cls in index.classes_built(value) if isinstance(value, cst.Call) else ():
+                if any(Ref(owner, f"self.{expr.attr.value}") in trackers for owner in index.ancestry(cls)):
+                    return True
         return False
 
     def _fields_holding(self, calls: Iterable[cst.Call]) -> list[tuple[frozenset[Ref], str]]:
