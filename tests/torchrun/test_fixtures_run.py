@@ -71,6 +71,7 @@ CASES = [
     "checkpoints/networks_kept_in_a_dict_of_keyword_arguments",
     "data/loaders_put_in_a_dict_of_phases_by_name",
     "model/optimizer_over_an_input_perturbation",
+    "model/teacher_run_in_forward_and_detached",
     "model/models_built_side_by_side_in_one_line",
     "model/param_groups_by_walking_the_modules",
     "model/ema_copy_as_a_submodule",

@@ -435,7 +435,30 @@ class ForwardChecks:
             runs = [a for a in mentions if isinstance(call := index.parent(a), cst.Call) and call.func is a]
             if runs and all(self._without_grad(a) for a in mentions):
                 return f"forward() runs `{self_name}.{name}` only under torch.no_grad()"
+            if (
+                runs
+                and len(runs) == len(mentions)
+                and all(self._detached(cast(cst.Call, index.parent(a))) for a in runs)
+            ):
+                return f"forward() uses what `{self_name}.{name}` computes only detached"
         return None
+
+    def _detached(self, call: cst.Call) -> bool:
+        """Whether every use of ``call``'s result is ``.detach()``: ``t = self.teacher(x)`` and then only
+        ``t.detach()`` (also ``self.teacher(x).detach()``), so no gradient reaches the module that ran."""
+        index = self.index
+        parent = index.parent(call)
+        if isinstance(parent, cst.Attribute) and parent.value is call:
+            return parent.attr.value == "detach"
+        target = single_target(parent) if isinstance(parent, cst.Assign) else None
+        ref = index.ref_of(target, index.scope_of(call)) if target is not None else None
+        if ref is None or not isinstance(ref.scope, cst.FunctionDef):
+            return False
+        reads = [r for r in index.mentions(ref.scope, ref) if r is not target]
+        return bool(reads) and all(
+            isinstance(up := index.parent(r), cst.Attribute) and up.value is r and up.attr.value == "detach"
+            for r in reads
+        )
 
     def _run_by(self, cls: cst.ClassDef, entries: frozenset[str]) -> list[cst.FunctionDef]:
         """The methods instances of ``cls`` run for ``entries`` (their own or a base class's), and those they
