@@ -10,6 +10,7 @@ import libcst as cst
 import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns import model_collections
+from ddpify.engine.called import enclosing_function
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, assigned, parameter_names
 from ddpify.engine.values import built_by, passed_values
@@ -708,13 +709,26 @@ class TrainedModels:
         index = self.index
         params = self.params_of(optimizer)
         items = params.elements if isinstance(params, (cst.List, cst.Tuple)) else []
-        if not items:
-            return False
+        if not items or not self._built_for_each_step(optimizer):
+            return False  # built once (``Adam([log_alpha])`` of SAC's temperature): a parameter every rank learns
         for item in items:
             values = built_by(index, item.value) if isinstance(item, cst.Element) else None
             if not values or not all(self._made_trainable(value) for value in values):
                 return False
         return True
+
+    def _built_for_each_step(self, optimizer: cst.Call, depth: int = 0) -> bool:
+        """Whether the optimizer is built anew in a loop, or in a function called in one (an attack run
+        for each batch): what it optimises lasts one step, never a parameter that lives on."""
+        index = self.index
+        if next(index.enclosing_loops(optimizer), None) is not None:
+            return True
+        function = enclosing_function(index, optimizer)
+        return (
+            function is not None
+            and depth < 2
+            and any(self._built_for_each_step(call, depth + 1) for call in index.callers(function))
+        )
 
     def _made_trainable(self, value: cst.BaseExpression) -> bool:
         """``x.requires_grad_()`` or ``torch.zeros(..., requires_grad=True)`` (``Variable(t, requires_grad=True)``):
