@@ -41,9 +41,6 @@ QUICK_TORCHRUN = (
 # already (tests/forkrun.py): a third of the cost of three imports of torch per
 # run. DDPIFY_TEST_TORCHRUN=1 runs it under real torchrun instead.
 FORKED = os.environ.get("DDPIFY_TEST_TORCHRUN") != "1"
-# A run whose ranks, forked from that server, now and then hang in gloo's teardown (about one run in ten
-# here; never in a dozen runs under real torchrun): it runs under real torchrun.
-UNFORKED = ("tests/test_verify.py::test_a_file_opened_for_writing_on_every_rank_is_not_a_single_writer",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
@@ -59,7 +56,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def _forked_ranks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if FORKED and request.node.get_closest_marker("exhaustive") is not None and request.node.nodeid not in UNFORKED:
+    if FORKED and request.node.get_closest_marker("exhaustive") is not None:
         import forkrun
 
         from ddpify.verify import launcher

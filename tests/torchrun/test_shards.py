@@ -18,6 +18,7 @@ that one process reads, less the last window of each stream.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from ddpify.verify import verify
 
 pytest.importorskip("torch")
 
+FORKED = os.environ.get("DDPIFY_TEST_TORCHRUN") != "1"
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 RECORDER = Path(__file__).parent / "record_examples.py"
 
@@ -60,14 +62,27 @@ def _record(case: str, position: int | str, workdir: Path, nproc: int) -> list[l
     out.mkdir()
     arguments = [str(out), str(position), str(script)]
     if nproc == 1:
-        result = subprocess.run(
-            [sys.executable, str(RECORDER), *arguments], cwd=workdir, capture_output=True, text=True, timeout=240
-        )
+        result = _python(workdir, [str(RECORDER), *arguments])
         assert result.returncode == 0, result.stderr[-3000:]
     else:
         report = verify(RECORDER, nproc=nproc, workdir=workdir, timeout=240, script_args=arguments)
         assert report.ranks and all(rank.steps > 0 for rank in report.ranks), report.output[-3000:]
     return [json.loads((out / f"rows-{rank}.json").read_text()) for rank in range(nproc)]
+
+
+def _python(cwd: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``python *argv``: forked from the server that has imported torch (tests/forkrun.py) where the
+    matrix forks its runs, a torch import less."""
+    if FORKED:
+        import forkrun
+
+        done: subprocess.CompletedProcess[str] = forkrun.run_plain_forked(cwd, argv, _plain_environment(), timeout=240)
+        return done
+    return subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=240)
+
+
+def _plain_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
 
 
 def _first_epoch(rows: list[str]) -> list[str]:
