@@ -321,10 +321,10 @@ class ForwardChecks:
                         return True
         return False
 
-    def _parameter_fields(self, cls: cst.ClassDef) -> set[str]:
-        """The fields ``__init__`` of the class (or of a base) sets to ``nn.Parameter(...)``."""
+    def _init_fields(self, cls: cst.ClassDef) -> Iterator[tuple[cst.FunctionDef, str, cst.Assign | cst.AnnAssign]]:
+        """Each ``self.x = ...`` (or ``self.x: T = ...``) of ``__init__`` of the class and of its bases: the
+        ``__init__``, the field's name and the assignment."""
         index = self.index
-        found: set[str] = set()
         for owner in index.ancestry(cls):
             init = index.functions.get((owner, "__init__"))
             self_name = index.self_name(init) if init is not None else None
@@ -332,34 +332,27 @@ class ForwardChecks:
                 continue
             for node in index.walk(init.body):
                 target = single_target(node)
-                value = cast(cst.Assign | cst.AnnAssign, node).value if target is not None else None
-                if (
-                    m.matches(target, m.Attribute(value=m.Name(self_name)))
-                    and isinstance(value, cst.Call)
-                    and index.qualified_names(value.func) & torch_api.PARAMETER_CLASSES
-                ):
-                    found.add(cast(cst.Attribute, target).attr.value)
-        return found
+                if target is not None and m.matches(target, m.Attribute(value=m.Name(self_name))):
+                    yield init, cast(cst.Attribute, target).attr.value, cast(cst.Assign | cst.AnnAssign, node)
+
+    def _parameter_fields(self, cls: cst.ClassDef) -> set[str]:
+        """The fields ``__init__`` of the class (or of a base) sets to ``nn.Parameter(...)``."""
+        return {
+            name
+            for _, name, node in self._init_fields(cls)
+            if isinstance(node.value, cst.Call)
+            and self.index.qualified_names(node.value.func) & torch_api.PARAMETER_CLASSES
+        }
 
     def _parameter_free_fields(self, cls: cst.ClassDef) -> set[str]:
         """The fields ``__init__`` of the class (or of a base) sets to a layer of torch with no parameters
         (``self.pool = nn.MaxPool2d(2)``), and to nothing else."""
-        index = self.index
         free: set[str] = set()
         other: set[str] = set()
-        for owner in index.ancestry(cls):
-            init = index.functions.get((owner, "__init__"))
-            self_name = index.self_name(init) if init is not None else None
-            if init is None or self_name is None:
-                continue
-            for node in index.walk(init.body):
-                target = single_target(node)
-                if target is None or not m.matches(target, m.Attribute(value=m.Name(self_name))):
-                    continue
-                value = cast(cst.Assign | cst.AnnAssign, node).value
-                names = index.qualified_names(value.func) if isinstance(value, cst.Call) else frozenset()
-                name = cast(cst.Attribute, target).attr.value
-                (free if names and names <= torch_api.PARAMETER_FREE_LAYERS else other).add(name)
+        for _, name, node in self._init_fields(cls):
+            value = node.value
+            names = self.index.qualified_names(value.func) if isinstance(value, cst.Call) else frozenset()
+            (free if names and names <= torch_api.PARAMETER_FREE_LAYERS else other).add(name)
         return free - other
 
     def _fields(self, cls: cst.ClassDef) -> tuple[list[str], list[str]]:
@@ -369,26 +362,16 @@ class ForwardChecks:
         index = self.index
         built: list[str] = []
         passed: list[str] = []
-        for owner in index.ancestry(cls):
-            init = index.functions.get((owner, "__init__"))
-            self_name = index.self_name(init) if init is not None else None
-            if init is None or self_name is None:
-                continue
-            parameters = {p.name.value for p in init.params.params} - {self_name}
-            for node in index.walk(init.body):
-                target = single_target(node)  # ``self.x = ...`` or ``self.x: T = ...``
-                if target is None or not m.matches(target, m.Attribute(value=m.Name(self_name))):
-                    continue
-                name = cast(cst.Attribute, target).attr.value
-                node = cast(cst.Assign | cst.AnnAssign, node)
-                if isinstance(node.value, cst.Call) and (
-                    any(q.startswith("torch.nn.") for q in index.qualified_names(node.value.func))
-                    or index.local_class(node.value.func) is not None
-                    or "copy.deepcopy" in index.qualified_names(node.value.func)  # an EMA copy of a part
-                ):
-                    built.append(name)
-                elif isinstance(node.value, cst.Name) and node.value.value in parameters:
-                    passed.append(name)
+        for init, name, node in self._init_fields(cls):
+            parameters = {p.name.value for p in init.params.params[1:]}  # all but ``self``
+            if isinstance(node.value, cst.Call) and (
+                any(q.startswith("torch.nn.") for q in index.qualified_names(node.value.func))
+                or index.local_class(node.value.func) is not None
+                or "copy.deepcopy" in index.qualified_names(node.value.func)  # an EMA copy of a part
+            ):
+                built.append(name)
+            elif isinstance(node.value, cst.Name) and node.value.value in parameters:
+                passed.append(name)
         return built, passed
 
     def _holders(self, cls: cst.ClassDef) -> dict[str, set[str]]:
