@@ -20,7 +20,7 @@ from ddpify import torch_api
 from ddpify.concerns import checkpoints, model_collections
 from ddpify.concerns.model.codes import STORED_BEFORE_WRAP, WRAPPER_IN_CONTAINER
 from ddpify.concerns.model.optimizers import TrainedModels
-from ddpify.engine.index import Flow, Index, Ref, Scope, keyed
+from ddpify.engine.index import Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import parameter_names, unpacked_into
 from ddpify.engine.values import binds, passed_values
@@ -486,7 +486,7 @@ class WrapperReads:
         queue = [target]
         while queue:
             ref = queue.pop()
-            for flow in [*index.flows_from(ref), *_entry_carried(index, ref)]:
+            for flow in index.flows_from(ref):
                 if self._unwraps_itself(flow.dst):
                     continue  # it gets ``model.module`` (see _needs_module)
                 if flow.dst not in wrapped and (ref is not target or after_wrap(flow.stmt)):
@@ -722,13 +722,3 @@ def _hasattr_test(test: cst.BaseExpression, receiver: str, attribute: str) -> bo
         args=[m.Arg(m.Name(receiver)), m.Arg(m.SimpleString(f'"{attribute}"') | m.SimpleString(f"'{attribute}'"))],
     )
     return bool(m.findall(test, pattern))
-
-
-def _entry_carried(index: Index, ref: Ref) -> list[Flow]:
-    """``kw["net"]`` where the dict ``kw`` travels on (``return kw, opt`` then ``kwargs, opt = create()``): the
-    entry goes with it, to ``kwargs["net"]``."""
-    holder, bracket, key = ref.path.rpartition("[")
-    if not bracket or "[" in holder:
-        return []
-    key = key.removesuffix("]").strip('"')
-    return [Flow(ref, keyed(flow.dst, key), flow.stmt) for flow in index.flows_from(Ref(ref.scope, holder))]
