@@ -76,7 +76,7 @@ NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     evaluation: (data,),
     tensors: (data, model, process_group),
     accumulation: (model,),
-    checkpoints: (downloads, data),
+    checkpoints: (downloads, loop_control),
     side_effects: (model, process_group, downloads),
     loop_control: (model, data),
 }

@@ -41,14 +41,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
-from ddpify.concerns import data, downloads
-from ddpify.concerns.data import ranks
+from ddpify.concerns import downloads
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine import uniformity
 from ddpify.engine.called import enclosing_function
@@ -59,6 +58,9 @@ from ddpify.engine.syntax import argument, single_target
 from ddpify.engine.uniformity.batches import RankLocal
 from ddpify.engine.values import built_by
 from ddpify.result import Options
+
+if TYPE_CHECKING:  # loop_control reads the model concern, which reads this one
+    from ddpify.concerns import loop_control
 
 LOAD_WITHOUT_MAP_LOCATION = Code(
     "DDP401",
@@ -82,7 +84,7 @@ class Facts:
     rank_local: RankLocal | None = None
 
 
-def find(program: Program, fetches: downloads.Facts, loaders: data.Facts) -> Facts:
+def find(program: Program, fetches: downloads.Facts, control: loop_control.Facts) -> Facts:
     finder = _Finder(program)
     # a download's own files (fetched, unpacked, removed) and a cache's (built in turns: each rank writes
     # it in its turn where it is still missing) are handled in turns, not on rank 0
@@ -90,7 +92,7 @@ def find(program: Program, fetches: downloads.Facts, loaders: data.Facts) -> Fac
     moves = tuple(m for m in finder.file_moves() if not fetches.in_turns(program.index, m)) if saves else ()
     exports = tuple(s for s in finder.exports() if not fetches.in_turns(program.index, s))
     reloaded = tuple(finder.reloaded(saves + moves))
-    varying = ranks.rank_local(program.index, loaders) if reloaded else None
+    varying = control.rank_local if reloaded else None
     return Facts(saves, moves, reloaded, tuple(finder.state_loads()), exports, varying)
 
 

@@ -57,13 +57,21 @@ class Facts:
     # ``if not torch.isfinite(loss): continue`` before the backward pass: each skip, with the tests between it
     # and its loop read from this rank's batches; every rank skips the step where any rank does
     rank_local_skips: tuple[tuple[cst.Continue, tuple[cst.If, ...]], ...] = ()
+    # the values that differ between ranks (the data concern's uniformity analysis), which checkpoints ask too
+    rank_local: RankLocal | None = None
 
 
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
-    finder = _Finder(program, ranks.rank_local(program.index, loaders))
+    varying = ranks.rank_local(program.index, loaders)
+    finder = _Finder(program, varying)
     if not models.models:
-        return Facts(tuple(finder.rank_local_exits()))
-    return Facts(tuple(finder.rank_local_exits()), tuple(finder.plateau_metrics()), tuple(finder.rank_local_skips()))
+        return Facts(tuple(finder.rank_local_exits()), rank_local=varying)
+    return Facts(
+        tuple(finder.rank_local_exits()),
+        tuple(finder.plateau_metrics()),
+        tuple(finder.rank_local_skips()),
+        varying,
+    )
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 from conftest import code, codes
 
-from ddpify.concerns import checkpoints, data, downloads
+from ddpify.concerns import checkpoints, downloads, loop_control
 
 CHECKPOINTS = """
 import torch
@@ -24,19 +24,19 @@ def main():
 
 
 def test_every_save_statement_is_found(read) -> None:
-    facts = checkpoints.find(read(CHECKPOINTS), downloads.Facts(()), data.Facts(()))
+    facts = checkpoints.find(read(CHECKPOINTS), downloads.Facts(()), loop_control.Facts(()))
     assert len(facts.saves) == 2
 
 
 def test_a_save_whose_path_is_loaded_again_is_reloaded(read) -> None:
     program = read(CHECKPOINTS)
-    (reloaded,) = checkpoints.find(program, downloads.Facts(()), data.Facts(())).reloaded_saves
+    (reloaded,) = checkpoints.find(program, downloads.Facts(()), loop_control.Facts(())).reloaded_saves
     assert code(program, reloaded) == "torch.save(model.state_dict(), best_path)"
 
 
 def test_loads_that_only_feed_load_state_dict_get_a_map_location(read) -> None:
     program = read(CHECKPOINTS)
-    facts = checkpoints.find(program, downloads.Facts(()), data.Facts(()))
+    facts = checkpoints.find(program, downloads.Facts(()), loop_control.Facts(()))
     assert [code(program, load) for load in facts.state_loads] == ['torch.load("init.pt")', "torch.load(args.resume)"]
     assert codes(program) == []
 
@@ -48,7 +48,7 @@ def test_a_whole_pickled_model_loaded_without_map_location_is_reported(read) -> 
         model = torch.load("model.pt")
         """
     )
-    assert checkpoints.find(program, downloads.Facts(()), data.Facts(())).state_loads == ()
+    assert checkpoints.find(program, downloads.Facts(()), loop_control.Facts(())).state_loads == ()
     assert codes(program) == ["DDP401"]
 
 
