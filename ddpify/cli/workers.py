@@ -27,6 +27,7 @@ import multiprocessing.pool
 import os
 import signal
 import sys
+import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,7 +41,7 @@ from ddpify.cli.program import Linked, ProgramFiles, link
 from ddpify.cli.report import Progress, describe, internal_error_message, isatty, plural, summary_line
 from ddpify.cli.results import finish
 from ddpify.cli.screening import screen
-from ddpify.cli.signals import STOP_SIGNALS, finishing
+from ddpify.cli.signals import STOP_SIGNALS, blocked, finishing
 from ddpify.diagnostics import nothing_to_do
 from ddpify.notebook import is_notebook
 
@@ -64,6 +65,8 @@ class Converted:
 
 
 Result = Converted | Exception
+
+_POLL = 0.005  # seconds between looks at a conversion still running in a worker
 
 
 def run_many(request: Request, jobs: list[Job], reporter: Reporter) -> ExitCode:
@@ -180,8 +183,9 @@ def conversions(request: Request, jobs: list[Job], linked: Linked) -> Generator[
             yield _collect(*waiting.popleft())
         pool.close()
     finally:
-        pool.terminate()  # at once: nothing is left to wait for, or the run was interrupted
-        pool.join()
+        with blocked():  # a stop signal now takes effect after the pool's threads let go of their locks
+            pool.terminate()  # at once: nothing is left to wait for, or the run was interrupted
+            pool.join()
 
 
 def _prepare(job: Job, request: Request, linked: Linked) -> Result | _Task:
@@ -213,8 +217,15 @@ def _collect(
         assert not isinstance(prepared, _Task)
         return prepared
     assert isinstance(prepared, _Task)
+    # A stop signal raised while waiting inside the result's lock could leave that lock held, and the
+    # pool's result thread (then terminate()) would wait forever: so the wait is a sleep, and the result
+    # is taken, once there, with the signals held back.
+    while not submitted.ready():
+        time.sleep(_POLL)
     try:
-        return prepared.converted(submitted.get())
+        with blocked():
+            conversion = submitted.get()
+        return prepared.converted(conversion)
     except Exception as exc:  # raised by convert() in the worker, or the worker died
         return exc
 
