@@ -28,6 +28,7 @@ import importlib
 import io
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -171,6 +172,19 @@ def _become_rank(request: Mapping[str, Any]) -> None:
     extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
     sys.path[1:1] = extra
     sys.argv = ["-m", *request["argv"]]
+    _seed_anew()
+
+
+def _seed_anew() -> None:
+    """Each random generator seeded from the system, as in a fresh interpreter: a fork starts with the
+    server's state, and ranks that draw the same unseeded weights would hide a wrap placed too early."""
+    random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
 
 
 # What every rank imports: torch, the parts of it a training step loads on first use (the

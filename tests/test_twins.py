@@ -199,6 +199,9 @@ METHOD_LEFT = {  # still differ, not wrongly: a refusal, batches left whole (DDP
     # a model built in the call that hands it over: the object keeping it is wrapped where it keeps it, a
     # function's parameter has no statement to wrap after (refused, DDP302)
     "tests/fixtures/model/model_from_hub/input.py",
+    # Differs wrongly (run corpus FINDINGS, round 11, left): the helper made an object per call keeps each
+    # model in one field that every instance shares in the analysis, so the twin's generator goes unwrapped
+    "tests/fixtures/model/two_models_restored_by_one_helper/input.py",
 }
 
 
@@ -415,8 +418,6 @@ PAIR_LEFT = {
     "tests/fixtures/model/param_groups_built_with_dict/input.py",
     "tests/fixtures/model/models_in_a_list/input.py",
     "tests/fixtures/model/ema_copy_in_a_model_from_a_builder/input.py",
-    # nn.DataParallel removed in the helper and DDP added after it, where it was replaced in place
-    "tests/fixtures/model/builder_picks_a_class_whose_part_skips_a_layer/input.py",
     # ``model.module`` of an nn.DataParallel built in a helper, read in another: refused (DDP302), not made plain
     "tests/fixtures/model/param_groups_of_the_module_inside_data_parallel/input.py",
 }

@@ -101,3 +101,54 @@ CALLED_BY_PYTHON = frozenset(
 def _called_by_python(index: Index, function: cst.FunctionDef) -> bool:
     """A method that Python or torch calls on an object of its class, which runs where the class is built."""
     return index.method_class(function) is not None and function.name.value in CALLED_BY_PYTHON
+
+
+def runs_whenever_training_does(index: Index, function: cst.FunctionDef, called: set[cst.FunctionDef]) -> bool:
+    """Whether ``function`` runs on every run that trains: it is called (see :func:`called_functions`), and
+    trains itself, or one of its calls sits outside every ``if`` and ``except`` of a function that runs on
+    every run that trains (or of the code that runs when the modules load). ``if args.parallel:
+    model.parallelize()`` does not make ``parallelize`` run whenever ``main`` trains; ``train()`` under
+    ``if not args.eval:`` runs whenever training does. A function handed on as a value, whose calls ddpify
+    cannot see, counts as running."""
+    return _whenever_training_does(index, function, called, frozenset())
+
+
+def _whenever_training_does(
+    index: Index, function: cst.FunctionDef, called: set[cst.FunctionDef], seen: frozenset[cst.FunctionDef]
+) -> bool:
+    if function not in called:
+        return False
+    if function in seen or _called_by_python(index, function) or function.name.value == "__init__":
+        return True
+    if index.trains(function.body):
+        return True
+    calls = index.callers(function)
+    if not calls:
+        return True
+    for call in calls:
+        if _conditional(index, call):
+            continue
+        caller = enclosing_function(index, call)
+        if caller is None or _whenever_training_does(index, caller, called, seen | {function}):
+            return True
+    return False
+
+
+def _conditional(index: Index, node: cst.CSTNode) -> bool:
+    """Whether ``node`` sits in a branch of its function (or module) that a run may skip."""
+    child = node
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if (
+            isinstance(ancestor, (cst.If, cst.IfExp))
+            and child is not ancestor.test
+            and ancestor is not index.main_guard
+        ):
+            return True
+        if isinstance(ancestor, cst.BooleanOperation) and child is not ancestor.left:
+            return True
+        if isinstance(ancestor, cst.ExceptHandler):
+            return True
+        child = ancestor
+    return False

@@ -559,7 +559,8 @@ class Index(ProgramClasses):
         if isinstance(receiver, cst.Call):
             built.append(receiver)
         elif (ref := self.carried_ref(receiver, scope)) is not None and (
-            ref.scope is scope or isinstance(ref.scope, cst.Module)  # ``learner.fit(loader)`` of a global object
+            # ``learner.fit(loader)`` of a global object; ``self.trainer.fit(net)`` after ``self.trainer = Trainer()``
+            ref.scope is scope or isinstance(ref.scope, (cst.Module, cst.ClassDef))
         ):
             built += [value for _, value in (*self.values_assigned(ref), *self.unpacked_values(ref))]
         classes: list[cst.ClassDef] = []

@@ -9,7 +9,7 @@ import libcst as cst
 
 from ddpify import torch_api
 from ddpify.diagnostics import Code, Diagnostic
-from ddpify.engine.called import called_functions, commands_of, enclosing_function
+from ddpify.engine.called import called_functions, commands_of, enclosing_function, runs_whenever_training_does
 from ddpify.engine.collect import Source, build_index
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.reach import Reach
@@ -36,6 +36,19 @@ class Program:
     path: str  # the entry script's
     names: Names
     findings: list[tuple[cst.CSTNode, Code, str]] = field(default_factory=list)
+    _called: set[cst.FunctionDef] | None = field(default=None, repr=False)
+
+    def called(self) -> set[cst.FunctionDef]:
+        """The functions the program calls (:func:`called_functions`), found once."""
+        if self._called is None:
+            self._called = called_functions(self.index)
+        return self._called
+
+    def runs_whenever_training_does(self, node: cst.CSTNode) -> bool:
+        """Whether the function around ``node`` runs on every run that trains
+        (:func:`~ddpify.engine.called.runs_whenever_training_does`); code at module level does."""
+        function = enclosing_function(self.index, node)
+        return function is None or runs_whenever_training_does(self.index, function, self.called())
 
     def report(self, node: cst.CSTNode, code: Code, message: str) -> None:
         self.index.want_position(node)
@@ -60,7 +73,7 @@ class Program:
         method called by name on an object of a class ddpify cannot type, ``trainer.fit()`` after
         ``trainer = TRAINERS[name](...)``) and that runs a backward pass."""
         index = self.index
-        called = sorted(called_functions(index), key=index.order.__getitem__)
+        called = sorted(self.called(), key=index.order.__getitem__)
         return next((function for function in called if index.trains(function.body)), None)
 
     def first_backward(self) -> cst.Call | None:
@@ -72,16 +85,13 @@ class Program:
         a library's, out of sight. The optimizer is followed from where it is built (``opt = SGD(...)``,
         or ``return SGD(...)`` in a helper) to every place it flows to."""
         index = self.index
-        called: set[cst.FunctionDef] | None = None
         for call in index.calls:
             if not any(torch_api.builds_optimizer(name) for name in index.qualified_names(call.func)):
                 continue
             holder = index.parent(call)
             scope = index.scope_of(call)
-            if called is None:
-                called = called_functions(index)
             function = enclosing_function(index, call)
-            if function is not None and function not in called:
+            if function is not None and function not in self.called():
                 continue
             if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
                 built = index.ref_of(holder.targets[0].target, scope)

@@ -8,6 +8,7 @@ the wrapper (:mod:`.reads`), freezing (:mod:`.freezing`) and the training step (
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any, TypeVar, cast
@@ -34,7 +35,7 @@ from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.concerns.model.outputs import OutputUse
 from ddpify.concerns.model.reads import DEEPCOPY, WrapperReads
 from ddpify.engine.called import enclosing_function
-from ddpify.engine.index import Index, Ref, Scope
+from ddpify.engine.index import Flow, Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward
 from ddpify.engine.syntax import argument, single_target
 from ddpify.engine.values import passed_values
@@ -282,6 +283,11 @@ class _Finder:
         # A move inside a loop (``model.to(device).train()`` after a checkpoint on the CPU) is not
         # where the model becomes ready; only the least nested places count.
         moves, creations, wraps = self._least_nested(moves), self._least_nested(creations), self._least_nested(wraps)
+        # ``if args.parallel: reader.parallelize()``, which wraps in DataParallel: a run may skip that wrap, and
+        # then trains unwrapped. DDP goes where the model is ready on every run; the DataParallel line goes.
+        running = [w for w in wraps if self.program.runs_whenever_training_does(w[0])]
+        if len(running) < len(wraps) and (moves or creations):
+            wraps = running
         # ``build_model()`` overridden by a subclass, each building its model and its optimizer over it:
         # each optimizer's model is the one its own function builds
         own = index.scope_of(optimizer)
@@ -311,9 +317,20 @@ class _Finder:
             stmt, target, cuda = max(moves, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
             placed = True
             received = max(creations, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]), default=None)
-            if received is not None and depth.get(received[1], 0) > depth.get(target, 0):
+            back = self._returned_by(stmt, creations)
+            if back is not None:
+                # ``model, epoch = load_checkpoint(model, path)`` under ``if args.resume:``, the move inside it:
+                # the model comes back where it was, and that call may not run; the wrap goes after it
+                (stmt, target), cuda = back, False
+            elif (
+                received is not None
+                and depth.get(received[1], 0) > depth.get(target, 0)
+                and received[1] not in upstream(index, target)
+            ):
                 # ``model = build_model()`` after the builder moved it: the wrap goes where the model
-                # arrives, not into the builder (whose last word is ``return model``).
+                # arrives, not into the builder (whose last word is ``return model``). Not where it was
+                # built before it went into a trainer's method that moves it (``self.ae = AE()``, then
+                # ``self.ae = self.trainer.fit(self.ae)``): that is upstream of the move.
                 (stmt, target), cuda = received, False
         elif creations:
             stmt, target = max(creations, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
@@ -371,6 +388,29 @@ class _Finder:
         return Model(
             target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps, realiased=realiased
         )
+
+    def _returned_by(
+        self, move: cst.SimpleStatementLine, creations: list[tuple[cst.SimpleStatementLine, Ref]]
+    ) -> tuple[cst.SimpleStatementLine, Ref] | None:
+        """The last creation that receives the model from a call of the function ``move`` is in, when that
+        creation assigns the very place the model was handed to the call from (the model goes in and comes
+        back: a checkpoint loader, a ``prepare(model)``)."""
+        index = self.index
+        function = index.scope_of(move)
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        found = None
+        for stmt, target in creations:
+            value = statement_value(stmt)
+            scope = index.scope_of(stmt)
+            if (
+                isinstance(value, cst.Call)
+                and (callee := index.runs(value, scope)) is not None
+                and callee[0] is function
+                and any(index.carried_ref(arg.value, scope) == target for arg in value.args)
+            ):
+                found = (stmt, target)
+        return found
 
     def _reaches_training(self, place: Ref) -> bool:
         """Whether the value at ``place`` is read, there or where it goes, by a function that trains."""
@@ -590,7 +630,8 @@ class _Finder:
         expression = self.index.spelled(target, index.scope_of(stmt))
         placed = data_parallel_if or stmt
         outer = self._climb_conditionals(placed)
-        later = [c for c in moves if index.after(c[0], outer)]
+        # (source order says "after" only within a function: a move in the builder ran before this line)
+        later = [c for c in moves if index.scope_of(c[0]) is index.scope_of(outer) and index.after(c[0], outer)]
         if later:
             # ``model = nn.DataParallel(model)`` then ``model.cuda()``: DDP needs the module on its device
             # first, so the DataParallel line goes and the wrap follows the last move.
@@ -772,6 +813,8 @@ class _Finder:
                 break  # training starts here (of this model or another): the wrap must come first
             reads = self.index.mentions(stmt, target)
             if not reads:
+                if self._prepares_its_holder(stmt, target):
+                    last = stmt  # ``self.apply(weights_init)`` draws the weights of ``self.gen`` again
                 continue
             if any(
                 (self.reads.runs_model(read) and not self.reads.only_prepares(read))
@@ -782,6 +825,25 @@ class _Finder:
                 break
             last = stmt
         return last
+
+    def _prepares_its_holder(self, stmt: cst.BaseStatement, target: Ref) -> bool:
+        """Whether ``stmt`` initialises, loads or moves the whole object whose field the model is
+        (``self.apply(init)``, ``self.load_state_dict(...)``, ``self.to(device)`` for ``self.gen``)."""
+        index = self.index
+        if not target.path.startswith("self."):
+            return False
+        function = enclosing_function(index, stmt)
+        owner = index.self_name(function) if function is not None and index.method_class(function) else None
+        return owner is not None and any(
+            isinstance(node, cst.Call)
+            and m.matches(node.func, m.Attribute(value=m.Name(owner)))
+            and cast(cst.Attribute, node.func).attr.value in _PREPARING_METHODS
+            for node in index.walk(stmt)
+        )
+
+
+# What a module does to every parameter it holds, its submodules' too: before the wrap broadcasts them
+_PREPARING_METHODS = (torch_api.MODULE_CHAINING_METHODS - {"train", "eval"}) | {"load_state_dict"}
 
 
 def _leaves_block(stmt: cst.BaseStatement) -> bool:
@@ -821,21 +883,63 @@ def own_lineage(index: Index, ref: Ref) -> set[Ref]:
 
     Not the other values that meet it downstream: two models handed to one helper
     (``count_params(encoder)``, ``evaluate(student)``) share its parameter, but neither
-    is built where the other is.
+    is built where the other is. A value that goes into a helper comes back only where
+    that call's result goes: ``g, opt_g = restore(g, opt_g)`` then ``d, opt_d = restore(d, opt_d)``
+    keep ``g`` and ``d`` apart.
     """
-    return set().union(*(index.downstream(source) for source in upstream(index, ref)))
+    # a walk down from a place the walk up reached inside a helper leaves it where the walk up came in
+    return {place for place, _ in _walk(index, _walk(index, {(ref, ())}, upstream=True), upstream=False)}
 
 
 def upstream(index: Index, ref: Ref) -> set[Ref]:
-    """``ref`` and every place its value came from."""
-    sources = {ref}
-    queue = [ref]
+    """``ref`` and every place its value came from (through a helper's return, only from what that call
+    handed it)."""
+    return {place for place, _ in _walk(index, {(ref, ())}, upstream=True)}
+
+
+_Calls = tuple[cst.CSTNode, ...]  # the statements of the calls a walk is inside, innermost last
+
+
+def _walk(index: Index, starts: set[tuple[Ref, _Calls]], *, upstream: bool) -> set[tuple[Ref, _Calls]]:
+    """The places values go to (or come from), from ``starts``, each with the calls the walk is inside there:
+    a value that enters a function at a call leaves it only at that same call (while the walk knows the
+    call: one it started inside may return anywhere)."""
+    seen = set(starts)
+    queue: deque[tuple[Ref, _Calls]] = deque(
+        sorted(starts, key=lambda start: (index.order.get(start[0].scope, -1), start[0].path))
+    )
     while queue:
-        for flow in index.flows_into(queue.pop()):
-            if flow.src not in sources:
-                sources.add(flow.src)
-                queue.append(flow.src)
-    return sources
+        place, calls = queue.popleft()
+        flows = index.flows_into(place) if upstream else index.flows_from(place)
+        for flow in flows:
+            entering, leaving = _crossing(index, flow)
+            if upstream:
+                entering, leaving = leaving, entering
+            if leaving:
+                if calls and calls[-1] is not flow.stmt:
+                    continue
+                inside = calls[:-1]
+            elif entering:
+                inside = (*calls, flow.stmt)[-_CALL_DEPTH:]
+            else:
+                inside = calls
+            other = flow.src if upstream else flow.dst
+            if (other, inside) not in seen:
+                seen.add((other, inside))
+                queue.append((other, inside))
+    return seen
+
+
+_CALL_DEPTH = 4
+
+
+def _crossing(index: Index, flow: Flow) -> tuple[bool, bool]:
+    """Whether ``flow`` goes into a function from the call's statement (an argument), and whether it comes
+    out of one into the call's statement (a returned value)."""
+    src, dst = flow.src.scope, flow.dst.scope
+    entering = isinstance(dst, cst.FunctionDef) and src is not dst and not index.inside(flow.stmt, dst)
+    leaving = isinstance(src, cst.FunctionDef) and src is not dst and not index.inside(flow.stmt, src)
+    return entering, leaving
 
 
 def depths(index: Index, lineage: set[Ref]) -> dict[Ref, int]:

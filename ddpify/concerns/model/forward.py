@@ -197,7 +197,12 @@ class ForwardChecks:
                 continue
             receiver = dotted(attribute.value)
             kept = frozenset(f"{receiver}.{field}" for field in _fields_set(index, method)) if receiver else frozenset()
-            if reaches_backward(index, call, kept):
+            backward = backward_reached(index, call, kept)
+            if backward is not None and self._steps_only_others(backward, model):
+                # ``actor_loss = -critic.q1(s, actor(s))``: the critic's gradients from it are zeroed before the
+                # critic's own step; run outside DDP, whose reducer would wait for the critic's other head
+                continue
+            if backward is not None:
                 routed.append(call)
             else:
                 self.program.report(
@@ -208,6 +213,39 @@ class ForwardChecks:
                     "route it through forward()",
                 )
         return tuple(routed)
+
+    def _steps_only_others(self, backward: cst.Call, model: Model) -> bool:
+        """Whether the optimizers stepped after ``backward`` (before the next backward of its function) are
+        known, and none of them is ``model``'s own."""
+        index = self.index
+        statement = index.statement_of(backward)
+        function = index.scope_of(backward)
+        later = [
+            node
+            for node in index.walk(function)
+            if isinstance(node, cst.Call) and index.scope_of(node) is function and index.after(node, statement)
+        ]
+        steps: list[cst.Call] = []
+        for node in later:
+            if is_backward(node):
+                break
+            if m.matches(node.func, m.Attribute(attr=m.Name("step"))) and not node.args:
+                steps.append(node)
+        own = self._optimizer_places(model)
+        return (
+            bool(steps)
+            and bool(own)
+            and not any(index.carried_ref(cast(cst.Attribute, step.func).value, function) in own for step in steps)
+        )
+
+    def _optimizer_places(self, model: Model) -> set[Ref]:
+        """Where the optimizer that trains ``model`` is kept (``self.critic_opt``, ``opt``)."""
+        index = self.index
+        holder = index.parent(model.optimizer)
+        if not (isinstance(holder, cst.Assign) and len(holder.targets) == 1):
+            return set()
+        ref = index.ref_of(holder.targets[0].target, index.scope_of(holder))
+        return index.downstream(ref) if ref is not None else set()
 
     def skipped_submodule(
         self,
@@ -613,6 +651,11 @@ def reaches_backward(index: Index, call: cst.Call, kept: frozenset[str] = frozen
     """Whether the value of ``call`` reaches a ``.backward()`` in its own function: directly, or through
     names (and ``self`` attributes) assigned from it, in the order the statements run; ``kept`` are the
     places the call itself stores to (``model.loss`` after ``model.step(x)`` sets ``self.loss``)."""
+    return backward_reached(index, call, kept) is not None
+
+
+def backward_reached(index: Index, call: cst.Call, kept: frozenset[str] = frozenset()) -> cst.Call | None:
+    """The first ``.backward()`` that the value of ``call`` reaches (see :func:`reaches_backward`)."""
     scope = index.scope_of(call)
     names: set[str] = set()
     for node in index.walk(scope):
@@ -622,7 +665,7 @@ def reaches_backward(index: Index, call: cst.Call, kept: frozenset[str] = frozen
             receiver = cast(cst.Attribute, node.func).value
             args = [receiver, *(a.value for a in node.args)]
             if any(arg is call or index.inside(call, arg) or _mentions_any(index, arg, names) for arg in args):
-                return True
+                return node
         if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call) and index.scope_of(node) is scope:
             # ``parts.append(model.embed(x))``: the container now holds the value
             method = node.value.func
@@ -639,7 +682,7 @@ def reaches_backward(index: Index, call: cst.Call, kept: frozenset[str] = frozen
                 targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
                 for target in targets:
                     names.update(_bound_names(index, target))
-    return False
+    return None
 
 
 def _elements(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
