@@ -63,10 +63,10 @@ CODES = (SET_DEVICE_IN_EXPRESSION, VISIBLE_DEVICES, SET_DEVICE_REMOVED)
 class GpuIndex:
     """A GPU index written into the script, dropped so that the rank's own GPU is used."""
 
-    node: cst.SimpleString | cst.FormattedString | cst.Call
-    # "string": ``"cuda:0"``; "f-string": ``f"cuda:{gpu}"``; "device": ``torch.device("cuda", gpu)``;
-    # "cuda": ``x.cuda(gpu)``
-    kind: Literal["string", "f-string", "device", "cuda"]
+    node: cst.SimpleString | cst.FormattedString | cst.Call | cst.BinaryOperation
+    # "string": ``"cuda:0"``; "f-string": ``f"cuda:{gpu}"``; "formatted": ``"cuda:{}".format(gpu)``,
+    # ``"cuda:%d" % gpu``, ``"cuda:" + str(gpu)``; "device": ``torch.device("cuda", gpu)``; "cuda": ``x.cuda(gpu)``
+    kind: Literal["string", "f-string", "formatted", "device", "cuda"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,8 @@ class Facts:
     gpu_numbers: tuple[cst.Integer, ...]  # ``device = 0`` later used as a device: this rank's GPU instead
     gpu_indices: tuple[GpuIndex, ...]  # in source order
     removed: tuple[cst.BaseStatement, ...]  # ``torch.cuda.set_device(...)`` and ``CUDA_VISIBLE_DEVICES`` lines
+    # ``os.environ["CUDA_VISIBLE_DEVICES"]`` read where the script's own assignment is removed
+    visible_devices_reads: tuple[cst.Subscript, ...] = ()
 
 
 def find(program: Program) -> Facts:
@@ -82,9 +84,11 @@ def find(program: Program) -> Facts:
     indices: list[GpuIndex] = []
     removed: list[cst.BaseStatement] = []
     index = program.index
-    for node in index.nodes_of(cst.FormattedString, cst.SimpleString, cst.Call, cst.AssignTarget):
+    for node in index.nodes_of(cst.FormattedString, cst.SimpleString, cst.Call, cst.AssignTarget, cst.BinaryOperation):
         if isinstance(node, cst.FormattedString) and _formats_cuda_index(node):
             indices.append(GpuIndex(node, "f-string"))
+        elif isinstance(node, (cst.Call, cst.BinaryOperation)) and _fills_cuda_index(node):
+            indices.append(GpuIndex(node, "formatted"))
         elif isinstance(node, cst.SimpleString) and _CUDA_INDEX.match(node.value):
             element = index.parent(node)
             if isinstance(element, cst.DictElement) and element.key is node:
@@ -100,7 +104,16 @@ def find(program: Program) -> Facts:
                 finder.report_visible_devices(node)
         elif isinstance(node, cst.AssignTarget) and _subscript_key(node.target) == "CUDA_VISIBLE_DEVICES":
             removed.extend(finder.visible_devices_assignment(node))
-    return Facts(gpu_numbers, tuple(indices), tuple(removed))
+    reads = finder.visible_devices_reads() if any(_sets_visible_devices(stmt) for stmt in removed) else ()
+    return Facts(gpu_numbers, tuple(indices), tuple(removed), tuple(reads))
+
+
+def _sets_visible_devices(stmt: cst.BaseStatement) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Assign)
+        and any(_subscript_key(target.target) == "CUDA_VISIBLE_DEVICES" for target in small.targets)
+        for small in stmt.body
+    )
 
 
 _CUDA_INDEX = re.compile(r"""^(?P<q>['"])cuda:\d+(?P=q)$""")
@@ -203,6 +216,20 @@ class _Finder:
         else:
             self.report_visible_devices(target)
 
+    def visible_devices_reads(self) -> Iterator[cst.Subscript]:
+        """``os.environ["CUDA_VISIBLE_DEVICES"]`` read as a value (``len(...split(","))``): with the script's
+        own assignment gone it is unset unless the launch sets it, and the read would raise KeyError."""
+        index = self.index
+        for node in index.nodes_of(cst.Subscript):
+            assert isinstance(node, cst.Subscript)
+            holder = index.parent(node)
+            if (
+                _subscript_key(node) == "CUDA_VISIBLE_DEVICES"
+                and not isinstance(holder, (cst.AssignTarget, cst.Del))
+                and "os.environ" in index.qualified_names(node.value)
+            ):
+                yield node
+
     def sets_visible_devices(self, call: cst.Call) -> bool:
         """``os.environ.setdefault("CUDA_VISIBLE_DEVICES", ...)``, ``os.environ.update(CUDA_VISIBLE_DEVICES=...)``."""
         return m.matches(call.func, m.Attribute(attr=m.Name("setdefault") | m.Name("update"))) and any(
@@ -228,14 +255,27 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             plan.replace(node, _plain_cuda(quote))
             written = code(node) if isinstance(node, cst.FormattedString) else node.value
             plan.change(node, f"{written} -> {quote}cuda{quote}: this rank's GPU")
+        elif gpu_index.kind == "formatted":
+            string = node.left if isinstance(node, cst.BinaryOperation) else cast(cst.Attribute, node.func).value
+            quote = cast(cst.SimpleString, string).value[0]
+            plan.replace(node, _plain_cuda(quote))
+            plan.change(node, f"{code(node)} -> {quote}cuda{quote}: this rank's GPU")
         elif gpu_index.kind == "device":
             plan.replace(node, _first_argument_only)
             plan.change(node, 'torch.device("cuda", N) -> torch.device("cuda"): this rank\'s GPU')
         else:
             plan.replace(node, _without_first_argument)
-            plan.change(node, f".cuda({code(node.args[0].value)}) -> .cuda(): this rank's GPU")
+            plan.change(node, f".cuda({code(cast(cst.Call, node).args[0].value)}) -> .cuda(): this rank's GPU")
     for stmt in facts.removed:
         plan.remove(stmt)
+    for read in facts.visible_devices_reads:
+        environ, key = code(read.value), code(read.slice[0].slice)
+        plan.replace(read, _constant(cst.parse_expression(f'{environ}.get({key}, "0")')))
+        plan.change(
+            read,
+            f'{environ}[{key}] -> {environ}.get({key}, "0"): the launch sets it now, if anything; '
+            "unset, each process drives the one GPU of its LOCAL_RANK",
+        )
 
 
 def _gpu_numbers(facts: Facts, plan: EditPlan) -> None:
@@ -261,6 +301,26 @@ def _formats_cuda_index(node: cst.FormattedString) -> bool:
     )
 
 
+def _fills_cuda_index(node: cst.Call | cst.BinaryOperation) -> bool:
+    """``"cuda:{}".format(gpu)``, ``"cuda:%d" % gpu``, ``"cuda:" + str(gpu)``: a device string with a GPU
+    index filled in by the older spellings of an f-string."""
+    if isinstance(node, cst.Call):
+        func = node.func
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "format"
+            and isinstance(func.value, cst.SimpleString)
+            and func.value.evaluated_value in ("cuda:{}", "cuda:{0}")
+            and len(node.args) == 1
+        )
+    left = node.left
+    if not isinstance(left, cst.SimpleString):
+        return False
+    if isinstance(node.operator, cst.Modulo):
+        return left.evaluated_value in ("cuda:%d", "cuda:%s", "cuda:%i")
+    return isinstance(node.operator, cst.Add) and left.evaluated_value == "cuda:"
+
+
 def _subscript_key(target: cst.BaseExpression) -> str | None:
     """``"K"`` for a target ``x["K"]``."""
     if isinstance(target, cst.Subscript) and len(target.slice) == 1:
@@ -273,7 +333,7 @@ def _subscript_key(target: cst.BaseExpression) -> str | None:
 
 def _plain_cuda(quote: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
     def plain(node: cst.CSTNode) -> cst.CSTNode:
-        string = cast(cst.SimpleString | cst.FormattedString, node)
+        string = cast(cst.SimpleString | cst.FormattedString | cst.Call | cst.BinaryOperation, node)
         return cst.SimpleString(f"{quote}cuda{quote}", lpar=string.lpar, rpar=string.rpar)
 
     return plain

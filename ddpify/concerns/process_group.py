@@ -329,8 +329,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             plan.need_import("atexit", asname=None if names.atexit == "atexit" else names.atexit)
         plan.change(anchor, "join the process group here; destroy it at exit on every rank")
     else:
-        start = 0 if facts.setup_before is guard else list(guard.body.body).index(facts.setup_before)
-        plan.replace(guard, lambda node: _with_process_group(cast(cst.If, node), start, names.setup, names.dist))
+        # The place is marked in the guard's body rather than counted: the other edits remove, add and group
+        # statements of that body before this one is made.
+        marker = None
+        if facts.setup_before is not guard:
+            marker = cst.SimpleStatementLine(body=[cst.Expr(cst.Name(names.setup))])
+            plan.before[facts.setup_before].insert(0, marker)
+        plan.replace(guard, lambda node: _with_process_group(cast(cst.If, node), marker, names.setup, names.dist))
         plan.change(guard, "join the process group before training; destroy it in `finally` on every rank")
     plan.change(anchor, f"add `{names.setup}()`: device from LOCAL_RANK, NCCL on CUDA / Gloo on CPU")
 
@@ -412,13 +417,18 @@ def _two_blank_lines_before(plan: EditPlan, anchor: cst.BaseStatement) -> None:
         plan.replace(anchor, lambda n: statement(n).with_changes(leading_lines=[*missing, *statement(n).leading_lines]))
 
 
-def _with_process_group(guard: cst.If, start: int, setup: str, dist: str) -> cst.If:
+def _with_process_group(guard: cst.If, marker: cst.SimpleStatementLine | None, setup: str, dist: str) -> cst.If:
+    """The guard's body from ``marker`` on (all of it when None) runs in ``try``, after the setup call."""
     body = guard.body
     if isinstance(body, cst.SimpleStatementSuite):  # if __name__ == "__main__": main()
         line = cst.SimpleStatementLine(body=[s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in body.body])
         body = cst.IndentedBlock(body=[line])
     teardown = cst.Finally(body=cst.IndentedBlock(body=[cst.parse_statement(f"{dist}.destroy_process_group()\n")]))
-    kept, (first, *rest) = body.body[:start], [statement(s) for s in body.body[start:]]
+    start = next((i for i, s in enumerate(body.body) if s is marker), -1) if marker is not None else 0
+    if start < 0:
+        raise AssertionError("the place of the process group's setup was lost from the main guard")
+    statements = [s for s in body.body if s is not marker]
+    kept, (first, *rest) = statements[:start], [statement(s) for s in statements[start:]]
     attempt = cst.Try(body=cst.IndentedBlock(body=[first.with_changes(leading_lines=()), *rest]), finalbody=teardown)
     call = cst.parse_statement(f"{setup}()\n").with_changes(leading_lines=first.leading_lines)
     return guard.with_changes(body=body.with_changes(body=[*kept, call, attempt]))

@@ -74,6 +74,7 @@ CASES = [
     "model/teacher_run_in_forward_and_detached",
     "model/data_parallel_in_a_method_run_under_a_flag",
     "model/wrapper_returned_by_a_method_of_a_trainer_field",
+    "devices/visible_devices_set_then_read_back",
     "model/two_models_restored_by_one_helper",
     "model/weights_drawn_again_by_the_object_that_holds_the_model",
     "model/critic_head_in_the_actor_loss",

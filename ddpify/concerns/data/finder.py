@@ -52,7 +52,8 @@ class LoaderFinder:
         self._loader_refs: set[Ref] = set()  # the places holding the loader being examined
         self._sources_by_statement: dict[Ref, dict[cst.CSTNode, Ref]] = {}  # see _ref_at_call()
         self._statement_of_call: dict[cst.Call, cst.BaseStatement] = {}  # see _ref_at_call()
-        self._iter_calls: list[tuple[cst.SimpleStatementLine, cst.Call]] | None = None  # ``it = iter(x)``
+        # ``it = iter(x)``, and ``next(iter(x))`` (a new iterator at each call: True)
+        self._iter_calls: list[tuple[cst.SimpleStatementLine, cst.Call, bool]] | None = None
 
     def _origin(self, call: cst.Call) -> Ref | None:
         index = self.index
@@ -320,14 +321,21 @@ class LoaderFinder:
             self._iter_calls = []
             for stmt in index.statements:
                 small = stmt.body[0]
-                if len(stmt.body) != 1 or not isinstance(small, cst.Assign):
+                if len(stmt.body) != 1:
                     continue
-                value = small.value
+                value = small.value if isinstance(small, cst.Assign) else None
                 if isinstance(value, cst.Call) and m.matches(value.func, m.Name("iter")) and value.args:
-                    self._iter_calls.append((stmt, value))
-        for stmt, value in self._iter_calls:
+                    self._iter_calls.append((stmt, value, False))
+                    continue
+                # ``x, y = next(iter(loader))`` at each step: each new iterator is a new pass
+                fresh = next((n for n in index.walk(small) if _next_of_a_new_iterator(n)), None)
+                if fresh is not None and (
+                    index.enclosing_loops(stmt) or isinstance(index.scope_of(stmt), cst.FunctionDef)
+                ):
+                    self._iter_calls.append((stmt, cast(cst.Call, cast(cst.Call, fresh).args[0].value), True))
+        for stmt, value, each_step in self._iter_calls:
             ref = index.ref_of(value.args[0].value, index.scope_of(stmt))
-            if ref in refs and self._starts_a_pass(stmt):
+            if ref in refs and (each_step or self._starts_a_pass(stmt)):
                 loader = self._loader_itself(ref, index.scope_of(stmt))
                 if loader is None:
                     self.program.report(
@@ -759,6 +767,18 @@ def _last_name(func: cst.BaseExpression) -> str:
 def _spelled(code: str) -> str:
     """``code`` without its spaces and parentheses, to compare two spellings of one test."""
     return re.sub(r"[\s()]", "", code)
+
+
+def _next_of_a_new_iterator(node: cst.CSTNode) -> bool:
+    """``next(iter(loader))``."""
+    return (
+        isinstance(node, cst.Call)
+        and m.matches(node.func, m.Name("next"))
+        and len(node.args) >= 1
+        and isinstance(inner := node.args[0].value, cst.Call)
+        and m.matches(inner.func, m.Name("iter"))
+        and len(inner.args) == 1
+    )
 
 
 def _pass_counter(loop: cst.While) -> str:
