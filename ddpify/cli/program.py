@@ -232,6 +232,9 @@ def _project(entry: Path, projects: dict[Path, Project], max_size: int, root: Pa
 
 # A string that may name a module: ``"jobs.fit"``, ``"processor.recognition.REC_Processor"``
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+# a package's name and the dot before a module name filled in at run time: ``"models."``, ``"models.%s"``
+_PACKAGE_PREFIX = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.(?:%s|\{\w*\})?")
+_PACKAGE_MODULES = 100  # the modules of such a package that are read, at most
 
 
 class _Walk:
@@ -323,6 +326,16 @@ class _Walk:
                 else set()
             )
             named: list[tuple[str, Found]] = []
+            for text in strings:
+                # ``"learners." + args.model``, ``"models.%s" % name``: any module of that package may be loaded
+                prefix = _PACKAGE_PREFIX.fullmatch(text)
+                name = prefix.group(1) if prefix is not None else ""
+                package = resolver.find(name) if name else None
+                for folder in package.locations if package is not None and package.locations else ():
+                    for module in sorted(Path(folder).glob("*.py"))[:_PACKAGE_MODULES]:
+                        located = resolver.file(f"{name}.{module.stem}")
+                        if located is not None and located.real not in self.found and located.real != str(self.entry):
+                            named.append((f"{name}.{module.stem}", located))
             for text in filter(_DOTTED.fullmatch, strings):
                 parts = text.split(".")
                 for name in (text, ".".join(parts[:-1])):  # a module, or a name in one

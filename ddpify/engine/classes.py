@@ -79,6 +79,20 @@ class ProgramClasses:
                 return definition
         return None
 
+    def local_classes(self, expr: cst.BaseExpression) -> list[cst.ClassDef]:
+        """Every class of the program that ``expr`` may name where it is written: :meth:`local_class`, and
+        where imports in different branches bind the name (``from bin.train_asr import Solver`` in one,
+        ``from bin.test_asr import Solver`` in another), the class of each."""
+        first = self.local_class(expr)
+        if first is None or not isinstance(expr, (cst.Name, cst.Attribute)) or len(self.modules) <= 1:
+            return [first] if first is not None else []
+        found = [first]
+        for full in sorted(self.qualified_names(expr)):
+            definition = self.local_definition(full)
+            if isinstance(definition, cst.ClassDef) and definition not in found:
+                found.append(definition)
+        return found
+
     def method_class(self, scope: Scope) -> cst.ClassDef | None:
         return self.class_of.get(scope) if isinstance(scope, cst.FunctionDef) else None
 

@@ -115,6 +115,7 @@ class Index(ProgramClasses):
     _assignments: dict[Ref, list[cst.Assign]] | None = None
     _candidate_orders: dict[int, list[int]] = field(default_factory=dict)  # see _orders_of()
     _upstream: dict[Ref, list[Ref]] = field(default_factory=dict)  # see upstream()
+    _defined: dict[cst.Module, set[str]] = field(default_factory=dict)  # see _defined_in()
 
     # -- metadata --------------------------------------------------------
     def parent(self, node: cst.CSTNode | None) -> cst.CSTNode | None:
@@ -214,10 +215,29 @@ class Index(ProgramClasses):
             fulls = imports[root]
             if len(fulls) > 1:
                 fulls = self._import_binding(node, module, root) or fulls
+            fulls = {self._reexported(full) for full in fulls}
             return frozenset(f"{full}.{rest}" if rest else full for full in fulls)
         if hasattr(builtins, root) and root not in self._bound_in(module):
             return frozenset({f"builtins.{text}"})
         return _NONE
+
+    def _reexported(self, full: str, depth: int = 0) -> str:
+        """``prep.DataLoader`` where the program's module ``prep`` only imports it (``from torch.utils.data
+        import DataLoader``): the name it imported, ``torch.utils.data.DataLoader``."""
+        owner, _, name = full.rpartition(".")
+        module = self.module_names.get(owner)
+        if module is None or depth > 8 or name in self._defined_in(module):
+            return full
+        imported = self.imports[module].get(name, set())
+        return self._reexported(next(iter(imported)), depth + 1) if len(imported) == 1 else full
+
+    def _defined_in(self, module: cst.Module) -> set[str]:
+        """The names ``module`` binds at its top level other than by an import (found once per module)."""
+        found = self._defined.get(module)
+        if found is None:
+            imported = self.imports.get(module, {})
+            found = self._defined[module] = {name for name in self.bound[module] if name not in imported}
+        return found
 
     def _import_binding(self, node: cst.CSTNode, module: cst.Module, name: str) -> set[str]:
         """What ``name`` refers to at ``node`` where several imports bind it: the last import before
@@ -603,9 +623,9 @@ class Index(ProgramClasses):
             return both + [c for c in self.classes_built(value.orelse, depth + 1) if c not in both]
         if not isinstance(value, cst.Call):
             return []
-        cls = self.local_class(value.func)
-        if cls is not None:
-            return [cls]
+        classes = self.local_classes(value.func)
+        if classes:
+            return classes
         func = value.func
         if isinstance(func, cst.Attribute) and func.attr.value in torch_api.MODULE_CHAINING_METHODS:
             return self.classes_built(func.value, depth + 1)  # ``Classifier(16).to(device)``

@@ -90,6 +90,8 @@ def trains_in_sync(script: Path) -> None:
         pytest.param("library_folder_added_to_the_search_path", "--in-place", marks=pytest.mark.exhaustive),
         pytest.param("model_loaded_back_only_when_resuming", "-o", marks=pytest.mark.exhaustive),
         pytest.param("data_parallel_after_a_builder_that_restores", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("data_loader_imported_through_a_project_module", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("solver_imported_in_each_of_three_branches", "-o", marks=pytest.mark.exhaustive),
     ],
 )
 def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path, run_ddpify: RunDdpify) -> None:
