@@ -178,7 +178,10 @@ def _counts_read(index: Index, bar: cst.Call) -> bool:
             attribute = index.parent(read)
             if isinstance(attribute, cst.Attribute) and attribute.value is read:
                 call = index.parent(attribute)
-                if not (isinstance(call, cst.Call) and call.func is attribute):
+                # (``pbar.n = start_step`` sets where it counts from: no read)
+                if not (isinstance(call, cst.Call) and call.func is attribute) and not isinstance(
+                    call, cst.AssignTarget
+                ):
                     return True
     return False
 

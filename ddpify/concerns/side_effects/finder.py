@@ -274,7 +274,17 @@ class Finder:
                 return "output call"
             if call.func.attr.value == "save" and self._a_pil_image(call.func.value):
                 return "output call"
+            if call.func.attr.value == "write" and self._a_progress_bar(call.func.value):
+                return "output call"  # ``bar.write(line)``: tqdm's class method prints, bar disabled or not
         return None
+
+    def _a_progress_bar(self, expr: cst.BaseExpression) -> bool:
+        """Whether ``expr`` is a progress bar (``bar = tqdm(total=n)``)."""
+        index = self.index
+        return any(
+            isinstance(value, cst.Call) and index.is_call_to(value, torch_api.PROGRESS_BARS)
+            for value in built_by(index, expr) or ()
+        )
 
     def _a_pil_image(self, expr: cst.BaseExpression) -> bool:
         """Whether ``expr`` is an image PIL made (``Image.fromarray(array)``, also through ``.convert(...)``)."""
