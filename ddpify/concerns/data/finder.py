@@ -329,9 +329,7 @@ class LoaderFinder:
                     continue
                 # ``x, y = next(iter(loader))`` at each step: each new iterator is a new pass
                 fresh = next((n for n in index.walk(small) if _next_of_a_new_iterator(n)), None)
-                if fresh is not None and (
-                    index.enclosing_loops(stmt) or isinstance(index.scope_of(stmt), cst.FunctionDef)
-                ):
+                if fresh is not None and any(True for _ in index.enclosing_loops(stmt)):  # (not a one-off look)
                     self._iter_calls.append((stmt, cast(cst.Call, cast(cst.Call, fresh).args[0].value), True))
         for stmt, value, each_step in self._iter_calls:
             ref = index.ref_of(value.args[0].value, index.scope_of(stmt))
