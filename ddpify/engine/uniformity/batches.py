@@ -84,6 +84,16 @@ class RankLocal:
             and (holder := dotted(n.func.value))
             and index.scope_of(n) is own
         ]
+        # ``stopper(val_loss)``, ``meter.step(loss)``: an object of the program's own class that keeps
+        # what it is given in its fields holds this rank's value too (``stopper.early_stop``)
+        filled += [
+            (holder, n)
+            for n in index.walk(body)
+            if isinstance(n, cst.Call)
+            and index.scope_of(n) is own
+            and (holder := _object_called(n))
+            and self._keeps_what_it_is_given(n)
+        ]
         self._names[block] = local
         for _ in range(3):
             for assign in assignments:
@@ -93,6 +103,22 @@ class RankLocal:
                 if holder not in local and any(self.reads(arg.value, block) for arg in call.args):
                     local.add(holder)
         return local
+
+    def _keeps_what_it_is_given(self, call: cst.Call) -> bool:
+        """Whether ``call`` runs a method of the program's own class that sets a field of its object."""
+        index = self.index
+        for method, _ in index.instance_methods(call, index.scope_of(call)):
+            owner = index.self_name(method)
+            if owner and any(
+                isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+                and any(
+                    isinstance(target, cst.Attribute) and m.matches(target.value, m.Name(owner))
+                    for target in _targets(n)
+                )
+                for n in index.walk(method.body)
+            ):
+                return True
+        return False
 
     def draws_batches(self, function: cst.FunctionDef, depth: int = 0) -> bool:
         """Whether ``function`` draws training batches, itself or through the program's functions it calls."""
@@ -141,6 +167,14 @@ class RankLocal:
 
 # Methods that put a value into the object they are called on: a list, a set, a dict, a running average
 _FILLING = frozenset({"append", "extend", "insert", "add", "update"})
+
+
+def _object_called(call: cst.Call) -> str:
+    """The object whose method (or ``__call__``) ``call`` runs, as written: ``stopper``, ``self.meter``."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value
+    return dotted(func.value) if isinstance(func, cst.Attribute) else ""
 
 
 def _targets(assign: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.CSTNode]:
