@@ -172,19 +172,21 @@ def _become_rank(request: Mapping[str, Any]) -> None:
     extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
     sys.path[1:1] = extra
     sys.argv = ["-m", *request["argv"]]
-    _seed_anew()
+    _seed_anew(int(request.get("rank", 0)))
 
 
-def _seed_anew() -> None:
-    """Each random generator seeded from the system, as in a fresh interpreter: a fork starts with the
-    server's state, and ranks that draw the same unseeded weights would hide a wrap placed too early."""
-    random.seed()
+def _seed_anew(rank: int) -> None:
+    """Each random generator seeded apart on each rank, as fresh interpreters are: a fork starts with the
+    server's state, and ranks that draw the same unseeded weights would hide a wrap placed too early. The
+    seeds are fixed, so that a run's outcome does not change from one test run to the next."""
+    seed = 2026 + 7919 * rank
+    random.seed(seed)
     torch = sys.modules.get("torch")
     if torch is not None:
-        torch.seed()
+        torch.manual_seed(seed)
     numpy = sys.modules.get("numpy")
     if numpy is not None:
-        numpy.random.seed()
+        numpy.random.seed(seed)
 
 
 # What every rank imports: torch, the parts of it a training step loads on first use (the

@@ -98,7 +98,11 @@ CASES = [
     "data/loader_from_a_method_through_a_generator",
     "data/sampler_with_replacement",
     "model/ema_copy_updated_beside_forward",
-    "checkpoints/best_epoch_reloaded",
+    # Validation data drawn unseeded at the top of the script: each rank draws its own, picks its own best
+    # epoch and reloads a file rank 0 has deleted (run corpus FINDINGS, round 11, left). Forked ranks drew
+    # alike until they were seeded apart, as real processes are.
+    pytest.param("checkpoints/best_epoch_reloaded", marks=pytest.mark.xfail(strict=True, reason="left")),
+    "checkpoints/best_epoch_reloaded_after_a_seed",
     "model/model_read_through_a_trainer_instance",
     "tensors/batchified_by_a_corpus_method",
     "data/loader_from_a_loader_class_into_a_trainer",
