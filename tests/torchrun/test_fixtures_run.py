@@ -79,6 +79,7 @@ CASES = [
     "model/weights_drawn_again_by_the_object_that_holds_the_model",
     "model/critic_head_in_the_actor_loss",
     "loop_control/early_stop_kept_by_an_object_given_a_shuffled_loss",
+    "model/loss_method_stepped_through_a_grad_scaler",
     "model/models_built_side_by_side_in_one_line",
     "model/param_groups_by_walking_the_modules",
     "model/ema_copy_as_a_submodule",

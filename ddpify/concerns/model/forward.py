@@ -215,8 +215,9 @@ class ForwardChecks:
         return tuple(routed)
 
     def _steps_only_others(self, backward: cst.Call, model: Model) -> bool:
-        """Whether the optimizers stepped after ``backward`` (before the next backward of its function) are
-        known, and none of them is ``model``'s own."""
+        """Whether the steps after ``backward`` (before the next backward of its function) are known, each
+        ``opt.step()`` of an optimizer the program builds, and none of them is ``model``'s own. Any other step
+        (``scaler.step(opt)``, a scheduler's, one ddpify cannot place) leaves the answer no."""
         index = self.index
         statement = index.statement_of(backward)
         function = index.scope_of(backward)
@@ -225,23 +226,31 @@ class ForwardChecks:
             for node in index.walk(function)
             if isinstance(node, cst.Call) and index.scope_of(node) is function and index.after(node, statement)
         ]
-        steps: list[cst.Call] = []
+        steps: list[Ref | None] = []
         for node in later:
             if is_backward(node):
                 break
-            if m.matches(node.func, m.Attribute(attr=m.Name("step"))) and not node.args:
-                steps.append(node)
-        own = self._optimizer_places(model)
-        return (
-            bool(steps)
-            and bool(own)
-            and not any(index.carried_ref(cast(cst.Attribute, step.func).value, function) in own for step in steps)
-        )
+            if m.matches(node.func, m.Attribute(attr=m.Name("step"))):
+                receiver = cast(cst.Attribute, node.func).value
+                steps.append(None if node.args else index.carried_ref(receiver, function))
+        own = self._optimizer_places(model.optimizer)
+        if not steps or not own:
+            return False
+        every = set().union(*(self._optimizer_places(call) for call in self._optimizers()))
+        return all(step is not None and step in every and step not in own for step in steps)
 
-    def _optimizer_places(self, model: Model) -> set[Ref]:
-        """Where the optimizer that trains ``model`` is kept (``self.critic_opt``, ``opt``)."""
+    def _optimizers(self) -> list[cst.Call]:
         index = self.index
-        holder = index.parent(model.optimizer)
+        return [
+            call
+            for call in index.calls
+            if any(torch_api.builds_optimizer(name) for name in index.qualified_names(call.func))
+        ]
+
+    def _optimizer_places(self, optimizer: cst.Call) -> set[Ref]:
+        """Where the optimizer built by ``optimizer`` is kept (``self.critic_opt``, ``opt``)."""
+        index = self.index
+        holder = index.parent(optimizer)
         if not (isinstance(holder, cst.Assign) and len(holder.targets) == 1):
             return set()
         ref = index.ref_of(holder.targets[0].target, index.scope_of(holder))
