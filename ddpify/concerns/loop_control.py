@@ -34,9 +34,10 @@ import libcst as cst
 from ddpify.concerns import data, model
 from ddpify.concerns.data import ranks
 from ddpify.engine import uniformity
-from ddpify.engine.edits import EditPlan
+from ddpify.engine.edits import EditPlan, fresh
+from ddpify.engine.index import Index
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import argument
+from ddpify.engine.syntax import argument, dotted
 from ddpify.engine.uniformity.batches import RankLocal
 from ddpify.engine.values import built_by
 from ddpify.result import Options
@@ -59,6 +60,9 @@ class Facts:
     rank_local_skips: tuple[tuple[cst.Continue, tuple[cst.If, ...]], ...] = ()
     # the values that differ between ranks (the data concern's uniformity analysis), which checkpoints ask too
     rank_local: RankLocal | None = None
+    # ``try: x, y = draw() / except IndexError: continue`` before the backward pass: an exception is this
+    # process's own; each such ``try``, with the ``continue`` (or ``break``) that ends its handlers
+    raised_skips: tuple[tuple[cst.Try, tuple[cst.Continue | cst.Break, ...]], ...] = ()
 
 
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
@@ -71,6 +75,7 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
         tuple(finder.plateau_metrics()),
         tuple(finder.rank_local_skips()),
         varying,
+        tuple(finder.raised_skips()),
     )
 
 
@@ -94,6 +99,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             "`continue` skips the backward pass on a value computed from this rank's batches: every rank skips "
             "the step where any rank does, so that the gradient all-reduces of the ranks stay paired",
         )
+    for attempt, leaps in facts.raised_skips:
+        _skip_where_any_rank_raised(plan, attempt, leaps)
     if not facts.plateau_metrics:
         return
     helper = uniformity.mean_over_ranks(plan)
@@ -106,6 +113,22 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             f"`{plan.index.module_of(arg).code_for_node(arg.value)}` is computed from this rank's batches: the "
             "plateau scheduler steps on its mean over the ranks, so that every rank lowers its learning rate alike",
         )
+
+
+def _skip_where_any_rank_raised(plan: EditPlan, attempt: cst.Try, leaps: tuple[cst.Continue | cst.Break, ...]) -> None:
+    """``try: ... except E: continue`` -> a flag the handler sets, and ``if on_any_rank(flag): continue`` after
+    the ``try``, so that every rank skips the step where any rank raised."""
+    flag = fresh("skip_step", plan.index.identifiers)
+    keyword = "continue" if isinstance(leaps[0], cst.Continue) else "break"
+    plan.insert_before(attempt, cst.parse_statement(f"{flag} = False"))
+    for leap in leaps:
+        plan.replace(leap, lambda _: cast(cst.SimpleStatementLine, cst.parse_statement(f"{flag} = True")).body[0])
+    plan.insert_after(attempt, cst.parse_statement(f"if {uniformity.on_any_rank(plan)}({flag}):\n    {keyword}\n"))
+    plan.change(
+        leaps[0],
+        f"`{keyword}` after an exception is this rank's own: every rank skips the step where any rank raised, so "
+        "that the gradient all-reduces of the ranks stay paired",
+    )
 
 
 class _Finder:
@@ -161,6 +184,34 @@ class _Finder:
                 if tests and next(index.enclosing_loops(node), None) is loop:
                     yield node, tuple(tests)
 
+    def raised_skips(self) -> Iterator[tuple[cst.Try, tuple[cst.Continue | cst.Break, ...]]]:
+        """``try: x, y = draw() / except IndexError: continue`` in a training loop, before its step: a rank
+        that raises skips to the next step's gradient all-reduce while the others are in this one's.
+
+        Only a ``try`` that the loop's own body runs (every rank reaches it), that holds no training step
+        itself, and whose handlers all end in the same plain ``continue`` or ``break``; exhausting an iterator
+        (``StopIteration``) and an interrupt are not this rank's own.
+        """
+        index = self.index
+        for loop in index.loops:
+            if not index.trains(loop.body):
+                continue
+            if not isinstance(loop.body, cst.IndentedBlock):
+                continue
+            body = loop.body.body
+            trains = [i for i, stmt in enumerate(body) if index.trains(stmt)]
+            for attempt in body[: trains[-1]] if trains else ():
+                if not isinstance(attempt, cst.Try) or index.trains(attempt):
+                    continue
+                leaps = [_ends_in_leap(handler) for handler in attempt.handlers]
+                if (
+                    leaps
+                    and None not in leaps
+                    and len({type(leap) for leap in leaps}) == 1
+                    and not any(_not_own(index, handler) for handler in attempt.handlers)
+                ):
+                    yield attempt, tuple(cast(list[cst.Continue | cst.Break], leaps))
+
     def _rank_local_tests(self, node: cst.CSTNode, loop: cst.For | cst.While) -> list[cst.If]:
         """The tests between ``node`` and its innermost loop that read values of this rank's batches, outermost
         first."""
@@ -191,3 +242,25 @@ class _Finder:
             block = next(index.enclosing_loops(call), None) or index.scope_of(call)
             if self.rank_local.reads(metric.value, block):
                 yield metric
+
+
+# Exceptions that every rank raises alike, or that stop every rank at once
+_NOT_OWN = frozenset({"StopIteration", "StopAsyncIteration", "KeyboardInterrupt", "SystemExit", "GeneratorExit"})
+
+
+def _ends_in_leap(handler: cst.ExceptHandler) -> cst.Continue | cst.Break | None:
+    """The plain ``continue`` or ``break`` a handler's body ends with, alone on its line."""
+    last = handler.body.body[-1] if isinstance(handler.body, cst.IndentedBlock) else handler.body
+    if isinstance(last, cst.SimpleStatementLine | cst.SimpleStatementSuite) and len(last.body) == 1:
+        leap = last.body[0]
+        return leap if isinstance(leap, cst.Continue | cst.Break) else None
+    return None
+
+
+def _not_own(index: Index, handler: cst.ExceptHandler) -> bool:
+    """Whether the handler catches an exception that is no one rank's own (``StopIteration``)."""
+    caught = handler.type
+    if caught is None:
+        return False
+    names = caught.elements if isinstance(caught, cst.Tuple) else [caught]
+    return any({dotted(e.value if isinstance(e, cst.Element) else e).rsplit(".", 1)[-1]} & _NOT_OWN for e in names)

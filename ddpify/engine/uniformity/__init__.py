@@ -248,6 +248,12 @@ def {helper}(flag):
 
 def decide_on_any_rank(plan: EditPlan, test: cst.BaseExpression) -> None:
     """``if <test>:`` taken on every rank where it holds on any: ``on_any_rank(<test>)``."""
+    helper = on_any_rank(plan)
+    plan.replace(test, lambda n: cst.Call(cst.Name(helper), [cst.Arg(cast(cst.BaseExpression, n))]))
+
+
+def on_any_rank(plan: EditPlan) -> str:
+    """The name of the generated helper that tells every rank whether a flag holds on any rank (defined once)."""
     helper = fresh("on_any_rank", plan.index.identifiers)
     if not plan.has_setup_helper(helper):
         dist = plan.names.dist
@@ -257,7 +263,7 @@ def decide_on_any_rank(plan: EditPlan, test: cst.BaseExpression) -> None:
         ]
         plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
         plan.need_import("torch")
-    plan.replace(test, lambda n: cst.Call(cst.Name(helper), [cst.Arg(cast(cst.BaseExpression, n))]))
+    return helper
 
 
 MEAN_OVER_RANKS = '''
