@@ -236,7 +236,12 @@ class Index(ProgramClasses):
         found = self._defined.get(module)
         if found is None:
             imported = self.imports.get(module, {})
-            found = self._defined[module] = {name for name in self.bound[module] if name not in imported}
+            found = {name for name in self.bound[module] if name not in imported}
+            # ``class DataLoader(DataLoader):`` over the imported one: the module's own class
+            found |= {
+                node.name.value for node in _top_level(module) if isinstance(node, cst.ClassDef | cst.FunctionDef)
+            }
+            self._defined[module] = found
         return found
 
     def _import_binding(self, node: cst.CSTNode, module: cst.Module, name: str) -> set[str]:
@@ -918,3 +923,26 @@ _LAYOUT = (
     cst.Newline,
     cst.Comment,
 )
+
+
+def _top_level(module: cst.Module) -> Iterator[cst.BaseStatement]:
+    """The statements a module runs at its top level, inside ``if``/``try``/``with`` blocks too."""
+    stack: list[cst.BaseStatement] = list(reversed(module.body))
+    while stack:
+        stmt = stack.pop()
+        yield stmt
+        blocks: list[cst.BaseSuite] = []
+        if isinstance(stmt, cst.If):
+            blocks = [stmt.body]
+            orelse = stmt.orelse
+            while orelse is not None:
+                blocks.append(orelse.body)
+                orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+        elif isinstance(stmt, cst.Try):
+            blocks = [stmt.body, *(h.body for h in stmt.handlers)]
+            blocks += [b.body for b in (stmt.orelse, stmt.finalbody) if b is not None]
+        elif isinstance(stmt, cst.With):
+            blocks = [stmt.body]
+        for block in reversed(blocks):
+            if isinstance(block, cst.IndentedBlock):
+                stack.extend(reversed(block.body))
