@@ -388,7 +388,7 @@ def _on_parser(index: Index, call: cst.Call) -> bool:
 def _first_statement_after_imports(module: cst.Module) -> cst.BaseStatement:
     """The statement after the last top-level import that comes before any definition or training code."""
     body = list(module.body)
-    last_import = -1
+    last_import = int(module.get_docstring(clean=False) is not None) - 1  # below the docstring, at least
     for position, stmt in enumerate(body):
         if _is_import(stmt):
             last_import = position

@@ -381,7 +381,8 @@ def _insert_first(plan: EditPlan, anchor: cst.BaseStatement, lines: Sequence[Sta
         plan.replace(anchor, lambda n: n.with_changes(leading_lines=[]))
         return
     lines = [lines[0].with_changes(leading_lines=statement(anchor).leading_lines), *lines[1:]]
-    rest = [cst.EmptyLine()] if separate else []
+    # a group of its own ends with a blank line; two above a definition (PEP 8)
+    rest = [cst.EmptyLine()] * (2 if isinstance(anchor, cst.FunctionDef | cst.ClassDef) else 1) if separate else []
     plan.replace(anchor, lambda n: n.with_changes(leading_lines=rest))
     plan.before[anchor][0:0] = lines
 
