@@ -66,3 +66,35 @@ def test_every_concern_has_a_rewrite_and_a_no_change_case() -> None:
     for concern in sorted({case.parent for case in CASES}):
         kinds = {(case / "expected.py").exists() for case in CASES if case.parent == concern}
         assert kinds == {True, False}, f"{concern.name} needs both a changed and an unchanged case"
+
+
+class _Group:
+    """What the generated helpers ask of ``torch.distributed``, for one rank of a group."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+
+    def get_rank(self) -> int:
+        return self.rank
+
+    def get_world_size(self) -> int:
+        return self.world_size
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 5])
+@pytest.mark.parametrize(("size", "batch_size"), [(64, 4), (70, 4), (9, 4), (101, 1)])
+def test_each_rank_carries_its_state_through_a_contiguous_run_of_whole_batches(
+    world_size: int, size: int, batch_size: int
+) -> None:
+    """The sampler a loader with a carried hidden state gets: equal runs of the single-process batches, in order."""
+    module = ast.parse((FIXTURES / "data/carried_hidden_state/expected.py").read_text())
+    helper = next(n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "contiguous_batches")
+    runs = []
+    for rank in range(world_size):
+        namespace: dict[str, object] = {"dist": _Group(rank, world_size)}
+        exec(compile(ast.Module([helper], []), "expected.py", "exec"), namespace)
+        runs.append(list(namespace["contiguous_batches"](size, batch_size)))  # type: ignore[operator]
+    whole = size // batch_size // world_size * batch_size  # samples per rank
+    assert [len(run) for run in runs] == [whole] * world_size
+    assert [i for run in runs for i in run] == list(range(whole * world_size))  # in order, one after another
+    assert all(run[0] % batch_size == 0 for run in runs if run)  # each begins a batch of the single process

@@ -236,7 +236,7 @@ def test_shapes_read_from_the_batch_itself_need_no_full_batches(read) -> None:
 
 
 CARRY = """
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, SequentialSampler
 loader = DataLoader(ds, batch_size=4{shuffle})
 for epoch in range(3):
     hidden = None
@@ -247,8 +247,15 @@ for epoch in range(3):
 """
 
 
-def test_a_state_carried_between_batches_of_an_unshuffled_loader_is_refused(read) -> None:
+def test_a_state_carried_between_batches_of_an_unshuffled_loader_is_kept_in_runs_of_batches(read) -> None:
     program = read(CARRY.format(shuffle="", reset="pass"))
+    (loader,) = data.find(program).loaders
+    assert codes(program) == []
+    assert loader.carried is not None and "`hidden` is carried" in loader.carried
+
+
+def test_a_state_carried_between_batches_of_a_loader_with_its_own_sampler_is_refused(read) -> None:
+    program = read(CARRY.format(shuffle=", sampler=SequentialSampler(ds)", reset="pass"))
     data.find(program)
     assert codes(program) == ["DDP210"]
 

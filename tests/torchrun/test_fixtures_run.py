@@ -210,6 +210,7 @@ CASES = [
     "data/validation_loader_shuffled_by_the_training_factory",
     "model/data_parallel_removed_from_an_evaluated_model",
     "loop_control/step_skipped_where_drawing_its_batch_raises",
+    "data/carried_hidden_state",
 ]
 
 

@@ -42,8 +42,9 @@ workers itself (``get_worker_info``) is split by rank only.
 
 Limits: a sampler whose draws ddpify cannot make alike on every rank (DDP202,
 the reason named), a loader built from ``*args`` (DDP205) or without a dataset
-(DDP206), a state carried from batch to batch of an unshuffled loader
-(DDP210: the sampler interleaves the ranks' samples) are refused, and so are
+(DDP206), a state carried from batch to batch of an unshuffled loader that
+is not a plain one (DDP210: a plain one gives each rank a contiguous run of
+its batches) are refused, and so are
 training batches that come from anything but a DataLoader the flow graph can
 follow (DDP201) when the ``tensors`` concern cannot shard them; a loader that
 cannot be followed to a loop (DDP204) and an epoch loop without a simple

@@ -2,8 +2,8 @@
 
 A ``sampler=`` or ``batch_sampler=`` of its own (shared by ``samplers``, or
 refused as DDP202), ``*args`` (DDP205), a state carried from batch to batch
-of an unshuffled loader (DDP210), and a shape built from the batch size in
-the training step (``drop_last=True``).
+of an unshuffled loader (split into runs of batches, or DDP210), and a shape
+built from the batch size in the training step (``drop_last=True``).
 """
 
 from __future__ import annotations
@@ -57,17 +57,18 @@ class Checks:
                 self.program.report(arg, STAR_ARGS, "cannot add a sampler to a DataLoader built from `*args`")
         return own
 
-    def check_carried_state(self, call: cst.Call, sites: list[cst.CSTNode], origin: Ref | None) -> None:
+    def carried_state(self, call: cst.Call, sites: list[cst.CSTNode]) -> str | None:
         """``logits, hidden = model(x, hidden)`` over an unshuffled loader: batch t+1 continues batch t.
 
-        A DistributedSampler deals the samples out to the ranks in turn, so the state a
-        rank carries into its next batch belongs to other data. Re-sharding the data
-        contiguously per rank depends on how the dataset is laid out, so this is refused.
+        A DistributedSampler deals the samples out to the ranks in turn, so the state a rank would
+        carry into its next batch belongs to other data; each rank takes a contiguous run of the
+        loader's batches instead (:func:`.rewrite._contiguous_batches`). The description of the
+        carried state (``hidden``, in ``logits, hidden = model(x, hidden)``), or None.
         """
         index = self.index
         shuffle = loader_argument(index, call, "shuffle")
         if shuffle is not None and not is_false(shuffle):
-            return
+            return None
         for site in sites:
             loop = site if isinstance(site, cst.For) else next(index.enclosing_loops(site), None)
             if loop is None:
@@ -91,17 +92,17 @@ class Checks:
                 inputs = {n.value for a in node.value.args for n in index.walk(a.value) if isinstance(n, cst.Name)}
                 for state in sorted((outputs & inputs) - fresh):
                     if self._read_before_written(state, loop.body):
-                        loader = f"`{origin.path}`" if origin is not None else "this DataLoader"
-                        line = index.module.code_for_node(node).strip()
-                        self.program.report(
-                            call,
-                            CARRIED_STATE,
-                            f"`{state}` is carried from one batch to the next (`{line}`), so each batch must "
-                            f"continue the previous one; a DistributedSampler deals the samples of {loader} "
-                            "out to the ranks in turn and breaks that: give each rank a contiguous, equally long "
-                            "part of the data in order (e.g. a Subset per rank) and shard it yourself",
-                        )
-                        return
+                        return f"`{state}` is carried from one batch to the next (`{index.module.code_for_node(node).strip()}`)"
+        return None
+
+    def refuse_carried_state(self, call: cst.Call, state: str, origin: Ref | None, why: str) -> None:
+        loader = f"`{origin.path}`" if origin is not None else "this DataLoader"
+        self.program.report(
+            call,
+            CARRIED_STATE,
+            f"{state}, so each batch must continue the previous one, and {loader} {why}: give each rank a "
+            "contiguous, equally long part of the data in order (e.g. a Subset per rank) and shard it yourself",
+        )
 
     def _read_before_written(self, name: str, body: cst.CSTNode) -> bool:
         """Whether an iteration of ``body`` reads ``name`` before it assigns it: the value comes from the last one."""

@@ -66,7 +66,8 @@ CARRIED_STATE = Code(
     "DDP210",
     Severity.ERROR,
     "data",
-    "a state carried from one batch of an unshuffled training DataLoader to the next (e.g. an RNN's hidden state)",
+    "a state carried from one batch of an unshuffled training DataLoader to the next (e.g. an RNN's hidden "
+    "state), where the loader has a sampler of its own or is built in a way ddpify cannot split into runs",
     "give each rank a contiguous, equally long part of the data in order (e.g. a Subset per rank) yourself",
 )
 CODES = (

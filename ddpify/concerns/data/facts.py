@@ -73,6 +73,8 @@ class Loader:
     trains_when: str | None = None
     # built in the ``for`` that draws its batches
     inline: Inline | None = None
+    # ``logits, hidden = model(x, hidden)`` over it, unshuffled: each rank takes a contiguous run of its batches
+    carried: str | None = None
 
 
 @dataclass(frozen=True)

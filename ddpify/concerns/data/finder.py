@@ -103,14 +103,14 @@ class LoaderFinder:
                 sites, entry = self._entry_sites(call, entry, refs, starts)
             training = bool(sites)
             epoch_loops: list[EpochLoop] = []
-            own = stream = None
+            own = stream = carried = None
             self._loader_refs = self._holding_loader(origin) if origin is not None else set()
             restarts = tuple(self._restarts(refs)) if training else ()
             if training:
                 epoch_loops = self._epoch_loops(call, sites, starts, entry, restarts)
                 own = self.checks.check_sampling_arguments(call, refs)
                 stream = find_stream(index, call)
-                self.checks.check_carried_state(call, [node for node, _ in sites], origin)
+                carried = self.checks.carried_state(call, [node for node, _ in sites])
             elif origin is None or not (entry_iterations(index, refs) if entry else self.reads.iterations(refs)):
                 self.program.report(
                     call,
@@ -129,6 +129,22 @@ class LoaderFinder:
             whole_run = training and not epoch_loops and not restarts and all(self._runs_once(n) for n in trained)
             spread, keys, stored = self._spread(call, training, refs)
             own = own or stored
+            if carried is not None:
+                why = (
+                    "has a sampler of its own"
+                    if own is not None
+                    else "reads a stream"
+                    if stream is not None
+                    else "is one of several loaders kept together"
+                    if entry is not None
+                    else "takes `**` arguments"
+                    if spread is not None
+                    else "is built by a function that builds evaluation loaders too"
+                    if evaluated
+                    else None
+                )
+                if why is not None:
+                    self.checks.refuse_carried_state(call, carried, origin, why)
             lengths = tuple(self.reads.dataset_lengths(refs)) if training else ()
             full = self.checks.batch_size_in_shapes(call, [node for node, _ in sites], keys) if training else None
             yield Loader(
@@ -149,6 +165,7 @@ class LoaderFinder:
                 whole_run,
                 tuple(self.reads.sampler_reads(refs)) if own is not None and own.wrapped else (),
                 self._trains_when(call, sites) if evaluated else None,
+                carried=carried,
             )
 
     def _inline(self, call: cst.Call) -> Inline | None:

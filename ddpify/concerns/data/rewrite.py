@@ -13,7 +13,7 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
-from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, NO_DATASET, NO_EPOCH, STAR_ARGS
+from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, CARRIED_STATE, NO_DATASET, NO_EPOCH, STAR_ARGS
 from ddpify.concerns.data.facts import Facts, Loader, batch_size, batch_size_arg, is_false, is_none, is_true
 from ddpify.concerns.data.seeds import seed_order, seed_split
 from ddpify.concerns.data.streams import define_shard, shard_stream
@@ -141,6 +141,8 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
     elif not is_true(shuffle.value):
         arguments += f", shuffle={index.module.code_for_node(shuffle.value)}"
     code = f"{sampler}({arguments})"
+    if loader.carried is not None:
+        return _contiguous_batches(plan, loader, dataset_code, shuffle, taken, keep_global_batch)
     if loader.evaluated and shuffle is not None and not is_true(shuffle.value) and not is_false(shuffle.value):
         # ``make_loader(split)`` builds the validation loader too: it keeps the whole set on every rank,
         # and the loader that shuffles (the training one) gets the sampler
@@ -194,6 +196,65 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         "torch.utils.data.distributed", "DistributedSampler", None if sampler == "DistributedSampler" else sampler
     )
     return shuffles
+
+
+CONTIGUOUS_BATCHES = '''
+def {helper}(size, batch_size):
+    """This rank's samples: an equal, contiguous run of whole batches, in order, so that a state carried
+    from one batch to the next still meets the data that follows it."""
+    batches = size // batch_size // {dist}.get_world_size()
+    start = {dist}.get_rank() * batches * batch_size
+    return range(start, start + batches * batch_size)
+'''
+
+
+def _contiguous_batches(
+    plan: EditPlan, loader: Loader, dataset: str, shuffle: cst.Arg | None, taken: set[str], keep_global_batch: bool
+) -> bool:
+    """``sampler=contiguous_batches(len(dataset), batch_size)``: a loader whose batches carry a state from one
+    to the next (an RNN's hidden state) gives each rank a contiguous run of the batches it drew before."""
+    call = loader.call
+    carried = cast(str, loader.carried)
+    if keep_global_batch or plan.without_group(call) or loader.inline is not None:
+        why = (
+            "--keep-global-batch would change its batches"
+            if keep_global_batch
+            else "is built in a module that other scripts import"
+            if plan.without_group(call)
+            else "is built where its batches are drawn"
+        )
+        plan.report(
+            call,
+            CARRIED_STATE,
+            f"{carried}, so each batch must continue the previous one, and this DataLoader {why}: give each rank "
+            "a contiguous, equally long part of the data in order (e.g. a Subset per rank) and shard it yourself",
+        )
+        return False
+    helper = fresh("contiguous_batches", plan.index.identifiers)
+    if not plan.has_setup_helper(helper):
+        definition = cst.parse_module(CONTIGUOUS_BATCHES.format(helper=helper, dist=plan.names.dist)).body[0]
+        plan.add_setup_helper(helper, cast(cst.FunctionDef, definition))
+    batch = batch_size(plan.index, call)
+    size = plan.index.module.code_for_node(batch) if batch is not None else "1"
+    new_arg = cst.Arg(
+        value=cst.parse_expression(f"{helper}(len({dataset}), {size})"),
+        keyword=cst.Name("sampler"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    if shuffle is not None:  # ``shuffle=False``
+        plan.replace(
+            shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=new_arg.value)
+        )
+    else:
+        spread = loader.spread
+        position = call.args.index(spread) if spread is not None else len(call.args)
+        plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
+    plan.change(
+        call,
+        f"training DataLoader: each process loads a contiguous run of its batches, in order, since {carried}; "
+        f"each process loads batches of {size}, so the global batch is {size} x world size",
+    )
+    return False
 
 
 def _sampler_by_default(plan: EditPlan, loader: Loader, taken: set[str]) -> None:
