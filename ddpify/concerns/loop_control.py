@@ -188,7 +188,8 @@ class _Finder:
         """``try: x, y = draw() / except IndexError: continue`` in a training loop, before its step: a rank
         that raises skips to the next step's gradient all-reduce while the others are in this one's.
 
-        Only a ``try`` that the loop's own body runs (every rank reaches it), that holds no training step
+        Only a ``try`` that every pass of the loop's body runs (in ``with`` and ``try`` blocks too, not under an
+        ``if``), that holds no training step
         itself, and whose handlers all end in the same plain ``continue`` or ``break``; exhausting an iterator
         (``StopIteration``) and an interrupt are not this rank's own.
         """
@@ -196,12 +197,18 @@ class _Finder:
         for loop in index.loops:
             if not index.trains(loop.body):
                 continue
-            if not isinstance(loop.body, cst.IndentedBlock):
-                continue
-            body = loop.body.body
-            trains = [i for i, stmt in enumerate(body) if index.trains(stmt)]
-            for attempt in body[: trains[-1]] if trains else ():
-                if not isinstance(attempt, cst.Try) or index.trains(attempt):
+            last = max(
+                (
+                    index.order[stmt]
+                    for stmt in index.walk(loop.body)
+                    if isinstance(stmt, cst.SimpleStatementLine) and index.trains(stmt)
+                ),
+                default=None,
+            )
+            for attempt in _run_unconditionally(loop.body):
+                if not isinstance(attempt, cst.Try) or index.trains(attempt) or last is None:
+                    continue
+                if index.order[attempt] > last:
                     continue
                 leaps = [_ends_in_leap(handler) for handler in attempt.handlers]
                 if (
@@ -264,3 +271,13 @@ def _not_own(index: Index, handler: cst.ExceptHandler) -> bool:
         return False
     names = caught.elements if isinstance(caught, cst.Tuple) else [caught]
     return any({dotted(e.value if isinstance(e, cst.Element) else e).rsplit(".", 1)[-1]} & _NOT_OWN for e in names)
+
+
+def _run_unconditionally(block: cst.BaseSuite) -> Iterator[cst.BaseStatement]:
+    """The statements of ``block`` that each pass runs, inside its ``with`` and ``try`` blocks too."""
+    if not isinstance(block, cst.IndentedBlock):
+        return
+    for stmt in block.body:
+        yield stmt
+        if isinstance(stmt, cst.With | cst.Try):
+            yield from _run_unconditionally(stmt.body)
