@@ -130,20 +130,8 @@ class LoaderFinder:
             spread, keys, stored = self._spread(call, training, refs)
             own = own or stored
             if carried is not None:
-                why = (
-                    "has a sampler of its own"
-                    if own is not None
-                    else "reads a stream"
-                    if stream is not None
-                    else "is one of several loaders kept together"
-                    if entry is not None
-                    else "takes `**` arguments"
-                    if spread is not None
-                    else "is built by a function that builds evaluation loaders too"
-                    if evaluated
-                    else None
-                )
-                if why is not None:
+                why = _not_split_in_runs(own, stream, entry, keys if spread is not None else frozenset(), evaluated)
+                if why:
                     self.checks.refuse_carried_state(call, carried, origin, why)
             lengths = tuple(self.reads.dataset_lengths(refs)) if training else ()
             full = self.checks.batch_size_in_shapes(call, [node for node, _ in sites], keys) if training else None
@@ -886,3 +874,20 @@ def _constant(index: Index, value: cst.BaseExpression) -> str | None:
     ):
         return index.module_of(value).code_for_node(value)
     return None
+
+
+def _not_split_in_runs(
+    own: object, stream: object, entry: object, spread_keys: frozenset[str] | None, evaluated: bool
+) -> str:
+    """Why a loader whose batches carry a state cannot give each rank a run of its batches ('' where it can)."""
+    if own is not None:
+        return "has a sampler of its own"
+    if stream is not None:
+        return "reads a stream"
+    if entry is not None:
+        return "is one of several loaders kept together"
+    if spread_keys is None:
+        return "takes `**` arguments that ddpify cannot read"
+    if evaluated:
+        return "is built by a function that builds evaluation loaders too"
+    return ""

@@ -234,8 +234,13 @@ def _contiguous_batches(
     if not plan.has_setup_helper(helper):
         definition = cst.parse_module(CONTIGUOUS_BATCHES.format(helper=helper, dist=plan.names.dist)).body[0]
         plan.add_setup_helper(helper, cast(cst.FunctionDef, definition))
-    batch = batch_size(plan.index, call)
-    size = plan.index.module.code_for_node(batch) if batch is not None else "1"
+    given = batch_size_arg(call)
+    if given is not None:
+        size = plan.index.module.code_for_node(given.value)
+    elif loader.spread is not None and batch_size(plan.index, call) is not None:  # ``DataLoader(ds, **kwargs)``
+        size = f'{plan.index.module.code_for_node(loader.spread.value)}["batch_size"]'
+    else:
+        size = "1"
     new_arg = cst.Arg(
         value=cst.parse_expression(f"{helper}(len({dataset}), {size})"),
         keyword=cst.Name("sampler"),
@@ -249,10 +254,12 @@ def _contiguous_batches(
         spread = loader.spread
         position = call.args.index(spread) if spread is not None else len(call.args)
         plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
+    read = batch_size(plan.index, call)
+    shown = plan.index.module.code_for_node(read) if read is not None else size
     plan.change(
         call,
         f"training DataLoader: each process loads a contiguous run of its batches, in order, since {carried}; "
-        f"each process loads batches of {size}, so the global batch is {size} x world size",
+        f"each process loads batches of {shown}, so the global batch is {shown} x world size",
     )
     return False
 
