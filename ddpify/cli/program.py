@@ -18,7 +18,6 @@ Only the text of the files is read: nothing is imported or run.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import os
 import re
@@ -31,9 +30,8 @@ from typing import TYPE_CHECKING
 from ddpify.cli.exits import Failure
 from ddpify.cli.files import read_input
 from ddpify.cli.notebooks import read_script
-from ddpify.cli.project import Project, project_root, read_bounded
+from ddpify.cli.project import Project, project_root
 from ddpify.cli.screening import Facts, Load
-from ddpify.engine.reach import parse
 from ddpify.notebook import is_notebook
 from ddpify.result import LocalModule
 
@@ -318,13 +316,7 @@ class _Walk:
             if real in done:
                 continue
             done.add(real)
-            source = read_bounded(real, self.project.limit)
-            tree = parse(source) if source is not None else None
-            strings = sorted(
-                {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-                if tree is not None
-                else set()
-            )
+            strings = self.project.strings(real)
             named: list[tuple[str, Found]] = []
             for text in strings:
                 # ``"learners." + args.model``, ``"models.%s" % name``: any module of that package may be loaded

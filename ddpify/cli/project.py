@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import importlib.machinery
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpify.cli.screening import Facts, FirstPass, screen
+from ddpify.engine.reach import parse
 
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 MAX_SCANNED = 2000  # files of a project looked at for other importers
@@ -213,6 +215,7 @@ class Project:
         self._resolvers: dict[tuple[Path, ...], Resolver] = {}
         self._imports: dict[tuple[tuple[Path, ...], str, str], list[tuple[str, Found]]] = {}
         self._scanned: list[tuple[Path, Facts]] | None = None
+        self._strings: dict[str, list[str]] = {}
         self.first_pass = FirstPass()
 
     def resolver(self, search: tuple[Path, ...]) -> Resolver:
@@ -256,6 +259,20 @@ class Project:
         if facts is not None:
             self.first_pass.add(key, facts)
         return facts
+
+    def strings(self, real: str) -> list[str]:
+        """The string constants of the file at the real path ``real``, sorted (found once per run: every
+        program that loads a module by a computed name asks them of each file it reaches)."""
+        found = self._strings.get(real)
+        if found is None:
+            source = read_bounded(real, self.limit)
+            tree = parse(source) if source is not None else None
+            found = self._strings[real] = sorted(
+                {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+                if tree is not None
+                else set()
+            )
+        return found
 
     def scripts(self) -> list[tuple[Path, Facts]]:
         """The project's Python files that import something, with their facts, found once."""
