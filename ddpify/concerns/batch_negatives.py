@@ -18,10 +18,9 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from ddpify import torch_api
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.index import Index
-from ddpify.engine.program import Program
+from ddpify.engine.program import Program, without_grad
 from ddpify.engine.syntax import argument
 
 IN_BATCH_NEGATIVES = Code(
@@ -44,7 +43,7 @@ def report(program: Program) -> None:
         return
     index = program.index
     for call, target in _cross_entropies(index):
-        if _arange_in(index, target, depth=3) and not _without_grad(index, call):
+        if _arange_in(index, target, depth=3) and not without_grad(index, call):
             program.report(
                 call,
                 IN_BATCH_NEGATIVES,
@@ -93,16 +92,6 @@ def _arange_in(index: Index, expr: cst.BaseExpression, depth: int) -> bool:
                 and any(_arange_in(index, value, depth - 1) for _, value in index.values_assigned(ref))
             ):
                 return True
-    return False
-
-
-def _without_grad(index: Index, node: cst.CSTNode) -> bool:
-    for ancestor in index.ancestors(node):
-        if isinstance(ancestor, cst.With):
-            for item in ancestor.items:
-                call = item.item
-                if isinstance(call, cst.Call) and index.qualified_names(call.func) & torch_api.NO_GRAD:
-                    return True
     return False
 
 

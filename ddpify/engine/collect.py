@@ -612,6 +612,10 @@ def _argument_flows(
         src = index.carried_ref(arg.value, scope)
         if src is not None:
             index.add_flow(Flow(src, Ref(function, name), stmt))
+        elif isinstance(arg.value, cst.IfExp):  # ``evaluate(model if single else models[0])``: either one
+            for branch in (arg.value.body, arg.value.orelse):
+                if (src := index.carried_ref(branch, scope)) is not None:
+                    index.add_flow(Flow(src, Ref(function, name), stmt))
         elif isinstance(arg.value, cst.Dict):  # ``Solver({"train": tr_loader, "cv": cv_loader})``
             for key, entry in _string_entries(index, arg.value, scope):
                 index.add_flow(Flow(entry, keyed(Ref(function, name), key), stmt))

@@ -182,6 +182,17 @@ def is_backward(call: cst.Call) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
 
 
+def without_grad(index: Index, node: cst.CSTNode) -> bool:
+    """Inside ``with torch.no_grad():`` (or ``inference_mode``): no gradient can come from here."""
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, cst.With):
+            for item in ancestor.items:
+                call = item.item
+                if isinstance(call, cst.Call) and index.qualified_names(call.func) & torch_api.NO_GRAD:
+                    return True
+    return False
+
+
 def _names(index: Index) -> Names:
     used = index.identifiers
 

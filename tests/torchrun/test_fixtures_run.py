@@ -211,6 +211,11 @@ CASES = [
     "model/data_parallel_removed_from_an_evaluated_model",
     "loop_control/step_skipped_where_drawing_its_batch_raises",
     "data/carried_hidden_state",
+    "model/loss_wrapper_in_a_data_parallel_of_its_own",
+    "model/model_bound_in_one_branch_of_two",
+    "model/model_read_through_a_conditional_expression",
+    "downloads/cache_built_in_the_training_function",
+    "model/param_groups_from_a_dict_of_named_parameters",
 ]
 
 

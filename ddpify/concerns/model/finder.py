@@ -36,7 +36,7 @@ from ddpify.concerns.model.outputs import OutputUse
 from ddpify.concerns.model.reads import DEEPCOPY, WrapperReads
 from ddpify.engine.called import enclosing_function
 from ddpify.engine.index import Flow, Index, Ref, Scope
-from ddpify.engine.program import Program, is_backward
+from ddpify.engine.program import Program, is_backward, without_grad
 from ddpify.engine.syntax import argument, single_target
 from ddpify.engine.values import passed_values
 
@@ -288,6 +288,16 @@ class _Finder:
         running = [w for w in wraps if self.program.runs_whenever_training_does(w[0])]
         if len(running) < len(wraps) and (moves or creations):
             wraps = running
+        # ``dp_model = nn.DataParallel(model)`` run only to evaluate, while training runs the model through an
+        # object that holds it (``LossWrapper(model)``, in a DataParallel of its own): DDP must be where the
+        # training forward passes, so it wraps the model where it is ready, before the holder takes it
+        places = {m[1] for m in moves} | {c[1] for c in creations} | {w[1] for w in wraps}
+        evaluating = {t for t in places if self._only_evaluates(t)}
+        kept_moves = [c for c in moves if c[1] not in evaluating]
+        kept_creations = [c for c in creations if c[1] not in evaluating]
+        if kept_moves or kept_creations:  # (built in a factory: ``dp_model = parallel(model)``, a creation)
+            moves, creations = kept_moves, kept_creations
+            wraps = [w for w in wraps if w[1] not in evaluating]
         # ``build_model()`` overridden by a subclass, each building its model and its optimizer over it:
         # each optimizer's model is the one its own function builds
         own = index.scope_of(optimizer)
@@ -342,7 +352,7 @@ class _Finder:
                 "cannot find where the model this optimizer trains is built or put on its device",
             )
             return None
-        anchor = self._climb_conditionals(stmt)
+        anchor = self._climb_conditionals(stmt, target)
         insert_after = self._after_setup(anchor, target)
         realiased = self.reads.realiased(target, insert_after)
         stored = self.reads.stored_before(target, anchor, insert_after, {alias for alias, _ in realiased})
@@ -412,6 +422,19 @@ class _Finder:
                 found = (stmt, target)
         return found
 
+    def _only_evaluates(self, place: Ref) -> bool:
+        """Whether the model at ``place`` is run (called, there or where it goes), and only where no gradient
+        can come from it (under ``torch.no_grad()``)."""
+        index = self.index
+        runs = [
+            parent
+            for reached in index.downstream(place)
+            for scope in index.scopes_reading(reached)
+            for read in index.mentions(scope, reached)
+            if isinstance(parent := index.parent(read), cst.Call) and parent.func is read
+        ]
+        return bool(runs) and all(without_grad(index, call) for call in runs)
+
     def _reaches_training(self, place: Ref) -> bool:
         """Whether the value at ``place`` is read, there or where it goes, by a function that trains."""
         index = self.index
@@ -442,7 +465,7 @@ class _Finder:
         for stmt, target in sorted(elsewhere, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]), reverse=True):
             if any(index.scope_of(move) is not target.scope or index.after(move, stmt) for move, _, _ in moves):
                 continue
-            anchor = self._climb_conditionals(stmt)
+            anchor = self._climb_conditionals(stmt, target)
             insert_after = self._after_setup(anchor, target)
             realiased = self.reads.realiased(target, insert_after)
             if self.reads.stored_before(target, anchor, insert_after, {alias for alias, _ in realiased}) is None:
@@ -614,7 +637,7 @@ class _Finder:
     ) -> Model:
         """``model = nn.DataParallel(model)`` is where the model is ready: DDP takes its place."""
         index = self.index
-        anchor = self._climb_conditionals(stmt)
+        anchor = self._climb_conditionals(stmt, target)
         condition = index.parent(index.parent(stmt))
         data_parallel_if = None
         if (
@@ -629,14 +652,14 @@ class _Finder:
         on_cuda = any(cuda and self._climb_conditionals(s) is s for s, _, cuda in moves)
         expression = self.index.spelled(target, index.scope_of(stmt))
         placed = data_parallel_if or stmt
-        outer = self._climb_conditionals(placed)
+        outer = self._climb_conditionals(placed, target)
         # (source order says "after" only within a function: a move in the builder ran before this line)
         later = [c for c in moves if index.scope_of(c[0]) is index.scope_of(outer) and index.after(c[0], outer)]
         if later:
             # ``model = nn.DataParallel(model)`` then ``model.cuda()``: DDP needs the module on its device
             # first, so the DataParallel line goes and the wrap follows the last move.
             move, _, cuda = max(later, key=lambda c: index.order[c[0]])
-            anchor = self._climb_conditionals(move)
+            anchor = self._climb_conditionals(move, target)
             insert_after = self._after_setup(anchor, target)
             unwrap = tuple(self.reads.wrapper_reads(target, insert_after))
             return Model(
@@ -710,8 +733,9 @@ class _Finder:
                 return True
         return False
 
-    def _climb_conditionals(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
-        """``if use_cuda: model.cuda()``: the wrap goes after the whole ``if``."""
+    def _climb_conditionals(self, stmt: cst.BaseStatement, target: Ref | None = None) -> cst.BaseStatement:
+        """``if use_cuda: model.cuda()``: the wrap goes after the whole ``if``; not out of an ``if`` after which
+        ``target`` may be unbound (``if ensemble: models = ... else: model = ...``)."""
         current = stmt
         while True:
             block = self.index.parent(current)
@@ -721,10 +745,27 @@ class _Finder:
             owner = self.index.parent(block) if block is not None else None
             if isinstance(owner, cst.Else):
                 owner = self.index.parent(owner)
-            if isinstance(owner, cst.If) and owner is not self.index.main_guard:
+            if (
+                isinstance(owner, cst.If)
+                and owner is not self.index.main_guard
+                and (target is None or self._bound_after(owner, target))
+            ):
                 current = owner
             else:
                 return current
+
+    def _bound_after(self, branches: cst.If, target: Ref) -> bool:
+        """Whether ``target`` is bound after the ``if`` on every path: before it, or in each of its branches."""
+        index = self.index
+        bindings = [read for read in index.mentions(target.scope, target) if _stored(index, read)]
+        if any(index.after(branches, b) for b in bindings):
+            return True
+        branch: cst.If | cst.Else | None = branches
+        while isinstance(branch, cst.If):
+            if not any(index.inside(b, branch.body) for b in bindings):
+                return False
+            branch = branch.orelse
+        return branch is not None and any(index.inside(b, branch.body) for b in bindings)
 
     def _before_training(
         self,
@@ -957,3 +998,15 @@ def depths(index: Index, lineage: set[Ref]) -> dict[Ref, int]:
                     nxt.append(flow.dst)
         frontier = nxt
     return depth
+
+
+def _stored(index: Index, node: cst.CSTNode) -> bool:
+    """Whether ``node`` is written, not read: a target of an assignment (in a tuple too) or of a ``for``."""
+    child, parent = node, index.parent(node)
+    while isinstance(parent, cst.Tuple | cst.List | cst.Element | cst.StarredElement):
+        child, parent = parent, index.parent(parent)
+    if isinstance(parent, cst.AssignTarget | cst.AugAssign | cst.AnnAssign):
+        return parent.target is child
+    if isinstance(parent, cst.For):
+        return parent.target is child
+    return isinstance(parent, cst.AsName)

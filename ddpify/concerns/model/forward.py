@@ -21,7 +21,7 @@ from ddpify.concerns.model.codes import MOVES_IN_TRAINING, OUTSIDE_FORWARD, PART
 from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.program import Program, is_backward
+from ddpify.engine.program import Program, is_backward, without_grad
 from ddpify.engine.syntax import dotted, single_target
 from ddpify.engine.values import loader_batch_size
 
@@ -87,12 +87,16 @@ class ForwardChecks:
             return False
         methods = {name for cls in classes for (owner, name) in index.functions if owner is cls}
         parts: list[cst.Call] = []
+        iterated: list[cst.BaseExpression] = []  # ``[m(x) for m in models]`` over an nn.ModuleList
         for read in self.reads.reads_after_wrap(model.ref, model.insert_after):
             if not self._in_training(read):
                 continue
             if self.reads.runs_model(read):
                 return False
             part = index.parent(read)
+            if isinstance(part, cst.For | cst.CompFor) and part.iter is read:
+                iterated.append(read)
+                continue
             call = index.parent(part)
             if (
                 isinstance(call, cst.Call)
@@ -106,6 +110,16 @@ class ForwardChecks:
                 )
             ):
                 parts.append(call)
+        if not parts and iterated:
+            self.program.report(
+                iterated[0],
+                PARTS_RUN_DIRECTLY,
+                f"the training step runs the models in `{model.expression}` one by one, never `{model.expression}` "
+                "itself: DistributedDataParallel averages gradients only for a forward through the wrapped model, "
+                "so they would train apart on each rank; keep them in a plain list (each one is then wrapped), or "
+                "run them through the forward() of a module that holds them",
+            )
+            return True
         if not parts:
             return False
         text = index.module.code_for_node(parts[0].func)
@@ -163,7 +177,7 @@ class ForwardChecks:
         if any(index.trains(loop.body) for loop in index.enclosing_loops(node)):
             return True
         scope = index.scope_of(node)
-        return isinstance(scope, cst.FunctionDef) and index.trains(scope.body) and not self._without_grad(node)
+        return isinstance(scope, cst.FunctionDef) and index.trains(scope.body) and not without_grad(self.index, node)
 
     def methods_on_gradient_path(self, model: Model, classes: set[cst.ClassDef]) -> tuple[cst.Call, ...]:
         """Custom methods of the model that compute the loss of the training step (``loss =
@@ -189,7 +203,7 @@ class ForwardChecks:
                 ),
                 None,
             )
-            if method is None or self._without_grad(call) or _no_grad_method(index, method):
+            if method is None or without_grad(self.index, call) or _no_grad_method(index, method):
                 continue
             function = index.scope_of(call)
             in_step = isinstance(function, cst.FunctionDef) and index.trains(function.body)  # a train_step method
@@ -463,7 +477,7 @@ class ForwardChecks:
                     return f"`{self_name}.{name}` is built but forward() never runs it"
                 continue
             runs = [a for a in mentions if isinstance(call := index.parent(a), cst.Call) and call.func is a]
-            if runs and all(self._without_grad(a) for a in mentions):
+            if runs and all(without_grad(self.index, a) for a in mentions):
                 return f"forward() runs `{self_name}.{name}` only under torch.no_grad()"
             if (
                 runs
@@ -590,16 +604,6 @@ class ForwardChecks:
             } - found
             found |= frontier
         return found
-
-    def _without_grad(self, node: cst.CSTNode) -> bool:
-        """Inside ``with torch.no_grad():`` (or ``inference_mode``): no gradient can come from here."""
-        for ancestor in self.index.ancestors(node):
-            if isinstance(ancestor, cst.With):
-                for item in ancestor.items:
-                    call = item.item
-                    if isinstance(call, cst.Call) and self.index.qualified_names(call.func) & torch_api.NO_GRAD:
-                        return True
-        return False
 
     def _runs_submodules(self, method: cst.FunctionDef, cls: cst.ClassDef, depth: int = 0) -> bool:
         """Whether ``method`` computes with the model's parameters: it runs a submodule, reads a

@@ -349,7 +349,9 @@ class TrainedModels:
             if names & {"itertools.chain"}:
                 pieces = values
             elif names & {"itertools.chain.from_iterable"} or (
-                isinstance(func, cst.Name) and func.value in {"list", "tuple", "iter", "sorted", "set"}
+                isinstance(func, cst.Name)
+                # ``dict(model.named_parameters())``: the same pairs, by name
+                and (func.value in {"list", "tuple", "iter", "sorted", "set"} or (func.value == "dict" and values))
             ):
                 pieces = values[:1]
             elif isinstance(func, cst.Name) and func.value == "filter" and len(values) == 2:

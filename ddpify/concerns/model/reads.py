@@ -672,6 +672,8 @@ class WrapperReads:
         if self._unwrapped_before(read):
             return False
         parent = self.index.parent(read)
+        if isinstance(parent, cst.IfExp) and read is not parent.test:  # ``(model if c else models[0]).state_dict()``
+            return self.needs_module(parent)
         if isinstance(parent, cst.Subscript) and parent.value is read:  # model[0] of an nn.Sequential
             return True
         if isinstance(parent, cst.Attribute) and parent.value is read:
