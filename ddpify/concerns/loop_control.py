@@ -39,6 +39,7 @@ from ddpify.engine.index import Index
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, dotted
 from ddpify.engine.uniformity.batches import RankLocal
+from ddpify.engine.uniformity.files import queried
 from ddpify.engine.values import built_by
 from ddpify.result import Options
 
@@ -86,10 +87,16 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         for test in tests:
             uniformity.decide_on_rank_zero(plan, test.test)
         keyword = "break" if isinstance(node, cst.Break) else "return"
+        looks = any(isinstance(n, cst.Call) and queried(plan.index, n) for t in tests for n in plan.index.walk(t.test))
         plan.change(
             node,
-            f"`{keyword}` is decided by a value computed from this rank's batches: every rank takes rank 0's "
-            "decision, so that the ranks leave the training loop together",
+            f"`{keyword}` is decided by "
+            + (
+                "a look at a file, which each rank takes at its own moment"
+                if looks
+                else "a value computed from this rank's batches"
+            )
+            + ": every rank takes rank 0's decision, so that the ranks leave the training loop together",
         )
     for skip, tests in facts.rank_local_skips:
         for test in tests:
@@ -226,9 +233,16 @@ class _Finder:
         for ancestor in self.index.ancestors(node):
             if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
                 break
-            if isinstance(ancestor, cst.If) and self.rank_local.reads(ancestor.test, loop):
+            if isinstance(ancestor, cst.If) and (
+                self.rank_local.reads(ancestor.test, loop) or self._looks_at_files(ancestor.test)
+            ):
                 tests.insert(0, ancestor)
         return tests
+
+    def _looks_at_files(self, test: cst.BaseExpression) -> bool:
+        """``if os.path.exists("stop"): break``: each rank looks at its own moment, and a file made meanwhile
+        (by a person, or by another rank) stops one rank and not the others."""
+        return any(isinstance(n, cst.Call) and queried(self.index, n) is not None for n in self.index.walk(test))
 
     def plateau_metrics(self) -> Iterator[cst.Arg]:
         """``scheduler.step(mean_loss)`` of a ``ReduceLROnPlateau``, the metric read from this rank's batches:
