@@ -31,6 +31,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.edits import EditPlan
+from ddpify.engine.index import Index
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import walk
 from ddpify.result import Options
@@ -93,6 +94,8 @@ def find(program: Program) -> Facts:
             element = index.parent(node)
             if isinstance(element, cst.DictElement) and element.key is node:
                 continue  # ``map_location={"cuda:0": "cpu"}``: the GPU a checkpoint was saved from, matched as written
+            if _an_option_choice(index, node):
+                continue  # ``choices=["cpu", "cuda:0"]``: what a person may type, not a device in use
             indices.append(GpuIndex(node, "string"))
         elif isinstance(node, cst.Call):
             kind = finder.gpu_index_call(node)
@@ -106,6 +109,14 @@ def find(program: Program) -> Facts:
             removed.extend(finder.visible_devices_assignment(node))
     reads = finder.visible_devices_reads() if any(_sets_visible_devices(stmt) for stmt in removed) else ()
     return Facts(gpu_numbers, tuple(indices), tuple(removed), tuple(reads))
+
+
+def _an_option_choice(index: Index, node: cst.SimpleString) -> bool:
+    """Whether ``node`` is one of the values of a ``choices=`` argument (argparse's ``add_argument``)."""
+    element = index.parent(node)
+    container = index.parent(element) if isinstance(element, cst.Element) else None
+    arg = index.parent(container) if isinstance(container, cst.List | cst.Tuple | cst.Set) else None
+    return isinstance(arg, cst.Arg) and arg.keyword is not None and arg.keyword.value == "choices"
 
 
 def _sets_visible_devices(stmt: cst.BaseStatement) -> bool:
