@@ -493,10 +493,10 @@ class Finder:
         return None
 
     def _writes_file(self, node: cst.With) -> bool:
-        """``with open(path, "w") as f:`` (or "a", "x")."""
+        """``with open(path, "w") as f:`` (or "a", "x"; an archive or a compressed file too)."""
         return any(
             isinstance(item.item, cst.Call)
-            and "builtins.open" in self.index.qualified_names(item.item.func)
+            and self.index.qualified_names(item.item.func) & _FILE_OPENERS
             and _writes(item.item)
             for item in node.items
         )
@@ -569,6 +569,21 @@ _NOT_WORK = (
     "torch.onnx.",
     "torch.utils.tensorboard",
     *torch_api.TRACKER_MODULES,
+)
+
+
+# Calls that open a file by its path and mode (the mode second): ``tarfile.open(path, "w:gz")`` too.
+_FILE_OPENERS = frozenset(
+    {
+        "builtins.open",
+        "io.open",
+        "codecs.open",
+        "gzip.open",
+        "bz2.open",
+        "lzma.open",
+        "tarfile.open",
+        "zipfile.ZipFile",
+    }
 )
 
 
