@@ -148,19 +148,22 @@ class _Finder:
         """Saves (and copies or moves) of a file the script reads back with ``torch.load``: the other ranks
         must wait for rank 0."""
         index = self.index
-        paths = [call.args[0].value for call in index.calls if index.is_call_to(call, torch_api.LOAD) and call.args]
-        loaded = {_path_shape(index, path) for path in paths}
-        # ``os.path.join(os.path.dirname(path), "best.pth")`` and ``os.path.join(args.logs, "best.pth")``: the
-        # same file name in a folder spelled two ways (a needless barrier costs little, a missing one a race)
-        named = {name for path in paths if (name := _file_name(index, path))}
-        # ``name + ".pth"`` saved where ``"max_acc.pth"`` is loaded: a computed name may be that file
-        suffixes = {name.rpartition(".")[2] for name in named} | {s for path in paths if (s := _suffix(path))}
-        # a helper's parameter (``fit_probe("encoder.pt")`` loading its ``path``): what its callers pass
-        followed = {path_shape(index, path) for path in paths} - {""}
+        loads = [call for call in index.calls if index.is_call_to(call, torch_api.LOAD) and call.args]
         for stmt in saves:
             call = cast(cst.Expr, stmt.body[0]).value
             if not isinstance(call, cst.Call):
                 continue
+            # ``if os.path.exists(path): model.load_state_dict(torch.load(path))`` before the training loop that
+            # saves there: a resume, which no rank reaches after the save
+            paths = [load.args[0].value for load in loads if self._may_run_after(load, stmt)]
+            loaded = {_path_shape(index, path) for path in paths}
+            # ``os.path.join(os.path.dirname(path), "best.pth")`` and ``os.path.join(args.logs, "best.pth")``: the
+            # same file name in a folder spelled two ways (a needless barrier costs little, a missing one a race)
+            named = {name for path in paths if (name := _file_name(index, path))}
+            # ``name + ".pth"`` saved where ``"max_acc.pth"`` is loaded: a computed name may be that file
+            suffixes = {name.rpartition(".")[2] for name in named} | {s for path in paths if (s := _suffix(path))}
+            # a helper's parameter (``fit_probe("encoder.pt")`` loading its ``path``): what its callers pass
+            followed = {path_shape(index, path) for path in paths} - {""}
             if index.is_call_to(call, _FILE_MOVES):  # ``shutil.copy(path, best)``: it writes its second argument
                 path = call.args[1] if len(call.args) > 1 and not index.is_call_to(call, _REMOVES) else None
             else:
@@ -172,6 +175,21 @@ class _Finder:
                 or (not _file_name(index, path.value) and _suffix(path.value) in suffixes - {""})
             ):
                 yield stmt
+
+    def _may_run_after(self, load: cst.Call, save: cst.BaseStatement) -> bool:
+        """Whether ``load`` may run after ``save``: later in the same function, in a loop around both, or
+        elsewhere (another function's order is not followed here)."""
+        index = self.index
+        scope = index.scope_of(save)
+        if index.scope_of(load) is not scope or index.after(load, save):
+            return True
+        if any(index.inside(load, loop) for loop in index.enclosing_loops(save)):
+            return True
+        # ``for fold in range(k): train(fold)``: a second call loads what the first one saved
+        if isinstance(scope, cst.FunctionDef):
+            callers = index.callers(scope)
+            return len(callers) != 1 or next(index.enclosing_loops(callers[0]), None) is not None
+        return False
 
     def state_loads(self) -> Iterator[cst.Call]:
         """``torch.load`` calls without ``map_location`` whose result only feeds ``load_state_dict``."""
