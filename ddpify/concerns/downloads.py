@@ -124,9 +124,12 @@ def find(program: Program, setup: process_group.Facts, models: model.Facts | Non
     fetchers = _fetchers(index, wraps=wraps)
     downloading = [*_downloading(index), *_calling(index, _fetchers(index, caches=False, wraps=wraps))]
     fetching = {index.statement_of(call) for call in downloading}
+    untaken: set[cst.FunctionDef] = set()  # fetchers some call of which cannot take its turn
     for call in [*downloading, *_calling(index, fetchers)]:
         stmt = index.statement_of(call)
         why = _why_not(index, setup, stmt)
+        if why is not None and (callee := index.runs(call, index.scope_of(call))) is not None:
+            untaken.add(callee[0])
         if why is not None and stmt in fetching:
             program.report(
                 call,
@@ -144,7 +147,8 @@ def find(program: Program, setup: process_group.Facts, models: model.Facts | Non
         elif isinstance(stmt, cst.SimpleStatementLine) and stmt not in statements:
             statements.append(stmt)
     runs = [replace(run, fetches=_run_fetches(index, run, fetching)) for run in _runs(index, statements)]
-    return Facts(tuple(runs), _with_helpers(index, fetchers))
+    # a fetcher that runs on every rank at once keeps no exemption: its output goes to rank 0 as anywhere else
+    return Facts(tuple(runs), _with_helpers(index, frozenset(f for f in fetchers if f not in untaken)))
 
 
 def _with_helpers(index: Index, fetchers: frozenset[cst.FunctionDef]) -> frozenset[cst.FunctionDef]:
@@ -203,7 +207,8 @@ def _fetchers(
 def _cache_builders(index: Index) -> Iterator[cst.FunctionDef]:
     """Functions that write a file only when it is missing (``if not os.path.exists(cache): ...
     pickle.dump(data, open(cache, "wb"))``) and read it after: every rank would find it missing,
-    build it and write it at once, and read another rank's half-written file."""
+    build it and write it at once, and read another rank's half-written file. (A log file appended
+    to, whose header goes in first, is output: rank 0 writes it.)"""
     for node in index.nodes_of(cst.If):
         assert isinstance(node, cst.If)
         scope = index.scope_of(node)
@@ -220,7 +225,7 @@ def _cache_builders(index: Index) -> Iterator[cst.FunctionDef]:
         missing = node.body if negated else node.orelse
         if path is None or missing is None:
             continue
-        if _builds(index, missing, path):
+        if _builds(index, missing, path) and not _appended_to(index, scope, path):
             yield scope
 
 
@@ -235,6 +240,22 @@ def _builds(index: Index, node: cst.CSTNode, path: str, depth: int = 0) -> bool:
         callee = index.runs(inner, index.scope_of(inner)) if depth < 3 else None
         if callee is not None and _builds(index, callee[0].body, path, depth + 1):
             return True
+    return False
+
+
+def _appended_to(index: Index, scope: cst.FunctionDef, path: str) -> bool:
+    """Whether the function opens ``path`` to append to it: a log whose header is written when it is missing,
+    not a cache (no cache is appended to)."""
+    for call in index.walk(scope.body):
+        if type(call) is cst.Call and index.is_call_to(call, OPENS) and call.args and not call.args[0].star:
+            mode = argument(call, "mode", 1)
+            if (
+                index.module.code_for_node(call.args[0].value) == path
+                and mode is not None
+                and isinstance(mode.value, cst.SimpleString)
+                and "a" in str(mode.value.evaluated_value)
+            ):
+                return True
     return False
 
 
