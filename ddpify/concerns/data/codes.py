@@ -57,7 +57,7 @@ UNSHARDED_DATA = Code(
     "DDP211",
     Severity.WARNING,
     "data",
-    "the training data is not split between the ranks: every rank trains on the same batches, correctly but "
+    "the training data is not split between the ranks: every rank trains on the whole of it, correctly but "
     "no faster than one process",
     "give each rank its own share of the data (a DataLoader, or x[dist.get_rank()::dist.get_world_size()]); "
     "--strict refuses such a script instead",

@@ -271,9 +271,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             plan.report(
                 node,
                 UNSHARDED_DATA,
-                f"{reason}: converted with the data whole on every rank, so every rank trains on the same "
-                "batches (the same training as one process, no faster); shard it by rank yourself, or pass "
-                "--strict to refuse",
+                f"{reason}: converted with the data whole on every rank, not split between the ranks (correct, "
+                "but no faster than one process); shard it by rank yourself, or pass --strict to refuse",
             )
     for streams in facts.streams:
         rewrite_streams(streams, plan)
