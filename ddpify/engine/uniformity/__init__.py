@@ -40,7 +40,7 @@ import libcst as cst
 from ddpify import torch_api
 from ddpify.engine.edits import EditPlan, fresh
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.syntax import argument
+from ddpify.engine.syntax import argument, dotted
 from ddpify.engine.uniformity.sources import SCALAR_DRAWS, Seeding, per_process
 
 # Calls that take a path (or make one from their arguments).
@@ -87,14 +87,16 @@ def deciding_values(index: Index) -> Iterator[Deciding]:
     seeding = Seeding(index)
     for assign in _per_process_assignments(index, seeding):
         target = index.ref_of(assign.targets[0].target, index.scope_of(assign))
-        if target is None or in_worker_code(index, assign):
+        if (target is None and not isinstance(assign.targets[0].target, cst.Attribute)) or in_worker_code(
+            index, assign
+        ):
             continue
         for decides, test in (
             ("names a file or folder", _in_path_call),
             ("sets up an optimizer", _in_optimizer),
             ("bounds a training loop", _bounds_training_loop),
         ):
-            if reaches(index, target, test):
+            if reaches(index, target, test, assign):
                 yield Deciding(assign, decides)
                 break
 
@@ -122,24 +124,45 @@ def in_worker_code(index: Index, node: cst.CSTNode) -> bool:
     return False
 
 
-def reaches(index: Index, target: Ref, test: Callable[[Index, cst.CSTNode], bool]) -> bool:
-    """Whether the value at ``target``, or a value built from it, is read where ``test`` holds."""
-    seen = {target}
-    queue = [target]
+def reaches(
+    index: Index, target: Ref | None, test: Callable[[Index, cst.CSTNode], bool], assign: cst.Assign | None = None
+) -> bool:
+    """Whether the value at ``target``, or a value built from it, is read where ``test`` holds (``target`` None:
+    the field ``assign`` sets, ``args.seed = ...``, read in the same function)."""
+    seen: set[Ref] = set()
+    queue: list[Ref] = []
+    if target is not None:
+        seen.add(target)
+        queue.append(target)
+    elif assign is not None and _reached(index, _field_reads(index, assign), test, seen, queue):
+        return True
     while queue:
         ref = queue.pop()
         for scope in index.scopes_reading(ref):
-            for read in index.mentions(scope, ref):
-                if test(index, read):
-                    return True
-                built = _assigned_from(index, read)
-                if built is not None and built not in seen:
-                    seen.add(built)
-                    queue.append(built)
+            if _reached(index, list(index.mentions(scope, ref)), test, seen, queue):
+                return True
         for flow in index.flows_from(ref):
             if flow.dst not in seen:
                 seen.add(flow.dst)
                 queue.append(flow.dst)
+    return False
+
+
+def _reached(
+    index: Index, reads: list[cst.CSTNode], test: Callable[[Index, cst.CSTNode], bool], seen: set[Ref], queue: list[Ref]
+) -> bool:
+    """Whether one of ``reads`` (or of the fields assigned from them) is where ``test`` holds; the places
+    assigned from them go on ``queue``."""
+    while reads:
+        read = reads.pop()
+        if test(index, read):
+            return True
+        built = _assigned_from(index, read)
+        if built is not None and built not in seen:
+            seen.add(built)
+            queue.append(built)
+        elif built is None and (assign := _assignment_around(index, read)) is not None:
+            reads += _field_reads(index, assign)
     return False
 
 
@@ -188,6 +211,39 @@ def _bounds_training_loop(index: Index, read: cst.CSTNode) -> bool:
         if isinstance(ancestor, cst.BaseStatement) and not isinstance(ancestor, cst.For | cst.While):
             return False
     return False
+
+
+def _assignment_around(index: Index, read: cst.CSTNode) -> cst.Assign | None:
+    """The one-target assignment whose value holds ``read``, alone on its line."""
+    stmt = index.statement_of(read)
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    if (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and (read is small.value or index.inside(read, small.value))
+    ):
+        return small
+    return None
+
+
+def _field_reads(index: Index, assign: cst.Assign) -> list[cst.CSTNode]:
+    """``args.run = f"{stamp}"`` (a field of an object the index does not follow, an argparse namespace): the
+    reads of ``args.run`` after it in the same function."""
+    target = assign.targets[0].target
+    text = dotted(target) if isinstance(target, cst.Attribute) else ""
+    if not text or text.startswith("self."):
+        return []
+    scope = index.scope_of(assign)
+    return [
+        node
+        for node in index.walk(scope)
+        if isinstance(node, cst.Attribute)
+        and index.scope_of(node) is scope
+        and index.after(node, assign)
+        and dotted(node) == text
+    ]
 
 
 def _assigned_from(index: Index, read: cst.CSTNode) -> Ref | None:
