@@ -353,6 +353,8 @@ FACTORY_LEFT = {
     "tests/fixtures/model/param_groups_built_with_dict/input.py",
     # ``model.module`` of an nn.DataParallel built in a helper, read in another: refused (DDP302), not made plain
     "tests/fixtures/model/param_groups_of_the_module_inside_data_parallel/input.py",
+    # a perturbation made trainable by a helper, its optimizer built by another: refused (DDP301)
+    "tests/fixtures/model/perturbation_made_trainable_by_a_second_statement/input.py",
 }
 
 

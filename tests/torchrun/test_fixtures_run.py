@@ -216,6 +216,7 @@ CASES = [
     "model/model_read_through_a_conditional_expression",
     "downloads/cache_built_in_the_training_function",
     "model/param_groups_from_a_dict_of_named_parameters",
+    "model/perturbation_made_trainable_by_a_second_statement",
 ]
 
 
@@ -260,7 +261,11 @@ def test_the_golden_output_trains_in_sync(case: str, tmp_path: Path) -> None:
 @pytest.mark.torchrun
 @pytest.mark.parametrize(
     ("case", "folder"),
-    [("run_names/clock_named_run_folder", "runs"), ("run_names/random_id_in_trainer", "checkpoints")],
+    [
+        ("run_names/clock_named_run_folder", "runs"),
+        ("run_names/random_id_in_trainer", "checkpoints"),
+        ("run_names/run_folder_kept_in_an_option_field", "checkpoints"),
+    ],
 )
 def test_a_run_named_by_the_clock_or_at_random_gets_one_folder(case: str, folder: str, tmp_path: Path) -> None:
     script = tmp_path / "train_ddp.py"

@@ -715,6 +715,14 @@ class TrainedModels:
             return False  # built once (``Adam([log_alpha])`` of SAC's temperature): a parameter every rank learns
         for item in items:
             values = built_by(index, item.value) if isinstance(item, cst.Element) else None
+            if values and all(index.scope_of(v) is index.scope_of(optimizer) for v in values):
+                # ``delta = 0.001 * torch.randn(x.shape)`` then ``delta = Variable(delta, requires_grad=True)``:
+                # what the name holds when the optimizer takes it is its last value before
+                before = [v for v in values if not index.after(v, optimizer)]
+                last = max(before, key=index.order.__getitem__) if before else None
+                name = item.value.value if isinstance(item.value, cst.Name) else None
+                if last is not None and any(isinstance(n, cst.Name) and n.value == name for n in index.walk(last)):
+                    values = [last]  # built from what the name held before: that value is gone
             if not values or not all(self._made_trainable(value) for value in values):
                 return False
         return True
