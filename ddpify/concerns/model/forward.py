@@ -320,9 +320,10 @@ class ForwardChecks:
             for call in sorted(calls, key=lambda c: count[cast(cst.Attribute, c.func).attr.value]):
                 condition = conditions[call]
                 if condition is not None and cast(cst.Attribute, call.func).attr.value not in always:
+                    holds = "holds" if self._run_where_it_holds(call, condition) else "does not hold"
                     return (
                         f"`{self_name}.{cast(cst.Attribute, call.func).attr.value}` runs only when "
-                        f"`{index.module.code_for_node(condition)}` holds"
+                        f"`{index.module.code_for_node(condition)}` {holds}"
                     )
             submodules = {
                 sub
@@ -525,6 +526,14 @@ class ForwardChecks:
                 if callee is not None and callee not in found:
                     found.append(callee)
         return found
+
+    def _run_where_it_holds(self, call: cst.Call, test: cst.BaseExpression) -> bool:
+        """Whether ``call`` runs where ``test`` (from :meth:`_varying_condition`) holds: in the body of its
+        ``if``, not in its ``else`` nor after an earlier ``if`` that returns."""
+        owner = self.index.parent(test)
+        if isinstance(owner, cst.If | cst.IfExp) and self.index.inside(call, owner):
+            return self.index.inside(call, owner.body) or call is owner.body
+        return False
 
     def _varying_condition(self, call: cst.Call, forward: cst.FunctionDef, self_name: str) -> cst.BaseExpression | None:
         """The test of an ``if`` that decides whether ``call`` runs, when it may differ between steps."""
