@@ -267,6 +267,8 @@ TRACKER_FACTORIES = frozenset(
         "wandb.init",
         "visdom.Visdom",
         "tensorboard_logger.Logger",
+        "tensorflow.summary.FileWriter",  # TensorFlow 1's event files
+        "tensorflow.summary.create_file_writer",
     }
 )
 # module-level calls such as wandb.log(...), or tensorboard_logger's configure(...) and log_value(...)
