@@ -152,6 +152,9 @@ class _Finder:
         # prepared before one optimizer over both); the same model reached twice is wrapped once.
         seen: set[tuple[cst.CSTNode, str]] = set()
         for optimizer in self.trained.optimizers():
+            function = enclosing_function(self.index, optimizer)
+            if function is not None and self._only_imported(function):
+                continue  # a helper only another script uses, re-exported by a package: it trains nothing here
             refs, untraced = self.trained.trained_refs(optimizer)
             if untraced is not None and not refs and self.trained.optimizes_inputs(optimizer):
                 continue  # ``SGD([delta])`` over an adversarial perturbation: each rank's own, nothing to average
@@ -421,6 +424,27 @@ class _Finder:
             ):
                 found = (stmt, target)
         return found
+
+    def _only_imported(self, function: cst.FunctionDef) -> bool:
+        """Whether ``function``, a plain function of a module the entry imports, is never called and its name
+        appears nowhere in the program but in import statements (a package's ``__init__`` re-exporting it)."""
+        index = self.index
+        module = index.module_of(function)
+        if (
+            module is index.module
+            or function.decorators
+            or index.method_class(function) is not None
+            or index.scope_of(function) is not module
+            or function in self.program.called()
+        ):
+            return False
+        name = function.name.value
+        return not any(
+            node is not function.name
+            and not any(isinstance(a, cst.Import | cst.ImportFrom) for a in index.ancestors(node))
+            for node in index.nodes_of(cst.Name)
+            if cast(cst.Name, node).value == name
+        )
 
     def _only_evaluates(self, place: Ref) -> bool:
         """Whether the model at ``place`` is run (called, there or where it goes), and only where no gradient
