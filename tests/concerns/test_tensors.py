@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from conftest import code, codes
 
 from ddpify.concerns import closures, data, model, process_group, tensors
@@ -101,14 +103,25 @@ def test_columns_chosen_in_the_step_keep_every_sample(read) -> None:
     assert [code(program, read) for read in full.reads] == ["x", "y"]
 
 
-def test_an_unseeded_random_choice_of_samples_is_refused_and_a_seeded_one_is_not(read) -> None:
+def test_an_unseeded_random_choice_of_samples_is_refused_unless_it_gets_a_generator_of_its_own(read) -> None:
     choice = "    data = torch.randn(300, 5)\n    rows = torch.randperm(300)[:200]\n    x = data[rows, :4]\n    y = data[rows, 4:]"
-    program = read(script(choice))
-    assert find(program).full_batches == ()
-    assert "chosen at random (`torch.randperm`) before any seed is set" in refusal(program)
     seeded = read(script("    torch.manual_seed(0)\n" + choice))
     (full,) = find(seeded).full_batches
     assert full.names == ("x", "y")
+    # the data concern gives the draw a seeded generator of its own: the rows are the same on every rank
+    program = read(script(choice))
+    (order,) = data.find(program).orders
+    assert code(program, order.call) == "torch.randperm(300)"
+    (full,) = find(program).full_batches
+    assert full.names == ("x", "y")
+    # without that (a draw the data concern does not see), the choice is refused
+    program = read(script(choice))
+    loaders, models = data.find(program), model.find(program)
+    unseen = replace(loaders, orders=())
+    found = tensors.find(program, unseen, models, process_group.find(program, models, loaders))
+    assert found.full_batches == ()
+    ((_, reason),) = found.unsharded
+    assert "chosen at random (`torch.randperm`) before any seed is set" in reason
 
 
 def test_a_parameter_holding_the_data_is_refused(read) -> None:

@@ -16,6 +16,7 @@ import libcst as cst
 import ddpify.engine.match as m
 from ddpify.concerns.data.facts import RANDOM_SPLIT, Loader, Order, Split
 from ddpify.concerns.samplers import OwnSampler, rng_draws
+from ddpify.engine.called import enclosing_function
 from ddpify.engine.edits import EditPlan, insert_arg
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument
@@ -67,14 +68,20 @@ class Seeds:
         of the program those expressions call (never in ``__getitem__``: DataLoader workers run that)."""
         index = self.index
         found: dict[cst.Call, str] = {}  # each draw and its RNG, in the order found
-        for loader in loaders:
-            if not loader.training or loader.stream is not None:
-                continue
-            dataset = argument(loader.call, "dataset", 0)
-            if dataset is None:
-                continue
+        starts = [
+            dataset.value
+            for loader in loaders
+            if loader.training and loader.stream is None and (dataset := argument(loader.call, "dataset", 0))
+        ]
+        steps: list[cst.CSTNode] = []  # the training loops: the draws of a step are per-step, not the data's
+        if not any(loader.training for loader in loaders):
+            # no DataLoader trains: what the training step hands its model (``model(features[idx])``), where
+            # ``idx`` comes from a split drawn at start-up
+            starts = list(self._training_inputs())
+            steps = [loop for loop in index.loops if index.trains(loop.body)]
+        for start in starts:
             # (expression, the place in the program's flow it stands for: a seed set before it counts)
-            wanted: list[tuple[cst.BaseExpression | cst.BaseSuite, cst.CSTNode]] = [(dataset.value, dataset.value)]
+            wanted: list[tuple[cst.BaseExpression | cst.BaseSuite, cst.CSTNode]] = [(start, start)]
             seen: set[cst.CSTNode] = set()
             while wanted:
                 expr, site = wanted.pop(0)
@@ -83,6 +90,8 @@ class Seeds:
                 seen.add(expr)
                 for node in index.walk(expr):
                     if isinstance(node, cst.Call):
+                        if steps and self._per_step(node, steps):
+                            continue  # ``corpus.window(...)`` at each step: its draws pick each step's batch
                         family = self._order_family(node)
                         if family and node not in found and not self._seeded(node, site, family):
                             found[node] = family
@@ -93,6 +102,34 @@ class Seeds:
             how = self._seeding_form(call)
             if how:
                 yield Order(call, family, self._script_seed(call), how)
+
+    def _per_step(self, node: cst.CSTNode, steps: list[cst.CSTNode]) -> bool:
+        """Whether ``node`` may run at each training step: inside a training loop, in a generator, or in a
+        function some call of which is."""
+        index = self.index
+        if any(index.inside(node, loop) for loop in steps):
+            return True
+        function = enclosing_function(index, node)
+        if function is None:
+            return False
+        if any(isinstance(n, cst.Yield) for n in index.walk(function.body)):
+            return True  # batches made as they are drawn
+        return any(index.inside(call, loop) for call in index.callers(function) for loop in steps)
+
+    def _training_inputs(self) -> Iterator[cst.BaseExpression]:
+        """What the training loops hand the program's own objects and functions (``model(features[idx])``,
+        ``criterion(out, labels[idx])``): the training step's data."""
+        index = self.index
+        for loop in index.loops:
+            if not index.trains(loop.body):
+                continue
+            for node in index.walk(loop.body):
+                if (
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Name | cst.Attribute)
+                    and not index.qualified_names(node.func)
+                ):
+                    yield from (arg.value for arg in node.args if not arg.star)
 
     def _order_family(self, call: cst.Call) -> str:
         """The global RNG from which ``call`` orders or picks rows without a generator of its own; ''."""
@@ -158,6 +195,15 @@ class Seeds:
                 assign = index.parent(target)
                 if isinstance(assign, cst.Assign) and assign.value not in (v for v, _ in values):
                     values.append((assign.value, assign.value))
+                    continue
+                # ``for cluster in clusters:``: the items of what it iterates
+                loop = next((a for a in index.ancestors(read) if isinstance(a, cst.For | cst.CompFor)), None)
+                if (
+                    loop is not None
+                    and (read is loop.target or index.inside(read, loop.target))
+                    and loop.iter not in (v for v, _ in values)
+                ):
+                    values.append((loop.iter, loop.iter))
                     continue
                 arg = index.parent(read)
                 call = index.parent(arg)

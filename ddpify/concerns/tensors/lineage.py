@@ -48,6 +48,7 @@ class _StepReader:
         self.setup = setup
         self.dist = dist
         self.seeding = Seeding(index)
+        self.seeded_draws: frozenset[cst.Call] = frozenset()  # draws given a seeded generator of their own
 
     # -- the loss's lineage in the training step --------------------------
     def _lineage(

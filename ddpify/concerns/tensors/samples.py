@@ -359,6 +359,8 @@ class _SampleFinder(_StepReader):
                 continue
             if any(a.keyword is not None and a.keyword.value in ("generator", "random_state") for a in node.args):
                 continue
+            if node in self.seeded_draws:
+                continue
             family, hint = _family_of(index.qualified_names(node.func))
             if not self.seeding.seeded_before(node, family):
                 raise Refused(
