@@ -217,6 +217,7 @@ CASES = [
     "downloads/cache_built_in_the_training_function",
     "model/param_groups_from_a_dict_of_named_parameters",
     "model/perturbation_made_trainable_by_a_second_statement",
+    "model/data_parallel_under_a_flag_on_a_parameter",
 ]
 
 

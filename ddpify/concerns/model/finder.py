@@ -37,7 +37,7 @@ from ddpify.concerns.model.reads import DEEPCOPY, WrapperReads
 from ddpify.engine.called import enclosing_function
 from ddpify.engine.index import Flow, Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward, without_grad
-from ddpify.engine.syntax import argument, single_target
+from ddpify.engine.syntax import argument, parameter_names, single_target
 from ddpify.engine.values import passed_values
 
 # (statement, the place it assigns, whether it is ``.cuda()``): a move of the model to its device
@@ -781,7 +781,14 @@ class _Finder:
     def _bound_after(self, branches: cst.If, target: Ref) -> bool:
         """Whether ``target`` is bound after the ``if`` on every path: before it, or in each of its branches."""
         index = self.index
-        bindings = [read for read in index.mentions(target.scope, target) if _stored(index, read)]
+        scope = target.scope
+        if not isinstance(scope, cst.FunctionDef | cst.Module) or index.scope_of(branches) is not scope:
+            return True  # a global read in a function, a field: bound elsewhere, not by these branches
+        if isinstance(scope, cst.FunctionDef) and (
+            target.path in parameter_names(scope) or target.path in {p.name.value for p in scope.params.kwonly_params}
+        ):
+            return True  # a parameter: bound on entry
+        bindings = [read for read in index.mentions(scope, target) if _stored(index, read)]
         if any(index.after(branches, b) for b in bindings):
             return True
         branch: cst.If | cst.Else | None = branches
