@@ -87,7 +87,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         for test in tests:
             uniformity.decide_on_rank_zero(plan, test.test)
         keyword = "break" if isinstance(node, cst.Break) else "return"
-        looks = any(isinstance(n, cst.Call) and queried(plan.index, n) for t in tests for n in plan.index.walk(t.test))
+        looks = any(_looks_at_files(plan.index, t.test) for t in tests)
         plan.change(
             node,
             f"`{keyword}` is decided by "
@@ -174,14 +174,7 @@ class _Finder:
         for loop in index.loops:
             if not index.trains(loop.body):
                 continue
-            last = max(
-                (
-                    index.order[stmt]
-                    for stmt in index.walk(loop.body)
-                    if isinstance(stmt, cst.SimpleStatementLine) and index.trains(stmt)
-                ),
-                default=None,
-            )
+            last = _last_training_statement(index, loop)
             if last is None:
                 continue
             for node in index.walk(loop.body):
@@ -204,14 +197,7 @@ class _Finder:
         for loop in index.loops:
             if not index.trains(loop.body):
                 continue
-            last = max(
-                (
-                    index.order[stmt]
-                    for stmt in index.walk(loop.body)
-                    if isinstance(stmt, cst.SimpleStatementLine) and index.trains(stmt)
-                ),
-                default=None,
-            )
+            last = _last_training_statement(index, loop)
             for attempt in _run_unconditionally(loop.body):
                 if not isinstance(attempt, cst.Try) or index.trains(attempt) or last is None:
                     continue
@@ -234,15 +220,10 @@ class _Finder:
             if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef)):
                 break
             if isinstance(ancestor, cst.If) and (
-                self.rank_local.reads(ancestor.test, loop) or self._looks_at_files(ancestor.test)
+                self.rank_local.reads(ancestor.test, loop) or _looks_at_files(self.index, ancestor.test)
             ):
                 tests.insert(0, ancestor)
         return tests
-
-    def _looks_at_files(self, test: cst.BaseExpression) -> bool:
-        """``if os.path.exists("stop"): break``: each rank looks at its own moment, and a file made meanwhile
-        (by a person, or by another rank) stops one rank and not the others."""
-        return any(isinstance(n, cst.Call) and queried(self.index, n) is not None for n in self.index.walk(test))
 
     def plateau_metrics(self) -> Iterator[cst.Arg]:
         """``scheduler.step(mean_loss)`` of a ``ReduceLROnPlateau``, the metric read from this rank's batches:
@@ -295,3 +276,21 @@ def _run_unconditionally(block: cst.BaseSuite) -> Iterator[cst.BaseStatement]:
         yield stmt
         if isinstance(stmt, cst.With | cst.Try):
             yield from _run_unconditionally(stmt.body)
+
+
+def _looks_at_files(index: Index, test: cst.BaseExpression) -> bool:
+    """``if os.path.exists("stop"): break``: each rank looks at its own moment, and a file made meanwhile
+    (by a person, or by another rank) stops one rank and not the others."""
+    return any(isinstance(n, cst.Call) and queried(index, n) is not None for n in index.walk(test))
+
+
+def _last_training_statement(index: Index, loop: cst.For | cst.While) -> int | None:
+    """The source order of the last simple statement of ``loop``'s body that trains (its step), if any."""
+    return max(
+        (
+            index.order[stmt]
+            for stmt in index.walk(loop.body)
+            if isinstance(stmt, cst.SimpleStatementLine) and index.trains(stmt)
+        ),
+        default=None,
+    )
