@@ -248,13 +248,10 @@ def _field_reads(index: Index, assign: cst.Assign) -> list[cst.CSTNode]:
 
 def _assigned_from(index: Index, read: cst.CSTNode) -> Ref | None:
     """The place an assignment whose value holds ``read`` stores it in: ``path`` in ``path = f"{run}/ckpt.pt"``."""
-    stmt = index.statement_of(read)
-    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+    assign = _assignment_around(index, read)
+    if assign is None or read is assign.value:  # a plain copy (``b = a``) is one of the index's flows
         return None
-    small = stmt.body[0]
-    if isinstance(small, cst.Assign) and len(small.targets) == 1 and index.inside(read, small.value):
-        return index.ref_of(small.targets[0].target, index.scope_of(small))
-    return None
+    return index.ref_of(assign.targets[0].target, index.scope_of(assign))
 
 
 SAME_ON_EVERY_RANK = '''
