@@ -97,12 +97,7 @@ class Checks:
 
     def refuse_carried_state(self, call: cst.Call, state: str, origin: Ref | None, why: str) -> None:
         loader = f"`{origin.path}`" if origin is not None else "this DataLoader"
-        self.program.report(
-            call,
-            CARRIED_STATE,
-            f"{state}, so each batch must continue the previous one, and {loader} {why}: give each rank a "
-            "contiguous, equally long part of the data in order (e.g. a Subset per rank) and shard it yourself",
-        )
+        self.program.report(call, CARRIED_STATE, carried_state_refused(state, loader, why))
 
     def _read_before_written(self, name: str, body: cst.CSTNode) -> bool:
         """Whether an iteration of ``body`` reads ``name`` before it assigns it: the value comes from the last one."""
@@ -174,3 +169,12 @@ class Checks:
             and func.attr.value in SHAPE_METHODS
             and not self.index.qualified_names(func)
         )
+
+
+def carried_state_refused(state: str, loader: str, why: str) -> str:
+    """DDP210's message: ``state`` carried from batch to batch of ``loader``, which ``why`` keeps from a run of
+    batches per rank."""
+    return (
+        f"{state}, so each batch must continue the previous one, and {loader} {why}: give each rank a "
+        "contiguous, equally long part of the data in order (e.g. a Subset per rank) and shard it yourself"
+    )

@@ -13,6 +13,7 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
+from ddpify.concerns.data.checks import carried_state_refused
 from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, CARRIED_STATE, NO_DATASET, NO_EPOCH, STAR_ARGS
 from ddpify.concerns.data.facts import Facts, Loader, batch_size, batch_size_arg, is_false, is_none, is_true
 from ddpify.concerns.data.seeds import seed_order, seed_split
@@ -140,9 +141,9 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         shuffles = False
     elif not is_true(shuffle.value):
         arguments += f", shuffle={index.module.code_for_node(shuffle.value)}"
-    code = f"{sampler}({arguments})"
     if loader.carried is not None:
-        return _contiguous_batches(plan, loader, dataset_code, shuffle, taken, keep_global_batch)
+        return _contiguous_batches(plan, loader, dataset_code, shuffle, keep_global_batch)
+    code = f"{sampler}({arguments})"
     if loader.evaluated and shuffle is not None and not is_true(shuffle.value) and not is_false(shuffle.value):
         # ``make_loader(split)`` builds the validation loader too: it keeps the whole set on every rank,
         # and the loader that shuffles (the training one) gets the sampler
@@ -151,11 +152,7 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
         if loader.trains_when not in (None, condition):  # evaluation loaders shuffle too: the callers tell apart
             code = f"{sampler}({dataset_code}, shuffle={condition}) if {loader.trains_when} else None"
     value = cst.parse_expression(code)
-    new_arg = cst.Arg(
-        value=value,
-        keyword=cst.Name("sampler"),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-    )
+    new_arg = _sampler_arg(value)
     inline = loader.inline
     if index.module_of(call) in plan.shared:
         named = _add_sampler_where_distributed(
@@ -208,8 +205,17 @@ def {helper}(size, batch_size):
 '''
 
 
+def _sampler_arg(value: cst.BaseExpression) -> cst.Arg:
+    """``sampler=<value>``, written as keyword arguments are (no spaces around ``=``)."""
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name("sampler"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+
+
 def _contiguous_batches(
-    plan: EditPlan, loader: Loader, dataset: str, shuffle: cst.Arg | None, taken: set[str], keep_global_batch: bool
+    plan: EditPlan, loader: Loader, dataset: str, shuffle: cst.Arg | None, keep_global_batch: bool
 ) -> bool:
     """``sampler=contiguous_batches(len(dataset), batch_size)``: a loader whose batches carry a state from one
     to the next (an RNN's hidden state) gives each rank a contiguous run of the batches it drew before."""
@@ -223,29 +229,20 @@ def _contiguous_batches(
             if plan.without_group(call)
             else "is built where its batches are drawn"
         )
-        plan.report(
-            call,
-            CARRIED_STATE,
-            f"{carried}, so each batch must continue the previous one, and this DataLoader {why}: give each rank "
-            "a contiguous, equally long part of the data in order (e.g. a Subset per rank) and shard it yourself",
-        )
+        plan.report(call, CARRIED_STATE, carried_state_refused(carried, "this DataLoader", why))
         return False
     helper = fresh("contiguous_batches", plan.index.identifiers)
     if not plan.has_setup_helper(helper):
         definition = cst.parse_module(CONTIGUOUS_BATCHES.format(helper=helper, dist=plan.names.dist)).body[0]
         plan.add_setup_helper(helper, cast(cst.FunctionDef, definition))
-    given = batch_size_arg(call)
+    given, read = batch_size_arg(call), batch_size(plan.index, call)
     if given is not None:
         size = plan.index.module.code_for_node(given.value)
-    elif loader.spread is not None and batch_size(plan.index, call) is not None:  # ``DataLoader(ds, **kwargs)``
+    elif loader.spread is not None and read is not None:  # ``DataLoader(ds, **kwargs)``
         size = f'{plan.index.module.code_for_node(loader.spread.value)}["batch_size"]'
     else:
         size = "1"
-    new_arg = cst.Arg(
-        value=cst.parse_expression(f"{helper}(len({dataset}), {size})"),
-        keyword=cst.Name("sampler"),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-    )
+    new_arg = _sampler_arg(cst.parse_expression(f"{helper}(len({dataset}), {size})"))
     if shuffle is not None:  # ``shuffle=False``
         plan.replace(
             shuffle, lambda n: n.with_changes(keyword=new_arg.keyword, equal=new_arg.equal, value=new_arg.value)
@@ -254,7 +251,6 @@ def _contiguous_batches(
         spread = loader.spread
         position = call.args.index(spread) if spread is not None else len(call.args)
         plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), new_arg, position))
-    read = batch_size(plan.index, call)
     shown = plan.index.module.code_for_node(read) if read is not None else size
     plan.change(
         call,

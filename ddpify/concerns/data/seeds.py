@@ -77,8 +77,8 @@ class Seeds:
         if not any(loader.training for loader in loaders):
             # no DataLoader trains: what the training step hands its model (``model(features[idx])``), where
             # ``idx`` comes from a split drawn at start-up
-            starts = list(self._training_inputs())
             steps = [loop for loop in index.loops if index.trains(loop.body)]
+            starts = list(self._training_inputs(steps))
         for start in starts:
             # (expression, the place in the program's flow it stands for: a seed set before it counts)
             wanted: list[tuple[cst.BaseExpression | cst.BaseSuite, cst.CSTNode]] = [(start, start)]
@@ -116,14 +116,12 @@ class Seeds:
             return True  # batches made as they are drawn
         return any(index.inside(call, loop) for call in index.callers(function) for loop in steps)
 
-    def _training_inputs(self) -> Iterator[cst.BaseExpression]:
-        """What the training loops hand the program's own objects and functions (``model(features[idx])``,
+    def _training_inputs(self, steps: list[cst.CSTNode]) -> Iterator[cst.BaseExpression]:
+        """What the training loops ``steps`` hand the program's own objects and functions (``model(features[idx])``,
         ``criterion(out, labels[idx])``): the training step's data."""
         index = self.index
-        for loop in index.loops:
-            if not index.trains(loop.body):
-                continue
-            for node in index.walk(loop.body):
+        for loop in steps:
+            for node in index.walk(cast(cst.For | cst.While, loop).body):
                 if (
                     isinstance(node, cst.Call)
                     and isinstance(node.func, cst.Name | cst.Attribute)

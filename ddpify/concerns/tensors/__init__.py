@@ -140,9 +140,9 @@ def find(program: Program, loaders: data.Facts, models: model.Facts, setup: proc
     index = program.index
     training_loop = next((lp for lp in index.loops if index.trains(lp.body)), None)
     try:
-        finder = _Finder(index, models, setup, program.names.dist)
-        finder.seeded_draws = frozenset(order.call for order in loaders.orders)  # the data concern seeds them
-        found = finder.shard()
+        # the draws the data concern gives a seeded generator of their own are the same on every rank
+        seeded = frozenset(order.call for order in loaders.orders)
+        found = _Finder(index, models, setup, program.names.dist, seeded).shard()
     except Refused as refused:
         if refused.whole or refused.hazard:
             program.report(

@@ -42,13 +42,20 @@ class _Lineage:
 class _StepReader:
     """The training step's context, and the values it reads followed back to where they are bound."""
 
-    def __init__(self, index: Index, models: model.Facts, setup: process_group.Facts, dist: str) -> None:
+    def __init__(
+        self,
+        index: Index,
+        models: model.Facts,
+        setup: process_group.Facts,
+        dist: str,
+        seeded_draws: frozenset[cst.Call] = frozenset(),
+    ) -> None:
         self.index = index
         self.model_refs = models.refs
         self.setup = setup
         self.dist = dist
         self.seeding = Seeding(index)
-        self.seeded_draws: frozenset[cst.Call] = frozenset()  # draws given a seeded generator of their own
+        self.seeded_draws = seeded_draws  # draws given a seeded generator of their own
 
     # -- the loss's lineage in the training step --------------------------
     def _lineage(
