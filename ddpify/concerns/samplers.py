@@ -34,7 +34,9 @@ examples.
 
 Limits (refused by ``data`` as DDP202, with the reason found here): a sampler
 whose class is not torch's nor defined in the script, one that draws from
-Python's or NumPy's ``random`` (ddpify cannot seed those alike on every rank),
+Python's or NumPy's ``random`` outside its ``__iter__`` or from an RNG object
+of its own (ddpify cannot seed those alike on every rank; draws from the
+global ``random`` or ``numpy.random`` in ``__iter__`` the wrapper seeds too),
 one without ``__len__``, a sampler variable set anywhere but by a plain
 assignment, a placeholder set before its dataset exists or next to
 ``shuffle=True``, a ``batch_sampler`` that may be ``None``, and
@@ -65,6 +67,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, with_comma
 from ddpify.engine.index import Index, Ref
+from ddpify.engine.program import imports_module
 from ddpify.engine.syntax import argument, dotted, parameter_names
 from ddpify.engine.uniformity.sources import rng_family
 from ddpify.engine.values import built_by, dict_entries, passed_values, spread_values, written_otherwise
@@ -86,7 +89,7 @@ OTHER_RNGS = ("random.", "numpy.random.")
 WRAPPER = '''
 class {wrapper}({sampler}):
     """This rank's share of what `sampler` draws: whole batches, dealt to the ranks in turn, so that each batch is
-    one the sampler made; all ranks draw alike (torch's RNG seeded by the epoch)."""
+    one the sampler made; all ranks draw alike ({rngs} seeded by the epoch)."""
 
     def __init__(self, sampler, batch_size=1):
         super().__init__(range(len(sampler)), shuffle=False)
@@ -97,10 +100,10 @@ class {wrapper}({sampler}):
         self.num_samples = self.total_size // self.num_replicas
 
     def __iter__(self):
-        with torch.random.fork_rng(devices=[]):
+{seeded}        with torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(self.seed + self.epoch)
             drawn = list(self.sampler)
-        if drawn:  # padded like a DistributedSampler's, from the start
+{resumed}        if drawn:  # padded like a DistributedSampler's, from the start
             drawn = (drawn * -(-self.total_size // len(drawn)))[: self.total_size]
         size = self.batch_size
         starts = range(self.rank * size, self.total_size, self.num_replicas * size)
@@ -111,7 +114,7 @@ class {wrapper}({sampler}):
 # budget of ``iterations * batch_size`` draws), which the schedule and the last checkpoint count on.
 WHOLE_RUN_WRAPPER = '''
 class {wrapper}({sampler}):
-    """This rank's share of what `sampler` draws once for every rank, all ranks alike (torch's RNG seeded by the
+    """This rank's share of what `sampler` draws once for every rank, all ranks alike ({rngs} seeded by the
     epoch), in whole batches dealt to the ranks in turn: one pass is the whole training, so each rank keeps
     len(sampler) steps."""
 
@@ -123,10 +126,10 @@ class {wrapper}({sampler}):
         self.total_size = len(sampler) * self.num_replicas
 
     def __iter__(self):
-        with torch.random.fork_rng(devices=[]):
+{seeded}        with torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(self.seed + self.epoch)
             drawn = [i for _ in range(self.num_replicas) for i in self.sampler]
-        size, per_round = self.batch_size, self.batch_size * self.num_replicas
+{resumed}        size, per_round = self.batch_size, self.batch_size * self.num_replicas
         total = -(-len(drawn) // per_round) * per_round
         if drawn:
             drawn = (drawn * -(-total // len(drawn)))[:total]
@@ -476,17 +479,49 @@ def rng_draws(index: Index, value: cst.BaseExpression) -> list[tuple[cst.Call, s
 def _why_not_seedable(index: Index, call: cst.Call) -> str:
     """Why the script's own class ``call`` builds would draw differently on each rank ('' when it would not)."""
     cls = index.local_class(call.func)
-    if cls is None:
-        return ""
+    return _global_draws(index, cls)[1] if cls is not None else ""
+
+
+# What the wrapper cannot seed: an RNG object of the sampler's own, or the global state set by hand.
+_UNSEEDABLE = frozenset({"random.setstate", "numpy.random.set_state"})
+
+
+def _global_draws(index: Index, cls: cst.ClassDef) -> tuple[tuple[str, ...], str]:
+    """The global RNGs besides torch's (``random``, ``numpy``) that the sampler class ``cls`` draws from when it
+    is iterated, which the wrapper seeds alike on every rank; and why it cannot be seeded so ('' when it can):
+    a draw made elsewhere (in ``__init__``, once per rank) or from an RNG object of its own (``random.Random()``,
+    ``np.random.default_rng()``, seeded differently on each rank)."""
+    iterate = index.method(cls, "__iter__")
+    families: list[str] = []
     for node in index.walk(cls):
-        if isinstance(node, (cst.Name, cst.Attribute)):
-            for name in sorted(index.qualified_names(node)):
-                if name.startswith(OTHER_RNGS):
-                    return (
-                        f"`{cls.name.value}` draws from `{name.rsplit('.', 1)[0]}`, which ddpify cannot seed the same "
-                        "way on every rank: draw from torch's RNG (or a torch.Generator) instead"
-                    )
-    return ""
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            continue
+        for name in sorted(index.qualified_names(node)):
+            if not name.startswith(OTHER_RNGS):
+                continue
+            module = name.rsplit(".", 1)[0]
+            call = index.parent(node)
+            family = rng_family(index, call) if isinstance(call, cst.Call) and call.func is node else ""
+            inside = iterate is not None and any(a is iterate for a in index.ancestors(node))
+            if not family or name in _UNSEEDABLE or not inside:
+                where = "" if inside or not family else " outside `__iter__` (once on each rank)"
+                return (), (
+                    f"`{cls.name.value}` draws from `{module}`{where}, which ddpify cannot seed the same way on every "
+                    "rank: draw from torch's RNG (or a torch.Generator) instead"
+                )
+            if family not in families:
+                families.append(family)
+    return tuple(sorted(families)), ""
+
+
+def sampler_rngs(index: Index, own: OwnSampler) -> tuple[str, ...]:
+    """The global RNGs besides torch's that the wrapped samplers of ``own`` draw from when iterated."""
+    found: set[str] = set()
+    for value in own.wrapped:
+        for built in built_by(index, value) or ():
+            if isinstance(built, cst.Call) and (cls := index.local_class(built.func)) is not None:
+                found.update(_global_draws(index, cls)[0])
+    return tuple(sorted(found))
 
 
 def _has_length(index: Index, cls: cst.ClassDef) -> bool:
@@ -533,6 +568,7 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
             code = f"{code} if {dist}.is_initialized() else None"
         plan.replace(cast(cst.BaseExpression, placeholder.value), _replaced_by(cst.parse_expression(code)))
     drawn = "the batches" if own.attribute == "batch_sampler" else "what"
+    rngs = sampler_rngs(index, own)
     times = " once for every rank, so that each rank keeps its number of steps (one pass is the whole training)"
     for value in own.wrapped:
         equivalent = distributed_equivalent(plan, own, value, whole_run)
@@ -542,7 +578,7 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
         plan.change(
             value,
             f"each rank takes its share of {drawn} `{plan.index.module.code_for_node(value)}` draws"
-            f"{times if whole_run else ''}; all ranks draw alike (torch's RNG seeded by the epoch)",
+            f"{times if whole_run else ''}; all ranks draw alike ({rngs_named(rngs)} seeded by the epoch)",
         )
     for placeholder in own.placeholders:
         plan.change(placeholder, f"the sampler that stayed None is a {sampler} over `{own.dataset}`")
@@ -647,16 +683,52 @@ def _replaced_by(new: cst.CSTNode) -> Callable[[cst.CSTNode], cst.CSTNode]:
     return lambda _: new
 
 
-def define_wrapper(plan: EditPlan, taken: set[str], whole_run: bool = False) -> str:
-    """Define the wrapper class once, right after the setup function; its name."""
+def define_wrapper(plan: EditPlan, taken: set[str], whole_run: bool = False, rngs: Sequence[str] = ()) -> str:
+    """Define the wrapper class once, right after the setup function; its name. ``rngs``: the global RNGs
+    besides torch's (``random``, ``numpy``) that a sampler it wraps draws from, which it seeds alike too."""
     name = fresh(
         "DistributedWholeRunSampler" if whole_run else "DistributedSamplerWrapper", plan.index.identifiers | taken
     )
     taken.add(name)
     template = WHOLE_RUN_WRAPPER if whole_run else WRAPPER
-    definition = cst.parse_module(template.format(wrapper=name, sampler=plan.names.sampler)).body[0]
+    seeded, resumed = _seeding(plan, rngs)
+    text = template.format(
+        wrapper=name, sampler=plan.names.sampler, rngs=rngs_named(rngs), seeded=seeded, resumed=resumed
+    )
+    definition = cst.parse_module(text).body[0]
     plan.add_setup_helper(name, cast(cst.ClassDef, definition))
     return name
+
+
+def rngs_named(rngs: Sequence[str]) -> str:
+    """How the wrapper's docstring and the change summary name the RNGs it seeds."""
+    if not rngs:
+        return "torch's RNG"
+    named = ["torch's", *({"numpy": "NumPy's", "random": "Python's"}[r] for r in rngs)]
+    return f"{', '.join(named[:-1])} and {named[-1]} RNGs"
+
+
+def _seeding(plan: EditPlan, rngs: Sequence[str]) -> tuple[str, str]:
+    """The wrapper's lines that seed the global RNGs ``rngs`` alike on every rank before the sampler draws,
+    and those that give this rank its own state back after."""
+    seeded = resumed = ""
+    for family in rngs:
+        if family == "random":
+            module = plan.names.random
+            get, seed, put, state = f"{module}.getstate", f"{module}.seed", f"{module}.setstate", "random_state"
+        else:
+            module = plan.names.numpy
+            get, seed, put = f"{module}.random.get_state", f"{module}.random.seed", f"{module}.random.set_state"
+            state = "numpy_state"
+        if not imports_module(plan.index.module, module, family):
+            plan.need_import(family, asname=None if module == family else module)
+        seeded += f"        {state} = {get}()\n        {seed}(self.seed + self.epoch)\n"
+        resumed += f"        {put}({state})\n"
+    if seeded:
+        named = " and ".join({"numpy": "NumPy's RNG", "random": "Python's random"}[r] for r in rngs)
+        why = f"# the sampler draws from {named} too: seeded alike on every rank, then this rank's state again"
+        seeded = f"        {why}\n{seeded}"
+    return seeded, resumed
 
 
 @dataclass(frozen=True)

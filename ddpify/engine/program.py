@@ -25,6 +25,8 @@ class Names:
     setup: str
     os: str
     atexit: str
+    random: str = "random"
+    numpy: str = "np"
 
 
 @dataclass
@@ -208,6 +210,8 @@ def _names(index: Index) -> Names:
         setup=fresh("setup_distributed", "setup_ddp_process_group"),
         os=os_name,
         atexit=atexit_name,
+        random="random" if _free_for_module(index, "random") else "random_",
+        numpy="np" if _free_for_module(index, "np", "numpy") else "numpy_",
     )
 
 
@@ -218,7 +222,7 @@ def _free_for_module(index: Index, name: str, full: str | None = None) -> bool:
     if name not in index.identifiers:
         return True
     for module in index.modules or [index.module]:
-        if _imports_module(module, name, full or name):
+        if imports_module(module, name, full or name):
             continue
         if any(name in names and index.module_of(scope) is module for scope, names in index.bound.items()):
             return False
@@ -227,7 +231,7 @@ def _free_for_module(index: Index, name: str, full: str | None = None) -> bool:
     return True
 
 
-def _imports_module(module: cst.Module, name: str, full: str) -> bool:
+def imports_module(module: cst.Module, name: str, full: str) -> bool:
     """Whether ``module`` has a top-level ``import <full>`` binding ``name`` (``import os``,
     ``import torch.distributed as dist``)."""
     for stmt in module.body:

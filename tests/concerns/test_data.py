@@ -377,11 +377,19 @@ SAMPLER_CASES = {
         "loader = DataLoader(ds, batch_size=8, sampler=Endless())",
         "`Endless` has no `__len__`",
     ),
-    "a sampler drawing from numpy": (
-        "import numpy as np\nclass Shuffled(Sampler):\n    def __iter__(self):\n"
-        "        return iter(np.random.permutation(10).tolist())\n    def __len__(self):\n        return 10\n"
+    "a sampler drawing from numpy when it is made": (
+        "import numpy as np\nclass Shuffled(Sampler):\n    def __init__(self):\n"
+        "        self.order = np.random.permutation(10).tolist()\n    def __iter__(self):\n"
+        "        return iter(self.order)\n    def __len__(self):\n        return 10\n"
         "loader = DataLoader(ds, batch_size=8, sampler=Shuffled())",
-        "`Shuffled` draws from `numpy.random`",
+        "`Shuffled` draws from `numpy.random` outside `__iter__`",
+    ),
+    "a sampler drawing from a numpy generator of its own": (
+        "import numpy as np\nclass Shuffled(Sampler):\n    def __init__(self):\n"
+        "        self.rng = np.random.default_rng()\n    def __iter__(self):\n"
+        "        return iter(self.rng.permutation(10).tolist())\n    def __len__(self):\n        return 10\n"
+        "loader = DataLoader(ds, batch_size=8, sampler=Shuffled())",
+        "`Shuffled` draws from `numpy.random`, which ddpify cannot seed",
     ),
     "a sampler chosen in a loop": (
         "for sampler in (RandomSampler(ds),):\n    pass\nloader = DataLoader(ds, batch_size=8, sampler=sampler)",
@@ -434,7 +442,8 @@ def test_the_sampler_wrapper_deals_out_one_draw_of_the_sampler_evenly(monkeypatc
     from ddpify.concerns import samplers
 
     namespace = {"torch": torch, "DistributedSampler": DistributedSampler}
-    exec(samplers.WRAPPER.format(wrapper="Wrapper", sampler="DistributedSampler"), namespace)
+    text = samplers.WRAPPER.format(wrapper="Wrapper", sampler="DistributedSampler", rngs="", seeded="", resumed="")
+    exec(text, namespace)
     weighted = WeightedRandomSampler(torch.tensor([1.0, 1.0, 8.0, 1.0, 1.0]), num_samples=11)
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 3)
     rng = torch.get_rng_state()
@@ -458,6 +467,58 @@ def test_the_sampler_wrapper_deals_out_one_draw_of_the_sampler_evenly(monkeypatc
     assert dealt == drawn
     assert shares(1) == first and shares(2) != first
     assert torch.equal(torch.get_rng_state(), rng)  # the script's own RNG stream is left as it was
+
+
+def test_the_sampler_wrapper_seeds_python_and_numpy_alike_on_every_rank_and_gives_each_its_state_back(
+    monkeypatch,
+) -> None:
+    """A sampler of the script's own drawing from Python's and NumPy's global RNGs in ``__iter__``: every rank
+    draws the same sequence and takes a disjoint share; each rank's own streams go on as if nothing drew."""
+    torch = pytest.importorskip("torch")
+    import random
+    from types import SimpleNamespace
+
+    import libcst as cst
+    import numpy as np
+    from torch.utils.data import DistributedSampler
+
+    from ddpify.concerns import samplers
+
+    plan = SimpleNamespace(
+        names=SimpleNamespace(random="random", numpy="np"),
+        index=SimpleNamespace(module=cst.parse_module("import numpy as np\nimport random\n")),
+    )
+    seeded, resumed = samplers._seeding(plan, ["numpy", "random"])  # type: ignore[arg-type]
+    text = samplers.WRAPPER.format(
+        wrapper="Wrapper", sampler="DistributedSampler", rngs="", seeded=seeded, resumed=resumed
+    )
+    namespace = {"torch": torch, "DistributedSampler": DistributedSampler, "random": random, "np": np}
+    exec(text, namespace)
+
+    class Drawn:
+        def __len__(self) -> int:
+            return 12
+
+        def __iter__(self):
+            return iter([random.randrange(1000) + 1000 * int(np.random.randint(5)) for _ in range(12)])
+
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
+    random.seed(7)
+    np.random.seed(7)
+    expected_random, expected_numpy = random.random(), np.random.random()
+    random.seed(7)
+    np.random.seed(7)
+    shares = []
+    for rank in range(2):
+        monkeypatch.setattr(torch.distributed, "get_rank", lambda rank=rank: rank)
+        wrapper = namespace["Wrapper"](Drawn())
+        wrapper.set_epoch(3)
+        shares.append(list(wrapper))
+    assert (random.random(), np.random.random()) == (expected_random, expected_numpy)  # as if nothing drew
+    random.seed(3)  # what the wrapper seeds with: the sampler's seed (0) plus the epoch
+    np.random.seed(3)
+    drawn = list(Drawn())
+    assert [shares[p % 2][p // 2] for p in range(12)] == drawn
 
 
 def test_only_the_entries_of_a_dict_of_loaders_that_the_backward_pass_is_guarded_by_train(read) -> None:

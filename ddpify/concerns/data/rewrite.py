@@ -18,7 +18,7 @@ from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, CARRIED_STATE, NO_DAT
 from ddpify.concerns.data.facts import Facts, Loader, batch_size, batch_size_arg, is_false, is_none, is_true
 from ddpify.concerns.data.seeds import seed_order, seed_split
 from ddpify.concerns.data.streams import define_shard, shard_stream
-from ddpify.concerns.samplers import define_wrapper, needs_wrapper, sample_entries, share
+from ddpify.concerns.samplers import define_wrapper, needs_wrapper, sample_entries, sampler_rngs, share
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement, without_default
 from ddpify.engine.syntax import argument
 from ddpify.result import Options
@@ -41,6 +41,15 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     taken: set[str] = set()
     helper = wrapper = whole_run_wrapper = shard = None
     renamed: dict[cst.For | cst.While, str] = {}  # ``for _ in range(n)``: the name its epoch gets
+    # the global RNGs besides torch's that a sampler the wrapper deals out draws from: it seeds them alike too
+    rngs = sorted(
+        {
+            rng
+            for loader in facts.loaders
+            if loader.training and loader.own_sampler is not None
+            for rng in sampler_rngs(plan.index, loader.own_sampler)
+        }
+    )
     for loader in facts.loaders:
         if loader.training:
             own = loader.own_sampler
@@ -50,9 +59,9 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 reshuffles = False
             elif own is not None:
                 if own.wrapped and loader.whole_run:
-                    whole_run_wrapper = whole_run_wrapper or define_wrapper(plan, taken, whole_run=True)
+                    whole_run_wrapper = whole_run_wrapper or define_wrapper(plan, taken, whole_run=True, rngs=rngs)
                 elif needs_wrapper(plan, own, whole_run=False):
-                    wrapper = wrapper or define_wrapper(plan, taken)
+                    wrapper = wrapper or define_wrapper(plan, taken, rngs=rngs)
                 share(plan, own, (whole_run_wrapper if loader.whole_run else wrapper) or "", loader.whole_run)
                 if own.by_default:
                     _sampler_by_default(plan, loader, taken)
