@@ -320,7 +320,7 @@ class ForwardChecks:
             for call in sorted(calls, key=lambda c: count[cast(cst.Attribute, c.func).attr.value]):
                 condition = conditions[call]
                 if condition is not None and cast(cst.Attribute, call.func).attr.value not in always:
-                    holds = "holds" if self._run_where_it_holds(call, condition) else "does not hold"
+                    holds = "holds" if _runs_where_it_holds(index, call, condition) else "does not hold"
                     return (
                         f"`{self_name}.{cast(cst.Attribute, call.func).attr.value}` runs only when "
                         f"`{index.module.code_for_node(condition)}` {holds}"
@@ -527,14 +527,6 @@ class ForwardChecks:
                     found.append(callee)
         return found
 
-    def _run_where_it_holds(self, call: cst.Call, test: cst.BaseExpression) -> bool:
-        """Whether ``call`` runs where ``test`` (from :meth:`_varying_condition`) holds: in the body of its
-        ``if``, not in its ``else`` nor after an earlier ``if`` that returns."""
-        owner = self.index.parent(test)
-        if isinstance(owner, cst.If | cst.IfExp) and self.index.inside(call, owner):
-            return self.index.inside(call, owner.body) or call is owner.body
-        return False
-
     def _varying_condition(self, call: cst.Call, forward: cst.FunctionDef, self_name: str) -> cst.BaseExpression | None:
         """The test of an ``if`` that decides whether ``call`` runs, when it may differ between steps."""
         index = self.index
@@ -557,12 +549,20 @@ class ForwardChecks:
                 return True
             return False
 
+        attr = cast(cst.Attribute, call.func).attr.value
+
+        def decides(test: cst.BaseExpression, runs_where_it_holds: bool) -> bool:
+            # ``if self.downsample is not None: identity = self.downsample(x)``: the submodule runs
+            # whenever it exists, so its parameters, where it has any, get a gradient in every step
+            exists = _tests_existence(test, self_name, attr)
+            return varies(test) and (exists is None or exists != runs_where_it_holds)
+
         node: cst.CSTNode = call
         while node is not forward:
             parent = index.parent(node)
-            if isinstance(parent, cst.IfExp) and node is not parent.test and varies(parent.test):
+            if isinstance(parent, cst.IfExp) and node is not parent.test and decides(parent.test, node is parent.body):
                 return parent.test
-            if isinstance(node, cst.If) and varies(node.test):
+            if isinstance(node, cst.If) and decides(node.test, index.inside(call, node.body)):
                 return node.test
             if isinstance(node, cst.BaseStatement):
                 # ``if big: return self.expert_big(h)`` earlier in the same block
@@ -571,7 +571,7 @@ class ForwardChecks:
                     for earlier in block.body[: block.body.index(node)]:
                         if (
                             isinstance(earlier, cst.If)
-                            and varies(earlier.test)
+                            and decides(earlier.test, False)
                             and any(isinstance(n, cst.Return) for n in index.walk(earlier.body))
                         ):
                             return earlier.test
@@ -718,19 +718,24 @@ def _elements(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
 
 def _on_every_path(index: Index, calls: list[tuple[cst.Call, cst.BaseExpression | None]]) -> bool:
     """Whether the calls of one submodule, each with the test that decides whether it runs, run it on every
-    path: one runs whatever the tests, or two run in the two branches of one ``if`` (``if self.use_tf:
-    x = self.embed(y)`` / ``else: x = self.embed(prev)``)."""
+    path: one runs whatever the tests, or two run on the two sides of one test (``if self.use_tf: x =
+    self.embed(y)`` / ``else: x = self.embed(prev)``; ``if flat: return self.out(h)`` then ``return
+    self.out(self.hidden(h))``)."""
     if any(condition is None for _, condition in calls):
         return True
+    sides: dict[cst.BaseExpression, set[bool]] = {}
     for call, condition in calls:
-        chain = index.parent(condition) if condition is not None else None
-        if not isinstance(chain, cst.If) or chain.test is not condition or chain.orelse is None:
-            continue
-        inside_body = index.inside(call, chain.body)
-        if inside_body and any(
-            other is not call and test is condition and index.inside(other, chain.orelse) for other, test in calls
-        ):
-            return True
+        assert condition is not None
+        sides.setdefault(condition, set()).add(_runs_where_it_holds(index, call, condition))
+    return any(len(found) == 2 for found in sides.values())
+
+
+def _runs_where_it_holds(index: Index, call: cst.Call, test: cst.BaseExpression) -> bool:
+    """Whether ``call`` runs where ``test`` (from :meth:`ForwardChecks._varying_condition`) holds: in the body of its
+    ``if``, not in its ``else`` nor after an earlier ``if`` that returns."""
+    owner = index.parent(test)
+    if isinstance(owner, cst.If | cst.IfExp) and index.inside(call, owner):
+        return index.inside(call, owner.body) or call is owner.body
     return False
 
 
@@ -760,3 +765,29 @@ def _mentions_any(index: Index, expr: cst.BaseExpression, names: set[str]) -> bo
     if not names:
         return False
     return any(isinstance(node, cst.Name | cst.Attribute) and dotted(node) in names for node in index.walk(expr))
+
+
+def _tests_existence(test: cst.BaseExpression, self_name: str, attr: str) -> bool | None:
+    """Whether ``test`` holds exactly where the submodule ``self.<attr>`` exists (``self.proj is not None``,
+    ``self.proj``, ``hasattr(self, "proj")``): True; exactly where it does not (``self.proj is None``, ``not
+    self.proj``): False; None for any other test."""
+    field = m.Attribute(value=m.Name(self_name), attr=m.Name(attr))
+    if m.matches(test, field) or m.matches(
+        test, m.Call(func=m.Name("hasattr"), args=[m.Arg(m.Name(self_name)), m.Arg(m.SimpleString())])
+    ):
+        if isinstance(test, cst.Call):
+            name = cast(cst.SimpleString, test.args[1].value).evaluated_value
+            return True if name == attr else None
+        return True
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _tests_existence(test.expression, self_name, attr)
+        return None if inner is None else not inner
+    if (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and m.matches(test.left, field)
+        and m.matches(test.comparisons[0].comparator, m.Name("None"))
+    ):
+        operator = test.comparisons[0].operator
+        return True if isinstance(operator, cst.IsNot) else False if isinstance(operator, cst.Is) else None
+    return None
