@@ -135,11 +135,13 @@ class ProgramClasses:
         """The method ``name`` that instances of ``cls`` run: its own or a base class's.
 
         With ``dispatch`` (a call through ``self``), a method that only raises
-        ``NotImplementedError`` (or does nothing) and is overridden in exactly one
-        subclass of the program is that override: the one the program runs.
+        ``NotImplementedError`` (or does nothing), or that the class does not define
+        at all (a template method of a base class calling what its subclasses
+        supply), and that is defined in exactly one subclass of the program, is that
+        subclass's: the one the program runs.
         """
         found = next((f for c in self.ancestry(cls) if (f := self.functions.get((c, name))) is not None), None)
-        if dispatch and found is not None and _is_abstract(found):
+        if dispatch and (found is None or _is_abstract(found)):
             overrides = [f for sub in self._subclasses(cls) if (f := self.functions.get((sub, name))) is not None]
             if len(overrides) == 1:
                 return overrides[0]
