@@ -60,6 +60,7 @@ CASES = [
     "data/identity_batches_from_a_sampler_of_its_own",
     "data/batch_sampler_drawing_from_numpy",
     "model/submodule_run_whenever_it_exists",
+    "data/loader_iterator_built_again_for_each_pass",
     "model/builder_shared_by_training_and_sampling",
     "loop_control/plateau_scheduler_on_a_running_average",
     "loop_control/step_skipped_where_the_loss_is_not_finite",

@@ -75,6 +75,9 @@ class Loader:
     inline: Inline | None = None
     # ``logits, hidden = model(x, hidden)`` over it, unshuffled: each rank takes a contiguous run of its batches
     carried: str | None = None
+    # ``it = iter(DataLoader(...))`` built again alike for each new pass (``except StopIteration:``): the first
+    # construction of them, whose sampler every pass shares, with its epoch moved on at each new one
+    first_pass: cst.Call | None = None
 
 
 @dataclass(frozen=True)

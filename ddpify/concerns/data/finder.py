@@ -63,6 +63,15 @@ class LoaderFinder:
             return index.ref_of(target, scope)
         if isinstance(parent, cst.Return) and isinstance(scope, cst.FunctionDef):
             return Ref(scope, "<return>")
+        if (
+            isinstance(parent, cst.Arg)
+            and isinstance(made := index.parent(parent), cst.Call)
+            and m.matches(made.func, m.Name("iter"))
+            and len(made.args) == 1
+            and (target := single_target(index.parent(made))) is not None
+        ):
+            # ``batches = iter(DataLoader(...))``: the iterator holds the loader's batches, drawn with ``next()``
+            return index.ref_of(target, scope)
         if isinstance(parent, cst.Arg):
             # ``train(DataLoader(...), epochs)``, ``cycle(DataLoader(...))``: the parameter of the program's own
             # function (or generator) that receives the loader built in its call holds it from there on
@@ -154,7 +163,33 @@ class LoaderFinder:
                 tuple(self.reads.sampler_reads(refs)) if own is not None and own.wrapped else (),
                 self._trains_when(call, sites) if evaluated else None,
                 carried=carried,
+                first_pass=self._first_pass(call, origin) if training else None,
             )
+
+    def _first_pass(self, call: cst.Call, origin: Ref | None) -> cst.Call | None:
+        """``it = iter(DataLoader(...))``, and the same loader built again into ``it`` where a pass ends: the
+        first of those constructions, whose sampler the others can share. None where the loader is built once,
+        where the constructions differ, or where the data set may be made anew between them (a sampler made
+        over the first would not fit it)."""
+        index = self.index
+        made = index.parent(index.parent(call))
+        if origin is None or not (isinstance(made, cst.Call) and m.matches(made.func, m.Name("iter"))):
+            return None
+        values = [value for _, value in index.values_assigned(origin)]
+        loaders = [cast(cst.Call, cast(cst.Call, v).args[0].value) for v in values if _iter_of_a_loader(index, v)]
+        if len(loaders) < 2 or len(loaders) != len(values):
+            return None
+        text = index.module_of(call).code_for_node(call)
+        if any(index.module_of(c).code_for_node(c) != text or index.scope_of(c) is not origin.scope for c in loaders):
+            return None
+        first = min(loaders, key=index.order.__getitem__)
+        if any(index.enclosing_loops(index.statement_of(first))):
+            return None  # built in a loop itself: which construction comes first is not the order in the source
+        for name in index.walk(first):
+            ref = index.ref_of(name, origin.scope) if isinstance(name, cst.Name) else None
+            if ref is not None and any(index.after(a, first) for a in index.assignments_to(ref)):
+                return None
+        return first
 
     def _inline(self, call: cst.Call) -> Inline | None:
         """``for x, y in DataLoader(...)`` (or through ``enumerate``/``tqdm``) that trains, inside an epoch
@@ -891,3 +926,14 @@ def _not_split_in_runs(
     if evaluated:
         return "is built by a function that builds evaluation loaders too"
     return ""
+
+
+def _iter_of_a_loader(index: Index, value: cst.BaseExpression) -> bool:
+    """``iter(DataLoader(...))``."""
+    return (
+        isinstance(value, cst.Call)
+        and m.matches(value.func, m.Name("iter"))
+        and len(value.args) == 1
+        and isinstance(loader := value.args[0].value, cst.Call)
+        and index.builds_loader(loader)
+    )

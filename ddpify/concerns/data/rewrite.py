@@ -41,6 +41,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     taken: set[str] = set()
     helper = wrapper = whole_run_wrapper = shard = None
     renamed: dict[cst.For | cst.While, str] = {}  # ``for _ in range(n)``: the name its epoch gets
+    passes: dict[cst.Call, str] = {}  # a loader built again for each pass: the sampler its passes share
     # the global RNGs besides torch's that a sampler the wrapper deals out draws from: it seeds them alike too
     rngs = sorted(
         {
@@ -67,7 +68,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                     _sampler_by_default(plan, loader, taken)
                 reshuffles = own.reshuffles
             else:
-                reshuffles = _add_sampler(plan, loader, taken, options.keep_global_batch)
+                reshuffles = _add_sampler(plan, loader, taken, options.keep_global_batch, passes)
             if reshuffles:
                 _set_epoch(plan, loader, taken, own.attribute if own is not None else "sampler", renamed)
             if options.keep_global_batch:
@@ -84,8 +85,11 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 plan.change(attribute, f"len({text}.dataset) -> len({text}.sampler): the samples this rank trains on")
 
 
-def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_batch: bool) -> bool:
-    """Give the loader its DistributedSampler; whether that sampler shuffles (and so needs ``set_epoch``)."""
+def _add_sampler(
+    plan: EditPlan, loader: Loader, taken: set[str], keep_global_batch: bool, passes: dict[cst.Call, str]
+) -> bool:
+    """Give the loader its DistributedSampler; whether that sampler shuffles (and so needs ``set_epoch``).
+    ``passes``: the sampler named for the first construction of a loader built again for each pass."""
     index = plan.index
     call = loader.call
     sampler = plan.names.sampler
@@ -182,6 +186,20 @@ def _add_sampler(plan: EditPlan, loader: Loader, taken: set[str], keep_global_ba
                 _hoist(plan, stmt, f"{named}.set_epoch({inline.epoch})")
                 plan.change(inline.loop, f"call `{named}.set_epoch({inline.epoch})` before each pass over the data")
                 shuffles = False  # its epoch is set here
+            value = cst.Name(named)
+            new_arg = new_arg.with_changes(value=value)
+        elif loader.first_pass is not None and shuffles:
+            # ``it = iter(DataLoader(...))`` built again where a pass ends: one sampler for every pass, its
+            # epoch moved on at each new one, as ``set_epoch`` would be in an epoch loop
+            named = passes.get(loader.first_pass, "")
+            if not named:
+                named = passes[loader.first_pass] = fresh("train_sampler", index.identifiers | taken)
+                taken.add(named)
+                _hoist(plan, stmt, f"{named} = {code}")
+            else:
+                _hoist(plan, stmt, f"{named}.set_epoch({named}.epoch + 1)")
+                plan.change(call, f"a new pass over the data: `{named}.set_epoch(...)` reshuffles it")
+            shuffles = False
             value = cst.Name(named)
             new_arg = new_arg.with_changes(value=value)
         if shuffle is not None:
