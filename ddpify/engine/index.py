@@ -122,6 +122,17 @@ class Index(ProgramClasses):
         """The node ``node`` is a child of (None for the module, or for None)."""
         return self.parents.get(node) if node is not None else None
 
+    def stored(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is written, not read: a target of an assignment (in a tuple too) or of a ``for``."""
+        child, parent = node, self.parent(node)
+        while isinstance(parent, cst.Tuple | cst.List | cst.Element | cst.StarredElement):
+            child, parent = parent, self.parent(parent)
+        if isinstance(parent, cst.AssignTarget | cst.AugAssign | cst.AnnAssign):
+            return parent.target is child
+        if isinstance(parent, cst.For):
+            return parent.target is child
+        return isinstance(parent, cst.AsName)
+
     def names_a_variable(self, name: cst.Name) -> bool:
         """Whether ``name`` names a variable: neither the attribute after a dot (``torch.utils.data``'s
         ``data``) nor a call's keyword (``shuffle=``)."""

@@ -271,7 +271,10 @@ class _Finder:
         # ``train()`` and ``sample()``): the wrap goes where this optimizer's model comes from or goes, or where
         # a copy of it reaches code that trains (``self.model = model.to(gpu)`` of a Trainer), never into a
         # branch that only runs the model
-        on_path = upstream(index, ref) | index.downstream(ref)
+        # A place the model only goes on to is on the path where the training reads it: not a helper's parameter
+        # that it only describes or saves (``def describe(net): net = net.module ...``), whose rebinding the
+        # caller never sees
+        on_path = upstream(index, ref)
         targets = [move[1] for move in moves] + [c[1] for c in creations] + [w[1] for w in wraps]
         trained = {t for t in targets if t in on_path or self._reaches_training(t)}
         if trained:
@@ -773,10 +776,18 @@ class _Finder:
                 isinstance(owner, cst.If)
                 and owner is not self.index.main_guard
                 and (target is None or self._bound_after(owner, target))
+                and not self._trains_later_in(block, current)
             ):
                 current = owner
             else:
                 return current
+
+    def _trains_later_in(self, block: cst.CSTNode | None, stmt: cst.BaseStatement) -> bool:
+        """Whether a statement after ``stmt`` in its ``block`` trains (``model = trainer.train(model, ...)`` in
+        the branch that builds the model): the wrap cannot wait for the end of the branch."""
+        body = list(block.body) if isinstance(block, cst.IndentedBlock) else []
+        later = body[body.index(stmt) + 1 :] if stmt in body else []
+        return any(self.index.trains(s) for s in later if not isinstance(s, (cst.FunctionDef, cst.ClassDef)))
 
     def _bound_after(self, branches: cst.If, target: Ref) -> bool:
         """Whether ``target`` is bound after the ``if`` on every path: before it, or in each of its branches."""
@@ -788,7 +799,7 @@ class _Finder:
             target.path in parameter_names(scope) or target.path in {p.name.value for p in scope.params.kwonly_params}
         ):
             return True  # a parameter: bound on entry
-        bindings = [read for read in index.mentions(scope, target) if _stored(index, read)]
+        bindings = [read for read in index.mentions(scope, target) if index.stored(read)]
         if any(index.after(branches, b) for b in bindings):
             return True
         branch: cst.If | cst.Else | None = branches
@@ -1029,15 +1040,3 @@ def depths(index: Index, lineage: set[Ref]) -> dict[Ref, int]:
                     nxt.append(flow.dst)
         frontier = nxt
     return depth
-
-
-def _stored(index: Index, node: cst.CSTNode) -> bool:
-    """Whether ``node`` is written, not read: a target of an assignment (in a tuple too) or of a ``for``."""
-    child, parent = node, index.parent(node)
-    while isinstance(parent, cst.Tuple | cst.List | cst.Element | cst.StarredElement):
-        child, parent = parent, index.parent(parent)
-    if isinstance(parent, cst.AssignTarget | cst.AugAssign | cst.AnnAssign):
-        return parent.target is child
-    if isinstance(parent, cst.For):
-        return parent.target is child
-    return isinstance(parent, cst.AsName)
