@@ -562,7 +562,10 @@ class LoaderFinder:
                 break
             filled = index.parameter_of(arg)
             if filled is not None and filled.scope is function:
-                bound[filled.path] = _literal(index, arg.value)
+                value = _literal(index, arg.value)
+                if value is _UNKNOWN and isinstance(arg.value, cst.Name):
+                    value = _fixed_by_a_test(index, arg.value, call)
+                bound[filled.path] = value
         return {name: value for name, value in bound.items() if value is not _UNKNOWN}
 
     def _kept_by(self, call: cst.Call) -> list[Ref]:
@@ -860,6 +863,30 @@ def _literal(index: Index, value: cst.BaseExpression) -> object:
     """The value of a constant argument (``"train"``, ``0``, ``True``); ``_UNKNOWN`` for anything else."""
     spelled = _constant(index, value)
     return ast.literal_eval(spelled) if spelled is not None else _UNKNOWN
+
+
+def _fixed_by_a_test(index: Index, name: cst.Name, call: cst.Call) -> object:
+    """The constant ``name`` holds where ``call`` runs, from an ``if name == <constant>:`` (or ``elif``) whose
+    body holds the call (``if phase == "val": val_loader = make_loader(ds, phase)``); ``_UNKNOWN`` otherwise."""
+    for ancestor in index.ancestors(call):
+        if isinstance(ancestor, cst.FunctionDef | cst.ClassDef | cst.Lambda):
+            break
+        if not (isinstance(ancestor, cst.If) and index.inside(call, ancestor.body)):
+            continue
+        test = ancestor.test
+        if (
+            isinstance(test, cst.Comparison)
+            and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)
+            and m.matches(test.left, m.Name(name.value))
+        ):
+            value = _literal(index, test.comparisons[0].comparator)
+            rebound = any(
+                isinstance(node, cst.Name) and node.value == name.value and index.stored(node)
+                for node in index.walk(ancestor.body)
+            )
+            return _UNKNOWN if rebound else value
+    return _UNKNOWN
 
 
 def _evaluated(test: cst.BaseExpression, bound: dict[str, object]) -> object:
