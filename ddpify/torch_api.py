@@ -237,6 +237,7 @@ OUTPUT_FUNCTIONS = frozenset(
         "skimage.io.imsave",
         "soundfile.write",
         "scipy.io.wavfile.write",
+        "scipy.io.savemat",
         "torchaudio.save",
         "librosa.output.write_wav",
         "json.dump",
@@ -248,14 +249,17 @@ OUTPUT_FUNCTIONS = frozenset(
 # Progress lines written to the terminal by hand.
 TERMINAL_OUTPUT = frozenset({"sys.stdout.write", "sys.stdout.flush", "sys.stderr.write", "sys.stderr.flush"})
 # fig.savefig(...) on any figure, df.to_csv(path), Path(...).write_text(...)
-OUTPUT_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes"})
-# What makes a PIL image, whose ``.save(path)`` writes a file (``Image.fromarray(grid).save("samples.png")``).
+OUTPUT_METHODS = frozenset({"savefig", "to_csv", "to_pickle", "to_parquet", "write_text", "write_bytes"})
+# What makes an object whose ``.save(path)`` writes a file: a PIL image (``Image.fromarray(grid).save("samples.png")``),
+# a matplotlib animation (``FuncAnimation(fig, draw, frames=n).save("chain.gif")``).
 PIL_IMAGES = frozenset(
     {
         "PIL.Image.fromarray",
         "PIL.Image.open",
         "PIL.Image.new",
         "torchvision.transforms.functional.to_pil_image",
+        "matplotlib.animation.FuncAnimation",
+        "matplotlib.animation.ArtistAnimation",
     }
 )
 # Experiment trackers: created on rank 0 only (None elsewhere), every use on rank 0 only.

@@ -138,7 +138,7 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
     makedirs = tuple(
         c
         for c in index.calls
-        if index.is_call_to(c, torch_api.MAKEDIRS)
+        if (index.is_call_to(c, torch_api.MAKEDIRS) or _path_mkdir(index, c))
         and argument(c, "exist_ok") is None
         and len(c.args) < 3
         and not finder.exempt(c)
@@ -164,6 +164,22 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
 
 
 _INPUT = frozenset({"builtins.input"})
+
+
+def _path_mkdir(index: Index, call: cst.Call) -> bool:
+    """``output_dir.mkdir()`` of a ``pathlib.Path``: a method ``mkdir`` whose object is not a module and whose
+    arguments are pathlib's (``mode``, ``parents``, ``exist_ok``)."""
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == "mkdir"
+        and not index.qualified_names(func)
+        and not index.qualified_names(func.value) & {"os", "os.path"}
+        and all(
+            not a.star and (a.keyword is None or a.keyword.value in ("mode", "parents", "exist_ok")) for a in call.args
+        )
+        and len([a for a in call.args if a.keyword is None]) <= 1
+    )
 
 
 def _counts_read(index: Index, bar: cst.Call) -> bool:
@@ -249,14 +265,24 @@ def _file_read(index: Index, call: cst.Call) -> cst.BaseExpression | None:
             return None
         return call.args[0].value
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("read_text", "read_bytes"):
-        return call.func.value
+        return _path_of(index, call.func.value)
     return None
+
+
+_PATHS = frozenset({"pathlib.Path", "pathlib.PurePath"})
+
+
+def _path_of(index: Index, path: cst.BaseExpression) -> cst.BaseExpression:
+    """The path ``Path(path)`` is made from (what the program names the file by), or ``path`` itself."""
+    if isinstance(path, cst.Call) and index.is_call_to(path, _PATHS) and len(path.args) == 1 and not path.args[0].star:
+        return path.args[0].value
+    return path
 
 
 def _file_written(index: Index, call: cst.Call) -> cst.BaseExpression | None:
     """The path an output call writes: ``frame.to_csv(path)``, ``np.save(path, a)``, ``Path(p).write_text(s)``."""
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("write_text", "write_bytes"):
-        return call.func.value
+        return _path_of(index, call.func.value)
     if call.args and not call.args[0].keyword and not index.qualified_names(call.func) & _WRITES_INTO_A_FILE:
         return call.args[0].value
     return None

@@ -287,7 +287,8 @@ class Finder:
         )
 
     def _a_pil_image(self, expr: cst.BaseExpression) -> bool:
-        """Whether ``expr`` is an image PIL made (``Image.fromarray(array)``, also through ``.convert(...)``)."""
+        """Whether ``expr`` is an image PIL made (``Image.fromarray(array)``, also through ``.convert(...)``) or a
+        matplotlib animation: an object whose ``.save(path)`` writes a file."""
         index = self.index
         for value in built_by(index, expr) or ():
             while isinstance(value, cst.Call):

@@ -9,6 +9,7 @@ from typing import cast
 import libcst as cst
 
 import ddpify.engine.match as m
+from ddpify import torch_api
 from ddpify.concerns import checkpoints
 from ddpify.concerns.side_effects.facts import _TERMINAL, MODULE_OUTPUT_KEPT, Facts
 from ddpify.concerns.side_effects.finder import _callee_name
@@ -107,7 +108,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         plan.replace(file_name, _file_off_rank_zero(plan))
         plan.change(file_name, "the log file is written on global rank 0 only (the other ranks log to os.devnull)")
     for call in facts.makedirs:
-        if m.matches(call.func, m.Attribute(attr=m.Name("mkdir"))):
+        on_a_path = not plan.index.is_call_to(call, torch_api.MAKEDIRS)  # ``output_dir.mkdir()`` of pathlib
+        if m.matches(call.func, m.Attribute(attr=m.Name("mkdir"))) and not on_a_path:
             plan.replace(call, _call_makedirs)
         exist_ok = cst.Arg(
             keyword=cst.Name("exist_ok"),
@@ -115,7 +117,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
         )
         plan.replace(call, _append_argument(exist_ok))
-        plan.change(call, "os.makedirs(..., exist_ok=True): ranks creating the same folder do not race")
+        made = "Path.mkdir" if on_a_path else "os.makedirs"
+        plan.change(call, f"{made}(..., exist_ok=True): ranks creating the same folder do not race")
 
 
 def _entry_output_only(facts: Facts, plan: EditPlan) -> Facts:
