@@ -317,6 +317,21 @@ def path_shape(index: Index, path: cst.BaseExpression) -> str:
     return "" if "" in shapes or len(shapes) != 1 else shapes.pop()
 
 
+def _saves_its_parameter(index: Index, arg: cst.Arg) -> bool:
+    """Whether the program's function that ``arg`` is handed to passes the parameter it fills, as it is, to
+    ``torch.save`` (``def save_checkpoint(state, ...): torch.save(state, filename)``)."""
+    filled = index.parameter_of(arg)
+    if filled is None or not isinstance(filled.scope, cst.FunctionDef):
+        return False
+    return any(
+        isinstance(node, cst.Call)
+        and index.is_call_to(node, torch_api.SAVE)
+        and node.args
+        and index.ref_of(node.args[0].value, filled.scope) == filled
+        for node in index.walk(filled.scope.body)
+    )
+
+
 def saved(index: Index, value: cst.BaseExpression) -> bool:
     """Whether ``torch.save`` writes ``value`` itself: inside a dict, list or tuple that is saved, directly
     (``torch.save({"model": model}, f)``) or through a name (``ckpt = {"model": model}``,
@@ -335,6 +350,8 @@ def saved(index: Index, value: cst.BaseExpression) -> bool:
             return False
         if index.is_call_to(call, torch_api.SAVE):
             return call.args[0] is parent
+        if isinstance(value, (cst.List, cst.Tuple, cst.Dict)) and _saves_its_parameter(index, parent):
+            return True  # ``save_checkpoint({"model": model, ...}, path)`` whose helper ``torch.save``s it whole
         # save_ckpt(path, [("net", net)], step)
         return isinstance(value, (cst.List, cst.Tuple, cst.Dict)) and _handles_state_dicts(index, call)
     if not isinstance(parent, (cst.Assign, cst.AnnAssign)) or parent.value is not value:
