@@ -20,6 +20,9 @@ train wrongly under ``torchrun``:
 * DDP908 a collective ddpify added (a broadcast, a reduction, the wrap, or a helper
   of the script that runs one) runs under a test of the rank.
 
+In a module other than the entry, the ``if __name__ == "__main__":`` block (a
+self-test) is left out: it never runs when the entry imports the module.
+
 Each check looks only at what it can decide from the syntax in one scope, and
 passes whenever it cannot decide: it exists to catch a clear violation, never
 to refuse a good script. A violation is a bug in ddpify; the conversion is
@@ -76,6 +79,8 @@ def check(code: str, path: str = "<string>", *, entry: bool = True, original: st
         before = ast.parse(original)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []  # the output is compiled elsewhere; what does not parse is not decidable here
+    if not entry:  # another module's main block (its self-test) never runs when the entry imports the module
+        tree.body = [stmt for stmt in tree.body if not (isinstance(stmt, ast.If) and is_main_block(stmt))]
     script = _Script(tree)
     script.entry = entry
     script.before = before
