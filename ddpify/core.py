@@ -26,6 +26,7 @@ from dataclasses import replace
 
 import libcst as cst
 
+import ddpify.engine.match as m
 from ddpify import bindings, collector, concerns, invariants, stops
 from ddpify.concerns.process_group import distributed_use
 from ddpify.diagnostics import (
@@ -43,6 +44,7 @@ from ddpify.diagnostics import (
 from ddpify.engine import already, reach
 from ddpify.engine.collect import Source
 from ddpify.engine.edits import EditPlan, apply, apply_program
+from ddpify.engine.index import Index
 from ddpify.engine.program import Program, read_program
 from ddpify.guards import compile_quietly, parse_checked, round_trip_failure
 from ddpify.result import Conversion, LocalModule, Options, Status
@@ -175,6 +177,32 @@ def _early_answer(
     return _outcome(source, Status.UNCHANGED, [ALREADY_DISTRIBUTED.at(line, column, message, where)])
 
 
+def _other_overrides(index: Index, method: cst.FunctionDef) -> list[cst.FunctionDef]:
+    """The other subclasses' methods of the same name where ``method`` is one subclass's version of a method
+    that a base class of the program calls through ``self`` (``self._run_one_epoch(epoch)``); [] otherwise."""
+    cls = index.method_class(method)
+    if cls is None:
+        return []
+    name = method.name.value
+    for base in index.ancestry(cls):
+        if base is cls:
+            continue
+        calls_it = any(
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == name
+            and m.matches(node.func.value, m.Name(index.self_name(index.scope_of(node)) or "self"))
+            for node in index.walk(base)
+        )
+        if calls_it:
+            return [
+                f
+                for sub in index.subclasses(base)
+                if sub is not cls and (f := index.functions.get((sub, name))) is not None
+            ]
+    return []
+
+
 def _training_unfollowed(loaded: tuple[str, int, str], trains_in: str, trains_at: int, path: str) -> Diagnostic:
     """DDP014: no training step the program's calls reach, a module loaded by a computed name
     (``loaded``: module, line, construct), and a backward pass at ``trains_in`` line ``trains_at``."""
@@ -229,11 +257,19 @@ def _plan(
         if trainer is not None:
             # a method called on an object ddpify cannot type trains: "nothing to do" would be a guess
             index = program.index
+            where_defined = f"`{trainer.name.value}` ({index.path_of(trainer)} line {index.position(trainer)[0]})"
+            rivals = _other_overrides(index, trainer)
+            how = (
+                f"is one of {len(rivals) + 1} subclasses' versions of a method that their base class calls "
+                "through `self` (ddpify follows such a call into a subclass only where one subclass defines it); "
+                "pick the subclass by its class name where the program builds the object"
+                if rivals
+                else "is called on an object ddpify cannot trace (a class taken from a dict by its name, or named "
+                "by a string, `eval(args.runner)`); build that object by its class where the program picks it"
+            )
             message = (
-                f"no training step that the program's calls reach as ddpify follows them, but "
-                f"`{trainer.name.value}` ({index.path_of(trainer)} line {index.position(trainer)[0]}) trains and "
-                f"is called on an object ddpify cannot trace (a class taken from a dict by its name, or named by a "
-                "string, `eval(args.runner)`); build that object by its class where the program picks it"
+                f"no training step that the program's calls reach as ddpify follows them, but {where_defined} "
+                f"trains and {how}"
             )
             return _outcome(source, Status.REFUSED, [TRAINING_OUT_OF_SIGHT.at(1, 1, message, path)])
         files = {name: program.index.paths[tree] for name, tree in program.index.module_names.items()}
@@ -355,7 +391,7 @@ def _with_stops(
             changed[file] = replace(original, code=new)
     for file in sorted(stopped_files & changed.keys()):
         lost += bindings.lost_bindings(_text(by_path[file].source), _text(changed[file].code or ""), file)
-    for file, new in [(path, code), *((f, m.code or "") for f, m in changed.items())]:
+    for file, new in [(path, code), *((f, module.code or "") for f, module in changed.items())]:
         compile_quietly(new, file)
     if lost:
         return _outcome(source, Status.INTERNAL_ERROR, [*refused.diagnostics, *lost])

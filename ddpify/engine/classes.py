@@ -142,12 +142,12 @@ class ProgramClasses:
         """
         found = next((f for c in self.ancestry(cls) if (f := self.functions.get((c, name))) is not None), None)
         if dispatch and (found is None or _is_abstract(found)):
-            overrides = [f for sub in self._subclasses(cls) if (f := self.functions.get((sub, name))) is not None]
+            overrides = [f for sub in self.subclasses(cls) if (f := self.functions.get((sub, name))) is not None]
             if len(overrides) == 1:
                 return overrides[0]
         return found
 
-    def _subclasses(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
+    def subclasses(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
         """Every class of the program that derives from ``cls``, at any depth."""
         classes = list(self.classes.values())
         found: list[cst.ClassDef] = []

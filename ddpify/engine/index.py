@@ -464,6 +464,11 @@ class Index(ProgramClasses):
             bases = self.bases(cls)
             method = next((f for b in bases if (f := self.method(b, func.attr.value)) is not None), None)
             return (method, 1) if method is not None else None
+        if isinstance(func, cst.Call):  # ``engine_for(task)(model, loader)``: the constructor of the class returned
+            classes = self.classes_returned(func)
+            init = self.method(classes[0], "__init__") if len(classes) == 1 else None
+            if init is not None:
+                return init, 1
         # ``Runner(args).run()``: a method of an instance of the program's own class
         return self.instance_method(call, scope)
 
@@ -643,6 +648,8 @@ class Index(ProgramClasses):
         if classes:
             return classes
         func = value.func
+        if isinstance(func, cst.Call) and depth <= 3:  # ``get_trainer(name)(loader, model)``
+            return self.classes_returned(func)
         if isinstance(func, cst.Attribute) and func.attr.value in torch_api.MODULE_CHAINING_METHODS:
             return self.classes_built(func.value, depth + 1)  # ``Classifier(16).to(device)``
         # (resolving the call may ask about this very value, or about others through their helpers: the
@@ -658,6 +665,26 @@ class Index(ProgramClasses):
             return [c for each in self.returned_values(callee[0]) for c in self.classes_built(each, depth + 1)]
         finally:
             self._following.discard(value)
+
+    def classes_returned(self, call: cst.Call) -> list[cst.ClassDef]:
+        """The program's classes that a call of a factory returns, where each of its ``return``s gives one
+        (``if name == "plain": return plain.Trainer`` ... ``return smooth.Trainer``), in source order; [] where
+        one gives anything else."""
+        callee = self.resolve_callee(call, self.scope_of(call))
+        returned = self.returned_values(callee[0]) if callee is not None else []
+        found: list[cst.ClassDef] = []
+        for value in returned:
+            classes = self.local_classes(value) if isinstance(value, (cst.Name, cst.Attribute)) else []
+            ref = self.ref_of(value, self.scope_of(value)) if not classes and isinstance(value, cst.Name) else None
+            if ref is not None and isinstance(ref.scope, cst.FunctionDef):
+                # ``Trainer = plain.Trainer`` in one branch, ``Trainer = smooth.Trainer`` in another
+                held = [v for _, v in self.values_assigned(ref)]
+                named = [self.local_classes(v) if isinstance(v, (cst.Name, cst.Attribute)) else [] for v in held]
+                classes = [c for each in named for c in each] if held and all(named) else []
+            if not classes:
+                return []
+            found += [c for c in classes if c not in found]
+        return found
 
     def _imported_callee(self, func: cst.BaseExpression) -> tuple[cst.FunctionDef, int] | None:
         """A function or constructor of another module of the program: ``get_loader`` or ``utils.get_loader``."""
