@@ -469,7 +469,8 @@ class ForwardChecks:
         # forward) and the methods of the class it calls, not an EMA update or sampling beside it.
         methods = [f for f in self._run_by(cls, entries) if not _no_grad_method(index, f)]
         holders = self._holders(cls)
-        for name in (*built, *passed):
+        weightless = self._parameter_free_fields(cls)  # ``self.idrop = nn.Dropout(p)``: nothing to wait for
+        for name in (*(b for b in built if b not in weightless), *passed):
             mentions = [a for f in methods for a in index.attributes.get(name, ()) if index.inside(a, f)]
             if not mentions and name in built:
                 # ``self.encoder = nn.Sequential(self.backbone, self.projector)``: run through the module holding it
