@@ -36,6 +36,7 @@ class RankLocal:
         """Whether ``expr``, in ``block``, reads a value that differs between ranks."""
         index = self.index
         local = self.names(block)
+        entries = {name.split("[", 1)[0] for name in local if "[" in name}  # holders of a varying entry
         for node in index.walk(expr):
             if (
                 isinstance(node, cst.Name)
@@ -44,6 +45,14 @@ class RankLocal:
                 and not self._rebound(node, local)
             ):
                 return True
+            if isinstance(node, cst.Subscript) and _keyed(node) in local:
+                return True
+            if (
+                isinstance(node, (cst.Name, cst.Attribute))
+                and dotted(node) in entries
+                and not (isinstance(entry := index.parent(node), cst.Subscript) and _keyed(entry))
+            ):
+                return True  # the whole dict, handed on or read under a key computed at run time
             if isinstance(node, cst.Attribute) and dotted(node) in local:  # ``self.loss``, not all of ``self``
                 return True
             if isinstance(node, cst.Call) and (per_process(index, node, self.seeding) or self._varies(node)):
@@ -190,6 +199,19 @@ def _bound(target: cst.CSTNode) -> set[str]:
     if isinstance(target, cst.StarredElement):
         return _bound(target.value)
     if isinstance(target, cst.Subscript):
-        return _bound(target.value)
+        keyed = _keyed(target)  # ``opt["path"] = ...``: that entry, not the whole dict
+        return {keyed} if keyed else _bound(target.value)
     name = dotted(target)
     return {name} if name else set()
+
+
+def _keyed(subscript: cst.Subscript) -> str:
+    """``opt["path"]`` as ``opt['path']``: a dict entry of a named holder under a string key ('' otherwise)."""
+    holder = dotted(subscript.value)
+    if not holder or len(subscript.slice) != 1:
+        return ""
+    index = subscript.slice[0].slice
+    key = index.value if isinstance(index, cst.Index) else None
+    if not isinstance(key, cst.SimpleString) or not isinstance(value := key.evaluated_value, str):
+        return ""
+    return f"{holder}[{value!r}]"
