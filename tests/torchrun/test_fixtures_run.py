@@ -61,6 +61,7 @@ CASES = [
     "data/batch_sampler_drawing_from_numpy",
     "model/submodule_run_whenever_it_exists",
     "data/loader_iterator_built_again_for_each_pass",
+    "model/param_groups_by_a_set_difference",
     "model/builder_shared_by_training_and_sampling",
     "loop_control/plateau_scheduler_on_a_running_average",
     "loop_control/step_skipped_where_the_loss_is_not_finite",

@@ -356,6 +356,10 @@ class TrainedModels:
                 pieces = values[:1]
             elif isinstance(func, cst.Name) and func.value == "filter" and len(values) == 2:
                 pieces = values[1:]
+            elif isinstance(func, cst.Attribute) and func.attr.value == "difference":
+                pieces = [func.value]  # ``set(model.parameters()).difference(head_params)``: some of the first
+            elif isinstance(func, cst.Attribute) and func.attr.value == "union":
+                pieces = [func.value, *values]
             elif self._own_parameters(expr, seen):
                 calls.append(expr)  # ``distiller.get_learnable_parameters()``: parameters of the receiver
                 return None
@@ -370,8 +374,10 @@ class TrainedModels:
                 if (untraced := self._trace(piece, calls, seen)) is not None:
                     return untraced
             return None if pieces else expr
-        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.BitOr)):
             return self._trace(expr.left, calls, seen) or self._trace(expr.right, calls, seen)
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Subtract):
+            return self._trace(expr.left, calls, seen)  # ``set(model.parameters()) - set(head)``: some of the left
         if isinstance(expr, cst.IfExp):  # ``model.head.parameters() if args.head_only else model.parameters()``
             return self._trace(expr.body, calls, seen) or self._trace(expr.orelse, calls, seen)
         if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
