@@ -117,6 +117,8 @@ def per_process(
         return "the clock"
     if index.is_call_to(call, PROCESS_IDS):
         return "an id of the process"
+    if isinstance(call.func, cst.Name) and (made := _returns_the_clock(index, call)):
+        return made  # ``get_timestamp()`` of the program, which returns ``datetime.now().strftime(...)``
     family = rng_family(index, call)
     if (
         family
@@ -124,6 +126,21 @@ def per_process(
         and (seeding is None or not seeding.seeded_before(call, family))
     ):
         return f"an unseeded draw from {family}'s generator"
+    return ""
+
+
+def _returns_the_clock(index: Index, call: cst.Call) -> str:
+    """``get_timestamp()``: a function of the program that returns the clock or an id of the process (in any
+    of its ``return``s, directly); what it returns, '' otherwise."""
+    resolved = index.resolve_callee(call, index.scope_of(call))
+    if resolved is None or resolved[1] != 0:
+        return ""
+    for value in index.returned_values(resolved[0]):
+        for node in index.walk(value):
+            if isinstance(node, cst.Call) and index.is_call_to(node, CLOCKS):
+                return f"the clock (through `{resolved[0].name.value}()`)"
+            if isinstance(node, cst.Call) and index.is_call_to(node, PROCESS_IDS):
+                return f"an id of the process (through `{resolved[0].name.value}()`)"
     return ""
 
 
