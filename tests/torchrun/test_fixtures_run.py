@@ -62,6 +62,7 @@ CASES = [
     "model/submodule_run_whenever_it_exists",
     "data/loader_iterator_built_again_for_each_pass",
     "model/param_groups_by_a_set_difference",
+    "model/loss_from_a_method_of_the_base_class",
     "model/builder_shared_by_training_and_sampling",
     "loop_control/plateau_scheduler_on_a_running_average",
     "loop_control/step_skipped_where_the_loss_is_not_finite",

@@ -85,7 +85,9 @@ class ForwardChecks:
         index = self.index
         if model.item is not None:
             return False
-        methods = {name for cls in classes for (owner, name) in index.functions if owner is cls}
+        # the classes' own methods and those they inherit from the program's classes
+        ancestry = {c for cls in classes for c in index.ancestry(cls)}
+        methods = {name for (owner, name) in index.functions if owner in ancestry}
         parts: list[cst.Call] = []
         iterated: list[cst.BaseExpression] = []  # ``[m(x) for m in models]`` over an nn.ModuleList
         for read in self.reads.reads_after_wrap(model.ref, model.insert_after):
@@ -195,11 +197,12 @@ class ForwardChecks:
             if not (isinstance(attribute, cst.Attribute) and isinstance(call, cst.Call) and call.func is attribute):
                 continue
             name = attribute.attr.value
-            method = next(
+            method = next(  # its own, or a base class's (``compute_all_losses`` of a ``VAE_Baseline``)
                 (
                     f
-                    for cls in classes
-                    if (f := index.functions.get((cls, name))) is not None and self._runs_submodules(f, cls)
+                    for cls in sorted(classes, key=index.order.__getitem__)
+                    if (f := index.method(cls, name)) is not None
+                    and self._runs_submodules(f, index.method_class(f) or cls)
                 ),
                 None,
             )
