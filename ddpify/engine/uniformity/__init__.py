@@ -37,6 +37,7 @@ from typing import cast
 
 import libcst as cst
 
+import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.engine.edits import EditPlan, fresh
 from ddpify.engine.index import Index, Ref
@@ -163,7 +164,40 @@ def _reached(
             queue.append(built)
         elif built is None and (assign := _assignment_around(index, read)) is not None:
             reads += _field_reads(index, assign)
+        elif built is None:
+            reads += _option_reads(index, read)
     return False
+
+
+def _option_reads(index: Index, read: cst.CSTNode) -> list[cst.CSTNode]:
+    """``parser.add_argument("--save", default=<read>)``: the reads of the option's field (``args.save``)
+    anywhere in the program, where the value lands when the command line does not set it."""
+    arg = next((a for a in index.ancestors(read) if isinstance(a, cst.Arg)), None)
+    call = index.parent(arg) if arg is not None else None
+    if (
+        arg is None
+        or arg.keyword is None
+        or arg.keyword.value != "default"
+        or not isinstance(call, cst.Call)
+        or not m.matches(call.func, m.Attribute(attr=m.Name("add_argument")))
+        or any(isinstance(a, cst.BaseStatement) for a in index.ancestors(read) if index.inside(a, call))
+    ):
+        return []
+    dest = argument(call, "dest")
+    flags = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+    named = [f for f in flags if isinstance(f, str)]
+    if dest is not None and isinstance(dest.value, cst.SimpleString) and isinstance(dest.value.evaluated_value, str):
+        field = dest.value.evaluated_value
+    else:  # argparse's own rule: the first long option, else the first
+        first = next((f for f in named if f.startswith("--")), named[0] if named else "")
+        field = first.lstrip("-").replace("-", "_")
+    if not field:
+        return []
+    return [
+        node
+        for node in index.nodes_of(cst.Attribute)
+        if cast(cst.Attribute, node).attr.value == field and isinstance(cast(cst.Attribute, node).value, cst.Name)
+    ]
 
 
 def _argument_of(index: Index, read: cst.CSTNode, call_test: Callable[[cst.Call], bool]) -> bool:
