@@ -20,7 +20,7 @@ from ddpify import torch_api
 from ddpify.concerns import checkpoints, model_collections
 from ddpify.concerns.model.codes import STORED_BEFORE_WRAP, WRAPPER_IN_CONTAINER
 from ddpify.concerns.model.optimizers import TrainedModels
-from ddpify.engine.index import Ref, Scope
+from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import parameter_names, unpacked_into
 from ddpify.engine.values import binds, passed_values
@@ -578,7 +578,7 @@ class WrapperReads:
         index = self.index
         wrap_scope = index.scope_of(wrap)
         passed_on = index.downstream(target) - {target}  # ``model = train(model)`` hands the same model back
-        rebound = [
+        rebound: list[cst.CSTNode] = [
             a
             for a in index.assignments_to(target)
             if index.scope_of(a) is wrap_scope
@@ -588,6 +588,16 @@ class WrapperReads:
                 flow.src in passed_on for flow in index.flows_into(target) if flow.stmt is index.statement_of(a)
             )
         ]
+        # ``model_load(path)`` whose ``global model`` rebinds it to what it loads: the call is the rebinding
+        rebound += [
+            index.statement_of(c)
+            for c in index.calls
+            if index.scope_of(c) is wrap_scope
+            and index.after(c, wrap)
+            and (callee := index.resolve_callee(c, wrap_scope)) is not None
+            and _rebinds_global(index, callee[0], target)
+        ]
+        rebound.sort(key=index.order.__getitem__)
         if not rebound:
             return []
         # functions that read the model as the wrapped one (``.module``)
@@ -610,7 +620,7 @@ class WrapperReads:
             spans.append((index.order[assign], self._outside_new_loops(first, assign) if first else None))
         return spans
 
-    def _outside_new_loops(self, call: cst.Call, assign: cst.Assign) -> cst.BaseStatement:
+    def _outside_new_loops(self, call: cst.Call, assign: cst.CSTNode) -> cst.BaseStatement:
         """The statement of ``call``, or the outermost loop around it that ``assign`` is not in."""
         stmt = self.index.statement_of(call)
         for loop in self.index.enclosing_loops(call):
@@ -724,3 +734,19 @@ def _hasattr_test(test: cst.BaseExpression, receiver: str, attribute: str) -> bo
         args=[m.Arg(m.Name(receiver)), m.Arg(m.SimpleString(f'"{attribute}"') | m.SimpleString(f"'{attribute}'"))],
     )
     return bool(m.findall(test, pattern))
+
+
+def _rebinds_global(index: Index, function: cst.FunctionDef, target: Ref) -> bool:
+    """Whether ``function`` declares the module-level ``target`` ``global`` and assigns it (``global model``, then
+    ``model, optimizer = torch.load(f)``): a call of it puts another object under the model's name."""
+    if not isinstance(target.scope, cst.Module) or index.module_of(function) is not target.scope:
+        return False
+    name = target.path
+    declared = any(
+        isinstance(node, cst.Global) and any(n.name.value == name for n in node.names)
+        for node in index.walk(function.body)
+    )
+    return declared and any(
+        isinstance(node, cst.Name) and node.value == name and index.stored(node) and index.scope_of(node) is function
+        for node in index.walk(function.body)
+    )
