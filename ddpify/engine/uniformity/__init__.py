@@ -166,6 +166,11 @@ def _reached(
             reads += _field_reads(index, assign)
         elif built is None:
             reads += _option_reads(index, read)
+            arg = index.parent(read)
+            handed = index.parameter_of(arg) if isinstance(arg, cst.Arg) and arg.value is read else None
+            if handed is not None and handed not in seen:  # ``model_save(args.save)``: the helper's parameter
+                seen.add(handed)
+                queue.append(handed)
     return False
 
 
