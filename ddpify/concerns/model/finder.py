@@ -776,18 +776,24 @@ class _Finder:
                 isinstance(owner, cst.If)
                 and owner is not self.index.main_guard
                 and (target is None or self._bound_after(owner, target))
-                and not self._trains_later_in(block, current)
+                and not self._trains_later_in(block, current, target)
             ):
                 current = owner
             else:
                 return current
 
-    def _trains_later_in(self, block: cst.CSTNode | None, stmt: cst.BaseStatement) -> bool:
-        """Whether a statement after ``stmt`` in its ``block`` trains (``model = trainer.train(model, ...)`` in
-        the branch that builds the model): the wrap cannot wait for the end of the branch."""
+    def _trains_later_in(self, block: cst.CSTNode | None, stmt: cst.BaseStatement, target: Ref | None) -> bool:
+        """Whether a statement after ``stmt`` in its ``block`` trains the model at ``target`` (any model where
+        ``target`` is None): ``model = trainer.train(model, ...)`` in the branch that builds the model, so the wrap
+        cannot wait for the end of the branch. (Another model trained there, a discriminator, does not count.)"""
+        index = self.index
         body = list(block.body) if isinstance(block, cst.IndentedBlock) else []
         later = body[body.index(stmt) + 1 :] if stmt in body else []
-        return any(self.index.trains(s) for s in later if not isinstance(s, (cst.FunctionDef, cst.ClassDef)))
+        return any(
+            index.trains(s) and (target is None or index.mentions(s, target))
+            for s in later
+            if not isinstance(s, (cst.FunctionDef, cst.ClassDef))
+        )
 
     def _bound_after(self, branches: cst.If, target: Ref) -> bool:
         """Whether ``target`` is bound after the ``if`` on every path: before it, or in each of its branches."""
