@@ -64,6 +64,7 @@ CASES = [
     "model/param_groups_by_a_set_difference",
     "model/loss_from_a_method_of_the_base_class",
     "model/model_reloaded_into_its_global_name_by_a_function",
+    "model/data_parallel_copy_trained_through_a_global_of_the_script",
     "model/builder_shared_by_training_and_sampling",
     "loop_control/plateau_scheduler_on_a_running_average",
     "loop_control/step_skipped_where_the_loss_is_not_finite",

@@ -466,10 +466,20 @@ class _Finder:
         """Whether the value at ``place`` is read, there or where it goes, by a function that trains."""
         index = self.index
         return any(
-            isinstance(scope, cst.FunctionDef) and index.trains(scope)
+            self._read_where_it_trains(read)
             for reached in index.downstream(place)
             for scope in index.scopes_reading(reached)
+            for read in index.mentions(scope, reached)
         )
+
+    def _read_where_it_trains(self, read: cst.CSTNode) -> bool:
+        """Whether ``read`` is in a function that trains (a global read in ``train()`` too), or in a training
+        loop of the module's own code."""
+        index = self.index
+        function = enclosing_function(index, read)
+        if function is not None:
+            return index.trains(function)
+        return any(index.trains(loop.body) for loop in index.enclosing_loops(read))
 
     def _inside_the_builder(
         self,
