@@ -313,8 +313,15 @@ def _varying_tests_above(
 def path_shape(index: Index, path: cst.BaseExpression) -> str:
     """:func:`_path_shape` of each value ``path`` may hold, followed back through the program (a helper's
     parameter: what its callers pass), joined; '' where one spells nothing or it cannot be followed."""
+    shapes = path_shapes(index, path)
+    return shapes.pop() if len(shapes) == 1 else ""
+
+
+def path_shapes(index: Index, path: cst.BaseExpression) -> set[str]:
+    """:func:`_path_shape` of each value ``path`` may hold (``save_features(path)`` called with three file
+    names: three shapes); empty where one spells nothing or it cannot be followed."""
     shapes = {_path_shape(index, value) for value in built_by(index, path) or ()}
-    return "" if "" in shapes or len(shapes) != 1 else shapes.pop()
+    return set() if "" in shapes else shapes
 
 
 def _saves_its_parameter(index: Index, arg: cst.Arg) -> bool:

@@ -229,7 +229,8 @@ def _read_back(index: Index, outputs: tuple[tuple[cst.BaseStatement, str], ...])
     read = {
         shape
         for call in index.calls
-        if (path := _file_read(index, call)) is not None and (shape := checkpoints.path_shape(index, path))
+        if (path := _file_read(index, call)) is not None
+        for shape in checkpoints.path_shapes(index, path)
     }
     if not read:
         return
@@ -246,14 +247,14 @@ def _read_back(index: Index, outputs: tuple[tuple[cst.BaseStatement, str], ...])
                 and item.item.args
                 and not item.item.args[0].keyword
             ]
-            if any(checkpoints.path_shape(index, path) in read for path in paths):
+            if any(checkpoints.path_shapes(index, path) & read for path in paths):
                 yield stmt
             continue
         if kind != "output call" or not isinstance(stmt, cst.SimpleStatementLine):
             continue
         call = cast(cst.Call, cast(cst.Expr, stmt.body[0]).value)
         path = _file_written(index, call)
-        if path is not None and checkpoints.path_shape(index, path) in read:
+        if path is not None and checkpoints.path_shapes(index, path) & read:
             yield stmt
 
 
@@ -293,6 +294,7 @@ _READS = frozenset(
         "builtins.open",
         *(f"pandas.read_{kind}" for kind in ("csv", "table", "json", "parquet", "pickle", "excel", "feather")),
         *(f"numpy.{name}" for name in ("load", "loadtxt", "genfromtxt")),
+        "scipy.io.loadmat",
         "PIL.Image.open",
     }
 )
