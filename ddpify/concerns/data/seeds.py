@@ -51,6 +51,8 @@ class Seeds:
     def __init__(self, index: Index) -> None:
         self.index = index
         self.seeding = Seeding(index)
+        self._run_per_step: dict[cst.FunctionDef, bool] = {}  # see _per_step
+        self._values: dict[tuple[Ref, cst.CSTNode], list[tuple[cst.BaseExpression, cst.CSTNode]]] = {}
 
     def unseeded_splits(self) -> Iterator[Split]:
         """``random_split`` without ``generator=`` and with no global seed set before it."""
@@ -67,6 +69,7 @@ class Seeds:
         it is built from, in-place shuffles of the names they read, and in the functions and constructors
         of the program those expressions call (never in ``__getitem__``: DataLoader workers run that)."""
         index = self.index
+        self._run_per_step = {}  # (it holds for these loops only)
         found: dict[cst.Call, str] = {}  # each draw and its RNG, in the order found
         starts = [
             dataset.value
@@ -112,9 +115,12 @@ class Seeds:
         function = enclosing_function(index, node)
         if function is None:
             return False
-        if any(isinstance(n, cst.Yield) for n in index.walk(function.body)):
-            return True  # batches made as they are drawn
-        return any(index.inside(call, loop) for call in index.callers(function) for loop in steps)
+        known = self._run_per_step.get(function)  # (the same for every node of the function)
+        if known is None:
+            known = self._run_per_step[function] = any(  # batches made as they are drawn
+                isinstance(n, cst.Yield) for n in index.walk(function.body)
+            ) or any(index.inside(call, loop) for call in index.callers(function) for loop in steps)
+        return known
 
     def _training_inputs(self, steps: list[cst.CSTNode]) -> Iterator[cst.BaseExpression]:
         """What the training loops ``steps`` hand the program's own objects and functions (``model(features[idx])``,
@@ -185,6 +191,13 @@ class Seeds:
         ref = index.ref_of(name, index.scope_of(name))
         if ref is None:
             return []
+        known = self._values.get((ref, site))  # a name read again and again: its values once per site
+        if known is None:
+            known = self._values[(ref, site)] = self._values_of_ref(ref, site)
+        return known
+
+    def _values_of_ref(self, ref: Ref, site: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.CSTNode]]:
+        index = self.index
         values: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
         for scope in index.scopes_reading(ref):
             for read in index.mentions(scope, ref):
