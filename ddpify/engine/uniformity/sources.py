@@ -117,8 +117,10 @@ def per_process(
         return "the clock"
     if index.is_call_to(call, PROCESS_IDS):
         return "an id of the process"
-    if isinstance(call.func, cst.Name) and (made := _returns_the_clock(index, call)):
-        return made  # ``get_timestamp()`` of the program, which returns ``datetime.now().strftime(...)``
+    if isinstance(call.func, cst.Name):  # ``get_timestamp()`` of the program: ``return datetime.now()...``
+        returning = seeding.returning_the_clock() if seeding is not None else _functions_returning_the_clock(index)
+        if returning and (made := _returns_the_clock(index, call, returning)):
+            return made
     family = rng_family(index, call)
     if (
         family
@@ -129,19 +131,35 @@ def per_process(
     return ""
 
 
-def _returns_the_clock(index: Index, call: cst.Call) -> str:
-    """``get_timestamp()``: a function of the program that returns the clock or an id of the process (in any
-    of its ``return``s, directly); what it returns, '' otherwise."""
+def _returns_the_clock(index: Index, call: cst.Call, returning: dict[cst.FunctionDef, str]) -> str:
+    """``get_timestamp()``: a call of a function of ``returning`` (see :func:`_functions_returning_the_clock`);
+    what it returns, '' otherwise."""
     resolved = index.resolve_callee(call, index.scope_of(call))
-    if resolved is None or resolved[1] != 0:
+    if resolved is None or resolved[1] != 0 or resolved[0] not in returning:
         return ""
-    for value in index.returned_values(resolved[0]):
-        for node in index.walk(value):
-            if isinstance(node, cst.Call) and index.is_call_to(node, CLOCKS):
-                return f"the clock (through `{resolved[0].name.value}()`)"
-            if isinstance(node, cst.Call) and index.is_call_to(node, PROCESS_IDS):
-                return f"an id of the process (through `{resolved[0].name.value}()`)"
-    return ""
+    return f"{returning[resolved[0]]} (through `{resolved[0].name.value}()`)"
+
+
+def _functions_returning_the_clock(index: Index) -> dict[cst.FunctionDef, str]:
+    """The functions of the program that return the clock or an id of the process in one of their ``return``s
+    (``return datetime.now().strftime(...)``), each with what it returns: found from those calls, which are few,
+    not by reading every function a call runs."""
+    found: dict[cst.FunctionDef, str] = {}
+    for call in index.calls:
+        what = (
+            "the clock"
+            if index.is_call_to(call, CLOCKS)
+            else "an id of the process"
+            if index.is_call_to(call, PROCESS_IDS)
+            else ""
+        )
+        if not what:
+            continue
+        returned = next((a for a in index.ancestors(call) if isinstance(a, cst.Return | cst.BaseStatement)), None)
+        function = index.scope_of(returned) if isinstance(returned, cst.Return) else None
+        if isinstance(function, cst.FunctionDef):
+            found.setdefault(function, what)
+    return found
 
 
 class Seeding:
@@ -150,6 +168,13 @@ class Seeding:
     def __init__(self, index: Index) -> None:
         self.index = index
         self._calls_in: dict[Scope, list[cst.Call]] | None = None
+        self._returning: dict[cst.FunctionDef, str] | None = None
+
+    def returning_the_clock(self) -> dict[cst.FunctionDef, str]:
+        """:func:`_functions_returning_the_clock`, found once."""
+        if self._returning is None:
+            self._returning = _functions_returning_the_clock(self.index)
+        return self._returning
 
     def calls_in(self, scope: Scope) -> list[cst.Call]:
         """The calls whose scope is ``scope``, in source order."""
