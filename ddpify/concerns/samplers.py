@@ -502,7 +502,7 @@ def _global_draws(index: Index, cls: cst.ClassDef) -> tuple[tuple[str, ...], str
             module = name.rsplit(".", 1)[0]
             call = index.parent(node)
             family = rng_family(index, call) if isinstance(call, cst.Call) and call.func is node else ""
-            inside = iterate is not None and any(a is iterate for a in index.ancestors(node))
+            inside = iterate is not None and index.inside(node, iterate)
             if not family or name in _UNSEEDABLE or not inside:
                 where = "" if inside or not family else " outside `__iter__` (once on each rank)"
                 return (), (

@@ -65,9 +65,7 @@ class LoaderFinder:
             return Ref(scope, "<return>")
         if (
             isinstance(parent, cst.Arg)
-            and isinstance(made := index.parent(parent), cst.Call)
-            and m.matches(made.func, m.Name("iter"))
-            and len(made.args) == 1
+            and _is_iter(made := index.parent(parent))
             and (target := single_target(index.parent(made))) is not None
         ):
             # ``batches = iter(DataLoader(...))``: the iterator holds the loader's batches, drawn with ``next()``
@@ -172,8 +170,7 @@ class LoaderFinder:
         where the constructions differ, or where the data set may be made anew between them (a sampler made
         over the first would not fit it)."""
         index = self.index
-        made = index.parent(index.parent(call))
-        if origin is None or not (isinstance(made, cst.Call) and m.matches(made.func, m.Name("iter"))):
+        if origin is None or not _is_iter(index.parent(index.parent(call))):
             return None
         values = [value for _, value in index.values_assigned(origin)]
         loaders = [cast(cst.Call, cast(cst.Call, v).args[0].value) for v in values if _iter_of_a_loader(index, v)]
@@ -955,12 +952,15 @@ def _not_split_in_runs(
     return ""
 
 
+def _is_iter(node: cst.CSTNode | None) -> bool:
+    """``iter(x)``."""
+    return isinstance(node, cst.Call) and m.matches(node.func, m.Name("iter")) and len(node.args) == 1
+
+
 def _iter_of_a_loader(index: Index, value: cst.BaseExpression) -> bool:
     """``iter(DataLoader(...))``."""
     return (
-        isinstance(value, cst.Call)
-        and m.matches(value.func, m.Name("iter"))
-        and len(value.args) == 1
-        and isinstance(loader := value.args[0].value, cst.Call)
+        _is_iter(value)
+        and isinstance(loader := cast(cst.Call, value).args[0].value, cst.Call)
         and index.builds_loader(loader)
     )

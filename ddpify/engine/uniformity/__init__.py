@@ -177,15 +177,14 @@ def _reached(
 def _option_reads(index: Index, read: cst.CSTNode) -> list[cst.CSTNode]:
     """``parser.add_argument("--save", default=<read>)``: the reads of the option's field (``args.save``)
     anywhere in the program, where the value lands when the command line does not set it."""
-    arg = next((a for a in index.ancestors(read) if isinstance(a, cst.Arg)), None)
-    call = index.parent(arg) if arg is not None else None
+    arg = next((a for a in index.ancestors(read) if isinstance(a, cst.Arg | cst.BaseStatement)), None)
+    call = index.parent(arg) if isinstance(arg, cst.Arg) else None
     if (
-        arg is None
+        not isinstance(arg, cst.Arg)
         or arg.keyword is None
         or arg.keyword.value != "default"
         or not isinstance(call, cst.Call)
         or not m.matches(call.func, m.Attribute(attr=m.Name("add_argument")))
-        or any(isinstance(a, cst.BaseStatement) for a in index.ancestors(read) if index.inside(a, call))
     ):
         return []
     dest = argument(call, "dest")
