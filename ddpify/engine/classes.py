@@ -31,6 +31,8 @@ class ProgramClasses:
     class_of: dict[cst.FunctionDef, cst.ClassDef]
     imports: dict[cst.Module, dict[str, set[str]]]
     _bases: dict[cst.ClassDef, list[cst.ClassDef]]
+    _derived: dict[cst.ClassDef, list[cst.ClassDef]] | None  # see subclasses()
+    _subclasses: dict[cst.ClassDef, list[cst.ClassDef]]
     order: dict[cst.CSTNode, int]
     bound: dict[Scope, set[str]]
 
@@ -149,15 +151,22 @@ class ProgramClasses:
 
     def subclasses(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
         """Every class of the program that derives from ``cls``, at any depth."""
-        classes = list(self.classes.values())
-        found: list[cst.ClassDef] = []
+        found = self._subclasses.get(cls)
+        if found is not None:
+            return found
+        if self._derived is None:  # each class's direct subclasses, found once from every class's bases
+            self._derived = {}
+            for other in self.classes.values():
+                for base in self.bases(other):
+                    self._derived.setdefault(base, []).append(other)
+        found = []
         frontier = [cls]
         while frontier:
-            current = frontier.pop()
-            for other in classes:
-                if other not in found and current in self.bases(other):
+            for other in self._derived.get(frontier.pop(), ()):
+                if other not in found:
                     found.append(other)
                     frontier.append(other)
+        self._subclasses[cls] = found
         return found
 
     def derives_from(self, cls: cst.ClassDef, qualified: frozenset[str]) -> bool:

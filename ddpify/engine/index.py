@@ -110,8 +110,11 @@ class Index(ProgramClasses):
     _methods_known: dict[cst.Call, list[tuple[cst.FunctionDef, int]]] = field(default_factory=dict)
     _unpacked_known: dict[Ref, list[tuple[cst.Assign, cst.BaseExpression]]] = field(default_factory=dict)
     _trains: dict[cst.CSTNode, bool] = field(default_factory=dict)
+    _trains_cycles: int = 0  # how often a search met a function it was already in (see _trains_within())
     _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)  # see qualified_names()
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
+    _derived: dict[cst.ClassDef, list[cst.ClassDef]] | None = None
+    _subclasses: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
     _assignments: dict[Ref, list[cst.Assign]] | None = None
     _candidate_orders: dict[int, list[int]] = field(default_factory=dict)  # see _orders_of()
     _upstream: dict[Ref, list[Ref]] = field(default_factory=dict)  # see upstream()
@@ -814,6 +817,7 @@ class Index(ProgramClasses):
         if known is not None:
             return known
         found = False
+        cycles = self._trains_cycles
         for inner in self.walk(node):
             if type(inner) is not cst.Call:
                 continue
@@ -824,10 +828,15 @@ class Index(ProgramClasses):
             callee = self.runs(inner, scope)  # ``trainer.step()`` too
             # ``model.run()`` on an object of one trainer class or another: any of their methods
             callees = [callee] if callee is not None else self.instance_methods(inner, scope)
-            if any(c[0] not in seen and self._trains_within(c[0].body, seen | {c[0]}) for c in callees):
-                found = True
+            for function, _ in callees:
+                if function in seen:
+                    self._trains_cycles += 1
+                elif self._trains_within(function.body, seen | {function}):
+                    found = True
+                    break
+            if found:
                 break
-        if found or not seen:  # an answer cut short by a cycle is not remembered
+        if found or not seen or self._trains_cycles == cycles:  # an answer cut short by a cycle is not remembered
             self._trains[node] = found
         return found
 
