@@ -449,7 +449,7 @@ class Index(ProgramClasses):
             owner = self.method_scope(scope)
             if owner is not None and func.value.value == self.self_name(owner):
                 method = self.method(self.class_of[owner], func.attr.value, dispatch=True)
-                return (method, 1) if method is not None else None
+                return (method, bound_slots(method)) if method is not None else None
             return self._imported_callee(func) or self.instance_method(call, scope)
         if (
             isinstance(func, cst.Attribute)
@@ -466,7 +466,7 @@ class Index(ProgramClasses):
                 return None
             bases = self.bases(cls)
             method = next((f for b in bases if (f := self.method(b, func.attr.value)) is not None), None)
-            return (method, 1) if method is not None else None
+            return (method, bound_slots(method)) if method is not None else None
         if isinstance(func, cst.Call):  # ``engine_for(task)(model, loader)``: the constructor of the class returned
             classes = self.classes_returned(func)
             init = self.method(classes[0], "__init__") if len(classes) == 1 else None
@@ -617,8 +617,8 @@ class Index(ProgramClasses):
             method = self.method(cls, name, dispatch=True)
             if method is None:
                 return []
-            if (method, 1) not in found:
-                found.append((method, 1))
+            if (method, bound_slots(method)) not in found:
+                found.append((method, bound_slots(method)))
         return found
 
     def classes_built(self, value: cst.BaseExpression, depth: int = 0) -> list[cst.ClassDef]:
@@ -993,3 +993,9 @@ def _top_level(module: cst.Module) -> Iterator[cst.BaseStatement]:
         for block in reversed(blocks):
             if isinstance(block, cst.IndentedBlock):
                 stack.extend(reversed(block.body))
+
+
+def bound_slots(method: cst.FunctionDef) -> int:
+    """How many leading parameters of ``method`` a call through an object fills: none for a
+    ``@staticmethod`` (``model.train_step(model, optimizer)`` hands ``model`` to the first), else one."""
+    return 0 if any(m.matches(d.decorator, m.Name("staticmethod")) for d in method.decorators) else 1

@@ -78,6 +78,7 @@ CASES = [
     "checkpoints/networks_kept_in_a_dict_of_keyword_arguments",
     "data/loaders_put_in_a_dict_of_phases_by_name",
     "model/optimizer_over_an_input_perturbation",
+    "model/static_method_step_called_through_the_model",
     "model/teacher_run_in_forward_and_detached",
     "model/data_parallel_in_a_method_run_under_a_flag",
     "model/wrapper_returned_by_a_method_of_a_trainer_field",
