@@ -34,6 +34,7 @@ from ddpify.concerns.model.freezing import Freezing
 from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.concerns.model.outputs import OutputUse
 from ddpify.concerns.model.reads import DEEPCOPY, WrapperReads
+from ddpify.concerns.model.redrawn import Redrawn
 from ddpify.engine.called import enclosing_function
 from ddpify.engine.index import Flow, Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward, without_grad
@@ -142,6 +143,7 @@ class _Finder:
         self.trained = TrainedModels(self.index)
         self.reads = WrapperReads(program, self.trained)
         self.freezing = Freezing(program, self.reads)
+        self.redrawn = Redrawn(program, self.reads)
         self.forward = ForwardChecks(program, self.reads)
         self.outputs = OutputUse(program, self.reads)
         self._model_classes: dict[Ref, set[cst.ClassDef]] = {}
@@ -224,7 +226,29 @@ class _Finder:
                         wrapped_again=tuple(self.reads.wrapped_again(model.ref, model.insert_after))
                         if model.item is None
                         else (),
+                        redrawn=self.redrawn.after_wrap(model.ref, model.insert_after) if model.item is None else (),
+                        maybe_none=model.item is None
+                        and model.data_parallel is None
+                        and self._maybe_none(model.ref, model.insert_after),
                     )
+
+    def _maybe_none(self, target: Ref, wrap: cst.BaseStatement) -> bool:
+        """Whether ``target`` may still hold None where the wrap goes: ``fine = None`` and then
+        ``if cfg.fine: fine = Net()``, an optional second model, with no assignment that always runs
+        in between."""
+        index = self.index
+        last_always: cst.BaseExpression | None = None
+        sometimes = False
+        for assign, value in sorted(index.values_assigned(target), key=lambda a: index.order[a[0]]):
+            stmt = index.statement_of(assign)
+            if index.scope_of(stmt) is not index.scope_of(wrap) or (index.after(stmt, wrap) and stmt is not wrap):
+                continue
+            block = index.parent(stmt)
+            if block is not None and (index.inside(wrap, block) or stmt is wrap):
+                last_always, sometimes = value, False
+            else:
+                sometimes = True
+        return sometimes and last_always is not None and m.matches(last_always, m.Name("None"))
 
     def _runs_before(self, read: cst.BaseExpression, wrap: cst.BaseStatement, depth: int = 0) -> bool:
         """Whether ``read`` sits in a function that is also called before ``wrap`` runs: by a call in the

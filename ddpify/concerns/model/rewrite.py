@@ -85,6 +85,18 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             )
             plan.insert_after(unfrozen, plan.where_distributed(unfrozen, rewrap))
             plan.change(unfrozen, f"wrap `{model.expression}` again: parameters became trainable after the wrap")
+        for drawn in model.redrawn:
+            scope = plan.index.scope_of(drawn)
+            parameter = fresh("param", {n.value for n in plan.index.walk(scope) if isinstance(n, cst.Name)})
+            dist = plan.names.dist
+            copy = cst.parse_statement(
+                f"for {parameter} in {model.expression}.parameters():  # drawn on each rank: take rank 0's, as the "
+                f"wrap did\n    {dist}.broadcast({parameter}.detach(), src=0)\n"
+            )
+            plan.insert_after(drawn, plan.where_distributed(drawn, copy))
+            plan.change(
+                drawn, f"copy rank 0's parameters of `{model.expression}` to every rank: drawn again after the wrap"
+            )
         for reader in model.wrapped_again:
             again = cst.parse_statement(
                 f"{model.expression} = {ddp}({model.expression}{arguments})"
@@ -371,6 +383,10 @@ def _wrap(plan: EditPlan, model: Model, arguments: str, options: Options) -> Non
         test = f"any(p.requires_grad for p in {model.expression}.parameters())"
         wrap = cst.If(test=cst.parse_expression(plan.with_group(anchor, test)), body=cst.IndentedBlock([wrap]))
         plan.change(anchor, f"wrap {wrapped} in DistributedDataParallel when it has trainable parameters")
+    elif model.maybe_none:
+        test = f"{model.expression} is not None"
+        wrap = cst.If(test=cst.parse_expression(plan.with_group(anchor, test)), body=cst.IndentedBlock([wrap]))
+        plan.change(anchor, f"wrap {wrapped} in DistributedDataParallel where it is built (it may be None)")
     else:
         wrap = plan.where_distributed(anchor, wrap)
         plan.change(anchor, f"wrap {wrapped} in DistributedDataParallel")
