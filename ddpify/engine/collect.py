@@ -600,6 +600,11 @@ def _argument_flows(
     stmt = index.statement_of(call)
     position = 0
     for arg in call.args:
+        if arg.star == "**":  # ``train_one_epoch(**train_args)`` after ``train_args = dict(model=model, ...)``
+            for key, entry in _keyword_entries(index, arg.value, scope):
+                if key in keyword_params:
+                    index.add_flow(Flow(entry, Ref(function, key), stmt))
+            continue
         if arg.star:
             break
         if arg.keyword is None:
@@ -641,6 +646,27 @@ def _collect_imported_values(index: Index, imported: list[tuple[cst.ImportFrom, 
             if name in index.bound[module] and (module, name) not in index.functions:
                 local = alias.evaluated_alias or name
                 index.add_flow(Flow(Ref(module, name), Ref(scope, local), stmt))
+
+
+def _keyword_entries(index: Index, value: cst.BaseExpression, scope: Scope) -> Iterator[tuple[str, Ref]]:
+    """The entries that ``**value`` hands on as keyword arguments, with the places their values come from:
+    a dict display or ``dict(key=value, ...)``, written there or bound once to the name ``value``."""
+    if isinstance(value, cst.Name):
+        ref = index.ref_of(value, scope)
+        assigned = [v for _, v in index.values_assigned(ref)] if ref is not None else []
+        if len(assigned) != 1:
+            return
+        value = assigned[0]
+    if isinstance(value, cst.Dict):
+        yield from _string_entries(index, value, scope)
+    elif (
+        isinstance(value, cst.Call)
+        and m.matches(value.func, m.Name("dict"))
+        and all(a.keyword is not None for a in value.args)
+    ):
+        for arg in value.args:
+            if arg.keyword is not None and (src := index.carried_ref(arg.value, scope)) is not None:
+                yield arg.keyword.value, src
 
 
 def _string_entries(index: Index, value: cst.Dict, scope: Scope) -> Iterator[tuple[str, Ref]]:

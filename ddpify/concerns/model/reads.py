@@ -323,6 +323,14 @@ class WrapperReads:
             if isinstance(parent, cst.DictElement) and parent.value is not node:
                 return None
             node, parent = parent, index.parent(parent)
+        holder = index.parent(parent)
+        if (  # ``dict(model=model, ...)``, kept like a dict display
+            isinstance(parent, cst.Arg)
+            and parent.keyword is not None
+            and isinstance(holder, cst.Call)
+            and m.matches(holder.func, m.Name("dict"))
+        ):
+            node, parent = holder, index.parent(holder)
         call = index.parent(parent)
         if (  # nets.append(net)
             isinstance(parent, cst.Arg)
