@@ -13,6 +13,16 @@ DATALOADER = frozenset(
         "torch.utils.data.dataloader.DataLoader",
     }
 )
+# PyTorch Geometric's loaders of graph batches: DataLoader subclasses that take ``sampler=`` as torch's
+# does (their own collate only), with ``dataset, batch_size, shuffle`` first
+GRAPH_LOADERS = frozenset(
+    {
+        "torch_geometric.loader.DataLoader",
+        "torch_geometric.loader.DenseDataLoader",
+        "torch_geometric.data.DataLoader",
+        "torch_geometric.data.DenseDataLoader",
+    }
+)
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...): positions
 # of the parameters the data pass reads or moves.

@@ -148,7 +148,10 @@ def find(program: Program, setup: process_group.Facts, models: model.Facts | Non
             statements.append(stmt)
     runs = [replace(run, fetches=_run_fetches(index, run, fetching)) for run in _runs(index, statements)]
     # a fetcher that runs on every rank at once keeps no exemption: its output goes to rank 0 as anywhere else
-    return Facts(tuple(runs), _with_helpers(index, frozenset(f for f in fetchers if f not in untaken)))
+    taken = frozenset(f for f in fetchers if f not in untaken)
+    if runs:
+        taken |= _first_use_methods(index)
+    return Facts(tuple(runs), _with_helpers(index, taken))
 
 
 def _with_helpers(index: Index, fetchers: frozenset[cst.FunctionDef]) -> frozenset[cst.FunctionDef]:
@@ -309,11 +312,54 @@ def _calling(index: Index, fetchers: frozenset[cst.FunctionDef]) -> Iterator[cst
 
 
 def _downloading(index: Index) -> Iterator[cst.Call]:
-    """Calls given ``download=`` anything but ``False``."""
+    """Calls given ``download=`` anything but ``False``, and data sets that fetch and process their files
+    when they find them missing, with no ``download=`` to ask: PyTorch Geometric's and OGB's, and the
+    program's own subclasses of PyTorch Geometric's ``Dataset`` (whose installed constructor runs their
+    ``download()`` and ``process()``)."""
     for call in index.calls:
         download = argument(call, "download")
-        if download is not None and not (isinstance(download.value, cst.Name) and download.value.value == "False"):
+        if download is None:
+            if _fetching_data_set(index, call) or _graph_data_sets(index, call):
+                yield call
+        elif not (isinstance(download.value, cst.Name) and download.value.value == "False"):
             yield call
+
+
+# Data sets of installed libraries that download and process their files on first use.
+GRAPH_DATASET_BASES = frozenset(
+    {
+        "torch_geometric.data.Dataset",
+        "torch_geometric.data.InMemoryDataset",
+        "torch_geometric.data.dataset.Dataset",
+        "torch_geometric.data.in_memory_dataset.InMemoryDataset",
+    }
+)
+
+
+def _fetching_data_set(index: Index, call: cst.Call) -> bool:
+    return any(
+        q.startswith("torch_geometric.datasets.") or (q.startswith("ogb.") and q.endswith("Dataset"))
+        for q in index.qualified_names(call.func)
+    )
+
+
+def _graph_data_sets(index: Index, call: cst.Call) -> list[cst.ClassDef]:
+    """The program's own class that ``call`` builds, where it derives from PyTorch Geometric's ``Dataset``."""
+    cls = index.local_class(call.func)
+    return [cls] if cls is not None and index.derives_from(cls, GRAPH_DATASET_BASES) else []
+
+
+def _first_use_methods(index: Index) -> frozenset[cst.FunctionDef]:
+    """``download()`` and ``process()`` of the program's subclasses of PyTorch Geometric's ``Dataset``: the
+    installed constructor runs them when the files are missing, on each rank in its turn."""
+    found = set()
+    for cls in index.classes.values():
+        if index.derives_from(cls, GRAPH_DATASET_BASES):
+            for name in ("download", "process"):
+                method = index.functions.get((cls, name))
+                if method is not None:
+                    found.add(method)
+    return frozenset(found)
 
 
 def _why_not(index: Index, setup: process_group.Facts, stmt: cst.BaseStatement) -> str | None:

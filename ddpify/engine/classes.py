@@ -123,7 +123,7 @@ class ProgramClasses:
         every argument on to DataLoader's ``__init__`` and changes nothing else but attributes such as
         its ``collate_fn`` (``super().__init__(*args, **kwargs)``; no other method): a ``sampler=``
         given to it reaches the DataLoader, which iterates as torch's does."""
-        if self.qualified_names(call.func) & torch_api.DATALOADER:
+        if self.qualified_names(call.func) & (torch_api.DATALOADER | torch_api.GRAPH_LOADERS):
             return True
         cls = self.local_class(call.func)
         return cls is not None and self.derives_from(cls, torch_api.DATALOADER) and self.loader_as_built(cls)
