@@ -411,14 +411,33 @@ class ForwardChecks:
 
     def _parameter_free_fields(self, cls: cst.ClassDef) -> set[str]:
         """The fields ``__init__`` of the class (or of a base) sets to a layer of torch with no parameters
-        (``self.pool = nn.MaxPool2d(2)``), and to nothing else."""
+        (``self.pool = nn.MaxPool2d(2)``) or to a plain function (``self.trace = exact if e else approx``,
+        ``F.relu``, a lambda), and to nothing else."""
         free: set[str] = set()
         other: set[str] = set()
-        for _, name, node in self._init_fields(cls):
+        for init, name, node in self._init_fields(cls):
             value = node.value
             names = self.index.qualified_names(value.func) if isinstance(value, cst.Call) else frozenset()
-            (free if names and names <= torch_api.PARAMETER_FREE_LAYERS else other).add(name)
+            plain = value is not None and self._plain_function(value, init)
+            (free if plain or (names and names <= torch_api.PARAMETER_FREE_LAYERS) else other).add(name)
         return free - other
+
+    def _plain_function(self, value: cst.BaseExpression, scope: cst.FunctionDef) -> bool:
+        """Whether ``value`` is a function, never a module: a lambda, a function of the program or of
+        ``torch.nn.functional``/``torch``, or a choice between such (``exact if flag else approx``)."""
+        if isinstance(value, cst.Lambda):
+            return True
+        if isinstance(value, cst.IfExp):
+            return self._plain_function(value.body, scope) and self._plain_function(value.orelse, scope)
+        if not isinstance(value, (cst.Name, cst.Attribute)):
+            return False
+        if self.index.function_named(value, scope) is not None:
+            return True
+        names = self.index.qualified_names(value)
+        return bool(names) and all(
+            q.startswith("torch.nn.functional.") or (q.startswith("torch.") and q.count(".") == 1 and q[6:].islower())
+            for q in names
+        )
 
     def _fields(self, cls: cst.ClassDef) -> tuple[list[str], list[str]]:
         """The fields ``__init__`` of the class and of its bases builds as modules or parameters
