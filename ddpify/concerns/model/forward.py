@@ -295,7 +295,7 @@ class ForwardChecks:
             self_name = index.self_name(forward) if forward is not None else None
             if forward is None or self_name is None:
                 continue
-            idle = self._never_used(cls, entries)
+            idle = self._never_used(cls, entries) or self._dropped_output(cls, forward, self_name)
             if idle is not None:
                 return idle
             calls = [
@@ -359,6 +359,79 @@ class ForwardChecks:
             if (used & set(built)) - in_forward:
                 found.append(node)
         return found
+
+    def _dropped_output(self, cls: cst.ClassDef, forward: cst.FunctionDef, self_name: str) -> str | None:
+        """A submodule of the program's own class whose forward returns several outputs, one of which
+        ``forward`` drops (``seq, _ = self.encoder(ids)``) where only that one runs some of the
+        submodule's own layers (a pooler under a token-level head): those get no gradient in any step."""
+        index = self.index
+        classes = {
+            name: sub
+            for _, name, node in self._init_fields(cls)
+            if isinstance(node.value, cst.Call) and (sub := index.local_class(node.value.func)) is not None
+        }
+        for node in index.walk(forward.body):
+            if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
+                continue
+            target, func = node.targets[0].target, node.value.func
+            if not (
+                isinstance(target, (cst.Tuple, cst.List))
+                and m.matches(func, m.Attribute(value=m.Name(self_name)))
+                and (sub := classes.get(cast(cst.Attribute, func).attr.value)) is not None
+            ):
+                continue
+            elements = [e.value for e in target.elements]
+            if any(isinstance(e, cst.StarredElement) for e in target.elements):
+                continue
+            read = {n.value for n in index.walk(forward.body) if isinstance(n, cst.Name) and not index.stored(n)}
+            dropped = {i for i, e in enumerate(elements) if isinstance(e, cst.Name) and e.value not in read}
+            if not dropped or len(dropped) == len(elements):
+                continue
+            only = self._layers_only_in(sub, len(elements), dropped)
+            if only:
+                code = index.module_of(node).code_for_node(node).strip()
+                return f"`{code}` drops an output that only `{only}` of `{sub.name.value}` computes"
+        return None
+
+    def _layers_only_in(self, cls: cst.ClassDef, width: int, dropped: set[int]) -> str | None:
+        """A layer of ``cls`` (``self.pooler``) that its forward runs only for the outputs at ``dropped``
+        of the ``width`` it returns, followed through the names forward binds; None where every
+        ``return`` of it is not a tuple of that width."""
+        index = self.index
+        forward = index.method(cls, "forward")
+        self_name = index.self_name(forward) if forward is not None else None
+        if forward is None or self_name is None:
+            return None
+        values: dict[str, list[cst.BaseExpression]] = {}
+        for node in index.walk(forward.body):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                for name in _bound_names(index, node.targets[0].target):
+                    values.setdefault(name, []).append(node.value)
+        returns = [r for r in index.walk(forward.body) if isinstance(r, cst.Return) and index.scope_of(r) is forward]
+        if not returns or not all(isinstance(r.value, cst.Tuple) and len(r.value.elements) == width for r in returns):
+            return None
+
+        def layers(expr: cst.BaseExpression) -> set[str]:
+            found: set[str] = set()
+            wanted, seen = [expr], set()
+            while wanted:
+                current = wanted.pop()
+                for n in index.walk(current):
+                    if isinstance(n, cst.Call) and m.matches(n.func, m.Attribute(value=m.Name(self_name))):
+                        found.add(cast(cst.Attribute, n.func).attr.value)
+                    elif isinstance(n, cst.Name) and n.value in values and n.value not in seen:
+                        seen.add(n.value)
+                        wanted += values[n.value]
+            return found
+
+        kept: set[str] = set()
+        lost: set[str] = set()
+        for r in returns:
+            for i, element in enumerate(cast(cst.Tuple, r.value).elements):
+                (lost if i in dropped else kept).update(layers(element.value))
+        own = set(self._fields(cls)[0])
+        only = sorted((lost - kept) & own)
+        return f"{self_name}.{only[0]}" if only else None
 
     def refuse_returned_parameter(self, model: Model, classes: set[cst.ClassDef], unused: str) -> bool:
         """``return outputs, self.log_vars`` in forward, where some steps give a parameter no gradient
