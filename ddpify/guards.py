@@ -94,6 +94,14 @@ def parse_checked(
     except RecursionError:
         return TOO_DEEP.at(1, 1, _TOO_DEEP, path)
     except cst.ParserSyntaxError as exc:  # CPython compiled it: a limit or gap of the parser, not the user's error
+        mixed = _MIXED_INDENT.search(text)
+        if mixed is not None:  # Python takes a tab to the next multiple of 8 columns; libcst does not
+            line = text.count("\n", 0, mixed.start()) + 1
+            message = (
+                "indentation of a tab and spaces that Python accepts and ddpify's parser (libcst) cannot read; "
+                "indent this block with spaces only"
+            )
+            return UNSUPPORTED.at(line, 1, message, path)
         message = "valid Python that ddpify's parser (libcst) cannot read; simpler code here may help"
         return UNSUPPORTED.at(exc.raw_line, exc.raw_column + 1, message, path)
     except (SyntaxError, UnicodeDecodeError, LookupError) as exc:  # encoding detection
@@ -102,6 +110,10 @@ def parse_checked(
     if depth + LAYOUT_DEPTH > PLAIN_DEPTH and not _walkable(module, SPARE_FRAMES):
         return TOO_DEEP.at(_deepest_line(source), 1, f"{_TOO_DEEP} ({depth} levels deep)", path)
     return (round_trip_failure(module, source, path) if round_trip else None) or annotated.lowered(module)
+
+
+# a line indented with a tab and spaces, in either order
+_MIXED_INDENT = re.compile(r"^(?:[ ]*\t[ \t]*[ ]|\t*[ ]+\t)[ \t]*\S", re.MULTILINE)
 
 
 def round_trip_failure(module: cst.Module, source: str | bytes, path: str) -> Diagnostic | None:

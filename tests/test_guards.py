@@ -257,6 +257,18 @@ def test_thousands_of_adjacent_string_literals() -> None:
     assert "syntax error" not in message
 
 
+def test_a_tab_then_spaces_in_one_indentation_is_named_at_its_line() -> None:
+    source = TRAIN + "\n\ndef report(values):\n    for value in values:\n\t    print(value)\n"
+    compile(source, "tabs.py", "exec")  # Python takes the tab to column 8
+
+    conversion = convert(source, path="tabs.py")
+
+    assert conversion.status is Status.INVALID
+    assert only(conversion).startswith(
+        "tabs.py:20:1: DDP007 indentation of a tab and spaces that Python accepts and ddpify's parser"
+    )
+
+
 # ----------------------------------------------------------------------------
 # Encodings that decode but cannot write code back: DDP003
 
