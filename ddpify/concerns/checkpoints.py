@@ -475,9 +475,25 @@ def _outside_conditions(plan: EditPlan, stmt: cst.BaseStatement) -> cst.BaseStat
             owner = index.parent(owner)
         while isinstance(owner, cst.If) and isinstance(index.parent(owner), cst.If):  # elif
             owner = index.parent(owner)
-        if not isinstance(owner, cst.If) or owner is index.main_guard:
+        if not isinstance(owner, cst.If) or owner is index.main_guard or _read_back_within(index, current, owner):
             return current
         current = owner
+
+
+def _read_back_within(index: Index, stmt: cst.BaseStatement, block: cst.If) -> bool:
+    """Whether ``block`` goes on, after ``stmt``, to read a file back (``torch.load``, ``open`` to read): a
+    barrier after the whole ``if`` would come after that read (``torch.save(model.state_dict(), tmp)`` then
+    ``copy.load_state_dict(torch.load(tmp))`` in one branch), so it stays right after ``stmt``."""
+    return any(
+        isinstance(node, cst.Call)
+        and index.after(node, stmt)
+        and not index.inside(node, stmt)
+        and (
+            index.is_call_to(node, torch_api.LOAD)
+            or (index.is_call_to(node, _OPEN) and not _opens_for_writing(index, node))
+        )
+        for node in index.walk(block)
+    )
 
 
 def _opens_for_writing(index: Index, expr: cst.BaseExpression) -> bool:

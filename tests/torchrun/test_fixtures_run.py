@@ -83,6 +83,7 @@ CASES = [
     "model/optional_second_model_left_as_none",
     "data/loaders_handed_on_in_a_dict_of_keyword_arguments",
     "model/submodule_output_dropped_by_the_head",
+    "checkpoints/weights_copied_through_a_file_inside_a_branch",
     "model/teacher_run_in_forward_and_detached",
     "model/data_parallel_in_a_method_run_under_a_flag",
     "model/wrapper_returned_by_a_method_of_a_trainer_field",
