@@ -84,6 +84,7 @@ CASES = [
     "data/loaders_handed_on_in_a_dict_of_keyword_arguments",
     "model/submodule_output_dropped_by_the_head",
     "checkpoints/weights_copied_through_a_file_inside_a_branch",
+    "model/gan_frozen_by_a_helper_before_its_loop",
     "model/teacher_run_in_forward_and_detached",
     "model/data_parallel_in_a_method_run_under_a_flag",
     "model/wrapper_returned_by_a_method_of_a_trainer_field",

@@ -346,8 +346,8 @@ class _Finder:
             moves = [c for c in moves if index.scope_of(c[0]) is own]
             creations = [c for c in creations if index.scope_of(c[0]) is own]
             wraps = [c for c in wraps if index.scope_of(c[0]) is own]
-        built = [c[0] for c in moves] + [c[0] for c in creations] + [c[0] for c in wraps]
-        classes = {c for stmt in built for c in self._built_classes(stmt)}
+        built = [c[:2] for c in moves] + [c[:2] for c in creations] + [c[:2] for c in wraps]
+        classes = {c for stmt, place in built for c in self._built_classes(stmt, place)}
         self._model_classes[ref] = classes
         depth = depths(self.index, lineage)
         if wraps:
@@ -657,9 +657,18 @@ class _Finder:
         least = min(depth.values(), default=0)
         return [c for c in candidates if depth[id(c)] == least]
 
-    def _built_classes(self, stmt: cst.SimpleStatementLine) -> list[cst.ClassDef]:
-        """The script's own classes a statement builds the model from: ``Net`` in ``model = Net().to(device)``."""
-        return self._classes_made_by(statement_value(stmt), self.index.scope_of(stmt))
+    def _built_classes(self, stmt: cst.SimpleStatementLine, place: Ref | None = None) -> list[cst.ClassDef]:
+        """The script's own classes a statement builds the model from: ``Net`` in ``model = Net().to(device)``,
+        ``Gen`` for ``generator`` in ``generator, critic = Gen(), Critic()``."""
+        value, scope = statement_value(stmt), self.index.scope_of(stmt)
+        small = stmt.body[0]
+        if place is not None and isinstance(value, cst.Tuple) and isinstance(small, cst.Assign):
+            target = small.targets[0].target
+            if isinstance(target, cst.Tuple) and len(target.elements) == len(value.elements):
+                for held, made in zip(target.elements, value.elements, strict=True):
+                    if self.index.ref_of(held.value, scope) == place:
+                        return self._classes_made_by(made.value, scope)
+        return self._classes_made_by(value, scope)
 
     def _classes_made_by(self, value: cst.BaseExpression | None, scope: Scope, depth: int = 0) -> list[cst.ClassDef]:
         """``Net(...)``, ``Net(...).to(device)``, ``MODELS[name](...)`` (every class the registry holds), or a
@@ -944,10 +953,37 @@ class _Finder:
                 or self.reads.stored_in(read) is not None
                 or self.reads.copied(read)
                 for read in reads
-            ):
+            ) or self._frozen_by_a_helper(stmt, reads):
                 break
             last = stmt
         return last
+
+    def _frozen_by_a_helper(self, stmt: cst.BaseStatement, reads: list[cst.BaseExpression]) -> bool:
+        """``requires_grad(generator, False)``: the model handed, with a literal False, to a function of the
+        program that sets ``requires_grad`` of what it is given (a GAN's toggle, frozen before its loop and
+        unfrozen for its own step). DDP refuses a module with nothing to train: the wrap comes first."""
+        index = self.index
+        for read in reads:
+            arg = index.parent(read)
+            call = index.parent(arg)
+            if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call)):
+                continue
+            if not any(m.matches(a.value, m.Name("False")) for a in call.args):
+                continue
+            callee = index.runs(call, index.scope_of(call))
+            if callee is not None and any(
+                (
+                    isinstance(node, cst.Assign)
+                    and any(
+                        isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+                        for t in node.targets
+                    )
+                )
+                or m.matches(node, m.Call(func=m.Attribute(attr=m.Name("requires_grad_"))))
+                for node in index.walk(callee[0].body)
+            ):
+                return True
+        return False
 
     def _prepares_its_holder(self, stmt: cst.BaseStatement, target: Ref) -> bool:
         """Whether ``stmt`` initialises, loads or moves the whole object whose field the model is

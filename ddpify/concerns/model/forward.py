@@ -295,7 +295,11 @@ class ForwardChecks:
             self_name = index.self_name(forward) if forward is not None else None
             if forward is None or self_name is None:
                 continue
-            idle = self._never_used(cls, entries) or self._dropped_output(cls, forward, self_name)
+            idle = (
+                self._never_used(cls, entries)
+                or self._dropped_output(cls, forward, self_name)
+                or self._slice_run(cls, forward, self_name)
+            )
             if idle is not None:
                 return idle
             calls = [
@@ -391,6 +395,34 @@ class ForwardChecks:
             if only:
                 code = index.module_of(node).code_for_node(node).strip()
                 return f"`{code}` drops an output that only `{only}` of `{sub.name.value}` computes"
+        return None
+
+    def _slice_run(self, cls: cst.ClassDef, forward: cst.FunctionDef, self_name: str) -> str | None:
+        """``for block in self.blocks[: step + 1]:`` in forward, a slice of a list of layers that its bounds
+        choose (a progressively grown GAN): the layers past it get no gradient in that step."""
+        index = self.index
+        built = set(self._fields(cls)[0])
+        for node in index.walk(forward.body):
+            if not isinstance(node, cst.For):
+                continue
+            held = node.iter
+            if not (
+                isinstance(held, cst.Subscript)
+                and m.matches(held.value, m.Attribute(value=m.Name(self_name)))
+                and cast(cst.Attribute, held.value).attr.value in built
+                and any(isinstance(e.slice, cst.Slice) for e in held.slice)
+            ):
+                continue
+            bounds = [
+                part
+                for e in held.slice
+                if isinstance(e.slice, cst.Slice)
+                for part in (e.slice.lower, e.slice.upper)
+                if part is not None
+            ]
+            if any(not isinstance(b, (cst.Integer, cst.UnaryOperation)) for b in bounds):
+                code = index.module_of(held).code_for_node(held)
+                return f"`{code}` runs only the layers its bounds choose"
         return None
 
     def _layers_only_in(self, cls: cst.ClassDef, width: int, dropped: set[int]) -> str | None:
