@@ -101,6 +101,16 @@ RETURNED_PARAMETER = Code(
     "parameter ready twice (its gradient comes from outside the graph it searches)",
     "use the parameter in the loss on every step (`+ 0 * log_vars.sum()` where it is not needed), then convert",
 )
+INITIALISED_FROM_A_BATCH = Code(
+    "DDP316",
+    Severity.ERROR,
+    "model",
+    "a layer of the model sets its own parameters from the batch it is given, in forward (an ActNorm's "
+    "initialisation on its first batch): after the wrap, each rank would set them from its own batch, and DDP "
+    "averages gradients, never weights, so the ranks would keep different weights for the whole run",
+    "initialise those layers before training on one batch that every rank reads alike (then convert), or copy "
+    "rank 0's parameters to every rank after the first step yourself",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -116,4 +126,5 @@ CODES = (
     SECOND_BACKWARD,
     OWN_DATA_PARALLEL,
     RETURNED_PARAMETER,
+    INITIALISED_FROM_A_BATCH,
 )

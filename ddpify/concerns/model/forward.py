@@ -17,7 +17,13 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
-from ddpify.concerns.model.codes import MOVES_IN_TRAINING, OUTSIDE_FORWARD, PARTS_RUN_DIRECTLY, RETURNED_PARAMETER
+from ddpify.concerns.model.codes import (
+    INITIALISED_FROM_A_BATCH,
+    MOVES_IN_TRAINING,
+    OUTSIDE_FORWARD,
+    PARTS_RUN_DIRECTLY,
+    RETURNED_PARAMETER,
+)
 from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
@@ -158,6 +164,79 @@ class ForwardChecks:
                 )
                 return True
         return False
+
+    def refuse_initialised_from_a_batch(self, model: Model, classes: set[cst.ClassDef]) -> bool:
+        """A layer of the model whose forward (or a method it runs) copies into its own parameters what it
+        computes from its input (``self.bias.data.copy_(-x.mean(0))`` on the first batch, an ActNorm): run
+        through the wrapper on each rank's own batch, the ranks keep different weights (DDP316)."""
+        index = self.index
+        wrap = model.insert_after
+        if any(
+            self.reads.runs_model(read) and not index.after(read, wrap)
+            for read in index.mentions(index.scope_of(wrap), model.ref)
+        ):
+            return False  # run on a batch before the wrap, which then hands rank 0's weights to every rank
+        every = set(classes) | self._submodule_classes(set(classes))
+        for cls in sorted(every, key=index.order.__getitem__):
+            parameters = self._parameter_fields(cls)
+            if not parameters or not index.derives_from(cls, torch_api.NN_MODULE):
+                continue
+            for method in self._run_by(cls, frozenset({"forward"})):
+                write = self._written_from_input(method, parameters)
+                if write is None:
+                    continue
+                self.program.report(
+                    write,
+                    INITIALISED_FROM_A_BATCH,
+                    f"`{cls.name.value}` sets its parameters from the batch it is given, in `{method.name.value}` "
+                    f"(`{index.module_of(write).code_for_node(write)}`): through the wrapper, each rank would set "
+                    f"them from its own batch and `{model.expression}` would train on different weights on each "
+                    "rank for the whole run; initialise it before training on one batch that every rank reads "
+                    "alike, then convert",
+                )
+                return True
+        return False
+
+    def _written_from_input(self, method: cst.FunctionDef, parameters: set[str]) -> cst.Call | None:
+        """``self.bias.data.copy_(-mean)`` in ``method``, where the value reads a name of the method (its
+        input, or what it computed from it): a parameter field overwritten in place from what it is given."""
+        index = self.index
+        self_name = index.self_name(method)
+        if self_name is None:
+            return None
+        # the method's input, and the names it binds from it (``mean = x.mean(0)``), to a fixed point
+        derived = {p.name.value for p in method.params.params[1:]}
+        assigns = [node for node in index.walk(method.body) if isinstance(node, cst.Assign)]
+        grown = True
+        while grown:
+            grown = False
+            for assign in assigns:
+                if any(isinstance(n, cst.Name) and n.value in derived for n in index.walk(assign.value)):
+                    for t in assign.targets:
+                        for name in _bound_names(index, t.target):
+                            if name not in derived:
+                                derived.add(name)
+                                grown = True
+        for node in index.walk(method.body):
+            if not (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value == "copy_"
+                and node.args
+            ):
+                continue
+            written = node.func.value
+            if isinstance(written, cst.Attribute) and written.attr.value == "data":
+                written = written.value
+            if not (
+                isinstance(written, cst.Attribute)
+                and m.matches(written.value, m.Name(self_name))
+                and written.attr.value in parameters
+            ):
+                continue
+            if any(isinstance(n, cst.Name) and n.value in derived for n in index.walk(node.args[0].value)):
+                return node
+        return None
 
     def _called_on(self, model: Model, name: str, method: cst.FunctionDef) -> bool:
         """Whether the program calls ``method`` on the model: ``model.name(...)`` through any place that
