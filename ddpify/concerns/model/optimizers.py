@@ -19,6 +19,10 @@ from ddpify.engine.values import built_by, passed_values
 Traced = cst.Call | cst.Attribute
 
 
+# torch's learning-rate schedulers and weight averaging: stepped like an optimizer, built over one
+_SCHEDULERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+
+
 class TrainedModels:
     """The script's optimizers, and the models (or lists of models) whose parameters each one holds."""
 
@@ -109,6 +113,12 @@ class TrainedModels:
             return False
         if isinstance(first.value, cst.Call) and self._torch_optimizer(first.value):
             return False  # ``Warmup(torch.optim.Adam(model.parameters()), ...)``: the Adam inside is the optimizer
+        if any(q.startswith(_SCHEDULERS) for q in index.qualified_names(call.func)):
+            return False  # ``ReduceLROnPlateau(self.optimizer, ...)``: stepped, and over an optimizer
+        if any(
+            isinstance(value, cst.Call) and self._torch_optimizer(value) for value in built_by(index, first.value) or ()
+        ):
+            return False  # ``get_schedule(optimizer, ...)`` after ``optimizer = torch.optim.AdamW(...)``
         places = {place for target in index.holders(call) for place in index.downstream(target)}
         if not any(place.path.rpartition(".")[2] in self._stepped_names() for place in places):
             return False
