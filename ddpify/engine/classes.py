@@ -47,6 +47,7 @@ class ProgramClasses:
         def alias_of(self, name: cst.Name, scope: Scope | None = None) -> cst.Name | None: ...
 
         def root_ref(self, expr: cst.BaseExpression, scope: Scope) -> Ref | None: ...
+        def function_named(self, expr: cst.BaseExpression, scope: Scope) -> cst.FunctionDef | None: ...
 
     def local_definition(self, qualified: str, depth: int = 0) -> cst.FunctionDef | cst.ClassDef | None:
         """The function or class of the program that a qualified name (``models.resnet.ResNet``)
@@ -206,6 +207,30 @@ class ProgramClasses:
     def registry_classes(self, expr: cst.BaseExpression) -> list[cst.ClassDef]:
         """The program's own classes a registry holds, for ``TRAINERS[cfg.name]``: every value of the dict (or
         list) that ``TRAINERS`` is assigned, where each names a class of the program; [] otherwise."""
+        found: list[cst.ClassDef] = []
+        for item in self._registry_items(expr):
+            cls = self.local_class(item)
+            if cls is None:
+                return []
+            if cls not in found:
+                found.append(cls)
+        return found
+
+    def registry_functions(self, expr: cst.BaseExpression) -> list[cst.FunctionDef]:
+        """The program's own functions a registry holds, for ``OPTIMIZERS[name](params)`` after ``OPTIMIZERS =
+        {"adam": build_adam, "sgd": build_sgd}``: each, where every value names one; [] otherwise."""
+        found: list[cst.FunctionDef] = []
+        for item in self._registry_items(expr):
+            function = self.function_named(item, self.scope_of(item))
+            if function is None:
+                return []
+            if function not in found:
+                found.append(function)
+        return found
+
+    def _registry_items(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The values of the dict (or list) that the registry ``TRAINERS`` of ``TRAINERS[key]`` is assigned,
+        in source order; [] where it is anything else, or holds more than it shows (``**others``)."""
         if not isinstance(expr, cst.Subscript):
             return []
         ref = self.root_ref(expr.value, self.scope_of(expr)) if isinstance(expr.value, cst.Name) else None
@@ -219,7 +244,7 @@ class ProgramClasses:
                     ref = Ref(module, registry)
         if ref is None:
             return []
-        found: list[cst.ClassDef] = []
+        items: list[cst.BaseExpression] = []
         for place in sorted(self.lineage(ref), key=lambda p: (self.order.get(p.scope, -1), p.path)):
             for _, value in self.values_assigned(place):
                 if isinstance(value, cst.Dict):
@@ -230,13 +255,8 @@ class ProgramClasses:
                     return []
                 if len(held) != len(value.elements):
                     return []  # ``**others`` or ``*others``: more than it shows
-                for item in held:
-                    cls = self.local_class(item)
-                    if cls is None:
-                        return []
-                    if cls not in found:
-                        found.append(cls)
-        return found
+                items += held
+        return items
 
     def attribute_class(self, method: cst.FunctionDef) -> cst.ClassDef:
         """The class whose ``self.x`` fields ``method`` reads: the topmost class of the program in its

@@ -584,6 +584,8 @@ def _collect_registry_calls(index: Index, returns: dict[cst.FunctionDef, list[cs
                 init = index.method(cls, "__init__")
                 if init is not None:
                     _argument_flows(index, call, init, 1, returns)
+            for function in index.registry_functions(call.func):  # ``OPTIMIZERS[name](model.parameters())``
+                _argument_flows(index, call, function, 0, returns)
 
 
 def _argument_flows(

@@ -750,6 +750,8 @@ class Index(ProgramClasses):
                 else:  # each method an object of one class or another runs, each function a name may hold
                     for method, _ in self.instance_methods(call, self.scope_of(call)):
                         self._callers[method].append(call)
+                    for held in self.registry_functions(call.func):  # ``OPTIMIZERS[name](params)``
+                        self._callers[held].append(call)
         return self._callers.get(function, [])
 
     def add_flow(self, flow: Flow) -> None:
