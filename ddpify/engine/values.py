@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 
 import ddpify.engine.match as m
@@ -279,3 +281,48 @@ def _between(index: Index, node: cst.CSTNode, ancestor: cst.CSTNode) -> list[cst
         found.append(current)
         current = index.parent(current)
     return found
+
+
+def never_runs(index: Index, node: cst.CSTNode) -> bool:
+    """Whether ``node`` sits in a branch that no call of its function takes: ``FileHandler(name)`` in
+    ``StreamHandler() if not file else FileHandler(name)`` of ``def get_logger(name, file=False)`` where
+    every call leaves ``file`` False. The test must be the parameter itself, or ``not`` it, and every
+    call must give it a constant."""
+    child: cst.CSTNode = node
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, (cst.IfExp, cst.If)) and child is not ancestor.test:
+            held = _constant_test(index, ancestor.test)
+            if held is not None and held != (child is ancestor.body):
+                return True
+        child = ancestor
+    return False
+
+
+def _constant_test(index: Index, test: cst.BaseExpression) -> bool | None:
+    """The value ``test`` (``flag`` or ``not flag``, a parameter) has on every call of its function, where
+    every call gives the parameter the same constant (or leaves its default); None otherwise."""
+    negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+    name = cast(cst.UnaryOperation, test).expression if negated else test
+    if not isinstance(name, cst.Name):
+        return None
+    function = index.scope_of(test)
+    if not isinstance(function, cst.FunctionDef):
+        return None
+    values = passed_values(index, Ref(function, name.value))
+    if not values:
+        return None
+    truths = {_truth(v) for v in values}
+    if len(truths) != 1 or None in truths:
+        return None
+    truth = truths.pop()
+    return (not truth) if negated else truth
+
+
+def _truth(value: cst.BaseExpression) -> bool | None:
+    if isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
+        return value.value == "True"
+    if isinstance(value, cst.Integer):
+        return value.evaluated_value != 0
+    return None

@@ -12,7 +12,7 @@ from ddpify.concerns.side_effects.facts import FILE_USE_NOT_GATED, OUTPUT_RUNS_W
 from ddpify.engine.index import Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, single_target
-from ddpify.engine.values import built_by
+from ddpify.engine.values import built_by, never_runs
 
 
 class Finder:
@@ -74,6 +74,8 @@ class Finder:
                     continue
             else:
                 continue
+            if never_runs(index, call):
+                continue  # ``FileHandler(name)`` of a helper that no call asks for a file
             if name is not None and late(call) and not _writes(call, "x"):
                 yield name
             else:
