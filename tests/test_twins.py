@@ -188,6 +188,9 @@ METHOD_CLASSES = [
     "tests/fixtures/model/ema_copy_updated_beside_forward/input.py",  # model methods stay reads of .module
 ]
 METHOD_LEFT = {  # still differ, not wrongly: a refusal, batches left whole (DDP211), another order
+    # the init made an object's method keeps the model: the wrap comes before it, and rank 0's weights are
+    # copied after its draw, where the function's draw comes before the wrap
+    "tests/fixtures/model/init_function_after_move/input.py",
     # a ``sampler = None`` placeholder kept on a loader object's field: refused (DDP202)
     "tests/fixtures/data/sampler_placeholder_handed_to_a_loader_factory/input.py",
     "tests/fixtures/tensors/batchified_streams/input.py",

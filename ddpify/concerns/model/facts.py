@@ -28,7 +28,7 @@ class Model:
     # built anew after training, then handed to code that reads the wrapped model: wrap again before it
     wrapped_again: tuple[cst.BaseStatement, ...] = ()
     # parameters drawn again after the wrap, each rank from its own generator: rank 0's copied after it
-    redrawn: tuple[cst.BaseStatement, ...] = ()
+    redrawn: tuple[tuple[cst.BaseStatement, cst.BaseExpression], ...] = ()  # each with the model as it reads it
     maybe_none: bool = False  # None unless a condition built it (an optional second model): wrapped where it is not
     unused: str | None = None  # why some parameters may get no gradient in a step: find_unused_parameters
     small_batch_norm: cst.Call | None = None  # a DataLoader with a small batch, where the model has BatchNorm

@@ -172,11 +172,12 @@ class ForwardChecks:
         index = self.index
         wrap = model.insert_after
         if any(
-            self.reads.runs_model(read) and not index.after(read, wrap)
+            isinstance(call := index.parent(read), cst.Call) and call.func is read and not index.after(read, wrap)
             for read in index.mentions(index.scope_of(wrap), model.ref)
         ):
             return False  # run on a batch before the wrap, which then hands rank 0's weights to every rank
-        every = set(classes) | self._submodule_classes(set(classes))
+        # where the model's classes are not known (built through helpers), every module class of the program
+        every = set(classes) | self._submodule_classes(set(classes)) if classes else set(index.classes.values())
         for cls in sorted(every, key=index.order.__getitem__):
             parameters = self._parameter_fields(cls)
             if not parameters or not index.derives_from(cls, torch_api.NN_MODULE):

@@ -39,19 +39,22 @@ class Redrawn:
         self.reads = reads
         self.seeding = Seeding(self.index)
 
-    def after_wrap(self, target: Ref, wrap: cst.BaseStatement) -> tuple[cst.BaseStatement, ...]:
+    def after_wrap(
+        self, target: Ref, wrap: cst.BaseStatement
+    ) -> tuple[tuple[cst.BaseStatement, cst.BaseExpression], ...]:
         """The statements, in source order, that draw parameters of the model wrapped after ``wrap`` again
-        where every rank's generator is not known to be seeded alike: rank 0's are copied after each."""
+        where every rank's generator is not known to be seeded alike, each with the model as that statement
+        reads it (``self.model`` in a method, ``net`` in a helper): rank 0's are copied after each."""
         index = self.index
-        found: list[cst.BaseStatement] = []
+        found: dict[cst.BaseStatement, cst.BaseExpression] = {}
         for read in self.reads.reads_after_wrap(target, wrap):
             stmt = self._draws_through(read)
             if stmt is None or stmt in found or index.inside(wrap, stmt) or stmt is wrap:
                 continue
             if self.seeding.seeded_before(stmt, "torch"):
                 continue
-            found.append(stmt)
-        return tuple(sorted(found, key=index.order.__getitem__))
+            found[stmt] = read
+        return tuple(sorted(found.items(), key=lambda item: index.order[item[0]]))
 
     def _draws_through(self, read: cst.BaseExpression) -> cst.BaseStatement | None:
         """The statement in which ``read`` (the model) has its parameters drawn again: a loop over

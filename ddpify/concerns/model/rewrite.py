@@ -53,6 +53,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     ddp = plan.names.ddp
     wrapped_by_ddp: set[cst.Call] = set()
     stripped: set[cst.Call] = set()  # ``load_state_dict`` calls that load the input's DataParallel checkpoints
+    copied: set[cst.BaseStatement] = set()  # statements after which rank 0's parameters are copied
     trained = facts.refs
     for model in facts.models:
         arguments = ", device_ids=[torch.cuda.current_device()]" if model.on_cuda else ""
@@ -85,18 +86,20 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             )
             plan.insert_after(unfrozen, plan.where_distributed(unfrozen, rewrap))
             plan.change(unfrozen, f"wrap `{model.expression}` again: parameters became trainable after the wrap")
-        for drawn in model.redrawn:
+        for drawn, read in model.redrawn:
+            if drawn in copied:
+                continue  # one helper drawing the weights of two models (``init(gen)``, ``init(critic)``)
+            copied.add(drawn)
             scope = plan.index.scope_of(drawn)
             parameter = fresh("param", {n.value for n in plan.index.walk(scope) if isinstance(n, cst.Name)})
             dist = plan.names.dist
+            named = plan.index.module_of(read).code_for_node(read)  # the model as this function names it
             copy = cst.parse_statement(
-                f"for {parameter} in {model.expression}.parameters():  # drawn on each rank: take rank 0's, as the "
+                f"for {parameter} in {named}.parameters():  # drawn on each rank: take rank 0's, as the "
                 f"wrap did\n    {dist}.broadcast({parameter}.detach(), src=0)\n"
             )
             plan.insert_after(drawn, plan.where_distributed(drawn, copy))
-            plan.change(
-                drawn, f"copy rank 0's parameters of `{model.expression}` to every rank: drawn again after the wrap"
-            )
+            plan.change(drawn, f"copy rank 0's parameters of `{named}` to every rank: drawn again after the wrap")
         for reader in model.wrapped_again:
             again = cst.parse_statement(
                 f"{model.expression} = {ddp}({model.expression}{arguments})"
