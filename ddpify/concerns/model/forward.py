@@ -207,17 +207,16 @@ class ForwardChecks:
             return None
         # the method's input, and the names it binds from it (``mean = x.mean(0)``), to a fixed point
         derived = {p.name.value for p in method.params.params[1:]}
-        assigns = [node for node in index.walk(method.body) if isinstance(node, cst.Assign)]
+        values = _values_bound(index, method)
         grown = True
         while grown:
             grown = False
-            for assign in assigns:
-                if any(isinstance(n, cst.Name) and n.value in derived for n in index.walk(assign.value)):
-                    for t in assign.targets:
-                        for name in _bound_names(index, t.target):
-                            if name not in derived:
-                                derived.add(name)
-                                grown = True
+            for name, held in values.items():
+                if name not in derived and any(
+                    isinstance(n, cst.Name) and n.value in derived for value in held for n in index.walk(value)
+                ):
+                    derived.add(name)
+                    grown = True
         for node in index.walk(method.body):
             if not (
                 isinstance(node, cst.Call)
@@ -514,11 +513,7 @@ class ForwardChecks:
         self_name = index.self_name(forward) if forward is not None else None
         if forward is None or self_name is None:
             return None
-        values: dict[str, list[cst.BaseExpression]] = {}
-        for node in index.walk(forward.body):
-            if isinstance(node, cst.Assign) and len(node.targets) == 1:
-                for name in _bound_names(index, node.targets[0].target):
-                    values.setdefault(name, []).append(node.value)
+        values = _values_bound(index, forward)
         returns = [r for r in index.walk(forward.body) if isinstance(r, cst.Return) and index.scope_of(r) is forward]
         if not returns or not all(isinstance(r.value, cst.Tuple) and len(r.value.elements) == width for r in returns):
             return None
@@ -957,6 +952,17 @@ def _fields_set(index: Index, method: cst.FunctionDef) -> set[str]:
         for target in node.targets
         if isinstance(target.target, cst.Attribute) and m.matches(target.target.value, m.Name(self_name or ""))
     }
+
+
+def _values_bound(index: Index, function: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
+    """Each name (or dotted field) that ``function``'s assignments bind, with every value it is given."""
+    values: dict[str, list[cst.BaseExpression]] = {}
+    for node in index.walk(function.body):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                for name in _bound_names(index, target.target):
+                    values.setdefault(name, []).append(node.value)
+    return values
 
 
 def _bound_names(index: Index, target: cst.BaseExpression) -> Iterator[str]:
