@@ -42,7 +42,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from ddpify.diagnostics import FORM_FEED, INVALID_SYNTAX, NO_ROUND_TRIP, TOO_DEEP, UNREADABLE, UNSUPPORTED, Diagnostic
-from ddpify.engine import annotated
+from ddpify.engine import annotated, one_line
 from ddpify.engine.collect import UNINDEXED
 from ddpify.engine.syntax import NODE_KINDS
 
@@ -109,7 +109,9 @@ def parse_checked(
     depth = nesting_depth(module)
     if depth + LAYOUT_DEPTH > PLAIN_DEPTH and not _walkable(module, SPARE_FRAMES):
         return TOO_DEEP.at(_deepest_line(source), 1, f"{_TOO_DEEP} ({depth} levels deep)", path)
-    return (round_trip_failure(module, source, path) if round_trip else None) or annotated.lowered(module)
+    if round_trip and (failure := round_trip_failure(module, source, path)) is not None:
+        return failure
+    return one_line.lowered(annotated.lowered(module))
 
 
 # a line indented with a tab and spaces, in either order

@@ -69,6 +69,7 @@ alias_twins = load("alias_twins")
 import_twins = load("import_twins")
 kwargs_twins = load("kwargs_twins")
 block_twins = load("block_twins")
+one_line_twins = load("one_line_twins")
 factory_twins = load("factory_twins")
 keyword_twins = load("keyword_twins")
 while_twins = load("while_twins")
@@ -504,3 +505,19 @@ def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
     for child in node.children:
         found.extend(_walk(child))
     return found
+
+
+# one script per class of difference the one-line twins showed when they were added
+ONE_LINE_CLASSES = [
+    "examples/mnist_cnn.py",  # the main guard's ``main()`` and a save on their header's line
+    "tests/fixtures/checkpoints/periodic/input.py",  # ``if epoch % k == 0: torch.save(...)``
+    "tests/fixtures/checkpoints/model_exported_after_training/input.py",  # an export on one line
+]
+
+
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in ONE_LINE_CLASSES}))
+def test_a_script_and_its_twin_with_short_bodies_on_one_line_convert_the_same(path: Path) -> None:
+    found = one_line_twins.differences(path)
+    if found is None:
+        pytest.skip("no twin: no short body to write on its header's line")
+    assert found == []

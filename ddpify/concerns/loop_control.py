@@ -252,8 +252,8 @@ _NOT_OWN = frozenset({"StopIteration", "StopAsyncIteration", "KeyboardInterrupt"
 
 def _ends_in_leap(handler: cst.ExceptHandler) -> cst.Continue | cst.Break | None:
     """The plain ``continue`` or ``break`` a handler's body ends with, alone on its line."""
-    last = handler.body.body[-1] if isinstance(handler.body, cst.IndentedBlock) else handler.body
-    if isinstance(last, cst.SimpleStatementLine | cst.SimpleStatementSuite) and len(last.body) == 1:
+    last = handler.body.body[-1]
+    if isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1:
         leap = last.body[0]
         return leap if isinstance(leap, cst.Continue | cst.Break) else None
     return None

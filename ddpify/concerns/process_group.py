@@ -141,8 +141,6 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
 def _in_main_guard(index: Index, guard: cst.If) -> tuple[cst.BaseStatement, list[cst.BaseStatement]]:
     """The statement of the main guard the setup goes before, and the statements that run before it."""
     others = [s for s in index.module.body if s is not guard]
-    if isinstance(guard.body, cst.SimpleStatementSuite):  # if __name__ == "__main__": main()
-        return guard, _runs(others)
     body: list[cst.BaseStatement] = [statement(s) for s in guard.body.body]
     anchor = body[_argument_parsing(index, body)]
     return anchor, _runs(others + body[: body.index(anchor)])
@@ -420,9 +418,6 @@ def _two_blank_lines_before(plan: EditPlan, anchor: cst.BaseStatement) -> None:
 def _with_process_group(guard: cst.If, marker: cst.SimpleStatementLine | None, setup: str, dist: str) -> cst.If:
     """The guard's body from ``marker`` on (all of it when None) runs in ``try``, after the setup call."""
     body = guard.body
-    if isinstance(body, cst.SimpleStatementSuite):  # if __name__ == "__main__": main()
-        line = cst.SimpleStatementLine(body=[s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in body.body])
-        body = cst.IndentedBlock(body=[line])
     teardown = cst.Finally(body=cst.IndentedBlock(body=[cst.parse_statement(f"{dist}.destroy_process_group()\n")]))
     start = next((i for i, s in enumerate(body.body) if s is marker), -1) if marker is not None else 0
     if start < 0:

@@ -420,10 +420,8 @@ def _import_statement(item: Import) -> Statement:
 def _ifs_run_on_rank_zero(plan: EditPlan, here: list[cst.CSTNode], guarded: set[cst.CSTNode]) -> set[cst.If]:
     """``if step % 10 == 0: print(...)`` becomes ``if step % 10 == 0 and <rank 0>:``, not a nested ``if``
     (of the statements ``here``, in one module, that run on rank 0 only, of all those ``guarded``)."""
-    merged: set[cst.If] = {
-        s for s in here if isinstance(s, cst.If) and s.orelse is None and isinstance(s.body, cst.SimpleStatementSuite)
-    }
-    for stmt in (s for s in here if s not in merged):
+    merged: set[cst.If] = set()
+    for stmt in here:
         block = plan.index.parent(stmt)
         owner = plan.index.parent(block)
         if (
@@ -511,12 +509,7 @@ class _Applier(cst.CSTTransformer):
             elif original in self.plan.inlined:
                 flush()
                 body.extend(before)
-                suite = cast(cst.If, new).body
-                if isinstance(suite, cst.SimpleStatementSuite):
-                    small = [s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in suite.body]
-                    inner: list[Statement] = [cst.SimpleStatementLine(small)]
-                else:
-                    inner = [statement(s) for s in suite.body]
+                inner = [statement(s) for s in cast(cst.If, new).body.body]
                 inner[0] = inner[0].with_changes(leading_lines=[*new.leading_lines, *inner[0].leading_lines])
                 body.extend(inner)
                 body.extend(after)

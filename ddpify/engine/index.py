@@ -32,9 +32,16 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
+from ddpify.engine import annotated, one_line
 from ddpify.engine.classes import ProgramClasses
 from ddpify.engine.positions import locate
 from ddpify.engine.syntax import STATEMENT_KINDS, dotted, parameter_names, single_target
+
+# libcst's node classes and the engine's own forms of them (an annotated assignment's target, a one-line body)
+_FORMS: dict[type[cst.CSTNode], tuple[type[cst.CSTNode], ...]] = {
+    cst.AssignTarget: (cst.AssignTarget, annotated.AssignTarget),
+    cst.IndentedBlock: (cst.IndentedBlock, one_line.IndentedBlock),
+}
 
 Scope = cst.Module | cst.FunctionDef | cst.ClassDef
 
@@ -299,12 +306,13 @@ class Index(ProgramClasses):
                 stack.extend(reversed(below))
 
     def nodes_of(self, *kinds: type[cst.CSTNode]) -> list[cst.CSTNode]:
-        """Every node of the program of exactly these classes (libcst's concrete node classes), in
-        source order: what a walk of the whole program testing each node would find, without the walk."""
-        found = [node for kind in kinds for node in self.kinds.get(kind, ())]
-        if len(kinds) > 1:
-            found.sort(key=self.order.__getitem__)
-        return found
+        """Every node of the program of these classes (libcst's concrete node classes, and the engine's
+        classes that read as them), in source order: what a walk of the whole program testing each node
+        would find, without the walk."""
+        held = [found for kind in kinds for below in _FORMS.get(kind, (kind,)) if (found := self.kinds.get(below))]
+        if len(held) == 1:
+            return list(held[0])
+        return sorted((node for found in held for node in found), key=self.order.__getitem__)
 
     def walk_program(self) -> Iterator[cst.CSTNode]:
         """Every node of every module of the program, module by module, each in source order."""

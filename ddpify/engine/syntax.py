@@ -7,6 +7,8 @@ from typing import cast
 
 import libcst as cst
 
+# the engine's own node classes count among libcst's (NODE_KINDS and the like are found below)
+from ddpify.engine import annotated, one_line  # noqa: F401
 from ddpify.modules import absolute_import
 
 

@@ -78,6 +78,7 @@ CASES = [
     "checkpoints/networks_kept_in_a_dict_of_keyword_arguments",
     "data/loaders_put_in_a_dict_of_phases_by_name",
     "model/optimizer_over_an_input_perturbation",
+    "checkpoints/previous_epoch_removed_on_one_line",
     "model/parameters_drawn_again_by_a_later_method",
     "model/static_method_step_called_through_the_model",
     "model/optional_second_model_left_as_none",

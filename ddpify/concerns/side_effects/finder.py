@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -198,18 +199,10 @@ class Finder:
                     )
                     continue
                 yield stmt, kind
-        for node in index.nodes_of(cst.With, cst.If):
-            if isinstance(node, cst.With) and self._writes_file(node) and not self._runs_collectives(node, model_refs):
-                yield node, "file write"
-            elif isinstance(node, cst.If) and isinstance(node.body, cst.SimpleStatementSuite) and node.orelse is None:
-                # if step % 10 == 0: print(loss.item())
-                kinds = {self._output_kind(small, tracker_refs, logger_refs) for small in node.body.body}
-                if (
-                    len(kinds) == 1
-                    and (kind := kinds.pop()) is not None
-                    and not self._runs_collectives(node.body, model_refs)
-                ):
-                    yield node, kind
+        for node in index.nodes_of(cst.With):
+            with_ = cast(cst.With, node)
+            if self._writes_file(with_) and not self._runs_collectives(with_, model_refs):
+                yield with_, "file write"
 
     def assigned_from(self, calls: Iterable[cst.Call]) -> set[Ref]:
         """Every place the results of ``calls`` (each assigned to one name) flow to."""
