@@ -282,3 +282,42 @@ def test_a_name_the_module_defines_hides_the_same_name_from_a_star_import() -> N
         models__net="class Net: pass\ndef test(): Net()\n",
     )
     assert skipped_names(runs, "models.net") == ["test"]
+
+
+MODULE_WITH_ITS_OWN_LOOP = """
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def forward(self, x): return self.body(self._scaled(x))
+        def _scaled(self, x): return x
+        def train(self, mode=True): return super().train(mode)
+        def compile(self): self.opt = torch.optim.Adam(self.parameters())
+        def fit(self, x): self.opt.step()
+        def predict(self, x): return self(x)
+
+    class Deeper(Net):
+        def fit_twice(self, x): pass
+
+    class Data(torch.utils.data.Dataset):
+        def fit(self): pass
+"""
+
+
+def test_a_modules_methods_run_where_running_code_names_them() -> None:
+    runs = program(
+        "from model import Net, Deeper, Data\nnet, deeper, data = Net(), Deeper(), Data()\nnet.predict(1)\n",
+        model=MODULE_WITH_ITS_OWN_LOOP,
+    )
+    # forward, a method it calls, nn.Module's own train() and the method the entry calls run; a class that is
+    # not nn.Module's alone (a Dataset) keeps every method
+    assert skipped_names(runs, "model") == ["compile", "fit", "fit_twice"]
+
+
+def test_a_method_named_by_a_string_or_a_computed_name_runs() -> None:
+    by_string = program("from model import Net\nnet = Net()\ngetattr(net, 'fit')(1)\n", model=MODULE_WITH_ITS_OWN_LOOP)
+    assert skipped_names(by_string, "model") == ["compile", "predict", "Deeper", "Data"]
+    computed = program(
+        "import sys\nfrom model import Net\nnet = Net()\ngetattr(net, sys.argv[1])()\n", model=MODULE_WITH_ITS_OWN_LOOP
+    )
+    assert skipped_names(computed, "model") == ["Deeper", "Data"]

@@ -16,7 +16,11 @@ calls it: passed as a callback (``model.apply(init_weights)``), kept in a
 dict, returned, decorated (a registry), it may run; a decorator known to
 neither call nor keep what it decorates (pytest's marks and fixtures, which
 run only under pytest; ``torch.no_grad()``, ``functools.wraps``) does not count. A class that runs keeps
-all of its methods. Where the names cannot be followed (``getattr(module,
+all of its methods, but for a module of ``torch.nn.Module``'s own (through the program's classes): its
+method runs when running code mentions its name (``.fit``, ``getattr(m, "fit")``), when it is a
+special method, or when ``nn.Module`` itself calls methods of that name (``forward``, ``train``,
+``state_dict``...). A Keras-like ``compile()``/``fit()`` pair that the entry never calls is not its
+training. Where the names cannot be followed (``getattr(module,
 name)``, ``globals()``, ``eval``), every definition of that module runs; an
 import whose module is computed (``importlib.import_module(name)``) makes
 every module of the program run (but the entry script, which runs as
@@ -61,6 +65,11 @@ DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec"})
 # ``fire.Fire()`` with no component makes every function of its module a command of the command line
 _EVERY_FUNCTION_A_COMMAND = frozenset({"fire.Fire", "Fire"})
 _DYNAMIC_IMPORTS = frozenset({"__import__", "importlib.import_module", "import_module"})
+# Calls that reach an attribute by a computed name (a method among them may run): the name is their
+# second argument (the first for the ``operator`` ones)
+_COMPUTED_ATTRIBUTES = frozenset(
+    {"getattr", "hasattr", "operator.attrgetter", "attrgetter", "operator.methodcaller", "methodcaller"}
+)
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,8 @@ class _Unit:
     module: _Module
     node: ast.AST
     refs: list[ast.AST] = field(default_factory=list)  # the nodes whose names it reads
+    # a class's methods that run only when their name is mentioned (:func:`_named_only`), if it is a module
+    methods: list[_Unit] = field(default_factory=list)
     # per ref, in walk order: the attributes, imports and calls below it, then the names it reads
     # (read once per module, however many programs import it)
     scanned: list[tuple[list[ast.AST], list[str]]] | None = None
@@ -121,6 +132,7 @@ class _Module:
     entry: bool
     top: _Unit | None = None
     definitions: dict[str, list[_Unit]] = field(default_factory=dict)
+    methods: list[_Unit] = field(default_factory=list)  # every class's methods that run only when named
     imports: dict[str, set[str]] = field(default_factory=dict)
     stars: list[str] = field(default_factory=list)
     main_block: ast.If | None = None
@@ -182,6 +194,12 @@ def _read_statement(module: _Module, stmt: ast.stmt, top: _Unit) -> None:
     evaluates stays with the code around it); control flow is followed into its blocks."""
     if isinstance(stmt, _DEFINITION):
         unit = _Unit(module, stmt, [stmt])
+        if isinstance(stmt, ast.ClassDef):
+            named = [s for s in stmt.body if _named_only(module, s)]
+            if named:
+                unit.refs = [s for s in stmt.body if s not in named]
+                unit.methods = [_Unit(module, s, [s]) for s in named]
+                module.methods += unit.methods
         module.definitions.setdefault(stmt.name, []).append(unit)
         top.refs += definition_header(stmt)
         return
@@ -208,6 +226,80 @@ def _read_statement(module: _Module, stmt: ast.stmt, top: _Unit) -> None:
     top.refs.append(stmt)
 
 
+def _named_only(module: _Module, stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` is a method that runs only where it is named, if its class is a module: no special
+    method, none that ``nn.Module`` calls itself, none with a decorator that may register it."""
+    return (
+        isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and not (stmt.name.startswith("__") and stmt.name.endswith("__"))
+        and stmt.name not in _CALLED_BY_MODULE
+        and all(
+            dotted(d) in _PLAIN_METHOD
+            or any(
+                never_registers(name)
+                for name in qualified_names(module.imports, d.func if isinstance(d, ast.Call) else d)
+            )
+            for d in stmt.decorator_list
+        )
+    )
+
+
+# The methods ``torch.nn.Module`` calls on a module by their names (an override of one runs
+# without the program naming it): its call, repr, mode, state-dict and ``_apply`` machinery.
+_CALLED_BY_MODULE = frozenset(
+    {
+        "forward",
+        "extra_repr",
+        "_get_name",
+        "train",
+        "eval",
+        "state_dict",
+        "load_state_dict",
+        "_save_to_state_dict",
+        "_load_from_state_dict",
+        "get_extra_state",
+        "set_extra_state",
+        "_apply",
+        "apply",
+        "to",
+        "to_empty",
+        "cuda",
+        "cpu",
+        "type",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "zero_grad",
+        "requires_grad_",
+        "share_memory",
+        "children",
+        "named_children",
+        "modules",
+        "named_modules",
+        "parameters",
+        "named_parameters",
+        "buffers",
+        "named_buffers",
+        "_named_members",
+        "register_buffer",
+        "register_parameter",
+        "register_module",
+        "add_module",
+        "get_submodule",
+        "get_parameter",
+        "get_buffer",
+        "reset_parameters",
+        "_call_impl",
+        "_wrapped_call_impl",
+        "_replicate_for_data_parallel",
+    }
+)
+_PLAIN_METHOD = frozenset({"staticmethod", "classmethod", "property"})
+# The classes whose subclasses' methods run only where named (besides those of :data:`_CALLED_BY_MODULE`)
+_MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+
+
 def definition_header(definition: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> list[ast.AST]:
     """What the ``def`` or ``class`` statement itself evaluates when it runs: decorators, bases, defaults."""
     parts: list[ast.AST] = list(definition.decorator_list)
@@ -226,6 +318,10 @@ class _Walker:
         self.live_units: set[_Unit] = set()
         self.todo: list[_Unit] = []
         self.dynamic: list[tuple[str, int, str]] = []
+        self.named: set[str] = set()  # the attribute names running code mentions
+        self.waiting: dict[str, list[_Unit]] = {}  # methods of running modules, by the name that runs them
+        self.every_method = False  # an attribute named by a computed string: any method may run
+        self.modules_classes: dict[_Unit, bool] = {}
 
     def run(self, entry: _Module) -> None:
         self._run_module(entry.source.name)
@@ -272,11 +368,56 @@ class _Walker:
         if unit not in self.live_units:
             self.live_units.add(unit)
             self.todo.append(unit)
+            if unit.methods:
+                module_class = self._module_class(unit)
+                for method in unit.methods:
+                    name = cast(ast.FunctionDef, method.node).name
+                    if not module_class or self.every_method or name in self.named:
+                        self._run(method)
+                    else:
+                        self.waiting.setdefault(name, []).append(method)
+
+    def _module_class(self, unit: _Unit, depth: int = 0) -> bool:
+        """Whether the class of ``unit`` derives from ``torch.nn.Module`` alone, directly or through the
+        program's classes (another base may call its methods by name)."""
+        known = self.modules_classes.get(unit)
+        if known is not None:
+            return known
+        node = cast(ast.ClassDef, unit.node)
+        found = bool(node.bases) and depth < 20 and not node.keywords
+        for base in node.bases if found else ():
+            if qualified_names(unit.module.imports, base) & _MODULE_BASES:
+                continue
+            own = self._lookup_expr(unit.module, base)
+            if not own or not all(
+                isinstance(t, _Unit) and isinstance(t.node, ast.ClassDef) and self._module_class(t, depth + 1)
+                for t in own
+            ):
+                found = False
+        self.modules_classes[unit] = found
+        return found
+
+    def _name(self, name: str) -> None:
+        """Running code mentions ``name`` as an attribute: the methods of that name may run."""
+        if name not in self.named:
+            self.named.add(name)
+            for method in self.waiting.pop(name, ()):
+                self._run(method)
+
+    def _every_method(self) -> None:
+        self.every_method = True
+        for methods in self.waiting.values():
+            for method in methods:
+                self._run(method)
+        self.waiting.clear()
 
     def _scan(self, module: _Module, events: list[ast.AST], names: list[str]) -> None:
         for node in events:
             if isinstance(node, ast.Attribute):
+                self._name(node.attr)
                 self._attribute(module, node)
+            elif isinstance(node, ast.Constant):  # ``getattr(model, "fit")``, ``hasattr``, a table of names
+                self._name(cast(str, node.value))
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 self._import(module, node)
             else:
@@ -336,6 +477,11 @@ class _Walker:
             and not call.keywords
             and bool(({func} | qualified_names(module.imports, call.func)) & _EVERY_FUNCTION_A_COMMAND)
         )
+        named_by = call.args[0:1] if func.endswith(("attrgetter", "methodcaller")) else call.args[1:2]
+        if func in DYNAMIC_NAMES or (
+            func in _COMPUTED_ATTRIBUTES and any(type(a) is not ast.Constant for a in named_by)
+        ):
+            self._every_method()
         if func in DYNAMIC_NAMES or commands:
             self.dynamic.append((name, line, f"{func}()"))
             self._run_all(module)
@@ -425,6 +571,7 @@ def _skipped(module: _Module, live: set[_Unit]) -> Iterator[Skipped]:
     tree = module.source.tree
     assert tree is not None
     dead = {id(u.node) for units in module.definitions.values() for u in units if u not in live}
+    dead |= {id(u.node) for u in module.methods if u not in live}
     if module.main_block is not None:
         dead.add(id(module.main_block))
     if not dead:
@@ -592,7 +739,13 @@ def _scanned(root: ast.AST) -> tuple[list[ast.AST], list[str]]:
         kind = type(node)
         if kind is ast.Name:
             names[node.id] = None  # type: ignore[attr-defined]
-        elif kind is ast.Attribute or kind is ast.Import or kind is ast.ImportFrom or kind is ast.Call:
+        elif (
+            kind is ast.Attribute
+            or kind is ast.Import
+            or kind is ast.ImportFrom
+            or kind is ast.Call
+            or (kind is ast.Constant and isinstance(node.value, str) and node.value.isidentifier())  # type: ignore[attr-defined]
+        ):
             events.append(node)
     return events, list(names)
 
