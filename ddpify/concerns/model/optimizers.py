@@ -348,7 +348,12 @@ class TrainedModels:
         index = self.index
         if isinstance(expr, cst.Call):
             func = expr.func
-            if isinstance(func, cst.Attribute) and func.attr.value in torch_api.PARAMETER_METHODS:
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in torch_api.PARAMETER_METHODS
+                # not ``gen.parameters(model)``, a function of the program's module ``gen``
+                and not self._module_function(expr)
+            ):
                 # ``layer.parameters()`` for ``layer`` in ``model.modules()``: parameters of ``model``
                 calls.append(self._submodules_of(func.value) or expr)
                 return None
@@ -571,6 +576,11 @@ class TrainedModels:
             return bool(loops) and all(rooted(loop.iter, depth + 1) for loop in loops)
 
         return rooted(call.value if isinstance(call, cst.Attribute) else cast(cst.Attribute, call.func).value)
+
+    def _module_function(self, call: cst.Call) -> bool:
+        """Whether ``call`` runs a function of the program that is no method (``gen.parameters(model)``)."""
+        resolved = self.index.resolve_callee(call, self.index.scope_of(call))
+        return resolved is not None and self.index.method_class(resolved[0]) is None
 
     def _returned_by_program(self, call: cst.Call) -> list[cst.BaseExpression] | None:
         """What the program's own function that ``call`` runs returns (each ``return`` value) or, for a
