@@ -33,7 +33,8 @@ becomes ``train_sampler = DistributedSampler(ds)``, the idiom of the PyTorch
 examples.
 
 Limits (refused by ``data`` as DDP202, with the reason found here): a sampler
-whose class is not torch's nor defined in the script, one that draws from
+whose class is not torch's nor defined in the script, one that draws without
+end (``while True:`` in its ``__iter__``), one that draws from
 Python's or NumPy's ``random`` outside its ``__iter__`` or from an RNG object
 of its own (ddpify cannot seed those alike on every rank; draws from the
 global ``random`` or ``numpy.random`` in ``__iter__`` the wrapper seeds too),
@@ -410,6 +411,13 @@ def _why_not_wrappable(index: Index, value: cst.BaseExpression, batches: bool) -
         return f"cannot see how `{dotted(value.func) or text}` draws its samples (it is not defined in this script)"
     if not _has_length(index, cls):
         return f"`{cls.name.value}` has no `__len__`: a rank's share of it cannot be sized"
+    endless = _endless_loop(index, cls)
+    if endless is not None:
+        return (
+            f"`{cls.name.value}` draws without end (`while {index.module_of(endless).code_for_node(endless.test)}:` "
+            "in `__iter__`): its draws cannot be dealt out to the ranks ahead; let one pass of it end (the loop "
+            "around the loader repeats it) or give each rank its own stream"
+        )
     return _why_not_seedable(index, value)
 
 
@@ -522,6 +530,29 @@ def sampler_rngs(index: Index, own: OwnSampler) -> tuple[str, ...]:
             if isinstance(built, cst.Call) and (cls := index.local_class(built.func)) is not None:
                 found.update(_global_draws(index, cls)[0])
     return tuple(sorted(found))
+
+
+def _endless_loop(index: Index, cls: cst.ClassDef) -> cst.While | None:
+    """The ``while True:`` loop of the sampler's ``__iter__`` that no ``break`` or ``return`` ends (an
+    "infinite sampler", whose length is only a large number)."""
+    method = index.method(cls, "__iter__")
+    if method is None:
+        return None
+    for node in index.walk(method.body):
+        if (
+            isinstance(node, cst.While)
+            and index.scope_of(node) is method
+            and _always_true(node.test)
+            and not any(isinstance(inner, (cst.Break, cst.Return)) for inner in index.walk(node.body))
+        ):
+            return node
+    return None
+
+
+def _always_true(test: cst.BaseExpression) -> bool:
+    return (isinstance(test, cst.Name) and test.value == "True") or (
+        isinstance(test, cst.Integer) and test.evaluated_value != 0
+    )
 
 
 def _has_length(index: Index, cls: cst.ClassDef) -> bool:
