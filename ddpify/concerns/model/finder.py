@@ -194,6 +194,8 @@ class _Finder:
                         continue
                     if self.forward.refuse_step_inside_the_model(model, classes):
                         continue
+                    if self.forward.refuse_run_by_a_closure(model):
+                        continue
                     if self.forward.refuse_initialised_from_a_batch(model, classes):
                         continue
                     if self._refuse_second_backward(model):

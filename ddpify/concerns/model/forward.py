@@ -141,6 +141,55 @@ class ForwardChecks:
         )
         return True
 
+    def refuse_run_by_a_closure(self, model: Model) -> bool:
+        """``center(feat, target)`` in a loss function that ``make_loss`` returns beside ``center``: the
+        function keeps the module as it was before the wrap, so the step's forward never goes through the
+        wrapper and DDP averages none of its gradients (the ranks' copies drift apart)."""
+        index = self.index
+        for place in index.upstream(model.ref):
+            function = place.scope
+            if not isinstance(function, cst.FunctionDef) or "." in place.path:
+                continue
+            for name in index.names.get(place.path, ()):
+                scope = index.scope_of(name)
+                call = index.parent(name)
+                if (
+                    scope is function
+                    or not isinstance(scope, cst.FunctionDef)
+                    or not index.inside(scope, function)
+                    or not (isinstance(call, cst.Call) and call.func is name)
+                    or index.ref_of(name, scope) != place
+                    or not self._called_in_training(Ref(function, scope.name.value))
+                ):
+                    continue
+                self.program.report(
+                    call,
+                    PARTS_RUN_DIRECTLY,
+                    f"the training step runs `{model.expression}` through `{place.path}(...)` in `{scope.name.value}`, "
+                    f"which `{function.name.value}` returns holding the module from before the wrap: "
+                    "DistributedDataParallel averages gradients only for a forward through the wrapper, so its copies "
+                    f"would train apart on each rank; hand the wrapped `{model.expression}` to the function that runs "
+                    "it, or build it where it is trained",
+                )
+                return True
+        return False
+
+    def _called_in_training(self, ref: Ref) -> bool:
+        """Whether the function bound at ``ref`` is called in training under a name it reaches
+        (``loss = loss_fn(logits, y)`` in the epoch loop, after ``loss_fn, center = make_loss(...)``)."""
+        index = self.index
+        for place in index.lineage(ref) | {ref}:
+            for name in index.names.get(place.path, ()):
+                call = index.parent(name)
+                if (
+                    isinstance(call, cst.Call)
+                    and call.func is name
+                    and index.ref_of(name, index.scope_of(name)) == place
+                    and self._in_training(call)
+                ):
+                    return True
+        return False
+
     def refuse_step_inside_the_model(self, model: Model, classes: set[cst.ClassDef]) -> bool:
         """``model.train_a_batch(x, y)`` whose method runs the model (``self(x)``) and the backward pass:
         the forward never goes through the wrapper, which cannot average what it does not run."""
