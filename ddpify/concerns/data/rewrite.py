@@ -41,6 +41,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     taken: set[str] = set()
     helper = wrapper = whole_run_wrapper = shard = None
     renamed: dict[cst.For | cst.While, str] = {}  # ``for _ in range(n)``: the name its epoch gets
+    # the set_epoch calls made, by where they go: a loader built in two branches of a factory is one loader there
+    epochs_set: set[tuple[cst.CSTNode, str]] = set()
     passes: dict[cst.Call, str] = {}  # a loader built again for each pass: the sampler its passes share
     # the global RNGs besides torch's that a sampler the wrapper deals out draws from: it seeds them alike too
     rngs = sorted(
@@ -70,7 +72,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             else:
                 reshuffles = _add_sampler(plan, loader, taken, options.keep_global_batch, passes)
             if reshuffles:
-                _set_epoch(plan, loader, taken, own.attribute if own is not None else "sampler", renamed)
+                _set_epoch(plan, loader, taken, own.attribute if own is not None else "sampler", renamed, epochs_set)
             if options.keep_global_batch:
                 helper = helper or fresh("per_process_batch", plan.index.identifiers | taken)
                 taken.add(helper)
@@ -397,11 +399,20 @@ def _split_batch(plan: EditPlan, loader: Loader, helper: str) -> None:
 
 
 def _set_epoch(
-    plan: EditPlan, loader: Loader, taken: set[str], attribute: str, renamed: dict[cst.For | cst.While, str]
+    plan: EditPlan,
+    loader: Loader,
+    taken: set[str],
+    attribute: str,
+    renamed: dict[cst.For | cst.While, str],
+    made: set[tuple[cst.CSTNode, str]],
 ) -> None:
-    """``sampler.set_epoch(epoch)`` at the start of each epoch loop (``for _ in ...`` gets a name, once)."""
+    """``sampler.set_epoch(epoch)`` at the start of each epoch loop (``for _ in ...`` gets a name, once), where
+    no other construction of the same loader has put it (``made``)."""
     for restart in loader.restarts:
         sampler = f"{restart.loader}.{attribute}"
+        if (restart.stmt, sampler) in made:
+            continue
+        made.add((restart.stmt, sampler))
         again = cst.parse_statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n")
         plan.insert_before(restart.stmt, plan.where_distributed(restart.stmt, again))
         plan.change(restart.stmt, f"a new pass over the data: `{sampler}.set_epoch(...)` reshuffles it")
@@ -424,6 +435,9 @@ def _set_epoch(
             taken.add(epoch)
             plan.replace(target, _renamed(epoch))
         code = f"{epoch_loop.loader}.{attribute}.set_epoch({epoch})"
+        if (loop, code) in made:
+            continue
+        made.add((loop, code))
         condition = _sampled_when(plan, loader) if epoch_loop.after is not None else None
         if condition is not None and not plan.index.inside(loader.call, loop):  # the test is the builder's
             condition = f"isinstance({epoch_loop.loader}.{attribute}, {plan.names.sampler})"
