@@ -499,7 +499,7 @@ def _global_draws(index: Index, cls: cst.ClassDef) -> tuple[tuple[str, ...], str
     is iterated, which the wrapper seeds alike on every rank; and why it cannot be seeded so ('' when it can):
     a draw made elsewhere (in ``__init__``, once per rank) or from an RNG object of its own (``random.Random()``,
     ``np.random.default_rng()``, seeded differently on each rank)."""
-    iterate = index.method(cls, "__iter__")
+    iterating = _iteration_methods(index, cls)
     families: list[str] = []
     for node in index.walk(cls):
         if not isinstance(node, (cst.Name, cst.Attribute)):
@@ -510,7 +510,7 @@ def _global_draws(index: Index, cls: cst.ClassDef) -> tuple[tuple[str, ...], str
             module = name.rsplit(".", 1)[0]
             call = index.parent(node)
             family = rng_family(index, call) if isinstance(call, cst.Call) and call.func is node else ""
-            inside = iterate is not None and index.inside(node, iterate)
+            inside = any(index.inside(node, method) for method in iterating)
             if not family or name in _UNSEEDABLE or not inside:
                 where = "" if inside or not family else " outside `__iter__` (once on each rank)"
                 return (), (
@@ -520,6 +520,34 @@ def _global_draws(index: Index, cls: cst.ClassDef) -> tuple[tuple[str, ...], str
             if family not in families:
                 families.append(family)
     return tuple(sorted(families)), ""
+
+
+def _iteration_methods(index: Index, cls: cst.ClassDef) -> list[cst.FunctionDef]:
+    """``__iter__`` and the methods of the class that only it runs, through ``self`` (``return
+    iter(self._order())``, ``_order`` a generator): their draws happen while the sampler is iterated."""
+    iterate = index.method(cls, "__iter__")
+    if iterate is None:
+        return []
+    found = [iterate]
+    for method in found:
+        self_name = index.self_name(method)
+        for node in index.walk(method.body):
+            if (
+                isinstance(node, cst.Attribute)
+                and m.matches(node.value, m.Name(self_name or "self"))
+                and (called := index.method(cls, node.attr.value)) is not None
+                and called not in found
+            ):
+                found.append(called)
+    # a method that other methods run too (``__init__`` calling ``self._order()``) draws outside iteration
+    elsewhere = {
+        node.attr.value
+        for method in cls.body.body
+        if isinstance(method, cst.FunctionDef) and method not in found
+        for node in index.walk(method.body)
+        if isinstance(node, cst.Attribute) and m.matches(node.value, m.Name(index.self_name(method) or "self"))
+    }
+    return [method for method in found if method is iterate or method.name.value not in elsewhere]
 
 
 def sampler_rngs(index: Index, own: OwnSampler) -> tuple[str, ...]:

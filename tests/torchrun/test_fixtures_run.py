@@ -79,6 +79,7 @@ CASES = [
     "data/loaders_put_in_a_dict_of_phases_by_name",
     "model/optimizer_over_an_input_perturbation",
     "checkpoints/previous_epoch_removed_on_one_line",
+    "data/sampler_drawing_in_a_method_its_iter_runs",
     "model/parameters_drawn_again_by_a_later_method",
     "model/static_method_step_called_through_the_model",
     "model/optional_second_model_left_as_none",
