@@ -42,7 +42,8 @@ one without ``__len__``, a sampler variable set anywhere but by a plain
 assignment, a placeholder set before its dataset exists or next to
 ``shuffle=True``, a ``batch_sampler`` that may be ``None``, and
 ``len(loader.dataset)`` next to a batch sampler (this rank's number of samples
-is not known before drawing).
+is not known before drawing), unless only a progress line shows it (``print``,
+a logger: the total stays the whole data set's).
 
 Loaders kept in a dict get a sampler on their training entries only: the
 keys a training loop draws with a string (``loaders["train"]``), or, in a

@@ -38,7 +38,12 @@ class Checks:
             if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS and is_none(arg.value):
                 continue  # ``sampler=None`` written out: the default, no sampler of its own
             if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS:
-                found = own_sampler(self.index, call, arg, any(True for _ in self.reads.dataset_lengths(refs)))
+                # a progress line's total (``len(loader.dataset)`` in a print) is left as it is
+                counted = any(
+                    keyword != "batch_sampler" or not self.reads.reported_only(a)
+                    for a in self.reads.dataset_lengths(refs)
+                )
+                found = own_sampler(self.index, call, arg, counted)
                 if isinstance(found, OwnSampler):
                     found = self.seeds.unseeded_draw(found) or found
                 if isinstance(found, OwnSampler):

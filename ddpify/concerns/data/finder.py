@@ -140,7 +140,12 @@ class LoaderFinder:
                 why = _not_split_in_runs(own, stream, entry, keys if spread is not None else frozenset(), evaluated)
                 if why:
                     self.checks.refuse_carried_state(call, carried, origin, why)
-            lengths = tuple(self.reads.dataset_lengths(refs)) if training else ()
+            lengths = tuple(
+                a
+                for a in (self.reads.dataset_lengths(refs) if training else ())
+                # what a batch sampler deals this rank is not a sampler's length: a progress line keeps its total
+                if own is None or own.attribute != "batch_sampler" or not self.reads.reported_only(a)
+            )
             full = self.checks.batch_size_in_shapes(call, [node for node, _ in sites], keys) if training else None
             yield Loader(
                 call,

@@ -15,6 +15,10 @@ from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.syntax import assigned
 
 _COUNTS = m.Name("len") | m.Name("range")
+# Methods that show what they are given: loggers', progress bars', ``sys.stdout``'s
+_REPORTING = frozenset(
+    {"debug", "info", "warning", "error", "write", "set_description", "set_postfix", "set_postfix_str"}
+)
 
 
 class Reads:
@@ -174,6 +178,21 @@ class Reads:
                     call = index.parent(arg)
                     if isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and m.matches(call.func, m.Name("len")):
                         yield attribute
+
+    def reported_only(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is only shown: an argument of ``print``, a logger's or a progress bar's method
+        (``"{}/{}".format(i * len(x), len(loader.dataset))`` in a progress line)."""
+        index = self.index
+        stmt = index.statement_of(node)
+        for ancestor in index.ancestors(node):
+            if ancestor is stmt:
+                return False
+            if isinstance(ancestor, cst.Call) and (
+                m.matches(ancestor.func, m.Name("print"))
+                or (isinstance(ancestor.func, cst.Attribute) and ancestor.func.attr.value in _REPORTING)
+            ):
+                return True
+        return False
 
     def sampler_reads(self, refs: set[Ref]) -> Iterator[cst.Attribute]:
         """``loader.sampler.indices``: what the program reads of its own sampler through the loader (the
