@@ -412,7 +412,8 @@ SAMPLER_CASES = {
         "come from `torch.randperm` (line 3), unseeded",
     ),
     "a batch sampler next to len(loader.dataset)": (
-        "loader = DataLoader(ds, batch_sampler=BatchSampler(RandomSampler(ds), 8, False))\nprint(len(loader.dataset))",
+        "loader = DataLoader(ds, batch_sampler=BatchSampler(RandomSampler(ds), 8, False))\n"
+        "steps = len(loader.dataset) // 8",
         "`len(loader.dataset)` is read next to a batch_sampler",
     ),
 }
