@@ -1,4 +1,4 @@
-"""The diagnostic codes of the data concern (DDP201-DDP211), and ``CODES``, the tuple that registers them."""
+"""The diagnostic codes of the data concern (DDP201-DDP212), and ``CODES``, the tuple that registers them."""
 
 from __future__ import annotations
 
@@ -62,6 +62,13 @@ UNSHARDED_DATA = Code(
     "give each rank its own share of the data (a DataLoader, or x[dist.get_rank()::dist.get_world_size()]); "
     "--strict refuses such a script instead",
 )
+SHARD_EVALUATED = Code(
+    "DDP212",
+    Severity.WARNING,
+    "data",
+    "the training DataLoader is also drawn where nothing trains: there each rank sees only its share of the data",
+    "iterate a loader over the whole data set there (DataLoader(loader.dataset, ...)) if it should see all of it",
+)
 CARRIED_STATE = Code(
     "DDP210",
     Severity.ERROR,
@@ -79,5 +86,6 @@ CODES = (
     NO_DATASET,
     BATCH_NOT_ARGUMENT,
     UNSHARDED_DATA,
+    SHARD_EVALUATED,
     CARRIED_STATE,
 )

@@ -21,7 +21,7 @@ import libcst as cst
 import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns.data.checks import Checks
-from ddpify.concerns.data.codes import NO_EPOCH, NO_TRAINING_LOADER, OWN_SAMPLER, UNFOLLOWED_LOADER
+from ddpify.concerns.data.codes import NO_EPOCH, NO_TRAINING_LOADER, OWN_SAMPLER, SHARD_EVALUATED, UNFOLLOWED_LOADER
 from ddpify.concerns.data.facts import EpochLoop, Facts, Inline, Loader, Restart, is_false, is_true
 from ddpify.concerns.data.reads import Reads
 from ddpify.concerns.data.seeds import Seeds
@@ -140,6 +140,8 @@ class LoaderFinder:
                 why = _not_split_in_runs(own, stream, entry, keys if spread is not None else frozenset(), evaluated)
                 if why:
                     self.checks.refuse_carried_state(call, carried, origin, why)
+            if training:
+                self._shard_evaluated(call, sites, refs)
             lengths = tuple(
                 a
                 for a in (self.reads.dataset_lengths(refs) if training else ())
@@ -168,6 +170,34 @@ class LoaderFinder:
                 carried=carried,
                 first_pass=self._first_pass(call, origin) if training else None,
             )
+
+    def _shard_evaluated(self, call: cst.Call, sites: list[tuple[cst.CSTNode, Ref]], refs: set[Ref]) -> None:
+        """DDP212 where the loader a training loop draws from is also drawn where nothing trains (embeddings
+        extracted after training, the training set's accuracy): the pass sees this rank's share only. Not a
+        validation loader that the same factory builds (another object than the one trained on)."""
+        index = self.index
+        trained = {node for node, _ in sites}
+        held = {ref for _, ref in sites}
+        for node, ref in self.reads.iterations(refs):
+            # a pass over the data (not one batch drawn with ``next``, shown or checked)
+            scope = index.scope_of(node)
+            if isinstance(scope, cst.FunctionDef) and index.is_generator(scope):
+                continue  # ``def cycle(dl): while True: for batch in dl: yield batch``: it hands the batches on
+            if (
+                node in trained
+                or isinstance(node, cst.Call)
+                or not (ref in held or any(place in held for place in index.upstream(ref)))
+            ):
+                continue
+            name = next((r.path for r in [ref, *index.upstream(ref)] if r in held), ref.path)
+            self.program.report(
+                node,
+                SHARD_EVALUATED,
+                f"`{name}` is also drawn here, where nothing trains: it now gives this rank's share of the data "
+                "(one in world size), so what is computed from it covers that share only; draw from a loader over "
+                f"the whole data set here (`DataLoader({name}.dataset, ...)`) if it should see all of it",
+            )
+            return
 
     def _first_pass(self, call: cst.Call, origin: Ref | None) -> cst.Call | None:
         """``it = iter(DataLoader(...))``, and the same loader built again into ``it`` where a pass ends: the
