@@ -35,6 +35,7 @@ PERMUTATIONS = frozenset(
     }
 )
 _TORCH_PERMUTATION = frozenset({"torch.randperm"})
+_SHUFFLES = frozenset({"random.shuffle", "random.sample", "numpy.random.shuffle"})
 # The module each global RNG is drawn through: where a seeded generator of its own comes from.
 _RNG_MODULES = {"random": "random", "numpy": "numpy.random", "torch": "torch"}
 # scikit-learn's splits and shuffles draw from numpy's global RNG unless given ``random_state``.
@@ -103,7 +104,10 @@ class Seeds:
                         wanted += self._values_of(node, site)
         for call, family in found.items():
             how = self._seeding_form(call)
-            if how:
+            # a generator of its own, seeded alike, is made at each call: a draw that picks from a range
+            # (``np.random.choice(n, k)``) gets one only where it runs once, or it would pick the same rows each
+            # time round; a shuffle of the rows it is given shuffles other rows each time
+            if how and (how == "random_state" or self.index.is_call_to(call, _SHUFFLES) or self._runs_once(call)):
                 yield Order(call, family, self._script_seed(call), how)
 
     def _per_step(self, node: cst.CSTNode, steps: list[cst.CSTNode]) -> bool:
@@ -117,10 +121,30 @@ class Seeds:
             return False
         known = self._run_per_step.get(function)  # (the same for every node of the function)
         if known is None:
+            self._run_per_step[function] = False  # (a recursion, or a function its callers reach again)
             known = self._run_per_step[function] = any(  # batches made as they are drawn
                 isinstance(n, cst.Yield) for n in index.walk(function.body)
-            ) or any(index.inside(call, loop) for call in index.callers(function) for loop in steps)
+            ) or any(self._per_step(call, steps) for call in index.callers(function))  # ``sampler.next()``
         return known
+
+    def _runs_once(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Whether ``node`` runs once in a run: outside loops and comprehensions, in a function (if any) that
+        one call runs, itself run once."""
+        index = self.index
+        for ancestor in index.ancestors(node):
+            if isinstance(ancestor, (cst.For, cst.While, cst.BaseComp, cst.Lambda)):
+                return False
+            if isinstance(ancestor, cst.FunctionDef):
+                callers = index.callers(ancestor)
+                return (
+                    depth < 6
+                    and len(callers) == 1
+                    and not any(isinstance(n, cst.Yield) for n in index.walk(ancestor.body))
+                    and self._runs_once(callers[0], depth + 1)
+                )
+            if isinstance(ancestor, cst.ClassDef):
+                return True
+        return True
 
     def _training_inputs(self, steps: list[cst.CSTNode]) -> Iterator[cst.BaseExpression]:
         """What the training loops ``steps`` hand the program's own objects and functions (``model(features[idx])``,
