@@ -80,6 +80,7 @@ CASES = [
     "model/optimizer_over_an_input_perturbation",
     "checkpoints/previous_epoch_removed_on_one_line",
     "data/sampler_drawing_in_a_method_its_iter_runs",
+    "data/progress_bar_named_before_its_loop",
     "model/parameters_drawn_again_by_a_later_method",
     "model/static_method_step_called_through_the_model",
     "model/optional_second_model_left_as_none",

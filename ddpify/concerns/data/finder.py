@@ -767,7 +767,7 @@ class LoaderFinder:
         queue = [ref]
         while queue:
             current = queue.pop(0)
-            if current in self._loader_refs and (
+            if current in self._loader_refs and not self._wraps_a_loader(current) and (
                 current.scope is scope
                 or isinstance(current.scope, cst.Module)
                 or (isinstance(current.scope, cst.ClassDef) and index.method_scope(scope) is not None)
@@ -778,6 +778,21 @@ class LoaderFinder:
                     seen.add(flow.src)
                     queue.append(flow.src)
         return None
+
+    def _wraps_a_loader(self, ref: Ref) -> bool:
+        """Whether ``ref`` holds something made around the loader (``pbar = tqdm(loader)``), which has no
+        sampler of its own: the loader is further up."""
+        index = self.index
+        values = [value for _, value in index.values_assigned(ref)]
+        return bool(values) and all(
+            isinstance(value, cst.Call)
+            and bool(value.args)
+            and value.args[0].keyword is None
+            and not index.is_call_to(value, torch_api.DATALOADER)
+            and index.local_class(value.func) is None
+            and index.carried_ref(value.args[0].value, index.scope_of(value)) in self._loader_refs
+            for value in values
+        )
 
     def _ref_at_call(self, ref: Ref, call: cst.Call, caller: Scope) -> Ref | None:
         """How the caller names the value that the callee knows as ``ref``."""
