@@ -767,10 +767,14 @@ class LoaderFinder:
         queue = [ref]
         while queue:
             current = queue.pop(0)
-            if current in self._loader_refs and not self._wraps_a_loader(current) and (
-                current.scope is scope
-                or isinstance(current.scope, cst.Module)
-                or (isinstance(current.scope, cst.ClassDef) and index.method_scope(scope) is not None)
+            if (
+                current in self._loader_refs
+                and not self._wraps_a_loader(current)
+                and (
+                    current.scope is scope
+                    or isinstance(current.scope, cst.Module)
+                    or (isinstance(current.scope, cst.ClassDef) and index.method_scope(scope) is not None)
+                )
             ):
                 return current
             for flow in index.flows_into(current):
