@@ -160,10 +160,40 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
             for c in index.calls
             if index.is_call_to(c, _INPUT) and late(c) and not finder.exempt(c) and not in_worker_code(index, c)
         ),
+        _configs_read(index, late),
     )
 
 
 _INPUT = frozenset({"builtins.input"})
+_WANDB_INIT = frozenset({"wandb.init"})
+
+
+def _configs_read(index: Index, late: Callable[[cst.CSTNode], bool]) -> tuple[cst.Call, ...]:
+    """The statements ``wandb.init(...)`` (on rank 0 once converted), where the program reads ``wandb.config``
+    (``batch_size=wandb.config.batch_size``): a value, not a call of the tracker, that every rank needs."""
+    reads = [
+        node
+        for node in index.attributes.get("config", ())
+        if "wandb.config" in index.qualified_names(node) and not _called_on(index, node)
+    ]
+    if not reads:
+        return ()
+    return tuple(
+        call
+        for call in index.calls
+        if index.is_call_to(call, _WANDB_INIT)
+        and late(call)
+        and isinstance(call.func, cst.Attribute)
+        and isinstance(index.parent(index.parent(call)), cst.SimpleStatementLine)  # ``wandb.init(...)`` alone
+    )
+
+
+def _called_on(index: Index, node: cst.Attribute) -> bool:
+    """``wandb.config.update(...)``: a method of the tracker's, called (on rank 0 with the rest of it)."""
+    method = index.parent(node)
+    return (
+        isinstance(method, cst.Attribute) and isinstance(call := index.parent(method), cst.Call) and call.func is method
+    )
 
 
 def _path_mkdir(index: Index, call: cst.Call) -> bool:

@@ -71,3 +71,6 @@ class Facts:
     fresh_folders: tuple[cst.SimpleStatementLine, ...] = ()
     # ``input(prompt)`` where the process group exists: asked on rank 0, its answer given to every rank
     prompts: tuple[cst.Call, ...] = ()
+    # ``wandb.init(...)`` (rank 0's) where every rank reads ``wandb.config``: the others get a run that logs
+    # nothing, with rank 0's settings (a sweep's among them)
+    shared_configs: tuple[cst.Call, ...] = ()

@@ -78,6 +78,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for call in facts.trackers:
         plan.replace(call, lambda n: cst.IfExp(test=plan.rank_zero, body=cast(cst.Call, n), orelse=cst.Name("None")))
         plan.change(call, f"{index.module.code_for_node(call.func)} created on global rank 0 only (None elsewhere)")
+    for call in facts.shared_configs:
+        _share_config(plan, call)
     for call in facts.progress_bars:
         disable = cst.Arg(
             keyword=cst.Name("disable"),
@@ -148,6 +150,26 @@ def _entry_output_only(facts: Facts, plan: EditPlan) -> Facts:
         hoisted=tuple(call for call in facts.hoisted if index.statement_of(call) not in gone),
         progress_bars=tuple(call for call in facts.progress_bars if call not in left),
     )
+
+
+SHARED_CONFIG = """\
+{config} = {same}(dict({wandb}.config) if {dist}.get_rank() == 0 else None)
+if {dist}.get_rank() != 0:  # a run that logs nothing, with rank 0's settings (a sweep's too) in {wandb}.config
+    {wandb}.init(mode="disabled", config={config})
+"""
+
+
+def _share_config(plan: EditPlan, call: cst.Call) -> None:
+    """After rank 0's ``wandb.init(...)``: the other ranks read ``wandb.config`` too (the batch size, the
+    learning rate), and find there what rank 0's run holds."""
+    index = plan.index
+    wandb = index.module_of(call).code_for_node(cast(cst.Attribute, call.func).value)
+    config = fresh("run_config", index.identifiers)
+    same = uniformity.same_on_every_rank(plan)
+    code = SHARED_CONFIG.format(config=config, same=same, wandb=wandb, dist=plan.names.dist)
+    stmt = index.statement_of(call)
+    plan.insert_after(stmt, *(statement(s) for s in cst.parse_module(code).body))
+    plan.change(call, f"{wandb}.config is read on every rank: the others get rank 0's, in a run that logs nothing")
 
 
 def _shared_from_rank_zero(helper: str, owner: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
