@@ -139,6 +139,8 @@ def passed_values(index: Index, ref: Ref) -> list[cst.BaseExpression] | None:
         arg = next((a for a in call.args if index.parameter_of(a) == ref), None)
         if arg is None and function in index.registry_functions(call.func):  # ``OPTIMIZERS[name](params, ...)``
             arg = _argument_for(call, function, ref.path)
+        elif arg is None and function.name.value == "__call__" and index.method_class(function) is not None:
+            arg = _argument_for(call, function, ref.path, implicit=1)  # ``stopper(loss, model, path)``: self
         value = arg.value if arg is not None else _parameters(function)[ref.path].default
         if value is None:
             return None
@@ -146,13 +148,13 @@ def passed_values(index: Index, ref: Ref) -> list[cst.BaseExpression] | None:
     return found
 
 
-def _argument_for(call: cst.Call, function: cst.FunctionDef, name: str) -> cst.Arg | None:
-    """The argument of ``call`` that fills the parameter ``name`` of ``function``, which it runs with no
-    parameter filled implicitly: by keyword, or by position."""
+def _argument_for(call: cst.Call, function: cst.FunctionDef, name: str, implicit: int = 0) -> cst.Arg | None:
+    """The argument of ``call`` that fills the parameter ``name`` of ``function``, which it runs with its
+    first ``implicit`` parameters filled implicitly (``self``): by keyword, or by position."""
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == name:
             return arg
-    names = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+    names = [p.name.value for p in (*function.params.posonly_params, *function.params.params)][implicit:]
     positional = [a for a in call.args if a.keyword is None and not a.star]
     position = names.index(name) if name in names else len(positional)
     return positional[position] if position < len(positional) else None

@@ -81,6 +81,7 @@ CASES = [
     "checkpoints/previous_epoch_removed_on_one_line",
     "data/sampler_drawing_in_a_method_its_iter_runs",
     "data/progress_bar_named_before_its_loop",
+    "data/every_split_shuffled_by_one_factory",
     "model/parameters_drawn_again_by_a_later_method",
     "model/static_method_step_called_through_the_model",
     "model/optional_second_model_left_as_none",

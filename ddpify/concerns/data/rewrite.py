@@ -159,7 +159,11 @@ def _add_sampler(
     if loader.carried is not None:
         return _contiguous_batches(plan, loader, dataset_code, shuffle, keep_global_batch)
     code = f"{sampler}({arguments})"
-    if loader.evaluated and shuffle is not None and not is_true(shuffle.value) and not is_false(shuffle.value):
+    if loader.evaluated and loader.trains_when is not None and shuffle is not None and is_true(shuffle.value):
+        # ``data_provider(flag)`` shuffles the validation loader too: the callers tell the training one apart,
+        # and the others keep the whole set on every rank (in order: a mean over it does not depend on it)
+        code = f"{sampler}({dataset_code}) if {loader.trains_when} else None"
+    elif loader.evaluated and shuffle is not None and not is_true(shuffle.value) and not is_false(shuffle.value):
         # ``make_loader(split)`` builds the validation loader too: it keeps the whole set on every rank,
         # and the loader that shuffles (the training one) gets the sampler
         condition = index.module.code_for_node(shuffle.value)
