@@ -99,8 +99,12 @@ class ForwardChecks:
         for read in self.reads.reads_after_wrap(model.ref, model.insert_after):
             if not self._in_training(read):
                 continue
-            if self.reads.runs_model(read):
+            handed = self.reads.parts_run_by(read)
+            if self.reads.runs_model(read) and handed is None:
                 return False
+            if handed is not None:  # ``embed(x, model)`` that runs ``model.emb(x)``
+                parts += [c for a in handed if (c := self._part_call(a, methods)) is not None]
+                continue
             part = index.parent(read)
             if isinstance(part, cst.For | cst.CompFor) and part.iter is read:
                 iterated.append(read)
@@ -140,6 +144,18 @@ class ForwardChecks:
             "model of its own",
         )
         return True
+
+    def _part_call(self, attribute: cst.Attribute, methods: set[str]) -> cst.Call | None:
+        """``model.emb(x)``: the call of a part (not of the model's own method, nor of one that computes
+        nothing) through ``attribute``."""
+        call = self.index.parent(attribute)
+        if (
+            isinstance(call, cst.Call)
+            and call.func is attribute
+            and attribute.attr.value not in methods | _COMPUTES_NOTHING | torch_api.WRAPPER_SAFE_ATTRIBUTES
+        ):
+            return call
+        return None
 
     def refuse_run_by_a_closure(self, model: Model) -> bool:
         """``center(feat, target)`` in a loss function that ``make_loss`` returns beside ``center``: the

@@ -388,6 +388,43 @@ class WrapperReads:
             return isinstance(call, cst.Call) and self.index.resolve_callee(call, self.index.scope_of(call)) is not None
         return False
 
+    def parts_run_by(self, read: cst.BaseExpression, depth: int = 0) -> list[cst.Attribute] | None:
+        """``embed(x, model)`` whose function only reads attributes of its parameter (``model.emb(x)``): handed
+        to the program's function, the model itself never runs there, only its parts may. The attributes read
+        (through the functions it hands the model on to); None where the model may run or go elsewhere."""
+        index = self.index
+        parent = index.parent(read)
+        call = index.parent(parent) if isinstance(parent, cst.Arg) else None
+        if not isinstance(call, cst.Call) or not isinstance(parent, cst.Arg) or parent.star or depth > 3:
+            return None
+        callee = index.resolve_callee(call, index.scope_of(call))
+        if callee is None or callee[0].name.value == "__init__":
+            return None
+        function, skipped = callee
+        if parent.keyword is not None:
+            name: str | None = parent.keyword.value
+        else:
+            at = call.args.index(parent)
+            if any(a.star or a.keyword is not None for a in call.args[:at]):
+                return None
+            names = parameter_names(function)[skipped:]
+            name = names[at] if at < len(names) else None
+        if name is None or name not in parameter_names(function):
+            return None
+        found: list[cst.Attribute] = []
+        for inner in index.mentions(function, Ref(function, name)):
+            attribute = index.parent(inner)
+            if isinstance(attribute, cst.Param):
+                continue
+            if isinstance(attribute, cst.Attribute) and attribute.value is inner:
+                found.append(attribute)
+                continue
+            deeper = self.parts_run_by(inner, depth + 1)
+            if deeper is None:
+                return None
+            found += deeper
+        return found or None
+
     def only_prepares(self, read: cst.BaseExpression, depth: int = 0) -> bool:
         """``initialize_weights(model)``: the model handed to a function of the program that only sets
         it up (changes its weights in place, loads or freezes them): the function neither runs the model
