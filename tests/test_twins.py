@@ -206,6 +206,9 @@ METHOD_LEFT = {  # still differ, not wrongly: a refusal, batches left whole (DDP
     # Differs wrongly (run corpus FINDINGS, round 11, left): the helper made an object per call keeps each
     # model in one field that every instance shares in the analysis, so the twin's generator goes unwrapped
     "tests/fixtures/model/two_models_restored_by_one_helper/input.py",
+    # Differs wrongly (FINDINGS, round 17, left): the model handed to an object that keeps it and runs only its
+    # parts in a method is not followed there as it is into a function, so the twin converts where DDP310 refuses
+    "tests/fixtures/model/parts_run_by_a_helper_the_model_is_handed_to/input.py",
 }
 
 
