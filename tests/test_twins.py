@@ -357,6 +357,7 @@ FACTORY_LEFT = {
     # a model list built by a helper: refused (DDP309); a batch size in a helper: no DDP308 warning
     "tests/fixtures/model/models_in_a_list/input.py",
     "tests/fixtures/model/batch_norm_small_batch/input.py",
+    "tests/fixtures/model/batch_norm_small_batch_in_a_module_constant/input.py",
     "tests/fixtures/model/param_groups_built_with_dict/input.py",
     # ``model.module`` of an nn.DataParallel built in a helper, read in another: refused (DDP302), not made plain
     "tests/fixtures/model/param_groups_of_the_module_inside_data_parallel/input.py",
@@ -424,6 +425,7 @@ PAIR_LEFT = {
     "tests/fixtures/side_effects/library_evaluation_of_the_model_inside_a_print/input.py",
     # a batch size, a model list, an EMA copy built in a helper: a warning, a refusal, a slower setting
     "tests/fixtures/model/batch_norm_small_batch/input.py",
+    "tests/fixtures/model/batch_norm_small_batch_in_a_module_constant/input.py",
     "tests/fixtures/model/param_groups_built_with_dict/input.py",
     "tests/fixtures/model/models_in_a_list/input.py",
     "tests/fixtures/model/ema_copy_in_a_model_from_a_builder/input.py",

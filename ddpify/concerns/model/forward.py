@@ -864,6 +864,10 @@ class ForwardChecks:
         for call in index.calls:
             if index.builds_loader(call):
                 batch = loader_batch_size(index, call)
+                if isinstance(batch, cst.Name) and (ref := index.ref_of(batch, index.scope_of(call))) is not None:
+                    # ``batch_size_train = 12`` at module level: a name given one number
+                    values = [value for _, value in index.values_assigned(ref)]
+                    batch = values[0] if len(values) == 1 else batch
                 if isinstance(batch, cst.Integer) and int(batch.value) <= 16:
                     return call
         return None
