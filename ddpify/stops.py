@@ -143,6 +143,18 @@ def restored(code: str | bytes, stops: list[Stop]) -> str | bytes:
                     return updated.with_changes(body=[*body, *kept], footer=stop.branch.footer)
             return updated
 
+        def leave_SimpleStatementSuite(
+            self, original: cst.SimpleStatementSuite, updated: cst.SimpleStatementSuite
+        ) -> cst.BaseSuite:
+            """``else: raise SystemExit(...)``, a one-line branch stopped: indented, to hold its statements."""
+            if len(updated.body) != 1:
+                return updated
+            line = cst.SimpleStatementLine(body=[updated.body[0].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
+            if by_reason.get(_stop_reason(line) or "") is None:
+                return updated
+            block = cst.IndentedBlock(body=[line], header=updated.trailing_whitespace)
+            return self.leave_IndentedBlock(block, block)
+
     new = tree.visit(Restore())
     return new.bytes if isinstance(code, bytes) else new.code
 

@@ -28,6 +28,16 @@ def test_the_path_stops_at_its_start_and_keeps_its_code_after_the_stop() -> None
     assert "model = DDP(model)" in code  # the path that converts is converted whole
 
 
+def test_a_branch_written_on_one_line_stops_and_keeps_its_code_too() -> None:
+    one_line = SOURCE.replace("        else:\n            train_twin(", "        else: train_twin(")
+    assert one_line != SOURCE
+    done = convert(one_line, path="train.py")
+    assert done.status is Status.CONVERTED
+    code = str(done.code)
+    stop = code.index("        else:\n            raise SystemExit(\n")
+    assert code.index("            train_twin(model, loader, optimizer)\n", stop) > stop
+
+
 def test_strict_refuses_instead() -> None:
     done = convert(SOURCE, path="train.py", options=Options(strict=True))
     assert done.status is Status.REFUSED
