@@ -50,6 +50,7 @@ class LoaderFinder:
         self.reads = Reads(self.index)
         self.checks = Checks(program, self.reads, Seeds(self.index))
         self._loader_refs: set[Ref] = set()  # the places holding the loader being examined
+        self._shard_passes: set[cst.CSTNode] = set()  # the passes DDP212 names (one loader built in several places)
         self._sources_by_statement: dict[Ref, dict[cst.CSTNode, Ref]] = {}  # see _ref_at_call()
         self._statement_of_call: dict[cst.Call, cst.BaseStatement] = {}  # see _ref_at_call()
         # ``it = iter(x)``, and ``next(iter(x))`` (a new iterator at each call: True)
@@ -185,11 +186,13 @@ class LoaderFinder:
                 continue  # ``def cycle(dl): while True: for batch in dl: yield batch``: it hands the batches on
             if (
                 node in trained
+                or node in self._shard_passes
                 or isinstance(node, cst.Call)
                 or not (ref in held or any(place in held for place in index.upstream(ref)))
             ):
                 continue
             name = next((r.path for r in [ref, *index.upstream(ref)] if r in held), ref.path)
+            self._shard_passes.add(node)
             self.program.report(
                 node,
                 SHARD_EVALUATED,

@@ -43,6 +43,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     renamed: dict[cst.For | cst.While, str] = {}  # ``for _ in range(n)``: the name its epoch gets
     # the set_epoch calls made, by where they go: a loader built in two branches of a factory is one loader there
     epochs_set: set[tuple[cst.CSTNode, str]] = set()
+    lengths_read: set[cst.Attribute] = set()  # the ``len(loader.dataset)`` made ``len(loader.sampler)``
     passes: dict[cst.Call, str] = {}  # a loader built again for each pass: the sampler its passes share
     # the global RNGs besides torch's that a sampler the wrapper deals out draws from: it seeds them alike too
     rngs = sorted(
@@ -82,6 +83,9 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             for attribute in loader.sampler_reads:
                 _read_own_sampler(plan, attribute)
             for attribute in loader.dataset_lengths if loader.stream is None else ():
+                if attribute in lengths_read:  # (one loader built in several places: read once)
+                    continue
+                lengths_read.add(attribute)
                 plan.replace(attribute, lambda n: n.with_changes(attr=cst.Name("sampler")))
                 text = plan.index.module.code_for_node(attribute.value)
                 plan.change(attribute, f"len({text}.dataset) -> len({text}.sampler): the samples this rank trains on")
