@@ -110,17 +110,10 @@ class ForwardChecks:
                 iterated.append(read)
                 continue
             call = index.parent(part)
-            if (
-                isinstance(call, cst.Call)
-                and call.func is part
-                and (
-                    isinstance(part, cst.Subscript)
-                    or (
-                        isinstance(part, cst.Attribute)
-                        and part.attr.value not in methods | _COMPUTES_NOTHING | torch_api.WRAPPER_SAFE_ATTRIBUTES
-                    )
-                )
-            ):
+            if isinstance(part, cst.Attribute):
+                if (found := self._part_call(part, methods)) is not None:
+                    parts.append(found)
+            elif isinstance(part, cst.Subscript) and isinstance(call, cst.Call) and call.func is part:
                 parts.append(call)
         if not parts and iterated:
             self.program.report(
@@ -146,8 +139,8 @@ class ForwardChecks:
         return True
 
     def _part_call(self, attribute: cst.Attribute, methods: set[str]) -> cst.Call | None:
-        """``model.emb(x)``: the call of a part (not of the model's own method, nor of one that computes
-        nothing) through ``attribute``."""
+        """``model.emb(x)``: the call of a part (not of the model's own ``methods``, nor of one that computes
+        nothing) through ``attribute``; None where ``attribute`` is not called."""
         call = self.index.parent(attribute)
         if (
             isinstance(call, cst.Call)
@@ -166,15 +159,12 @@ class ForwardChecks:
             function = place.scope
             if not isinstance(function, cst.FunctionDef) or "." in place.path:
                 continue
-            for name in index.names.get(place.path, ()):
-                scope = index.scope_of(name)
-                call = index.parent(name)
+            for call in self._calls_through(place):
+                scope = index.scope_of(call)
                 if (
                     scope is function
                     or not isinstance(scope, cst.FunctionDef)
                     or not index.inside(scope, function)
-                    or not (isinstance(call, cst.Call) and call.func is name)
-                    or index.ref_of(name, scope) != place
                     or not self._called_in_training(Ref(function, scope.name.value))
                 ):
                     continue
@@ -193,18 +183,16 @@ class ForwardChecks:
     def _called_in_training(self, ref: Ref) -> bool:
         """Whether the function bound at ``ref`` is called in training under a name it reaches
         (``loss = loss_fn(logits, y)`` in the epoch loop, after ``loss_fn, center = make_loss(...)``)."""
+        places = self.index.lineage(ref) | {ref}
+        return any(self._in_training(call) for place in places for call in self._calls_through(place))
+
+    def _calls_through(self, place: Ref) -> Iterator[cst.Call]:
+        """The calls of what the name at ``place`` holds (``center(feat, y)``), wherever that name reads it."""
         index = self.index
-        for place in index.lineage(ref) | {ref}:
-            for name in index.names.get(place.path, ()):
-                call = index.parent(name)
-                if (
-                    isinstance(call, cst.Call)
-                    and call.func is name
-                    and index.ref_of(name, index.scope_of(name)) == place
-                    and self._in_training(call)
-                ):
-                    return True
-        return False
+        for name in index.names.get(place.path, ()):
+            call = index.parent(name)
+            if isinstance(call, cst.Call) and call.func is name and index.ref_of(name, index.scope_of(name)) == place:
+                yield call
 
     def refuse_step_inside_the_model(self, model: Model, classes: set[cst.ClassDef]) -> bool:
         """``model.train_a_batch(x, y)`` whose method runs the model (``self(x)``) and the backward pass:

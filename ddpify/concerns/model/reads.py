@@ -394,25 +394,13 @@ class WrapperReads:
         (through the functions it hands the model on to); None where the model may run or go elsewhere."""
         index = self.index
         parent = index.parent(read)
-        call = index.parent(parent) if isinstance(parent, cst.Arg) else None
-        if not isinstance(call, cst.Call) or not isinstance(parent, cst.Arg) or parent.star or depth > 3:
+        parameter = index.parameter_of(parent) if isinstance(parent, cst.Arg) and depth <= 3 else None
+        if parameter is None or not isinstance(function := parameter.scope, cst.FunctionDef):
             return None
-        callee = index.resolve_callee(call, index.scope_of(call))
-        if callee is None or callee[0].name.value == "__init__":
-            return None
-        function, skipped = callee
-        if parent.keyword is not None:
-            name: str | None = parent.keyword.value
-        else:
-            at = call.args.index(parent)
-            if any(a.star or a.keyword is not None for a in call.args[:at]):
-                return None
-            names = parameter_names(function)[skipped:]
-            name = names[at] if at < len(names) else None
-        if name is None or name not in parameter_names(function):
+        if function.name.value == "__init__":
             return None
         found: list[cst.Attribute] = []
-        for inner in index.mentions(function, Ref(function, name)):
+        for inner in index.mentions(function, parameter):
             attribute = index.parent(inner)
             if isinstance(attribute, cst.Param):
                 continue
