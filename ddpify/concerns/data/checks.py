@@ -38,11 +38,7 @@ class Checks:
             if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS and is_none(arg.value):
                 continue  # ``sampler=None`` written out: the default, no sampler of its own
             if keyword in torch_api.DATALOADER_SAMPLING_KEYWORDS:
-                # a progress line's total (``len(loader.dataset)`` in a print) is left as it is
-                counted = any(
-                    keyword != "batch_sampler" or not self.reads.reported_only(a)
-                    for a in self.reads.dataset_lengths(refs)
-                )
+                counted = any(True for _ in self.reads.counted_lengths(refs, keyword))
                 found = own_sampler(self.index, call, arg, counted)
                 if isinstance(found, OwnSampler):
                     found = self.seeds.unseeded_draw(found) or found

@@ -143,12 +143,7 @@ class LoaderFinder:
                     self.checks.refuse_carried_state(call, carried, origin, why)
             if training:
                 self._shard_evaluated(call, sites, refs)
-            lengths = tuple(
-                a
-                for a in (self.reads.dataset_lengths(refs) if training else ())
-                # what a batch sampler deals this rank is not a sampler's length: a progress line keeps its total
-                if own is None or own.attribute != "batch_sampler" or not self.reads.reported_only(a)
-            )
+            lengths = tuple(self.reads.counted_lengths(refs, own.attribute if own else None)) if training else ()
             full = self.checks.batch_size_in_shapes(call, [node for node, _ in sites], keys) if training else None
             yield Loader(
                 call,

@@ -179,6 +179,14 @@ class Reads:
                     if isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and m.matches(call.func, m.Name("len")):
                         yield attribute
 
+    def counted_lengths(self, refs: set[Ref], keyword: str | None) -> Iterator[cst.Attribute]:
+        """:meth:`dataset_lengths`, but for those only a progress line shows next to a ``batch_sampler``
+        (``keyword``): what a batch sampler deals this rank is known only once drawn, and a shown total
+        stays the whole data set's."""
+        for attribute in self.dataset_lengths(refs):
+            if keyword != "batch_sampler" or not self.reported_only(attribute):
+                yield attribute
+
     def reported_only(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` is only shown: an argument of ``print``, a logger's or a progress bar's method
         (``"{}/{}".format(i * len(x), len(loader.dataset))`` in a progress line)."""

@@ -139,7 +139,7 @@ class Seeds:
                 return (
                     depth < 6
                     and len(callers) == 1
-                    and not any(isinstance(n, cst.Yield) for n in index.walk(ancestor.body))
+                    and not index.is_generator(ancestor)
                     and self._runs_once(callers[0], depth + 1)
                 )
             if isinstance(ancestor, cst.ClassDef):
