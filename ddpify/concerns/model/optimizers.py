@@ -31,14 +31,19 @@ class TrainedModels:
         self.lists: dict[Ref, model_collections.ModelList] = {}  # the lists of models traced so far
         self._all_trained: set[Ref] | None = None
         self._stepped: frozenset[str] | None = None
+        self._optimizers: tuple[cst.Call, ...] | None = None
 
     def optimizers(self) -> Iterator[cst.Call]:
         """``torch.optim.X(...)`` calls, however torch.optim was imported; and anything else built over a
         model's parameters that the script calls ``.step()`` on: ``getattr(optim, args.optim)(...)``, an
         optimizer class of the program's own (a SAM-style wrapper)."""
-        for call in self.index.calls:
-            if self._torch_optimizer(call) or self._stepped_over_parameters(call) or self._factory_params(call):
-                yield call
+        if self._optimizers is None:
+            self._optimizers = tuple(
+                call
+                for call in self.index.calls
+                if self._torch_optimizer(call) or self._stepped_over_parameters(call) or self._factory_params(call)
+            )
+        return iter(self._optimizers)
 
     def params_of(self, optimizer: cst.Call) -> cst.BaseExpression | None:
         """What the optimizer built by ``optimizer`` takes as its ``params``."""
@@ -103,6 +108,9 @@ class TrainedModels:
         first = argument(call, "params", 0)
         if first is None or first.star:
             return False
+        places = {place for target in index.holders(call) for place in index.downstream(target)}
+        if not any(place.path.rpartition(".")[2] in self._stepped_names() for place in places):
+            return False
         literal = any(
             isinstance(n, cst.Call)
             and isinstance(n.func, cst.Attribute)
@@ -119,9 +127,6 @@ class TrainedModels:
             isinstance(value, cst.Call) and self._torch_optimizer(value) for value in built_by(index, first.value) or ()
         ):
             return False  # ``get_schedule(optimizer, ...)`` after ``optimizer = torch.optim.AdamW(...)``
-        places = {place for target in index.holders(call) for place in index.downstream(target)}
-        if not any(place.path.rpartition(".")[2] in self._stepped_names() for place in places):
-            return False
         stepped = any(
             isinstance(read_parent := index.parent(read), cst.Attribute)
             and read_parent.attr.value.endswith("step")  # step(), SAM's first_step() / second_step()
