@@ -107,6 +107,7 @@ class Order:
     family: str  # the global RNG it draws from: torch, numpy or random
     seed: str  # the seed its own generator gets: the script's seed, or 0
     how: str  # "generator" (``generator=``), "random_state" (``random_state=``) or "rng" (a seeded generator's method)
+    once: bool = True  # it runs once in a run: its generator is made where it draws, else once in its module
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,9 @@ def {helper}(batch_size):
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for split in facts.splits:
         seed_split(plan, split)
+    generators: dict[tuple[cst.Module, str], str] = {}
     for order in facts.orders:
-        seed_order(plan, order)
+        seed_order(plan, order, generators)
     taken: set[str] = set()
     helper = wrapper = whole_run_wrapper = shard = None
     renamed: dict[cst.For | cst.While, str] = {}  # ``for _ in range(n)``: the name its epoch gets

@@ -17,7 +17,7 @@ import ddpify.engine.match as m
 from ddpify.concerns.data.facts import RANDOM_SPLIT, Loader, Order, Split
 from ddpify.concerns.samplers import OwnSampler, rng_draws
 from ddpify.engine.called import enclosing_function
-from ddpify.engine.edits import EditPlan, insert_arg
+from ddpify.engine.edits import EditPlan, fresh, insert_arg
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument
 from ddpify.engine.uniformity.sources import GLOBAL_SEEDS, Seeding, rng_family
@@ -104,11 +104,13 @@ class Seeds:
                         wanted += self._values_of(node, site)
         for call, family in found.items():
             how = self._seeding_form(call)
-            # a generator of its own, seeded alike, is made at each call: a draw that picks from a range
-            # (``np.random.choice(n, k)``) gets one only where it runs once, or it would pick the same rows each
-            # time round; a shuffle of the rows it is given shuffles other rows each time
-            if how and (how == "random_state" or self.index.is_call_to(call, _SHUFFLES) or self._runs_once(call)):
-                yield Order(call, family, self._script_seed(call), how)
+            # a draw that runs once gets a generator of its own, seeded alike, where it draws; a shuffle that runs
+            # again (a data set built anew each epoch shuffles its list again) draws from one generator its module
+            # makes once, or each time round would give the same order. (A draw that picks from a range and runs
+            # again is left: it may be a training step's, which the program's calls do not always show.)
+            once = how == "random_state" or self._runs_once(call)
+            if how and (once or self.index.is_call_to(call, _SHUFFLES)):
+                yield Order(call, family, self._script_seed(call), how, once)
 
     def _per_step(self, node: cst.CSTNode, steps: list[cst.CSTNode]) -> bool:
         """Whether ``node`` may run at each training step: inside a training loop, in a generator, or in a
@@ -195,7 +197,7 @@ class Seeds:
         if isinstance(func, cst.Attribute) and isinstance(func.value, (cst.Name, cst.Attribute)):
             return "rng"  # ``random.shuffle``, ``np.random.permutation``
         module = _RNG_MODULES[rng_family(index, call)].split(".")[0]
-        if module not in index.bound[index.module_of(call)]:
+        if module not in index.bound[index.module_of(call)] or _imports_itself(index.module_of(call), module):
             return "rng"  # ``shuffle(files)`` after ``from random import shuffle``: through the module
         return ""
 
@@ -307,12 +309,16 @@ def seed_split(plan: EditPlan, split: Split) -> None:
     )
 
 
-def seed_order(plan: EditPlan, order: Order) -> None:
-    """Give a draw that orders or picks a training data set's rows its own seeded generator."""
+def seed_order(plan: EditPlan, order: Order, generators: dict[tuple[cst.Module, str], str]) -> None:
+    """Give a draw that orders or picks a training data set's rows its own seeded generator (``generators``:
+    the generators made once in a module so far, by module and RNG)."""
     index = plan.index
     call = order.call
     # the same name however the script imports it
     name = min(index.qualified_names(call.func), default=index.module_of(call).code_for_node(call.func))
+    if not order.once:
+        _draw_from_the_module_generator(plan, order, name, generators)
+        return
     if order.how == "generator":
         value = f"torch.Generator().manual_seed({order.seed})"
         keyword = "generator"
@@ -345,6 +351,86 @@ def seed_order(plan: EditPlan, order: Order) -> None:
     )
     plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), arg, len(cast(cst.Call, n).args)))
     plan.change(call, _order_summary(name, f"{keyword}={value}", order.family))
+
+
+def _draw_from_the_module_generator(
+    plan: EditPlan, order: Order, name: str, generators: dict[tuple[cst.Module, str], str]
+) -> None:
+    """``data_rng.shuffle(files)``, after ``data_rng = random.Random(0)`` among the module's first statements: a
+    draw that runs more than once draws anew each time, alike on every rank."""
+    index = plan.index
+    call = order.call
+    module = index.module_of(call)
+    key = (module, order.family)
+    seed = order.seed if order.seed.isdigit() else "0"  # (a constant the module may define further down)
+    rng = generators.get(key)
+    if rng is None:
+        used = set(index.bound[module]) | set(generators.values())
+        rng = generators[key] = fresh("data_generator" if order.how == "generator" else "data_rng", used)
+        if order.how == "generator":
+            maker = f"torch.Generator().manual_seed({seed})"
+            if "torch" not in index.bound[module]:
+                plan.need_import("torch")
+        else:
+            spelled = _RNG_MODULES[order.family]
+            if isinstance(call.func, cst.Attribute):
+                spelled = module.code_for_node(call.func.value)
+            elif spelled.split(".")[0] not in index.bound[module]:
+                plan.need_import(spelled.split(".")[0])
+            maker = f"{spelled}.{'Random' if order.family == 'random' else 'default_rng'}({seed})"
+        made = cst.parse_statement(f"{rng} = {maker}\n")
+        comment = "# the data order's own generator, seeded alike on every rank: each call draws anew"
+        plan.insert_before(
+            _after_the_imports(module, call),
+            cast(cst.SimpleStatementLine, made).with_changes(
+                leading_lines=[cst.EmptyLine(), cst.EmptyLine(), cst.EmptyLine(comment=cst.Comment(comment))]
+            ),
+        )
+    if order.how == "generator":
+        arg = cst.Arg(
+            value=cst.Name(rng),
+            keyword=cst.Name("generator"),
+            equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+            ),
+        )
+        plan.replace(call, lambda n: insert_arg(cast(cst.Call, n), arg, len(cast(cst.Call, n).args)))
+    else:
+        method = call.func.attr if isinstance(call.func, cst.Attribute) else cst.Name(cast(cst.Name, call.func).value)
+        plan.replace(call, lambda n: cast(cst.Call, n).with_changes(func=cst.Attribute(cst.Name(rng), method)))
+    plan.change(call, _order_summary(name, f"a generator its module makes once, seeded with {seed}", order.family))
+
+
+def _imports_itself(module: cst.Module, name: str) -> bool:
+    """Whether ``module`` binds ``name`` by ``import name`` (alone, at its top level): ``random`` is the module."""
+    return any(
+        isinstance(small, cst.Import)
+        and any(alias.asname is None and m.matches(alias.name, m.Name(name)) for alias in small.names)
+        for stmt in module.body
+        if isinstance(stmt, cst.SimpleStatementLine)
+        for small in stmt.body
+    )
+
+
+def _after_the_imports(module: cst.Module, draw: cst.CSTNode) -> cst.BaseStatement:
+    """The first of ``module``'s statements after its last import, or the one holding ``draw`` if that comes
+    first."""
+    body = list(module.body)
+    last_import = max(
+        (
+            i
+            for i, stmt in enumerate(body)
+            if isinstance(stmt, cst.SimpleStatementLine)
+            and any(isinstance(s, cst.Import | cst.ImportFrom) for s in stmt.body)
+        ),
+        default=-1,
+    )
+    holding = next(i for i, stmt in enumerate(body) if _holds(stmt, draw))
+    return body[min(last_import + 1, holding)]
+
+
+def _holds(stmt: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return stmt is node or any(_holds(child, node) for child in stmt.children)
 
 
 def _order_summary(name: str, what: str, family: str) -> str:
