@@ -272,6 +272,8 @@ PIL_IMAGES = frozenset(
         "matplotlib.animation.ArtistAnimation",
     }
 )
+# Transform objects whose call makes a PIL image (``ToPILImage()(grid).save("samples.png")``).
+PIL_TRANSFORMS = frozenset({"torchvision.transforms.ToPILImage", "torchvision.transforms.transforms.ToPILImage"})
 # Experiment trackers: created on rank 0 only (None elsewhere), every use on rank 0 only.
 TRACKER_FACTORIES = frozenset(
     {

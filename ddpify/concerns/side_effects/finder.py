@@ -281,14 +281,24 @@ class Finder:
             for value in built_by(index, expr) or ()
         )
 
-    def _a_pil_image(self, expr: cst.BaseExpression) -> bool:
-        """Whether ``expr`` is an image PIL made (``Image.fromarray(array)``, also through ``.convert(...)``) or a
-        matplotlib animation: an object whose ``.save(path)`` writes a file."""
+    def _a_pil_image(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Whether ``expr`` is an image PIL made (``Image.fromarray(array)``, also through ``.convert(...)``, or
+        by a transform object: ``ToPILImage()(grid)``, an object of the program whose ``__call__`` returns one)
+        or a matplotlib animation: an object whose ``.save(path)`` writes a file."""
         index = self.index
         for value in built_by(index, expr) or ():
             while isinstance(value, cst.Call):
                 if index.qualified_names(value.func) & torch_api.PIL_IMAGES:
                     return True
+                for maker in built_by(index, value.func) or ():
+                    if isinstance(maker, cst.Call) and index.qualified_names(maker.func) & torch_api.PIL_TRANSFORMS:
+                        return True
+                    for cls in index.classes_built(maker) if isinstance(maker, cst.Call) and depth < 3 else ():
+                        method = index.method(cls, "__call__", dispatch=True)
+                        if method is not None and any(
+                            self._a_pil_image(made, depth + 1) for made in index.returned_values(method)
+                        ):
+                            return True
                 if not isinstance(value.func, cst.Attribute):
                     break
                 value = value.func.value  # ``Image.fromarray(grid).convert("RGB")``
