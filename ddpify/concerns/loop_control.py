@@ -53,7 +53,7 @@ PLATEAU_SCHEDULERS = frozenset(
 class Facts:
     # ``if loss.item() < tol: break``: each exit, with the tests between it and its loop read from this
     # rank's batches (outermost first), which every rank takes from rank 0
-    rank_local_exits: tuple[tuple[cst.Break | cst.Return, tuple[cst.If, ...]], ...]
+    rank_local_exits: tuple[tuple[cst.Break | cst.Return | cst.Raise, tuple[cst.If, ...]], ...]
     # ``scheduler.step(train_loss)`` of a ReduceLROnPlateau: the metric each rank computes from its own batches
     plateau_metrics: tuple[cst.Arg, ...] = ()
     # ``if not torch.isfinite(loss): continue`` before the backward pass: each skip, with the tests between it
@@ -84,6 +84,16 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     """A rank-local exit is decided on rank 0 for every rank; a plateau scheduler steps on the mean of its
     metric over the ranks."""
     for node, tests in facts.rank_local_exits:
+        if isinstance(node, cst.Raise):
+            # ``if loss > 1e8: raise ...``: every rank raises where any rank would, as the one process did
+            for test in tests:
+                uniformity.decide_on_any_rank(plan, test.test)
+            plan.change(
+                node,
+                "`raise` is decided by a value computed from this rank's batches: every rank raises where any rank "
+                "would, so that no rank is left waiting in the next gradient all-reduce",
+            )
+            continue
         for test in tests:
             uniformity.decide_on_rank_zero(plan, test.test)
         keyword = "break" if isinstance(node, cst.Break) else "return"
@@ -144,7 +154,7 @@ class _Finder:
         self.index = program.index
         self.rank_local = rank_local
 
-    def rank_local_exits(self) -> Iterator[tuple[cst.Break | cst.Return, tuple[cst.If, ...]]]:
+    def rank_local_exits(self) -> Iterator[tuple[cst.Break | cst.Return | cst.Raise, tuple[cst.If, ...]]]:
         """``if loss.item() < tol: break`` -- each rank decides on its own shard, and the others hang.
 
         Whether the test differs between ranks is the uniformity analysis's answer
@@ -156,7 +166,7 @@ class _Finder:
         index = self.index
         found: set[cst.CSTNode] = set()
         for loop in index.loops:
-            exits = [node for node in index.walk(loop.body) if isinstance(node, (cst.Break, cst.Return))]
+            exits = [node for node in index.walk(loop.body) if isinstance(node, (cst.Break, cst.Return, cst.Raise))]
             if not exits or not index.trains(loop.body):
                 continue
             for node in exits:
