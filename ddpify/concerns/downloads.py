@@ -200,11 +200,36 @@ def _fetchers(
                 isinstance(scope, cst.FunctionDef)
                 and scope not in found
                 and not index.trains(scope.body)
-                and not any(index.inside(wrap, scope) for wrap in wraps)
+                and not _wraps_a_model(index, scope, wraps, {})
             ):
                 found.add(scope)
                 frontier.append(scope)
     return frozenset(found)
+
+
+def _wraps_a_model(
+    index: Index,
+    function: cst.FunctionDef,
+    wraps: tuple[cst.BaseStatement, ...],
+    known: dict[cst.FunctionDef, bool],
+    depth: int = 0,
+) -> bool:
+    """Whether ``function`` wraps a model (``wraps``), itself or through the program's functions it calls
+    (``model = to_device(model)``, where ``to_device`` wraps): DDP's constructor waits for every rank."""
+    if function in known:
+        return known[function]
+    known[function] = False  # (a recursion)
+    found = any(index.inside(wrap, function) for wrap in wraps) or (
+        depth < 6
+        and any(
+            (callee := index.runs(call, index.scope_of(call))) is not None
+            and _wraps_a_model(index, callee[0], wraps, known, depth + 1)
+            for call in index.walk(function.body)
+            if type(call) is cst.Call
+        )
+    )
+    known[function] = found
+    return found
 
 
 def _cache_builders(index: Index) -> Iterator[cst.FunctionDef]:
