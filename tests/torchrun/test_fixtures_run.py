@@ -59,6 +59,7 @@ CASES = [
     "data/loop_variable_rebound_in_its_own_loop",
     "data/identity_batches_from_a_sampler_of_its_own",
     "downloads/cached_features_beside_a_helper_that_wraps",
+    "model/submodule_method_returning_early_on_an_empty_queue",
     "data/batch_sampler_drawing_from_numpy",
     "model/submodule_run_whenever_it_exists",
     "data/loader_iterator_built_again_for_each_pass",

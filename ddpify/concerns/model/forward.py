@@ -425,53 +425,84 @@ class ForwardChecks:
         for cls in sorted(classes, key=index.order.__getitem__):
             forward = index.method(cls, "forward")  # its own, or a base class's
             self_name = index.self_name(forward) if forward is not None else None
-            if forward is None or self_name is None:
-                continue
-            idle = (
-                self._never_used(cls, entries)
-                or self._dropped_output(cls, forward, self_name)
-                or self._slice_run(cls, forward, self_name)
-            )
-            if idle is not None:
-                return idle
-            calls = [
-                node
-                for node in index.walk(forward.body)
-                if isinstance(node, cst.Call)
-                and isinstance(node.func, cst.Attribute)
-                and m.matches(node.func.value, m.Name(self_name))
-                and (cls, node.func.attr.value) not in index.functions
-            ]
-            calls += self._methods_with_own_weights(cls, forward, self_name)
-            weightless = self._parameter_free_fields(cls)
-            calls = [c for c in calls if cast(cst.Attribute, c.func).attr.value not in weightless]
-            count = Counter(cast(cst.Attribute, c.func).attr.value for c in calls)
-            conditions = {call: self._varying_condition(call, forward, self_name) for call in calls}
-            always = {
-                name
-                for name in count
-                if _on_every_path(
-                    index, [(c, conditions[c]) for c in calls if cast(cst.Attribute, c.func).attr.value == name]
+            if forward is not None and self_name is not None:
+                idle = (
+                    self._never_used(cls, entries)
+                    or self._dropped_output(cls, forward, self_name)
+                    or self._slice_run(cls, forward, self_name)
                 )
-            }
-            # name the submodule run on fewest paths: ``self.recon`` rather than ``self.cls`` in
-            # ``if with_recon: return self.cls(h), self.recon(h)`` / ``return self.cls(h), None``
-            for call in sorted(calls, key=lambda c: count[cast(cst.Attribute, c.func).attr.value]):
-                condition = conditions[call]
-                if condition is not None and cast(cst.Attribute, call.func).attr.value not in always:
-                    holds = "holds" if _runs_where_it_holds(index, call, condition) else "does not hold"
-                    return (
-                        f"`{self_name}.{cast(cst.Attribute, call.func).attr.value}` runs only when "
-                        f"`{index.module.code_for_node(condition)}` {holds}"
-                    )
-            submodules = {
-                sub
-                for node in index.walk(cls.body)
-                if isinstance(node, cst.Call)
-                if (sub := index.local_class(node.func)) is not None and sub not in seen | {cls}
-            }
-            if submodules and (found := self.skipped_submodule(submodules, seen=seen | classes)) is not None:
-                return found
+                if idle is not None:
+                    return idle
+            # the methods run as the step's forward: ``forward``, and those an enclosing module calls on this one
+            # (``self.updater.get_updated_memory(memory, messages)``)
+            for name in sorted(entries | {"forward"}):
+                method = index.method(cls, name)
+                method_self = index.self_name(method) if method is not None else None
+                if method is not None and method_self is not None:
+                    found = self._skipped_in(cls, method, method_self)
+                    if found is not None:
+                        return found
+            for sub, called in self._submodules_called(cls, seen | classes).items():
+                if (found := self.skipped_submodule({sub}, called | {"forward"}, seen | classes)) is not None:
+                    return found
+        return None
+
+    def _submodules_called(
+        self, cls: cst.ClassDef, seen: frozenset[cst.ClassDef]
+    ) -> dict[cst.ClassDef, frozenset[str]]:
+        """The program's module classes ``cls`` builds, each with the methods ``cls`` calls on a field
+        (``self.updater.get_updated_memory(...)``), in source order."""
+        index = self.index
+        subs = {
+            sub: set[str]()
+            for node in index.walk(cls.body)
+            if isinstance(node, cst.Call)
+            if (sub := index.local_class(node.func)) is not None and sub not in seen | {cls}
+        }
+        for node in index.walk(cls.body):
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and isinstance(node.func.value, cst.Attribute)
+            ):
+                for sub, called in subs.items():
+                    if index.method(sub, node.func.attr.value) is not None:
+                        called.add(node.func.attr.value)
+        return {sub: frozenset(called) for sub, called in sorted(subs.items(), key=lambda s: index.order[s[0]])}
+
+    def _skipped_in(self, cls: cst.ClassDef, forward: cst.FunctionDef, self_name: str) -> str | None:
+        """A submodule that the method ``forward`` of ``cls`` runs only on some calls."""
+        index = self.index
+        calls = [
+            node
+            for node in index.walk(forward.body)
+            if isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and m.matches(node.func.value, m.Name(self_name))
+            and (cls, node.func.attr.value) not in index.functions
+        ]
+        calls += self._methods_with_own_weights(cls, forward, self_name)
+        weightless = self._parameter_free_fields(cls)
+        calls = [c for c in calls if cast(cst.Attribute, c.func).attr.value not in weightless]
+        count = Counter(cast(cst.Attribute, c.func).attr.value for c in calls)
+        conditions = {call: self._varying_condition(call, forward, self_name) for call in calls}
+        always = {
+            name
+            for name in count
+            if _on_every_path(
+                index, [(c, conditions[c]) for c in calls if cast(cst.Attribute, c.func).attr.value == name]
+            )
+        }
+        # name the submodule run on fewest paths: ``self.recon`` rather than ``self.cls`` in
+        # ``if with_recon: return self.cls(h), self.recon(h)`` / ``return self.cls(h), None``
+        for call in sorted(calls, key=lambda c: count[cast(cst.Attribute, c.func).attr.value]):
+            condition = conditions[call]
+            if condition is not None and cast(cst.Attribute, call.func).attr.value not in always:
+                holds = "holds" if _runs_where_it_holds(index, call, condition) else "does not hold"
+                return (
+                    f"`{self_name}.{cast(cst.Attribute, call.func).attr.value}` runs only when "
+                    f"`{index.module_of(condition).code_for_node(condition)}` {holds}"
+                )
         return None
 
     def _methods_with_own_weights(self, cls: cst.ClassDef, forward: cst.FunctionDef, self_name: str) -> list[cst.Call]:
