@@ -465,7 +465,10 @@ class _Walker:
             if alias.name == "*":
                 continue
             for target in self._member(base, alias.name, set()):
-                self._mark(target)
+                if isinstance(target, str):  # a submodule: importing it runs its code
+                    self._mark(target)
+                # a definition imported by name runs where the name is used, not where it is imported (a
+                # package's ``__init__`` that re-exports its classes runs none of them)
 
     def _dynamic(self, module: _Module, call: ast.Call) -> None:
         """Names reached through a computed string: everything they could name runs."""

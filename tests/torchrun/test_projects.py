@@ -93,6 +93,7 @@ def trains_in_sync(script: Path) -> None:
         pytest.param("data_loader_imported_through_a_project_module", "-o", marks=pytest.mark.exhaustive),
         pytest.param("solver_imported_in_each_of_three_branches", "-o", marks=pytest.mark.exhaustive),
         pytest.param("evaluation_counts_added_up_by_the_program", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("classes_reexported_by_a_package_left_unused", "-o", marks=pytest.mark.exhaustive),
     ],
 )
 def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path, run_ddpify: RunDdpify) -> None:
