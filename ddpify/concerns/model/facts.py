@@ -55,6 +55,8 @@ class Facts:
     data_parallel: tuple[cst.Call, ...]  # every nn.DataParallel(...) call
     # ``nn.DataParallel`` in ``isinstance(model, nn.DataParallel)``: the program's own unwrapping
     data_parallel_tests: tuple[cst.BaseExpression, ...] = ()
+    # ``a.backward(retain_graph=True)`` right before ``b.backward()``: rewritten ``(a + b).backward()``
+    summed_backwards: tuple[tuple[cst.Call, cst.Call], ...] = ()
 
     @property
     def refs(self) -> frozenset[Ref]:

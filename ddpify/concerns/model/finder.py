@@ -62,7 +62,32 @@ def find(program: Program) -> Facts:
         batch_negatives.report(program)
     index = program.index
     data_parallel = tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL))
-    return Facts(models, tuple(finder.trained.optimizers()), data_parallel, _data_parallel_tests(index))
+    return Facts(
+        models, tuple(finder.trained.optimizers()), data_parallel, _data_parallel_tests(index), tuple(finder.summed)
+    )
+
+
+def _one_after_the_other(index: Index, first: cst.Call, second: cst.Call) -> bool:
+    """``a.backward(retain_graph=True)`` and ``b.backward()`` as two statements of their own, one right after the
+    other: nothing between them reads or changes the gradients, so they are the backward pass of ``a + b``."""
+    statements = [index.statement_of(call) for call in (first, second)]
+    block = index.parent(statements[0])
+    if not (
+        isinstance(block, cst.IndentedBlock | cst.Module)
+        and index.parent(statements[1]) is block
+        and all(
+            isinstance(stmt, cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr)
+            and stmt.body[0].value is call
+            for stmt, call in zip(statements, (first, second), strict=True)
+        )
+    ):
+        return False
+    body = list(block.body)
+    return body.index(statements[1]) == body.index(statements[0]) + 1 and all(
+        arg.keyword is not None and arg.keyword.value == "retain_graph" for arg in (*first.args, *second.args)
+    )
 
 
 def _outermost(index: Index, models: tuple[Model, ...]) -> tuple[Model, ...]:
@@ -148,6 +173,8 @@ class _Finder:
         self.outputs = OutputUse(program, self.reads)
         self._model_classes: dict[Ref, set[cst.ClassDef]] = {}
         self._claimed: set[cst.BaseExpression] = set()  # reads that already get ``.module``
+        # ``a.backward(retain_graph=True)`` right before ``b.backward()``: one backward pass of their sum
+        self.summed: list[tuple[cst.Call, cst.Call]] = []
 
     def models(self) -> Iterator[Model]:
         # Several models may be wrapped after the same statement (an encoder and a decoder both
@@ -795,6 +822,10 @@ class _Finder:
                 if self.reads.runs_model(read)
             ]
             if any(start <= o < at for o in runs) and not any(at < o < index.order[second] for o in runs):
+                if _one_after_the_other(index, first, second):
+                    if (first, second) not in self.summed:
+                        self.summed.append((first, second))
+                    continue
                 self.program.report(
                     second,
                     SECOND_BACKWARD,

@@ -50,6 +50,8 @@ def _module_if_wrapped(ddp: str, bare: bool) -> Callable[[cst.CSTNode], cst.CSTN
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
+    for first, second in facts.summed_backwards:
+        _sum_the_losses(plan, first, second)
     ddp = plan.names.ddp
     wrapped_by_ddp: set[cst.Call] = set()
     stripped: set[cst.Call] = set()  # ``load_state_dict`` calls that load the input's DataParallel checkpoints
@@ -169,6 +171,22 @@ def _forward_without_data_parallel(plan: EditPlan, call: cst.Call) -> None:
     replacement = cst.parse_expression(f"{code(module.value)}({', '.join(arguments)})")
     plan.replace(call, lambda n: replacement.with_changes(lpar=cast(cst.Call, n).lpar, rpar=cast(cst.Call, n).rpar))
     plan.change(call, "nn.parallel.data_parallel(...) -> a forward of the model itself: each process drives one GPU")
+
+
+def _sum_the_losses(plan: EditPlan, first: cst.Call, second: cst.Call) -> None:
+    """``a.backward(retain_graph=True)`` then ``b.backward()`` -> ``(a + b).backward()``: the same gradients,
+    in the one backward pass per forward that DistributedDataParallel averages."""
+    index = plan.index
+    code = index.module_of(first).code_for_node
+    losses = [code(cast(cst.Attribute, call.func).value) for call in (first, second)]
+    summed = cst.parse_expression(f"({losses[0]} + {losses[1]}).backward()").with_changes(args=second.args)
+    plan.replace(first, lambda _: summed)
+    plan.remove(index.statement_of(second))
+    plan.change(
+        first,
+        f"`{losses[0]}.backward(retain_graph=True)` then `{losses[1]}.backward()` -> one backward pass of their sum: "
+        "the same gradients, averaged by DistributedDataParallel once per forward",
+    )
 
 
 def _had_data_parallel(plan: EditPlan, facts: Facts, model: Model) -> bool:
