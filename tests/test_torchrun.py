@@ -57,22 +57,26 @@ def test_converted_example_trains_data_parallel(name: str, tmp_path: Path) -> No
         assert keys and not any(k.startswith("module.") for k in keys), f"{path} keys carry the DDP prefix: {keys[:3]}"
 
 
+# as conftest.py's: plain runs fork from the server that has imported torch (tests/forkrun.py)
+FORKED = os.environ.get("DDPIFY_TEST_TORCHRUN") != "1"
+
+
 @pytest.mark.torchrun
-def test_converted_script_still_runs_with_plain_python(tmp_path: Path) -> None:
-    for name in NAMES:
-        folder = tmp_path / name
-        folder.mkdir()
-        script = converted(name, folder)
+@pytest.mark.parametrize("name", NAMES)
+def test_converted_script_still_runs_with_plain_python(name: str, tmp_path: Path) -> None:
+    script = converted(name, tmp_path)
+    argv = [str(script), *ARGS.get(name, [])]
+    env = {k: v for k, v in ONE_THREAD.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    if FORKED:  # a torch import less
+        import forkrun
+
+        result = forkrun.run_plain_forked(tmp_path, argv, env, timeout=240)
+    else:
         result = subprocess.run(
-            [sys.executable, str(script), *ARGS.get(name, [])],
-            cwd=folder,
-            env=ONE_THREAD,
-            capture_output=True,
-            text=True,
-            timeout=240,
+            [sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
         )
-        assert result.returncode == 0, f"{name}:\n{result.stderr[-3000:]}"
-        assert any(folder.glob("*.pt")), f"{name} wrote no checkpoint"
+    assert result.returncode == 0, f"{name}:\n{result.stderr[-3000:]}"
+    assert any(tmp_path.glob("*.pt")), f"{name} wrote no checkpoint"
 
 
 @pytest.mark.torchrun
