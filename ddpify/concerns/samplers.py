@@ -68,7 +68,7 @@ import libcst as cst
 import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, with_comma
-from ddpify.engine.index import Index, Ref
+from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import imports_module
 from ddpify.engine.syntax import argument, dotted, parameter_names
 from ddpify.engine.uniformity.sources import rng_family
@@ -813,18 +813,29 @@ def dict_entry(index: Index, call: cst.Call) -> DictEntry | None:
     parent = index.parent(call)
     if isinstance(parent, cst.DictComp) and parent.value is call:
         comp = parent.for_in
-        strings = isinstance(comp.iter, (cst.List, cst.Tuple)) and all(
-            isinstance(e.value, cst.SimpleString) for e in comp.iter.elements
-        )
-        if not (isinstance(comp.target, cst.Name) and strings and comp.inner_for_in is None and not comp.ifs):
+        names = _string_display(index, comp.iter, index.scope_of(parent))
+        if not (isinstance(comp.target, cst.Name) and names is not None and comp.inner_for_in is None and not comp.ifs):
             return None
-        keys = tuple(cast(cst.SimpleString, e.value) for e in cast(cst.List | cst.Tuple, comp.iter).elements)
+        keys = tuple(cast(cst.SimpleString, e.value) for e in names.elements)
         holder = _assigned_to(index, parent)
         variable = comp.target.value
         return DictEntry(holder, keys, variable) if holder is not None else None
     if isinstance(parent, cst.DictElement) and parent.value is call and isinstance(parent.key, cst.SimpleString):
         holder = _assigned_to(index, index.parent(parent))
         return DictEntry(holder, (parent.key,)) if holder is not None else None
+    return None
+
+
+def _string_display(index: Index, expr: cst.BaseExpression, scope: Scope) -> cst.List | cst.Tuple | None:
+    """``["train", "test"]``, or the name it is bound to, once (``splits = ["train", "test"]``)."""
+    if not isinstance(expr, cst.List | cst.Tuple):
+        ref = index.ref_of(expr, scope) if isinstance(expr, cst.Name) else None
+        values = [value for _, value in index.values_assigned(ref)] if ref is not None else []
+        if len(values) != 1 or not isinstance(values[0], cst.List | cst.Tuple):
+            return None
+        expr = values[0]
+    if all(isinstance(e.value, cst.SimpleString) for e in expr.elements):
+        return expr
     return None
 
 

@@ -61,6 +61,7 @@ CASES = [
     "downloads/cached_features_beside_a_helper_that_wraps",
     "model/submodule_method_returning_early_on_an_empty_queue",
     "model/two_losses_backward_one_after_the_other",
+    "data/loaders_made_for_split_names_kept_in_a_list",
     "data/batch_sampler_drawing_from_numpy",
     "model/submodule_run_whenever_it_exists",
     "data/loader_iterator_built_again_for_each_pass",
