@@ -481,26 +481,33 @@ class ForwardChecks:
             and m.matches(node.func.value, m.Name(self_name))
             and (cls, node.func.attr.value) not in index.functions
         ]
+        # ``nn.parallel.data_parallel(self.main, x, gpus)`` runs ``self.main`` as ``self.main(x)`` does
+        calls += [
+            node
+            for node in index.walk(forward.body)
+            if isinstance(node, cst.Call)
+            and index.is_call_to(node, torch_api.DATA_PARALLEL_FUNCTION)
+            and node.args
+            and m.matches(node.args[0].value, m.Attribute(value=m.Name(self_name)))
+        ]
         calls += self._methods_with_own_weights(cls, forward, self_name)
         weightless = self._parameter_free_fields(cls)
-        calls = [c for c in calls if cast(cst.Attribute, c.func).attr.value not in weightless]
-        count = Counter(cast(cst.Attribute, c.func).attr.value for c in calls)
+        calls = [c for c in calls if _run_field(c) not in weightless]
+        count = Counter(_run_field(c) for c in calls)
         conditions = {call: self._varying_condition(call, forward, self_name) for call in calls}
         always = {
             name
             for name in count
-            if _on_every_path(
-                index, [(c, conditions[c]) for c in calls if cast(cst.Attribute, c.func).attr.value == name]
-            )
+            if _on_every_path(index, [(c, conditions[c]) for c in calls if _run_field(c) == name])
         }
         # name the submodule run on fewest paths: ``self.recon`` rather than ``self.cls`` in
         # ``if with_recon: return self.cls(h), self.recon(h)`` / ``return self.cls(h), None``
-        for call in sorted(calls, key=lambda c: count[cast(cst.Attribute, c.func).attr.value]):
+        for call in sorted(calls, key=lambda c: count[_run_field(c)]):
             condition = conditions[call]
-            if condition is not None and cast(cst.Attribute, call.func).attr.value not in always:
+            if condition is not None and _run_field(call) not in always:
                 holds = "holds" if _runs_where_it_holds(index, call, condition) else "does not hold"
                 return (
-                    f"`{self_name}.{cast(cst.Attribute, call.func).attr.value}` runs only when "
+                    f"`{self_name}.{_run_field(call)}` runs only when "
                     f"`{index.module_of(condition).code_for_node(condition)}` {holds}"
                 )
         return None
@@ -836,12 +843,17 @@ class ForwardChecks:
                 return True
             return False
 
-        attr = cast(cst.Attribute, call.func).attr.value
+        attr = _run_field(call)
+
+        built_under = _built_only_under(index, index.method_class(forward), attr)
 
         def decides(test: cst.BaseExpression, runs_where_it_holds: bool) -> bool:
             # ``if self.downsample is not None: identity = self.downsample(x)``: the submodule runs
-            # whenever it exists, so its parameters, where it has any, get a gradient in every step
+            # whenever it exists, so its parameters, where it has any, get a gradient in every step; so
+            # does one built and run under the same test (``if self.cfg == "resnet":`` in both)
             exists = _tests_existence(test, self_name, attr)
+            if runs_where_it_holds and built_under is not None and _spelled(index, test) == built_under:
+                return False
             return varies(test) and (exists is None or exists != runs_where_it_holds)
 
         node: cst.CSTNode = call
@@ -1067,6 +1079,42 @@ def _mentions_any(index: Index, expr: cst.BaseExpression, names: set[str]) -> bo
     if not names:
         return False
     return any(isinstance(node, cst.Name | cst.Attribute) and dotted(node) in names for node in index.walk(expr))
+
+
+def _run_field(call: cst.Call) -> str:
+    """The field a call of forward runs: ``main`` in ``self.main(x)`` and in ``data_parallel(self.main, x)``."""
+    func = call.func
+    last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    first = call.args[0].value if call.args else None
+    if last == "data_parallel" and isinstance(first, cst.Attribute):
+        return first.attr.value
+    return cast(cst.Attribute, func).attr.value
+
+
+def _built_only_under(index: Index, cls: cst.ClassDef | None, attr: str) -> str | None:
+    """The test under which the class assigns ``self.<attr>``, where every assignment of it stands in the body of
+    an ``if`` of that one test (``if self.cfg == "resnet": self.convert = nn.Conv2d(...)``); None otherwise."""
+    if cls is None:
+        return None
+    tests: set[str] = set()
+    for node in index.walk(cls.body):
+        if not (isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Attribute)):
+            continue
+        target = node.target
+        if target.attr.value != attr or not isinstance(target.value, cst.Name):
+            continue
+        function = index.scope_of(node)
+        if not isinstance(function, cst.FunctionDef) or target.value.value != index.self_name(function):
+            continue
+        owner = next((a for a in index.ancestors(node) if isinstance(a, cst.If | cst.FunctionDef)), None)
+        if not isinstance(owner, cst.If) or not index.inside(node, owner.body):
+            return None
+        tests.add(_spelled(index, owner.test))
+    return tests.pop() if len(tests) == 1 else None
+
+
+def _spelled(index: Index, expr: cst.BaseExpression) -> str:
+    return " ".join(index.module_of(expr).code_for_node(expr).split())
 
 
 def _tests_existence(test: cst.BaseExpression, self_name: str, attr: str) -> bool | None:
