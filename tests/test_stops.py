@@ -20,11 +20,11 @@ def test_the_path_stops_at_its_start_and_keeps_its_code_after_the_stop() -> None
     assert done.status is Status.CONVERTED
     assert codes(done) == ["DDP015"]
     (warning,) = done.diagnostics[:1]
-    assert (warning.line, warning.column) == (34, 9)  # the second backward, in the input
+    assert (warning.line, warning.column) == (35, 9)  # the second backward, in the input
     code = str(done.code)
     stop = code.index("raise SystemExit(")
     assert code.index("train_twin(model, loader, optimizer)\n", stop) > stop  # kept, after the stop
-    assert '"train.py line 34: a second backward pass' in code
+    assert '"train.py line 35: a second backward pass' in code
     assert "model = DDP(model)" in code  # the path that converts is converted whole
 
 

@@ -215,5 +215,5 @@ def test_the_path_that_cannot_be_converted_stops_with_its_reason(tmp_path: Path,
         env=env,
     )
     assert stopped.returncode != 0
-    assert "gans.py line 53: a second backward pass through one forward of a model (DDP312)" in stopped.stderr
+    assert "gans.py line 54: a second backward pass through one forward of a model (DDP312)" in stopped.stderr
     assert not (tmp_path / "out" / "gan.pt").exists()  # stopped before training, nothing saved
