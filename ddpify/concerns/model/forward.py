@@ -71,6 +71,8 @@ class ForwardChecks:
                 and attribute.attr.value in {"cpu", "to", "cuda"}
             ):
                 continue
+            if index.inside(read, wrap):
+                continue  # the move the wrap follows (``model = model.to(device)``, each run of a loop of runs)
             if index.starts_after(read, wrap) and any(index.trains(loop.body) for loop in index.enclosing_loops(read)):
                 self.program.report(
                     read,
