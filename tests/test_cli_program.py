@@ -650,6 +650,23 @@ def test_an_output_folder_with_a_module_above_the_script_says_to_put_the_folder_
     assert Path(found.stdout.strip()) == tmp_path / "out dir" / "solver.py"
 
 
+def test_a_program_without_a_root_marker_keeps_its_layout_in_the_output_folder(
+    tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    # a download without .git or pyproject.toml: the entry in tools/, its package found a folder above
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "solver" / "input", project / "tools")
+    (project / "solver").mkdir()
+    (project / "tools" / "solver.py").rename(project / "solver" / "__init__.py")
+
+    done = run_ddpify(project, "tools/train.py", "-o", "../out/")
+
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "tools" / "train.py").is_file()
+    assert (tmp_path / "out" / "solver" / "__init__.py").is_file()
+    assert not (tmp_path / "solver").exists()  # nothing written outside the output folder
+
+
 def test_an_output_folder_with_every_module_beside_the_script_needs_no_search_path(
     project: Path, run_ddpify: RunDdpify
 ) -> None:

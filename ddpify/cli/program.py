@@ -215,9 +215,14 @@ def local_modules(
     shared = _imported_elsewhere(set(found), walk, {str(entry_path)}, project)
     modules = tuple(replace(module, shared=True) if real in shared else module for real, module in found.items())
     importers = {found[real].path: tuple(sorted(scripts)) for real, scripts in shared.items()}
-    return ProgramFiles(
-        entry_path, folder if inside else project.root, modules, source, tuple(walk.unfollowed()), importers=importers
+    # the folder above every file of the program: the project's root, or (with no marker of one) the folder its
+    # imports were found from
+    base = (
+        folder
+        if inside
+        else Path(os.path.commonpath([project.root, *(Path(m.path).absolute().parent for m in modules)]))
     )
+    return ProgramFiles(entry_path, base, modules, source, tuple(walk.unfollowed()), importers=importers)
 
 
 def _project(entry: Path, projects: dict[Path, Project], max_size: int, root: Path | None = None) -> Project:
