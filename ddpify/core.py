@@ -27,10 +27,11 @@ from dataclasses import replace
 import libcst as cst
 
 import ddpify.engine.match as m
-from ddpify import bindings, collector, concerns, invariants, stops
+from ddpify import bindings, collector, concerns, invariants, stops, torch_api
 from ddpify.concerns.process_group import distributed_use
 from ddpify.diagnostics import (
     ALREADY_DISTRIBUTED,
+    FRAMEWORK_BESIDE_A_LOOP,
     INTERNAL_ERROR,
     TRAINING_IN_A_LIBRARY,
     TRAINING_OUT_OF_SIGHT,
@@ -45,7 +46,7 @@ from ddpify.engine import already, reach
 from ddpify.engine.collect import Source
 from ddpify.engine.edits import EditPlan, apply, apply_program
 from ddpify.engine.index import Index
-from ddpify.engine.program import Program, read_program
+from ddpify.engine.program import Program, is_backward, read_program
 from ddpify.guards import compile_quietly, parse_checked, round_trip_failure
 from ddpify.result import Conversion, LocalModule, Options, Status
 
@@ -162,6 +163,8 @@ def _early_answer(
         found.append((already.TreeModule(local.name, local.package, other), local.source, local.path))
     trees = already.Trees([m for m, _, _ in found], runs)
     use = trees.distributed_use()
+    if use is not None and use.name.startswith(torch_api.LIGHTNING_TRAINERS) and trees.first_backward() is not None:
+        return None  # Lightning's trainer beside a backward pass of the program's own: the full analysis tells
     if use is None:
         loaded = trees.loads_by_computed_name()
         first = trees.first_backward() if loaded is not None and not trees.reaches_backward() else None
@@ -175,6 +178,21 @@ def _early_answer(
     message = f"already distributed (uses {use.name}): left unchanged"
     line, column = use.call.lineno, already.column(text, use.call.lineno, use.call.col_offset)
     return _outcome(source, Status.UNCHANGED, [ALREADY_DISTRIBUTED.at(line, column, message, where)])
+
+
+def _loop_beside_lightning(program: Program, use: tuple[cst.Call, str] | None) -> cst.Call | None:
+    """Where ``use`` is Lightning's trainer: a backward pass of the program's own, outside its LightningModules
+    (whose backward passes the trainer runs), that code which runs reaches; None otherwise."""
+    if use is None or not use[1].startswith(torch_api.LIGHTNING_TRAINERS):
+        return None
+    index = program.index
+    for call in index.calls:
+        if not is_backward(call):
+            continue
+        owner = next((a for a in index.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+        if owner is None or not index.derives_from(owner, torch_api.LIGHTNING_MODULES):
+            return call
+    return None
 
 
 def _other_overrides(index: Index, method: cst.FunctionDef) -> list[cst.FunctionDef]:
@@ -225,6 +243,18 @@ def _plan(
 ) -> tuple[EditPlan, list[Diagnostic]] | Conversion:
     """Every concern's edits and findings; or the outcome, when the program is left alone or refused."""
     already = distributed_use(program.index)
+    beside = _loop_beside_lightning(program, already)
+    if beside is not None and already is not None:
+        call, name = already
+        program.report(
+            call,
+            FRAMEWORK_BESIDE_A_LOOP,
+            f"this path trains through `{name}`, which starts its own processes and process group, while the "
+            f"program also trains in a loop of its own (the backward pass at {program.index.path_of(beside)} line "
+            f"{program.index.position(beside)[0]}), which ddpify converts; run this path with Lightning's own "
+            "multi-device settings",
+        )
+        already = None
     if already is not None:
         call, name = already
         index = program.index

@@ -176,6 +176,15 @@ TRAINING_OUT_OF_SIGHT = Code(
     "build the object that trains by its class (`Trainer(...)`) where the program picks it, or convert the module "
     "that trains; ddpify cannot tell which code the program runs",
 )
+FRAMEWORK_BESIDE_A_LOOP = Code(
+    "DDP018",
+    Severity.ERROR,
+    "input",
+    "one way the program trains goes through Lightning's Trainer, which starts its own processes and process "
+    "group, beside a training loop of the program's own that ddpify converts",
+    "run that path with Lightning's own multi-device settings (strategy='ddp'), and convert the program's own loop "
+    "where a setting picks it; a branch of such a setting stops at its start (DDP015)",
+)
 INTERNAL_ERROR = Code(
     "DDP900", Severity.ERROR, "ddpify", "a bug in ddpify: nothing is written", "report it with the input script"
 )
@@ -255,6 +264,7 @@ INPUT_CODES = (
     TRAINING_UNFOLLOWED,
     TRAINING_IN_A_LIBRARY,
     TRAINING_OUT_OF_SIGHT,
+    FRAMEWORK_BESIDE_A_LOOP,
     NOTEBOOK_SETUP,
     NOTEBOOK_ONLY,
     NOTEBOOK_DISPLAY,

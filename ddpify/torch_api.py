@@ -85,6 +85,13 @@ DISTRIBUTED_CALLS = (
     "horovod.torch.init",
 )
 
+# Lightning's trainer starts its own processes and process group, and runs the backward passes of a
+# ``LightningModule`` itself: a program that trains only through it is distributed already.
+LIGHTNING_TRAINERS = ("lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer")
+LIGHTNING_MODULES = frozenset(
+    {"lightning.LightningModule", "lightning.pytorch.LightningModule", "pytorch_lightning.LightningModule"}
+)
+
 # Methods that return the module itself, so ``m2 = m.to(device)`` is still the model.
 MODULE_CHAINING_METHODS = frozenset(
     {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval", "requires_grad_", "type", "apply"}

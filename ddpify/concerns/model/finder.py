@@ -300,6 +300,8 @@ class _Finder:
         index = self.index
         if isinstance(ref.scope, cst.FunctionDef) and ref.path == index.self_name(ref.scope):
             cls = index.method_class(ref.scope)
+            if cls is not None and index.derives_from(cls, torch_api.LIGHTNING_MODULES):
+                return None  # ``configure_optimizers``: Lightning's trainer runs its steps (DDP018 where it counts)
             self.program.report(
                 optimizer,
                 PARTS_RUN_DIRECTLY,
