@@ -60,6 +60,7 @@ CASES = [
     "data/identity_batches_from_a_sampler_of_its_own",
     "downloads/cached_features_beside_a_helper_that_wraps",
     "model/submodule_method_returning_early_on_an_empty_queue",
+    "model/submodule_from_a_factory_returning_early_on_an_empty_queue",
     "model/two_losses_backward_one_after_the_other",
     "data/loaders_made_for_split_names_kept_in_a_list",
     "data/batch_sampler_drawing_from_numpy",

@@ -455,11 +455,12 @@ class ForwardChecks:
         """The program's module classes ``cls`` builds, each with the methods ``cls`` calls on a field
         (``self.updater.get_updated_memory(...)``), in source order."""
         index = self.index
-        subs = {
+        subs = {  # built here, or by a function of the program that returns one (``get_updater(kind)``)
             sub: set[str]()
             for node in index.walk(cls.body)
             if isinstance(node, cst.Call)
-            if (sub := index.local_class(node.func)) is not None and sub not in seen | {cls}
+            for sub in index.classes_built(node)
+            if sub not in seen | {cls}
         }
         for node in index.walk(cls.body):
             if (
