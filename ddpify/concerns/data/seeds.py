@@ -197,7 +197,9 @@ class Seeds:
         if isinstance(func, cst.Attribute) and isinstance(func.value, (cst.Name, cst.Attribute)):
             return "rng"  # ``random.shuffle``, ``np.random.permutation``
         module = _RNG_MODULES[rng_family(index, call)].split(".")[0]
-        if module not in index.bound[index.module_of(call)] or _imports_itself(index.module_of(call), module):
+        if module not in index.bound[index.module_of(call)] or index.imports[index.module_of(call)].get(module) == {
+            module
+        }:
             return "rng"  # ``shuffle(files)`` after ``from random import shuffle``: through the module
         return ""
 
@@ -381,7 +383,7 @@ def _draw_from_the_module_generator(
         made = cst.parse_statement(f"{rng} = {maker}\n")
         comment = "# the data order's own generator, seeded alike on every rank: each call draws anew"
         plan.insert_before(
-            _after_the_imports(module, call),
+            _after_the_imports(index, module, call),
             cast(cst.SimpleStatementLine, made).with_changes(
                 leading_lines=[cst.EmptyLine(), cst.EmptyLine(), cst.EmptyLine(comment=cst.Comment(comment))]
             ),
@@ -401,18 +403,7 @@ def _draw_from_the_module_generator(
     plan.change(call, _order_summary(name, f"a generator its module makes once, seeded with {seed}", order.family))
 
 
-def _imports_itself(module: cst.Module, name: str) -> bool:
-    """Whether ``module`` binds ``name`` by ``import name`` (alone, at its top level): ``random`` is the module."""
-    return any(
-        isinstance(small, cst.Import)
-        and any(alias.asname is None and m.matches(alias.name, m.Name(name)) for alias in small.names)
-        for stmt in module.body
-        if isinstance(stmt, cst.SimpleStatementLine)
-        for small in stmt.body
-    )
-
-
-def _after_the_imports(module: cst.Module, draw: cst.CSTNode) -> cst.BaseStatement:
+def _after_the_imports(index: Index, module: cst.Module, draw: cst.CSTNode) -> cst.BaseStatement:
     """The first of ``module``'s statements after its last import, or the one holding ``draw`` if that comes
     first."""
     body = list(module.body)
@@ -425,12 +416,8 @@ def _after_the_imports(module: cst.Module, draw: cst.CSTNode) -> cst.BaseStateme
         ),
         default=-1,
     )
-    holding = next(i for i, stmt in enumerate(body) if _holds(stmt, draw))
+    holding = next(i for i, stmt in enumerate(body) if stmt is draw or index.inside(draw, stmt))
     return body[min(last_import + 1, holding)]
-
-
-def _holds(stmt: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return stmt is node or any(_holds(child, node) for child in stmt.children)
 
 
 def _order_summary(name: str, what: str, family: str) -> str:

@@ -476,41 +476,39 @@ class ForwardChecks:
     def _skipped_in(self, cls: cst.ClassDef, forward: cst.FunctionDef, self_name: str) -> str | None:
         """A submodule that the method ``forward`` of ``cls`` runs only on some calls."""
         index = self.index
+        own = [node for node in index.walk(forward.body) if isinstance(node, cst.Call)]
         calls = [
             node
-            for node in index.walk(forward.body)
-            if isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)
+            for node in own
+            if isinstance(node.func, cst.Attribute)
             and m.matches(node.func.value, m.Name(self_name))
             and (cls, node.func.attr.value) not in index.functions
         ]
         # ``nn.parallel.data_parallel(self.main, x, gpus)`` runs ``self.main`` as ``self.main(x)`` does
         calls += [
             node
-            for node in index.walk(forward.body)
-            if isinstance(node, cst.Call)
-            and index.is_call_to(node, torch_api.DATA_PARALLEL_FUNCTION)
+            for node in own
+            if index.is_call_to(node, torch_api.DATA_PARALLEL_FUNCTION)
             and node.args
             and m.matches(node.args[0].value, m.Attribute(value=m.Name(self_name)))
         ]
         calls += self._methods_with_own_weights(cls, forward, self_name)
         weightless = self._parameter_free_fields(cls)
-        calls = [c for c in calls if _run_field(c) not in weightless]
-        count = Counter(_run_field(c) for c in calls)
+        field = {c: _run_field(c) for c in calls}
+        calls = [c for c in calls if field[c] not in weightless]
+        count = Counter(field[c] for c in calls)
         conditions = {call: self._varying_condition(call, forward, self_name) for call in calls}
         always = {
-            name
-            for name in count
-            if _on_every_path(index, [(c, conditions[c]) for c in calls if _run_field(c) == name])
+            name for name in count if _on_every_path(index, [(c, conditions[c]) for c in calls if field[c] == name])
         }
         # name the submodule run on fewest paths: ``self.recon`` rather than ``self.cls`` in
         # ``if with_recon: return self.cls(h), self.recon(h)`` / ``return self.cls(h), None``
-        for call in sorted(calls, key=lambda c: count[_run_field(c)]):
+        for call in sorted(calls, key=lambda c: count[field[c]]):
             condition = conditions[call]
-            if condition is not None and _run_field(call) not in always:
+            if condition is not None and field[call] not in always:
                 holds = "holds" if _runs_where_it_holds(index, call, condition) else "does not hold"
                 return (
-                    f"`{self_name}.{_run_field(call)}` runs only when "
+                    f"`{self_name}.{field[call]}` runs only when "
                     f"`{index.module_of(condition).code_for_node(condition)}` {holds}"
                 )
         return None
