@@ -1,7 +1,7 @@
 """The same input gives the same output bytes: under any hash seed, and with any number of workers.
 
 Every golden input, trial script, bundled example and golden program is converted
-in three fresh processes, each under its own ``PYTHONHASHSEED`` (sets of strings,
+in two fresh processes, each under its own ``PYTHONHASHSEED`` (sets of strings,
 and so of names, iterate in another order under each), and the outputs, findings
 and change reports must agree byte for byte. The command line's ``-j 1`` and
 ``-j 2`` over the trial scripts and examples must print the same diff.
@@ -43,7 +43,7 @@ for program in sorted(p.parent for p in (fixtures / "projects").glob("*/input"))
 """
 
 
-def test_every_conversion_is_the_same_under_three_hash_seeds() -> None:
+def test_every_conversion_is_the_same_under_two_hash_seeds() -> None:
     runs = [
         subprocess.Popen(
             [sys.executable, "-c", DIGESTS],
@@ -53,16 +53,15 @@ def test_every_conversion_is_the_same_under_three_hash_seeds() -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-        for seed in ("0", "1", "4242")
+        for seed in ("0", "4242")
     ]
     outputs = [run.communicate(timeout=600) for run in runs]
     for run, (_, stderr) in zip(runs, outputs):
         assert run.returncode == 0, stderr[-3000:]
-    first, *others = [stdout.splitlines() for stdout, _ in outputs]
+    first, other = [stdout.splitlines() for stdout, _ in outputs]
     assert len(first) > 250  # every input was converted
-    for other in others:
-        differ = [a.split()[0] for a, b in zip(first, other) if a != b]
-        assert not differ, f"converted differently under another hash seed: {differ}"
+    differ = [a.split()[0] for a, b in zip(first, other) if a != b]
+    assert not differ, f"converted differently under another hash seed: {differ}"
 
 
 def test_one_worker_and_two_print_the_same_diff() -> None:

@@ -43,12 +43,13 @@
   ``self``, as a Trainer keeps its model and loader.
 
 A handful of scripts by default (one per class of difference the twins once
-showed); every fixture, trial and example script in the
-exhaustive run.
+showed); a fixed third of the other (kind, script) pairs in the exhaustive run,
+the rest under ``pytest -m sweep``.
 """
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import libcst as cst
@@ -131,14 +132,25 @@ CLASSES = [
 ]
 
 
-def _scripts(chosen: set[Path]) -> list[object]:
-    return [
-        pytest.param(p, id=str(p.relative_to(ROOT)), marks=() if p in chosen else pytest.mark.exhaustive)
-        for p in common.scripts()
-    ]
+# Beyond the chosen scripts, CI's exhaustive run compares a fixed third of the (sweep, script) pairs, drawn
+# by a hash of both names (each script meets about six kinds of twin there); ``pytest -m sweep`` compares
+# the other two thirds: every pair then, as the sweeps' own command lines do (benchmarks/*_twins.py).
+SAMPLE = 3
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in CLASSES}))
+def _scripts(chosen: set[Path], sweep: str) -> list[object]:
+    def marks(path: Path, name: str) -> tuple[pytest.MarkDecorator, ...]:
+        if path in chosen:
+            return ()
+        return (
+            (pytest.mark.exhaustive,) if zlib.crc32(f"{sweep} {name}".encode()) % SAMPLE == 0 else (pytest.mark.sweep,)
+        )
+
+    named = [(p, str(p.relative_to(ROOT))) for p in common.scripts()]
+    return [pytest.param(p, id=name, marks=marks(p, name)) for p, name in named]
+
+
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in CLASSES}, "annotated"))
 def test_a_script_and_its_typed_twin_convert_the_same(path: Path) -> None:
     found = twins.differences(path)
     if found is None:
@@ -146,7 +158,7 @@ def test_a_script_and_its_typed_twin_convert_the_same(path: Path) -> None:
     assert found == []
 
 
-@pytest.mark.parametrize("path", _scripts(set((ROOT / "examples").glob("*.py"))))
+@pytest.mark.parametrize("path", _scripts(set((ROOT / "examples").glob("*.py")), "renamed"))
 def test_a_script_and_its_renamed_twin_convert_the_same(path: Path) -> None:
     found = renamed_twins.differences(path)
     if found is None:
@@ -165,7 +177,7 @@ SPLIT_CLASSES = [
 ]
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in SPLIT_CLASSES}))
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in SPLIT_CLASSES}, "split"))
 def test_a_script_and_its_two_module_twin_convert_the_same(path: Path) -> None:
     found = split_twins.differences(path)
     if found is None:
@@ -173,7 +185,7 @@ def test_a_script_and_its_two_module_twin_convert_the_same(path: Path) -> None:
     assert found == []
 
 
-@pytest.mark.parametrize("path", _scripts(set((ROOT / "examples").glob("*.py"))))
+@pytest.mark.parametrize("path", _scripts(set((ROOT / "examples").glob("*.py")), "inlined"))
 def test_a_script_and_its_twin_trained_in_its_main_block_convert_the_same(path: Path) -> None:
     found = inlined_twins.differences(path)
     if found is None:
@@ -215,7 +227,7 @@ METHOD_LEFT = {  # still differ, not wrongly: a refusal, batches left whole (DDP
 }
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in METHOD_CLASSES}))
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in METHOD_CLASSES}, "method"))
 def test_a_script_and_its_twin_with_functions_made_methods_convert_the_same(path: Path) -> None:
     found = method_twins.differences(path)
     if found is None:
@@ -227,7 +239,10 @@ def test_a_script_and_its_twin_with_functions_made_methods_convert_the_same(path
 
 
 @pytest.mark.parametrize(
-    "path", _scripts({ROOT / "tests/fixtures/data/sampler_placeholder/input.py", *(ROOT / "examples").glob("*.py")})
+    "path",
+    _scripts(
+        {ROOT / "tests/fixtures/data/sampler_placeholder/input.py", *(ROOT / "examples").glob("*.py")}, "positional"
+    ),
 )
 def test_a_script_and_its_twin_with_arguments_by_position_convert_the_same(path: Path) -> None:
     found = positional_twins.differences(path)
@@ -245,7 +260,7 @@ LOOP_CLASSES = [
 LOOP_LEFT: set[str] = set()
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in [*LOOP_CLASSES, *LOOP_LEFT]}))
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in [*LOOP_CLASSES, *LOOP_LEFT]}, "loop"))
 def test_a_script_and_its_twins_drawing_through_enumerate_or_tqdm_convert_the_same(path: Path) -> None:
     found = loop_twins.differences(path)
     if found is None:
@@ -266,7 +281,7 @@ ALIAS_CLASSES = [
 ]
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in ALIAS_CLASSES}))
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in ALIAS_CLASSES}, "alias"))
 def test_a_script_and_its_twin_calling_through_second_names_convert_the_same(path: Path) -> None:
     found = alias_twins.differences(path)
     if found is None:
@@ -281,7 +296,7 @@ IMPORT_CLASSES = [
 ]
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in IMPORT_CLASSES}))
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in IMPORT_CLASSES}, "import"))
 def test_a_script_and_its_twins_importing_another_way_convert_the_same(path: Path) -> None:
     found = import_twins.differences(path)
     if found is None:
@@ -299,7 +314,7 @@ KWARGS_CLASSES = [
 ]
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in KWARGS_CLASSES}))
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in KWARGS_CLASSES}, "kwargs"))
 def test_a_script_and_its_twins_passing_keywords_through_a_dict_convert_the_same(path: Path) -> None:
     found = kwargs_twins.differences(path)
     if found is None:
@@ -316,7 +331,7 @@ BLOCK_CLASSES = [
 ]
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in BLOCK_CLASSES}))
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in BLOCK_CLASSES}, "block"))
 def test_a_script_and_its_twins_with_bodies_inside_one_more_block_convert_the_same(path: Path) -> None:
     found = block_twins.differences(path)
     if found is None:
@@ -369,7 +384,7 @@ FACTORY_LEFT = {
 }
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in [*FACTORY_CLASSES, *sorted(FACTORY_LEFT)[:1]]}))
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in [*FACTORY_CLASSES, *sorted(FACTORY_LEFT)[:1]]}, "factory"))
 def test_a_script_and_its_twin_building_through_helpers_convert_the_same(path: Path) -> None:
     found = factory_twins.differences(path)
     if found is None:
@@ -380,7 +395,7 @@ def test_a_script_and_its_twin_building_through_helpers_convert_the_same(path: P
     assert found == []
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / "tests/fixtures/model/typo_moduel/input.py"}))
+@pytest.mark.parametrize("path", _scripts({ROOT / "tests/fixtures/model/typo_moduel/input.py"}, "keyword"))
 def test_a_script_and_its_twin_calling_its_functions_by_keyword_convert_the_same(path: Path) -> None:
     found = keyword_twins.differences(path)  # typo_moduel: ``unwrap(model=model)`` once got ``model.module=``
     if found is None:
@@ -398,7 +413,7 @@ WHILE_CLASSES = [
 ]
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in WHILE_CLASSES}))
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in WHILE_CLASSES}, "while"))
 def test_a_script_and_its_twin_counting_its_loops_by_hand_convert_the_same(path: Path) -> None:
     found = while_twins.differences(path)
     if found is None:
@@ -407,7 +422,7 @@ def test_a_script_and_its_twin_counting_its_loops_by_hand_convert_the_same(path:
 
 
 @pytest.mark.parametrize(
-    "path", _scripts({ROOT / "tests/fixtures/side_effects/step_of_a_trainer_inside_a_print/input.py"})
+    "path", _scripts({ROOT / "tests/fixtures/side_effects/step_of_a_trainer_inside_a_print/input.py"}, "logging")
 )
 def test_a_script_and_its_twins_logging_instead_of_printing_convert_the_same(path: Path) -> None:
     found = logging_twins.differences(path)
@@ -437,7 +452,7 @@ PAIR_LEFT = {
 }
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in [*PAIR_CLASSES, *sorted(PAIR_LEFT)[:1]]}))
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in [*PAIR_CLASSES, *sorted(PAIR_LEFT)[:1]]}, "pair"))
 def test_a_script_and_its_twin_building_pairs_through_helpers_convert_the_same(path: Path) -> None:
     found = pair_twins.differences(path)
     if found is None:
@@ -523,7 +538,7 @@ ONE_LINE_CLASSES = [
 ]
 
 
-@pytest.mark.parametrize("path", _scripts({ROOT / c for c in ONE_LINE_CLASSES}))
+@pytest.mark.parametrize("path", _scripts({ROOT / c for c in ONE_LINE_CLASSES}, "one_line"))
 def test_a_script_and_its_twin_with_short_bodies_on_one_line_convert_the_same(path: Path) -> None:
     found = one_line_twins.differences(path)
     if found is None:
