@@ -62,6 +62,25 @@ def test_fixture(case: Path) -> None:
         assert conversion.code == source
 
 
+def test_no_golden_output_imports_a_name_twice_in_its_imports_at_the_top() -> None:
+    """A helper that asks for ``torch`` beside a script that imports it gets the script's import, not a second."""
+    twice = []
+    for case in CASES:
+        expected = case / "expected.py"
+        if not expected.exists():
+            continue
+        seen: set[str] = set()
+        for stmt in ast.parse(expected.read_bytes()).body:
+            if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                if seen and not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+                    break  # the imports at the top end at the first other statement
+                continue
+            if ast.dump(stmt) in seen:
+                twice.append(f"{case.parent.name}/{case.name}:{stmt.lineno}")
+            seen.add(ast.dump(stmt))
+    assert twice == []
+
+
 def test_every_concern_has_a_rewrite_and_a_no_change_case() -> None:
     for concern in sorted({case.parent for case in CASES}):
         kinds = {(case / "expected.py").exists() for case in CASES if case.parent == concern}

@@ -22,7 +22,7 @@ import libcst as cst
 from ddpify.diagnostics import Change, Code, Diagnostic
 from ddpify.engine.index import Index
 from ddpify.engine.program import Names
-from ddpify.engine.syntax import dotted
+from ddpify.engine.syntax import dotted, imported_names
 
 # The two kinds of statement a block holds; both have leading blank lines and comments.
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
@@ -254,6 +254,13 @@ def _local_name(item: Import) -> str:
     return item.asname or item.obj or item.module.split(".")[0]
 
 
+def _qualified(item: Import) -> str:
+    """What ``item`` binds its local name to, as :func:`~ddpify.engine.syntax.imported_names` says it."""
+    if item.obj is not None:
+        return f"{item.module}.{item.obj}"
+    return item.module if item.asname else item.module.split(".")[0]
+
+
 def _mentions(code: str, item: Import | str) -> int:
     name = item if isinstance(item, str) else _local_name(item)
     return len(re.findall(rf"\b{re.escape(name)}\b", code))
@@ -336,6 +343,9 @@ def _place_imports(plan: EditPlan, module: cst.Module, new: Sequence[Import]) ->
         # an import below the main guard runs after the program it would serve
         body = body[: body.index(plan.index.main_guard)]
     imports = [stmt for stmt in body if _import_module(stmt) not in (None, "__future__")]
+    # What an import above already binds is not imported twice (a helper asks for ``torch`` whatever the script has)
+    bound = {pair for stmt in imports for pair in imported_names(cast(cst.SimpleStatementLine, stmt).body[0])}
+    new = [item for item in new if (_local_name(item), _qualified(item)) not in bound]
     # The program's own modules are the last group: torch imports never go among them.
     local = {name.split(".")[0] for name in plan.index.module_names if name != "__main__"}
     own = [s for s in imports if (_import_module(s) or "").split(".")[0] in local]
