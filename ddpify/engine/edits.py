@@ -344,7 +344,11 @@ def _place_imports(plan: EditPlan, module: cst.Module, new: Sequence[Import]) ->
         body = body[: body.index(plan.index.main_guard)]
     imports = [stmt for stmt in body if _import_module(stmt) not in (None, "__future__")]
     # What an import above already binds is not imported twice (a helper asks for ``torch`` whatever the script has)
-    bound = {pair for stmt in imports for pair in imported_names(cast(cst.SimpleStatementLine, stmt).body[0])}
+    bound = {
+        pair
+        for stmt in imports
+        for pair in imported_names(cast(cst.Import | cst.ImportFrom, cast(cst.SimpleStatementLine, stmt).body[0]))
+    }
     new = [item for item in new if (_local_name(item), _qualified(item)) not in bound]
     # The program's own modules are the last group: torch imports never go among them.
     local = {name.split(".")[0] for name in plan.index.module_names if name != "__main__"}
