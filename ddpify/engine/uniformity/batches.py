@@ -69,9 +69,7 @@ class RankLocal:
             if site is not block and not index.inside(site, block):
                 continue
             if isinstance(site, cst.For):
-                targets: list[cst.CSTNode] = [site.target]
-                if m.matches(site.iter, m.Call(func=m.Name("enumerate"))) and isinstance(site.target, cst.Tuple):
-                    targets = [e.value for e in site.target.elements[1:]]  # the batch counter is the same everywhere
+                targets = _loop_targets(site)
             else:
                 drawn = next((a for a in index.ancestors(site) if isinstance(a, (cst.Assign, cst.AnnAssign))), None)
                 targets = _targets(drawn) if drawn is not None else []
@@ -103,15 +101,26 @@ class RankLocal:
             and (holder := _object_called(n))
             and self._keeps_what_it_is_given(n)
         ]
+        # ``for part in out.split(2):``: a loop over such a value binds its target to one of its parts
+        loops = [
+            n
+            for n in index.walk(body)
+            if isinstance(n, cst.For) and n is not block and n not in self.sites and index.scope_of(n) is own
+        ]
         self._names[block] = local
-        for _ in range(3):
+        while True:  # until nothing more is found: a value may pass through any number of names, in any order
+            before = len(local)
             for assign in assignments:
                 if assign.value is not None and self.reads(assign.value, block):
                     local |= {name for t in _targets(assign) for name in _bound(t)}
+            for loop in loops:
+                if self.reads(loop.iter, block):
+                    local |= {name for t in _loop_targets(loop) for name in _bound(t)}
             for holder, call in filled:
                 if holder not in local and any(self.reads(arg.value, block) for arg in call.args):
                     local.add(holder)
-        return local
+            if len(local) == before:
+                return local
 
     def _keeps_what_it_is_given(self, call: cst.Call) -> bool:
         """Whether ``call`` runs a method of the program's own class that sets a field of its object."""
@@ -184,6 +193,14 @@ def _object_called(call: cst.Call) -> str:
     if isinstance(func, cst.Name):
         return func.value
     return dotted(func.value) if isinstance(func, cst.Attribute) else ""
+
+
+def _loop_targets(loop: cst.For) -> list[cst.CSTNode]:
+    """What a loop binds to the items it draws: its target, less the counter of ``enumerate(...)``, which is the
+    same on every rank."""
+    if m.matches(loop.iter, m.Call(func=m.Name("enumerate"))) and isinstance(loop.target, cst.Tuple):
+        return [e.value for e in loop.target.elements[1:]]
+    return [loop.target]
 
 
 def _targets(assign: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.CSTNode]:
