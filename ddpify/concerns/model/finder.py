@@ -383,9 +383,14 @@ class _Finder:
         classes = {c for stmt, place in built for c in self._built_classes(stmt, place)}
         self._model_classes[ref] = classes
         depth = depths(self.index, lineage)
+        dropped: dict[str, Any] = {}
         if wraps:
             stmt, target = max(wraps, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
-            return self._data_parallel_model(stmt, target, moves, optimizer)
+            if not (creations and self._moved_as_it_returns(stmt, target)):
+                return self._data_parallel_model(stmt, target, moves, optimizer)
+            # ``model = nn.DataParallel(model)`` then ``return model.to(device)``: no statement in the builder
+            # holds the moved model, so the DataParallel line goes and the wrap goes where the model arrives
+            dropped = {"data_parallel_removed": stmt, "data_parallel_if": self._data_parallel_guard(stmt, target)}
         if moves:
             stmt, target, cuda = max(moves, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
             placed = True
@@ -448,6 +453,7 @@ class _Finder:
                 rewraps=rewraps,
                 maybe_frozen=True,
                 realiased=realiased,
+                **dropped,
             )
         if frozen:
             if not rewraps:
@@ -459,7 +465,16 @@ class _Finder:
                 "(which refuses such a module), and is unfrozen here: wrap it once it has trainable parameters",
             )
         return Model(
-            target, expression, insert_after, on_cuda, placed, unwrap, optimizer, rewraps=rewraps, realiased=realiased
+            target,
+            expression,
+            insert_after,
+            on_cuda,
+            placed,
+            unwrap,
+            optimizer,
+            rewraps=rewraps,
+            realiased=realiased,
+            **dropped,
         )
 
     def _returned_by(
@@ -740,18 +755,7 @@ class _Finder:
     ) -> Model:
         """``model = nn.DataParallel(model)`` is where the model is ready: DDP takes its place."""
         index = self.index
-        anchor = self._climb_conditionals(stmt, target)
-        condition = index.parent(index.parent(stmt))
-        data_parallel_if = None
-        if (
-            anchor is not stmt
-            and isinstance(condition, cst.If)
-            and condition.orelse is None
-            and any(
-                m.matches(n, m.Name("device_count") | m.Name("is_available")) for n in self.index.walk(condition.test)
-            )
-        ):
-            data_parallel_if = condition
+        data_parallel_if = self._data_parallel_guard(stmt, target)
         on_cuda = any(cuda and self._climb_conditionals(s) is s for s, _, cuda in moves)
         expression = self.index.spelled(target, index.scope_of(stmt))
         placed = data_parallel_if or stmt
@@ -796,6 +800,34 @@ class _Finder:
             data_parallel_if=data_parallel_if,
             data_parallel_removed=stmt,
             realiased=self.reads.realiased(target, insert_after),
+        )
+
+    def _data_parallel_guard(self, stmt: cst.SimpleStatementLine, target: Ref) -> cst.If | None:
+        """``if torch.cuda.device_count() > 1:`` (or ``is_available()``) around a DataParallel line, alone."""
+        condition = self.index.parent(self.index.parent(stmt))
+        if (
+            self._climb_conditionals(stmt, target) is not stmt
+            and isinstance(condition, cst.If)
+            and condition.orelse is None
+            and any(
+                m.matches(n, m.Name("device_count") | m.Name("is_available")) for n in self.index.walk(condition.test)
+            )
+        ):
+            return condition
+        return None
+
+    def _moved_as_it_returns(self, stmt: cst.SimpleStatementLine, target: Ref) -> bool:
+        """Whether the function of ``stmt`` returns the model at ``target`` moved, in the return statement itself
+        (``return model.to(device)``), after ``stmt``."""
+        index = self.index
+        function = index.scope_of(stmt)
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        return any(
+            _device_move(value) is not None
+            and index.carried_ref(value, function) == target
+            and index.after(value, stmt)
+            for value in index.returned_values(function)
         )
 
     def _refuse_second_backward(self, model: Model) -> bool:
