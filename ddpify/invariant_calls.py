@@ -156,7 +156,7 @@ def _tests_rank(test: ast.expr) -> bool:
 
 
 # The helpers ddpify generates that give every rank one value: a test through them is the same everywhere.
-_UNIFORM_HELPERS = ("same_on_every_rank", "mean_over_ranks")
+_UNIFORM_HELPERS = ("same_on_every_rank", "mean_over_ranks", "on_any_rank")
 
 
 def _runs_with_group_only(script: _Script, node: ast.AST, seen: set[str]) -> bool:

@@ -64,6 +64,9 @@ class Facts:
     # ``try: x, y = draw() / except IndexError: continue`` before the backward pass: an exception is this
     # process's own; each such ``try``, with the ``continue`` (or ``break``) that ends its handlers
     raised_skips: tuple[tuple[cst.Try, tuple[cst.Continue | cst.Break, ...]], ...] = ()
+    # ``if loss_d.item() < eps: netD.apply(weights_init)``: weights drawn again under a test read from this rank's
+    # batches, where every rank then takes rank 0's (a broadcast): each such statement, with those tests
+    rank_local_redraws: tuple[tuple[cst.BaseStatement, tuple[cst.If, ...]], ...] = ()
 
 
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
@@ -77,6 +80,7 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
         tuple(finder.rank_local_skips()),
         varying,
         tuple(finder.raised_skips()),
+        tuple(finder.rank_local_redraws(models)),
     )
 
 
@@ -118,6 +122,17 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         )
     for attempt, leaps in facts.raised_skips:
         _skip_where_any_rank_raised(plan, attempt, leaps)
+    decided = {test for _, tests in (*facts.rank_local_exits, *facts.rank_local_skips) for test in tests}
+    for drawn, tests in facts.rank_local_redraws:
+        for test in tests:
+            if test not in decided:
+                decided.add(test)
+                uniformity.decide_on_any_rank(plan, test.test)
+        plan.change(
+            drawn,
+            "the weights are drawn again on a value computed from this rank's batches: every rank draws them where "
+            "any rank would, so that the replicas keep the same weights",
+        )
     if not facts.plateau_metrics:
         return
     helper = uniformity.mean_over_ranks(plan)
@@ -221,6 +236,21 @@ class _Finder:
                     and not any(_not_own(index, handler) for handler in attempt.handlers)
                 ):
                     yield attempt, tuple(cast(list[cst.Continue | cst.Break], leaps))
+
+    def rank_local_redraws(self, models: model.Facts) -> Iterator[tuple[cst.BaseStatement, tuple[cst.If, ...]]]:
+        """The statements that draw a wrapped model's weights again under tests read from this rank's batches: a
+        rank that skips the draw trains on other weights from then on (DDP averages gradients, never weights),
+        and skips the broadcast of rank 0's that follows an unseeded draw."""
+        seen: set[cst.BaseStatement] = set()
+        for trained in models.models:
+            for drawn in [*(stmt for stmt, _ in trained.redrawn), *trained.redrawn_seeded]:
+                loop = next(self.index.enclosing_loops(drawn), None)
+                if drawn in seen or loop is None:
+                    continue
+                seen.add(drawn)
+                tests = self._rank_local_tests(drawn, loop)
+                if tests:
+                    yield drawn, tuple(tests)
 
     def _rank_local_tests(self, node: cst.CSTNode, loop: cst.For | cst.While) -> list[cst.If]:
         """The tests between ``node`` and its innermost loop that read values of this rank's batches, outermost

@@ -75,6 +75,8 @@ CASES = [
     "loop_control/step_skipped_where_the_loss_is_not_finite",
     "loop_control/loss_summed_over_parts_then_checked",
     "model/data_parallel_then_returned_moved",
+    "model/critic_drawn_again_when_its_loss_explodes",
+    "model/critic_drawn_again_unseeded_when_its_loss_explodes",
     "data/validation_loader_from_a_branch_of_the_training_factory",
     "downloads/data_set_prepared_on_first_use",
     "model/param_groups_of_the_module_inside_data_parallel",

@@ -29,6 +29,8 @@ class Model:
     wrapped_again: tuple[cst.BaseStatement, ...] = ()
     # parameters drawn again after the wrap, each rank from its own generator: rank 0's copied after it
     redrawn: tuple[tuple[cst.BaseStatement, cst.BaseExpression], ...] = ()  # each with the model as it reads it
+    # drawn again after the wrap from a generator seeded alike on every rank: alike wherever every rank draws
+    redrawn_seeded: tuple[cst.BaseStatement, ...] = ()
     maybe_none: bool = False  # None unless a condition built it (an optional second model): wrapped where it is not
     unused: str | None = None  # why some parameters may get no gradient in a step: find_unused_parameters
     small_batch_norm: cst.Call | None = None  # a DataLoader with a small batch, where the model has BatchNorm

@@ -258,6 +258,9 @@ class _Finder:
                         if model.item is None
                         else (),
                         redrawn=self.redrawn.after_wrap(model.ref, model.insert_after) if model.item is None else (),
+                        redrawn_seeded=self.redrawn.seeded_after_wrap(model.ref, model.insert_after)
+                        if model.item is None
+                        else (),
                         maybe_none=model.item is None
                         and model.data_parallel is None
                         and self._maybe_none(model.ref, model.insert_after),

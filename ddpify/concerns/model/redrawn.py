@@ -45,16 +45,27 @@ class Redrawn:
         """The statements, in source order, that draw parameters of the model wrapped after ``wrap`` again
         where every rank's generator is not known to be seeded alike, each with the model as that statement
         reads it (``self.model`` in a method, ``net`` in a helper): rank 0's are copied after each."""
+        return tuple((stmt, read) for stmt, read, seeded in self._drawn_after_wrap(target, wrap) if not seeded)
+
+    def seeded_after_wrap(self, target: Ref, wrap: cst.BaseStatement) -> tuple[cst.BaseStatement, ...]:
+        """The statements that draw them again from a generator seeded alike on every rank: the same weights
+        everywhere, where every rank runs the statement."""
+        return tuple(stmt for stmt, _, seeded in self._drawn_after_wrap(target, wrap) if seeded)
+
+    def _drawn_after_wrap(
+        self, target: Ref, wrap: cst.BaseStatement
+    ) -> list[tuple[cst.BaseStatement, cst.BaseExpression, bool]]:
         index = self.index
         found: dict[cst.BaseStatement, cst.BaseExpression] = {}
         for read in self.reads.reads_after_wrap(target, wrap):
             stmt = self._draws_through(read)
             if stmt is None or stmt in found or index.inside(wrap, stmt) or stmt is wrap:
                 continue
-            if self.seeding.seeded_before(stmt, "torch"):
-                continue
             found[stmt] = read
-        return tuple(sorted(found.items(), key=lambda item: index.order[item[0]]))
+        return [
+            (stmt, read, self.seeding.seeded_before(stmt, "torch"))
+            for stmt, read in sorted(found.items(), key=lambda item: index.order[item[0]])
+        ]
 
     def _draws_through(self, read: cst.BaseExpression) -> cst.BaseStatement | None:
         """The statement in which ``read`` (the model) has its parameters drawn again: a loop over
