@@ -226,9 +226,21 @@ def _free_for_module(index: Index, name: str, full: str | None = None) -> bool:
             continue
         if any(name in names and index.module_of(scope) is module for scope, names in index.bound.items()):
             return False
-        if module is index.module and any(index.module_of(n) is module for n in index.names.get(name, ())):
+        if module is index.module and any(
+            index.module_of(n) is module and not _imported_from(index, n) for n in index.names.get(name, ())
+        ):
             return False  # the entry script mentions it without importing it
     return True
+
+
+def _imported_from(index: Index, name: cst.Name) -> bool:
+    """Whether ``name`` is (part of) the module an import takes names from: ``os`` of ``from os.path import
+    join``, which binds no ``os``."""
+    node: cst.CSTNode = name
+    parent = index.parent(node)
+    while isinstance(parent, cst.Attribute) and parent.value is node:
+        node, parent = parent, index.parent(parent)
+    return isinstance(parent, cst.ImportFrom) and parent.module is node
 
 
 def imports_module(module: cst.Module, name: str, full: str) -> bool:
@@ -237,7 +249,9 @@ def imports_module(module: cst.Module, name: str, full: str) -> bool:
     for stmt in module.body:
         for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.Import) and any(
-                alias.evaluated_name == full and (alias.evaluated_alias or alias.evaluated_name) == name
+                (alias.evaluated_name == full and (alias.evaluated_alias or alias.evaluated_name) == name)
+                # ``import os.path`` binds ``os``
+                or (alias.asname is None and alias.evaluated_name.startswith(f"{full}.") and name == full)
                 for alias in small.names
             ):
                 return True

@@ -113,6 +113,11 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         on_a_path = not plan.index.is_call_to(call, torch_api.MAKEDIRS)  # ``output_dir.mkdir()`` of pathlib
         if m.matches(call.func, m.Attribute(attr=m.Name("mkdir"))) and not on_a_path:
             plan.replace(call, _call_makedirs)
+        elif isinstance(call.func, cst.Name) and plan.index.is_call_to(call, frozenset({"os.mkdir"})):
+            # ``from os import mkdir``: ``mkdir(path, exist_ok=True)`` is a TypeError; os.makedirs takes it
+            makedirs = cst.Attribute(cst.Name(plan.names.os), cst.Name("makedirs"))
+            plan.replace(call.func, lambda _, made=makedirs: made)
+            plan.need_import("os", asname=None if plan.names.os == "os" else plan.names.os)
         exist_ok = cst.Arg(
             keyword=cst.Name("exist_ok"),
             value=cst.Name("True"),
