@@ -115,8 +115,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             plan.replace(call, _call_makedirs)
         elif isinstance(call.func, cst.Name) and plan.index.is_call_to(call, frozenset({"os.mkdir"})):
             # ``from os import mkdir``: ``mkdir(path, exist_ok=True)`` is a TypeError; os.makedirs takes it
-            makedirs = cst.Attribute(cst.Name(plan.names.os), cst.Name("makedirs"))
-            plan.replace(call.func, lambda _, made=makedirs: made)
+            plan.replace(call.func, _os_makedirs(plan.names.os))
             plan.need_import("os", asname=None if plan.names.os == "os" else plan.names.os)
         exist_ok = cst.Arg(
             keyword=cst.Name("exist_ok"),
@@ -282,6 +281,11 @@ def _file_off_rank_zero(plan: EditPlan) -> Callable[[cst.CSTNode], cst.CSTNode]:
         return arg.with_changes(value=cst.IfExp(plan.rank_zero, arg.value, devnull))
 
     return replace
+
+
+def _os_makedirs(os_name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """``mkdir`` (imported from os) -> ``os.makedirs``."""
+    return lambda _: cst.Attribute(cst.Name(os_name), cst.Name("makedirs"))
 
 
 def _call_makedirs(node: cst.CSTNode) -> cst.CSTNode:
