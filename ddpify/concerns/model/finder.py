@@ -346,6 +346,11 @@ class _Finder:
         building = [c[0] for c in moves] + [c[0] for c in creations]
         moves = [c for c in moves if self._before_training(c[0], lineage, building)]
         creations = [c for c in creations if self._before_training(c[0], lineage, building)]
+        # A move inside a loop that trains, of a model built before that loop (a discriminator moved to the CPU
+        # for rollouts and back each iteration): it runs again after each step; the model was ready before
+        kept = [c for c in moves if not self._moved_between_steps(c[0], creations)]
+        if kept or creations:
+            moves = kept
         # A move inside a loop (``model.to(device).train()`` after a checkpoint on the CPU) is not
         # where the model becomes ready; only the least nested places count.
         moves, creations, wraps = self._least_nested(moves), self._least_nested(creations), self._least_nested(wraps)
@@ -700,6 +705,16 @@ class _Finder:
             optimizer,
             item=listed.name,
             realiased=realiased,
+        )
+
+    def _moved_between_steps(
+        self, stmt: cst.SimpleStatementLine, creations: list[tuple[cst.SimpleStatementLine, Ref]]
+    ) -> bool:
+        """Whether a loop around ``stmt`` trains and builds none of the model's values itself."""
+        index = self.index
+        return any(
+            index.trains(loop.body) and not any(index.inside(made, loop) for made, _ in creations)
+            for loop in index.enclosing_loops(stmt)
         )
 
     def _least_nested(self, candidates: list[_Candidate]) -> list[_Candidate]:
