@@ -79,6 +79,7 @@ CASES = [
     "model/critic_drawn_again_unseeded_when_its_loss_explodes",
     "side_effects/folder_made_by_mkdir_imported_from_os",
     "model/reward_model_moved_to_the_cpu_between_steps",
+    "model/best_model_reloaded_when_validation_stalls",
     "data/validation_loader_from_a_branch_of_the_training_factory",
     "downloads/data_set_prepared_on_first_use",
     "model/param_groups_of_the_module_inside_data_parallel",

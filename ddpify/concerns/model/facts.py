@@ -25,7 +25,7 @@ class Model:
     data_parallel_removed: cst.SimpleStatementLine | None = None  # a conditional DataParallel wrap, dropped
     lineage: frozenset[Ref] = frozenset()  # every place the model's value passes through
     rewraps: tuple[cst.BaseStatement, ...] = ()  # parameters are unfrozen here: wrap again after it
-    # built anew after training, then handed to code that reads the wrapped model: wrap again before it
+    # built anew after training, then handed to code that reads the wrapped model: wrap again after each
     wrapped_again: tuple[cst.BaseStatement, ...] = ()
     # parameters drawn again after the wrap, each rank from its own generator: rank 0's copied after it
     redrawn: tuple[tuple[cst.BaseStatement, cst.BaseExpression], ...] = ()  # each with the model as it reads it

@@ -455,7 +455,7 @@ class WrapperReads:
         elsewhere = self._field_built_anew(target, wrap)
         for ref, read in reads:
             order = index.order[read]
-            if ref is target and any(start < order < (index.order[end] if end else inf) for start, end in plain):
+            if ref is target and any(start < order <= (index.last[end] if end else inf) for start, end in plain):
                 continue
             if ref is target and any(
                 index.scope_of(a) is index.scope_of(read) and index.after(read, a) for a in elsewhere
@@ -483,7 +483,7 @@ class WrapperReads:
         ]
 
     def wrapped_again(self, target: Ref, wrap: cst.BaseStatement) -> list[cst.BaseStatement]:
-        """Where a model built anew after training is wrapped again (see ``_built_anew``)."""
+        """The statements after which a model built anew after training is wrapped again (see ``_built_anew``)."""
         reads = [read for _, read in self._reads_from_wrap(target, wrap)]
         return [end for _, end in self._built_anew(target, wrap, reads) if end is not None]
 
@@ -604,9 +604,13 @@ class WrapperReads:
     ) -> list[tuple[int, cst.BaseStatement | None]]:
         """``model = Net()`` again after training: a new, plain model from there on (in source order).
 
-        Each such rebinding, with the statement before which the new model is wrapped again: the
-        first that calls a function of the program which reads the model as the wrapped one
-        (``evaluate(test_data)`` with ``model.module.init_hidden(...)`` inside), or None.
+        Each such rebinding, with the statement after which the new model is wrapped again, where some
+        call after it runs a function of the program that reads the model as the wrapped one
+        (``evaluate(test_data)`` with ``model.module.init_hidden(...)`` inside), or None: the rebinding
+        itself, or the last statement right after it in its block that prepares the new model
+        (``model.load_state_dict(...)``, ``model.to(device)``). In its own block: a reload under
+        ``if stalled:`` in the epoch loop is wrapped there, and the training that follows it trains the
+        wrapper.
         """
         index = self.index
         wrap_scope = index.scope_of(wrap)
@@ -650,16 +654,41 @@ class WrapperReads:
                 and callee[0] in readers
             )
             first = min(calls, key=lambda c: index.order[c], default=None)
-            spans.append((index.order[assign], self._outside_new_loops(first, assign) if first else None))
+            spans.append((index.order[assign], self._prepared_after(target, assign) if first else None))
         return spans
 
-    def _outside_new_loops(self, call: cst.Call, assign: cst.CSTNode) -> cst.BaseStatement:
-        """The statement of ``call``, or the outermost loop around it that ``assign`` is not in."""
-        stmt = self.index.statement_of(call)
-        for loop in self.index.enclosing_loops(call):
-            if not self.index.inside(assign, loop):
-                stmt = loop
-        return stmt
+    def _prepared_after(self, target: Ref, assign: cst.CSTNode) -> cst.BaseStatement:
+        """The statement of ``assign``, or the last of those right after it in its block that only move the
+        model, load its weights or hand it to a function that only sets it up."""
+        index = self.index
+        last: cst.BaseStatement = index.statement_of(assign)
+        while True:
+            block = index.parent(last)
+            siblings = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [last]
+            for stmt in siblings[siblings.index(last) + 1 :]:
+                reads = index.mentions(stmt, target)
+                if not reads or index.trains(stmt) or not all(self._prepares(read) for read in reads):
+                    return last
+                last = stmt
+            owner = index.parent(block)
+            if not isinstance(owner, cst.With):
+                return last
+            last = owner  # ``with open(path) as f: model = torch.load(f)``: ready after the ``with``
+
+    def _prepares(self, read: cst.BaseExpression) -> bool:
+        """``model.to(device)``, ``model.load_state_dict(state)``, ``model = model.cuda()``, ``init(model)``,
+        ``model.rnn.flatten_parameters()`` on a line of its own."""
+        index = self.index
+        node: cst.CSTNode = read
+        parent = index.parent(node)
+        while isinstance(parent, cst.Attribute) and parent.value is node:
+            call = index.parent(parent)
+            if isinstance(call, cst.Call) and call.func is parent:
+                if parent.attr.value in ("to", "cuda", "cpu", "load_state_dict", "float", "half", "double"):
+                    return True
+                return node is not read and isinstance(index.parent(call), cst.Expr)  # a part's own method
+            node, parent = parent, call
+        return self.only_prepares(read)
 
     def _named_by_string(self, arg: cst.Arg) -> bool:
         """The object of ``hasattr``, ``getattr``, ``setattr`` or ``delattr`` with a constant name that the

@@ -102,13 +102,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             )
             plan.insert_after(drawn, plan.where_distributed(drawn, copy))
             plan.change(drawn, f"copy rank 0's parameters of `{named}` to every rank: drawn again after the wrap")
-        for reader in model.wrapped_again:
+        for ready in model.wrapped_again:
             again = cst.parse_statement(
                 f"{model.expression} = {ddp}({model.expression}{arguments})"
                 "  # built anew: the code that follows reads it as the wrapped model\n"
             )
-            plan.insert_before(reader, plan.where_distributed(reader, again))
-            plan.change(reader, f"wrap `{model.expression}` again: it was built anew after training")
+            plan.insert_after(ready, plan.where_distributed(ready, again))
+            plan.change(ready, f"wrap `{model.expression}` again: it was built anew after training")
         for read in model.unwrap:
             _unwrap(plan, model, read)
         for call in model.through_forward:
