@@ -936,13 +936,14 @@ class ForwardChecks:
             if not isinstance(node, cst.Call):
                 continue
             func = node.func
-            # ``self.encoder(x)`` (a submodule, not another method), ``self.forward(x)``, ``self(x)``
+            # ``self.encoder(x)`` (a submodule, not another method), ``self.forward(x)``, ``self(x)``; ``model(x)``
+            # after ``model = self.train()``
             if (
                 isinstance(func, cst.Attribute)
                 and m.matches(func.value, m.Name(self_name))
                 and func.attr.value not in _COMPUTES_NOTHING
                 and ((cls, func.attr.value) not in self.index.functions or func.attr.value == "forward")
-            ) or m.matches(func, m.Name(self_name)):
+            ) or (isinstance(func, cst.Name) and func.value in _names_of_self(method, self_name)):
                 return True
             if (  # ``self.decoder.reconstruct_error(x, z)``: a method of a submodule ``__init__`` builds or gets
                 isinstance(func, cst.Attribute)
@@ -962,6 +963,35 @@ class ForwardChecks:
             ):
                 return True
         return False
+
+
+# Module methods that return the module itself
+_RETURNS_SELF = frozenset({"train", "eval", "to", "cuda", "cpu", "float", "half", "double", "requires_grad_"})
+
+
+def _names_of_self(method: cst.FunctionDef, self_name: str) -> set[str]:
+    """``self``, and the names ``method`` binds to it: ``model = self``, ``model = self.train()``."""
+    names = {self_name}
+    for node in _assignments(method.body):
+        value = node.value
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in _RETURNS_SELF
+        ):
+            value = value.func.value
+        if isinstance(value, cst.Name) and value.value in names:
+            names |= {t.target.value for t in node.targets if isinstance(t.target, cst.Name)}
+    return names
+
+
+def _assignments(node: cst.CSTNode) -> Iterator[cst.Assign]:
+    """The assignments in ``node``, in source order, not inside nested functions or classes."""
+    for child in node.children:
+        if isinstance(child, cst.Assign):
+            yield child
+        if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            yield from _assignments(child)
 
 
 def _no_grad_method(index: Index, method: cst.FunctionDef) -> bool:
