@@ -80,6 +80,7 @@ CASES = [
     "side_effects/folder_made_by_mkdir_imported_from_os",
     "model/reward_model_moved_to_the_cpu_between_steps",
     "model/best_model_reloaded_when_validation_stalls",
+    "model/pooled_output_returned_by_one_pooling_only",
     "data/validation_loader_from_a_branch_of_the_training_factory",
     "downloads/data_set_prepared_on_first_use",
     "model/param_groups_of_the_module_inside_data_parallel",

@@ -560,6 +560,9 @@ class ForwardChecks:
                 continue
             read = {n.value for n in index.walk(forward.body) if isinstance(n, cst.Name) and not index.stored(n)}
             dropped = {i for i, e in enumerate(elements) if isinstance(e, cst.Name) and e.value not in read}
+            if not dropped:  # ``if self.pooling == "cls": return hidden[:, 0]``: dropped on that return's path
+                for path in self._return_paths(forward, node):
+                    dropped |= {i for i, e in enumerate(elements) if isinstance(e, cst.Name) and e.value not in path}
             if not dropped or len(dropped) == len(elements):
                 continue
             only = self._layers_only_in(sub, len(elements), dropped)
@@ -567,6 +570,29 @@ class ForwardChecks:
                 code = index.module_of(node).code_for_node(node).strip()
                 return f"`{code}` drops an output that only `{only}` of `{sub.name.value}` computes"
         return None
+
+    def _return_paths(self, forward: cst.FunctionDef, start: cst.CSTNode) -> Iterator[set[str]]:
+        """For each ``return`` of ``forward`` after ``start``, the names read on every way to it from there: in
+        its value, and in the statements before it in its block and its enclosing blocks."""
+        index = self.index
+
+        def reads(node: cst.CSTNode) -> set[str]:
+            return {n.value for n in index.walk(node) if isinstance(n, cst.Name) and not index.stored(n)}
+
+        for node in index.walk(forward.body):
+            if not isinstance(node, cst.Return) or not index.after(node, start) or index.scope_of(node) is not forward:
+                continue
+            names = reads(node.value) if node.value is not None else set()
+            inner: cst.CSTNode | None = index.statement_of(node)
+            while inner is not None and inner is not forward:
+                block = index.parent(inner)
+                if isinstance(block, cst.IndentedBlock) and isinstance(inner, cst.BaseStatement):
+                    body = list(block.body)
+                    for earlier in body[: body.index(inner)] if inner in body else []:
+                        if index.after(earlier, start):
+                            names |= reads(earlier)
+                inner = block
+            yield names
 
     def _slice_run(self, cls: cst.ClassDef, forward: cst.FunctionDef, self_name: str) -> str | None:
         """``for block in self.blocks[: step + 1]:`` in forward, a slice of a list of layers that its bounds
