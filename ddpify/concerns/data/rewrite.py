@@ -7,6 +7,7 @@ by :mod:`.streams`, and ``random_split`` is seeded by :mod:`.seeds`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import takewhile
 from typing import cast
 
 import libcst as cst
@@ -20,6 +21,7 @@ from ddpify.concerns.data.seeds import seed_order, seed_split
 from ddpify.concerns.data.streams import define_shard, shard_stream
 from ddpify.concerns.samplers import define_wrapper, needs_wrapper, sample_entries, sampler_rngs, share
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement, without_default
+from ddpify.engine.index import Index
 from ddpify.engine.syntax import argument
 from ddpify.result import Options
 
@@ -455,9 +457,29 @@ def _set_epoch(
         stmt = plan.where_distributed(loop, cst.parse_statement(code + "\n"))
         if epoch_loop.after is not None:  # the loader is built anew each epoch
             plan.insert_after(epoch_loop.after, stmt)
+        elif guarded := _drawn_under_a_test(plan.index, loader, loop):
+            # ``if not args.no_train: for x, y in train_loader:``, the loader built under the same test: the
+            # epoch is set where the batches are drawn, on the path where the loader exists
+            for site in guarded:
+                plan.insert_before(site, stmt)
         else:
             plan.insert_before(loop.body.body[0], stmt)
         plan.change(loop, f"call `{epoch_loop.loader}.{attribute}.set_epoch({epoch})` at the start of each epoch")
+
+
+def _drawn_under_a_test(index: Index, loader: Loader, loop: cst.For | cst.While) -> list[cst.For]:
+    """The loops of ``loop`` that draw the loader's batches, where the first of them lies under an ``if`` inside
+    ``loop`` (one per block); [] otherwise, or where a site is not such a loop."""
+    sites = sorted((s for s in loader.sites if index.inside(s, loop.body)), key=index.order.__getitem__)
+    if not sites or not all(isinstance(s, cst.For) for s in sites):
+        return []
+    between = takewhile(lambda a: a is not loop, index.ancestors(sites[0]))
+    if not any(isinstance(a, cst.If) for a in between):
+        return []
+    first: dict[int, cst.For] = {}
+    for site in sites:
+        first.setdefault(id(index.parent(site)), cast(cst.For, site))
+    return list(first.values())
 
 
 def _read_own_sampler(plan: EditPlan, attribute: cst.Attribute) -> None:
