@@ -371,6 +371,7 @@ FACTORY_LEFT = {
     "tests/fixtures/model/builder_picks_a_class_whose_part_skips_a_layer/input.py",
     "tests/fixtures/model/data_parallel_removed_from_an_evaluated_model/input.py",
     "tests/fixtures/model/data_parallel_checkpoint_filtered_by_the_model_keys/input.py",
+    "tests/fixtures/model/factory_returns_early_with_a_new_head/input.py",
     "tests/fixtures/model/hasattr_unwrap_in_a_function_that_trains/input.py",
     # a model list built by a helper: refused (DDP309); a batch size in a helper: no DDP308 warning
     "tests/fixtures/model/models_in_a_list/input.py",

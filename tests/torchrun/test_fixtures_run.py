@@ -81,6 +81,7 @@ CASES = [
     "model/reward_model_moved_to_the_cpu_between_steps",
     "model/best_model_reloaded_when_validation_stalls",
     "model/pooled_output_returned_by_one_pooling_only",
+    "model/factory_returns_early_with_a_new_head",
     "data/validation_loader_from_a_branch_of_the_training_factory",
     "downloads/data_set_prepared_on_first_use",
     "model/param_groups_of_the_module_inside_data_parallel",

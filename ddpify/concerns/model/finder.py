@@ -780,6 +780,8 @@ class _Finder:
         outer = self._climb_conditionals(placed, target)
         # (source order says "after" only within a function: a move in the builder ran before this line)
         later = [c for c in moves if index.scope_of(c[0]) is index.scope_of(outer) and index.after(c[0], outer)]
+        # ``model.module.head = nn.Linear(...)`` after it: DDP must be built over the new part's parameters
+        later += [(swap, target, False) for swap in self._parts_replaced_after(outer, target)]
         if later:
             # ``model = nn.DataParallel(model)`` then ``model.cuda()``: DDP needs the module on its device
             # first, so the DataParallel line goes and the wrap follows the last move.
@@ -819,6 +821,32 @@ class _Finder:
             data_parallel_removed=stmt,
             realiased=self.reads.realiased(target, insert_after),
         )
+
+    def _parts_replaced_after(self, wrap: cst.BaseStatement, target: Ref) -> list[cst.SimpleStatementLine]:
+        """``model.module.fc = nn.Linear(...)`` (or ``model.module[2] = ...``) after the DataParallel line ``wrap``,
+        in its function: a part of the module inside the wrapper replaced by a new one."""
+        index = self.index
+        scope = index.scope_of(wrap)
+        found = []
+        for stmt in index.statements:
+            small = stmt.body[0] if len(stmt.body) == 1 else None
+            if not isinstance(small, cst.Assign) or index.scope_of(stmt) is not scope or not index.after(stmt, wrap):
+                continue
+            for assigned in small.targets:
+                node: cst.BaseExpression = assigned.target
+                path: list[str] = []
+                while isinstance(node, (cst.Attribute, cst.Subscript)):  # ``model.module[2] = ...`` too
+                    path.insert(0, node.attr.value if isinstance(node, cst.Attribute) else "[]")
+                    node = node.value
+                if (
+                    len(path) >= 2
+                    and path[0] == "module"
+                    and isinstance(node, cst.Name)
+                    and index.ref_of(node, scope) == target
+                    and isinstance(small.value, cst.Call)
+                ):
+                    found.append(stmt)
+        return found
 
     def _data_parallel_guard(self, stmt: cst.SimpleStatementLine, target: Ref) -> cst.If | None:
         """``if torch.cuda.device_count() > 1:`` (or ``is_available()``) around a DataParallel line, alone."""

@@ -17,7 +17,7 @@ from ddpify.concerns.model.facts import Facts, Model
 from ddpify.concerns.model.finder import statement_value
 from ddpify.concerns.model.reads import DEEPCOPY
 from ddpify.engine.edits import EditPlan, fresh, with_comma
-from ddpify.engine.index import Ref
+from ddpify.engine.index import Index, Ref
 from ddpify.engine.syntax import argument, single_target
 from ddpify.result import Options
 
@@ -130,6 +130,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             for model in facts.models:
                 if model.ref == held and plan.index.after(model.insert_after, stmt):
                     _plain_until_the_wrap(plan, model, stmt)
+                else:
+                    _plain_where_it_is_held(plan, model, call)
             # a model only evaluated (``--eval``): it loads the input's checkpoints and reads no ``.module``
             lineage = frozenset(place for ref in plan.index.holders(call) for place in plan.index.lineage(ref))
             if lineage and not lineage & trained:
@@ -365,12 +367,46 @@ def _remove_data_parallel(plan: EditPlan, model: Model) -> None:
     _plain_until_the_wrap(plan, model, model.data_parallel_removed)
 
 
+def _plain_where_it_is_held(plan: EditPlan, model: Model, call: cst.Call) -> None:
+    """``model = make_parallel(model)`` whose helper returned ``nn.DataParallel(model)``, the model wrapped only
+    after the function that holds it returns: ``model.module.head`` there reads the plain model."""
+    index = plan.index
+    for ref in index.holders(call):
+        scope = ref.scope
+        if (
+            not isinstance(scope, cst.FunctionDef)
+            or ref not in model.lineage
+            or index.inside(model.insert_after, scope)
+            or index.scope_of(call) is scope
+        ):
+            continue
+        held = [a for a in index.assignments_to(ref) if index.scope_of(a) is scope and call_in(index, a, scope)]
+        for read in index.mentions(scope, ref):
+            attribute = index.parent(read)
+            if (
+                isinstance(attribute, cst.Attribute)
+                and attribute.value is read
+                and attribute.attr.value == "module"
+                and any(index.after(read, a) for a in held)
+            ):
+                plan.replace(attribute, lambda node: cast(cst.Attribute, node).value)
+                text = index.module_of(read).code_for_node(read)
+                plan.change(read, f"`{text}.module` -> `{text}`: not wrapped yet here")
+
+
+def call_in(index: Index, assign: cst.CSTNode, scope: cst.FunctionDef) -> bool:
+    """Whether ``assign`` keeps what a call of a function of the program returns (``model = helper(model)``)."""
+    value = getattr(assign, "value", None)
+    return isinstance(value, cst.Call) and index.resolve_callee(value, scope) is not None
+
+
 def _plain_until_the_wrap(plan: EditPlan, model: Model, removed: cst.BaseStatement) -> None:
     """``model.module.classifier`` read after the removed DataParallel line and before the wrap that now
     follows (``if device_count() > 1: model = nn.DataParallel(model); head = model.module.classifier``): the
     model is plain there, so ``.module`` goes."""
     index = plan.index
     scope = index.scope_of(removed)
+    wrapped_there = _returned_before(index, model)  # (wrapped again right before these returns)
     for read in index.mentions(scope, model.ref):
         attribute = index.parent(read)
         if (
@@ -379,6 +415,7 @@ def _plain_until_the_wrap(plan: EditPlan, model: Model, removed: cst.BaseStateme
             and attribute.attr.value == "module"
             and index.after(read, removed)
             and index.order[read] <= index.last[model.insert_after]
+            and not any(index.inside(read, early) for early in wrapped_there)
         ):
             plan.replace(attribute, lambda node: cast(cst.Attribute, node).value)
             plan.change(read, f"`{model.expression}.module` -> `{model.expression}`: not wrapped yet here")
@@ -409,6 +446,11 @@ def _wrap(plan: EditPlan, model: Model, arguments: str, options: Options) -> Non
         wrap = cst.If(test=cst.parse_expression(plan.with_group(anchor, test)), body=cst.IndentedBlock([wrap]))
         plan.change(anchor, f"wrap {wrapped} in DistributedDataParallel where it is built (it may be None)")
     else:
+        for early in _returned_before(plan.index, model):
+            # ``if opt.pretrain_path: ...; return model, model.parameters()`` above the wrap: wrapped there too
+            again = cst.parse_statement(f"{model.expression} = {ddp}({model.expression}{arguments})\n")
+            plan.insert_before(early, plan.where_distributed(early, again))
+            plan.change(early, f"wrap {wrapped} in DistributedDataParallel before this return")
         wrap = plan.where_distributed(anchor, wrap)
         plan.change(anchor, f"wrap {wrapped} in DistributedDataParallel")
     plan.insert_after(anchor, wrap)
@@ -416,6 +458,33 @@ def _wrap(plan: EditPlan, model: Model, arguments: str, options: Options) -> Non
         same = "the same models" if model.item is not None else "the same model"
         plan.insert_after(anchor, cst.parse_statement(f"{alias} = {source}  # {same}, now wrapped\n"))
         plan.change(anchor, f"`{alias}`, another name for `{source}` taken before the wrap, names the wrapper")
+
+
+def _returned_before(index: Index, model: Model) -> list[cst.BaseStatement]:
+    """The ``return`` statements of the function the wrap goes into that give the model back (alone or among
+    other values) before the wrap, after the model is built: each leaves with the model unwrapped."""
+    anchor = model.insert_after
+    function = index.scope_of(anchor)
+    if not isinstance(function, cst.FunctionDef) or model.item is not None:
+        return []
+    built = [a for a in index.assignments_to(model.ref) if index.scope_of(a) is function]
+    found: list[cst.BaseStatement] = []
+    for value in index.returned_values(function):
+        stmt = index.statement_of(value)
+        if (
+            index.order[stmt] <= index.last[anchor]  # before the wrap, or inside the block it follows
+            and any(index.after(stmt, a) for a in built)
+            and any(isinstance(n, cst.Name) and index.ref_of(n, function) == model.ref for n in _returned_items(value))
+        ):
+            found.append(stmt)
+    return found
+
+
+def _returned_items(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """``model`` of ``return model`` and of ``return model, model.parameters()``."""
+    if isinstance(value, cst.Tuple):
+        return [e.value for e in value.elements]
+    return [value]
 
 
 _THROUGH_FORWARD = '''
