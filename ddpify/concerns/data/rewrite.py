@@ -23,6 +23,7 @@ from ddpify.concerns.samplers import define_wrapper, needs_wrapper, sample_entri
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement, without_default
 from ddpify.engine.index import Index
 from ddpify.engine.syntax import argument
+from ddpify.engine.values import loader_batch_size
 from ddpify.result import Options
 
 PER_PROCESS_BATCH = '''
@@ -47,6 +48,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     # the set_epoch calls made, by where they go: a loader built in two branches of a factory is one loader there
     epochs_set: set[tuple[cst.CSTNode, str]] = set()
     lengths_read: set[cst.Attribute] = set()  # the ``len(loader.dataset)`` made ``len(loader.sampler)``
+    scaled: set[cst.BinaryOperation] = set()  # ``batch_size * torch.cuda.device_count()`` made ``batch_size``
     passes: dict[cst.Call, str] = {}  # a loader built again for each pass: the sampler its passes share
     # the global RNGs besides torch's that a sampler the wrapper deals out draws from: it seeds them alike too
     rngs = sorted(
@@ -83,6 +85,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 _split_batch(plan, loader, helper)
             if loader.full_batches is not None:
                 _drop_last(plan, loader)
+            _per_gpu_batch(plan, loader, scaled)
             for attribute in loader.sampler_reads:
                 _read_own_sampler(plan, attribute)
             for attribute in loader.dataset_lengths if loader.stream is None else ():
@@ -465,6 +468,77 @@ def _set_epoch(
         else:
             plan.insert_before(loop.body.body[0], stmt)
         plan.change(loop, f"call `{epoch_loop.loader}.{attribute}.set_epoch({epoch})` at the start of each epoch")
+
+
+def _per_gpu_batch(plan: EditPlan, loader: Loader, done: set[cst.BinaryOperation]) -> None:
+    """``batch_size * torch.cuda.device_count()`` (or ``* n_gpu``) for a training loader's batch size, as
+    nn.DataParallel wanted it (it split each batch over the GPUs) -> ``batch_size``: each process now loads
+    its own batches onto its one GPU, and the global batch is already that times the world size."""
+    index = plan.index
+    given = loader_batch_size(index, loader.call)  # by keyword, by position, or in a ``**kwargs`` dict
+    if given is None:
+        return
+    values = [given]
+    ref = index.carried_ref(given, index.scope_of(given))
+    for place in [ref, *index.upstream(ref)] if ref is not None else []:  # through the helpers it is handed to
+        values += [value for _, value in index.values_assigned(place)]
+    for value in values:
+        if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)) or value in done:
+            continue
+        kept = value.left if _gpu_count(index, value.right) else value.right if _gpu_count(index, value.left) else None
+        if kept is None:
+            continue
+        done.add(value)
+        code = index.module_of(value).code_for_node
+        assign = index.parent(value)
+        if (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and code(assign.targets[0].target) == code(kept)
+            and isinstance(stmt := index.statement_of(value), cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+        ):
+            # ``batch_size = batch_size * n_gpu`` would become ``batch_size = batch_size``; ``if n_gpu > 1:`` goes
+            # with it where it held nothing else
+            owner = index.parent(index.parent(stmt))
+            alone = (
+                isinstance(owner, cst.If)
+                and owner.orelse is None
+                and len(owner.body.body) == 1
+                and all(
+                    index.is_call_to(c, frozenset({"torch.cuda.device_count", "torch.cuda.is_available"}))
+                    for c in index.walk(owner.test)
+                    if isinstance(c, cst.Call)
+                )
+            )
+            plan.remove(owner if alone and isinstance(owner, cst.If) else stmt)
+        else:
+            plan.replace(value, _replaced_by(kept))
+        text = index.module_of(value).code_for_node(value)
+        plan.change(
+            value,
+            f"`{text}` -> `{index.module_of(value).code_for_node(kept)}`: nn.DataParallel split each batch over "
+            "the GPUs; each process now loads its own batches onto its one GPU",
+        )
+
+
+def _replaced_by(kept: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    return lambda _: kept
+
+
+def _gpu_count(index: Index, expr: cst.BaseExpression, depth: int = 0) -> bool:
+    """``torch.cuda.device_count()``, ``max(1, torch.cuda.device_count())``, or a name that holds one."""
+    if isinstance(expr, cst.Call):
+        if index.is_call_to(expr, frozenset({"torch.cuda.device_count"})):
+            return True
+        if m.matches(expr.func, m.Name("max")) and len(expr.args) == 2:
+            return any(_gpu_count(index, a.value, depth) for a in expr.args) and any(
+                isinstance(a.value, cst.Integer) and a.value.value == "1" for a in expr.args
+            )
+        return False
+    ref = index.carried_ref(expr, index.scope_of(expr)) if depth < 3 else None
+    values = [value for _, value in index.values_assigned(ref)] if ref is not None else []
+    return bool(values) and all(_gpu_count(index, value, depth + 1) for value in values)
 
 
 def _drawn_under_a_test(index: Index, loader: Loader, loop: cst.For | cst.While) -> list[cst.For]:
