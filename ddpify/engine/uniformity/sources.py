@@ -207,8 +207,29 @@ class Seeding:
                 return True
         if not isinstance(scope, cst.FunctionDef) or depth > 4:
             return False
+        if self._seeded_at_import(node, seeds):
+            return True
         callers = index.callers(scope)
         return bool(callers) and all(self.seeded_before(caller, family, depth + 1) for caller in callers)
+
+    def _seeded_at_import(self, node: cst.CSTNode, seeds: frozenset[str]) -> bool:
+        """``random.seed(1143)`` at the top level of a module the program imports, before any statement there
+        that runs the program's code: the module's functions run only after it, the import having finished."""
+        index = self.index
+        module = index.module_of(node)
+        if module is index.module:
+            return False  # the entry script's own top level trains too
+        for stmt in module.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                    continue
+                return False
+            calls = [c for c in index.walk(stmt) if isinstance(c, cst.Call)]
+            if any(index.is_call_to(c, seeds) for c in calls):
+                return True
+            if any(index.resolve_callee(c, module) is not None for c in calls):
+                return False
+        return False
 
     def seeds(self, node: cst.CSTNode, seeds: frozenset[str] = GLOBAL_SEEDS, depth: int = 0) -> bool:
         """Whether running the call ``node`` seeds a generator (through the program's own functions too)."""
