@@ -23,7 +23,8 @@ turn together. ``download=`` is recognised on any call (torchvision,
 torchaudio and torchtext data sets, or the script's own class), and any value
 but ``False`` counts: ``download=args.download`` downloads on request. So is
 a call into the program's own code that fetches files (``urllib``,
-``requests``, ``torch.hub.download_url_to_file``...): that code runs as it
+``requests``, ``torch.hub.download_url_to_file``, a shell command that runs
+``wget``, ``curl`` or ``unzip``...): that code runs as it
 is, output and writes included, since the ranks run it in turns. The same
 holds for code that writes a cache file only when it is missing
 (``if not os.path.exists(cache): ... torch.save(data, cache)``, often in a data
@@ -37,6 +38,7 @@ that also trains, is reported (DDP209), not changed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import partial
@@ -100,6 +102,28 @@ FETCHES = frozenset(
         "torchvision.datasets.utils.download_and_extract_archive",
     }
 )
+
+# Calls that run a shell command, and the commands among them that fetch or unpack files into a folder
+SHELL_CALLS = frozenset(
+    {
+        "os.system",
+        "os.popen",
+        "subprocess.run",
+        "subprocess.call",
+        "subprocess.check_call",
+        "subprocess.check_output",
+        "subprocess.Popen",
+    }
+)
+_SHELL_FETCH = re.compile(r"\b(wget|curl|gdown|aria2c|unzip)\b|\btar\s+-?[a-zA-Z]*x")
+
+
+def _fetches_by_shell(index: Index, call: cst.Call) -> bool:
+    """``os.system("wget URL; unzip ZIP")``, ``subprocess.run(["unzip", path])``: a command that downloads
+    files or unpacks an archive."""
+    if not call.args or not index.is_call_to(call, SHELL_CALLS):
+        return False
+    return _SHELL_FETCH.search(index.module_of(call).code_for_node(call.args[0].value)) is not None
 
 
 PATH_CLASSES = frozenset({"pathlib.Path"})
@@ -188,7 +212,9 @@ def _fetchers(
     file on first use, and the functions that call them, but for those where a model is wrapped (``wraps``)."""
     found: set[cst.FunctionDef] = set()
     for call in index.calls:
-        if index.is_call_to(call, FETCHES) and isinstance(scope := index.scope_of(call), cst.FunctionDef):
+        if (index.is_call_to(call, FETCHES) or _fetches_by_shell(index, call)) and isinstance(
+            scope := index.scope_of(call), cst.FunctionDef
+        ):
             found.add(scope)
     if caches:
         found.update(_cache_builders(index))
