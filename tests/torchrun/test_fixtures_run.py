@@ -82,6 +82,7 @@ CASES = [
     "model/best_model_reloaded_when_validation_stalls",
     "model/pooled_output_returned_by_one_pooling_only",
     "model/factory_returns_early_with_a_new_head",
+    "model/error_rate_method_returning_a_number",
     "data/validation_loader_from_a_branch_of_the_training_factory",
     "downloads/data_set_prepared_on_first_use",
     "model/param_groups_of_the_module_inside_data_parallel",

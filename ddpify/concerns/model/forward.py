@@ -355,7 +355,13 @@ class ForwardChecks:
                 continue
             if backward is not None:
                 routed.append(call)
-            else:
+            elif (
+                not (returned := index.returned_values(method))
+                or not all(_a_number(v) for v in returned)
+                or index.trains(method.body)
+            ):
+                # (a method that returns a Python number, ``1.0 - acc.mean().item()``, and runs no backward pass
+                # itself gives no gradient)
                 self.program.report(
                     call,
                     OUTSIDE_FORWARD,
@@ -989,6 +995,23 @@ class ForwardChecks:
             ):
                 return True
         return False
+
+
+def _a_number(value: cst.BaseExpression | None) -> bool:
+    """Whether ``value`` is a Python number, which carries no gradient: ``x.item()``, ``float(...)``, a literal, or
+    arithmetic of such."""
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(value, cst.BinaryOperation):
+        return _a_number(value.left) and _a_number(value.right)
+    if isinstance(value, cst.UnaryOperation):
+        return _a_number(value.expression)
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Attribute):
+            return func.attr.value == "item" and not value.args
+        return isinstance(func, cst.Name) and func.value in ("float", "int", "round")
+    return False
 
 
 # Module methods that return the module itself
