@@ -541,18 +541,34 @@ def _gpu_count(index: Index, expr: cst.BaseExpression, depth: int = 0) -> bool:
     return bool(values) and all(_gpu_count(index, value, depth + 1) for value in values)
 
 
-def _drawn_under_a_test(index: Index, loader: Loader, loop: cst.For | cst.While) -> list[cst.For]:
-    """The loops of ``loop`` that draw the loader's batches, where the first of them lies under an ``if`` inside
-    ``loop`` (one per block); [] otherwise, or where a site is not such a loop."""
-    sites = sorted((s for s in loader.sites if index.inside(s, loop.body)), key=index.order.__getitem__)
-    if not sites or not all(isinstance(s, cst.For) for s in sites):
+def _drawn_under_a_test(index: Index, loader: Loader, loop: cst.For | cst.While) -> list[cst.BaseStatement]:
+    """The loops of ``loop`` that draw the loader's batches (or the statements that call a function of the
+    program holding such a loop: ``train_epoch(...)``), where the first lies under an ``if`` inside ``loop``,
+    one per block, where the loader itself is built under an ``if`` (it may not exist on every path); []
+    otherwise, or where a site is not such a loop."""
+    built = takewhile(lambda a: not isinstance(a, (cst.FunctionDef, cst.Module)), index.ancestors(loader.call))
+    if not any(isinstance(a, cst.If) for a in built):
+        return []
+    sites: list[cst.BaseStatement] = []
+    for site in loader.sites:
+        if not isinstance(site, cst.For):
+            return []
+        if index.inside(site, loop.body):
+            sites.append(site)
+    if not sites:
+        for call in index.walk(loop.body):
+            callee = index.resolve_callee(call, index.scope_of(call)) if isinstance(call, cst.Call) else None
+            if callee is not None and any(index.inside(site, callee[0]) for site in loader.sites):
+                sites.append(index.statement_of(call))
+    sites.sort(key=index.order.__getitem__)
+    if not sites:
         return []
     between = takewhile(lambda a: a is not loop, index.ancestors(sites[0]))
     if not any(isinstance(a, cst.If) for a in between):
         return []
-    first: dict[int, cst.For] = {}
+    first: dict[int, cst.BaseStatement] = {}
     for site in sites:
-        first.setdefault(id(index.parent(site)), cast(cst.For, site))
+        first.setdefault(id(index.parent(site)), site)
     return list(first.values())
 
 
