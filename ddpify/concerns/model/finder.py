@@ -644,7 +644,49 @@ class _Finder:
                 target = index.carried_ref(small.value, scope)
                 if target in lineage:
                     moves.append((stmt, target, move))
+            elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                # ``to_device(device, policy, critic)``: a helper of the program that moves the models it is handed
+                for moved in self._moved_by_a_helper(small.value, scope):
+                    target = index.ref_of(moved, scope)
+                    if target in lineage:
+                        moves.append((stmt, target, False))
         return moves, creations, wraps
+
+    def _moved_by_a_helper(self, call: cst.Call, scope: Scope) -> list[cst.BaseExpression]:
+        """The arguments of ``call`` that the program's function it calls moves to a device: a parameter moved
+        in a statement of its own (``net.to(device)``), or each item of ``*modules`` moved in a loop over it."""
+        callee = self.index.resolve_callee(call, scope)
+        if callee is None or any(a.keyword is not None or a.star for a in call.args):
+            return []
+        function = callee[0]
+        named = parameter_names(function)[callee[1] :]  # (a method's ``self`` is not among the arguments)
+        star = function.params.star_arg
+        rest = star.name.value if isinstance(star, cst.Param) else None
+        moved: set[str] = set()
+        for node in self.index.walk(function.body):
+            if not (isinstance(node, cst.Expr) and _device_move(node.value) is not None):
+                continue
+            receiver = node.value
+            while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+                receiver = receiver.func.value
+            if not isinstance(receiver, cst.Name):
+                continue
+            loop = next(self.index.enclosing_loops(node), None)
+            if (
+                rest is not None
+                and isinstance(loop, cst.For)
+                and m.matches(loop.target, m.Name(receiver.value))
+                and m.matches(loop.iter, m.Name(rest))
+            ):
+                moved.add("*")
+            elif receiver.value in named:
+                moved.add(receiver.value)
+        found = [
+            arg.value
+            for position, arg in enumerate(call.args)
+            if (position < len(named) and named[position] in moved) or (position >= len(named) and "*" in moved)
+        ]
+        return [value for value in found if isinstance(value, (cst.Name, cst.Attribute))]
 
     def _built_by_every_caller(self, value: cst.BaseExpression, scope: Scope) -> bool:
         """``self.model = model`` where ``model`` is a parameter that every call builds in place
