@@ -470,6 +470,10 @@ def _set_epoch(
         plan.change(loop, f"call `{epoch_loop.loader}.{attribute}.set_epoch({epoch})` at the start of each epoch")
 
 
+_GPU_COUNT = frozenset({"torch.cuda.device_count"})
+_GPU_QUERIES = _GPU_COUNT | {"torch.cuda.is_available"}
+
+
 def _per_gpu_batch(plan: EditPlan, loader: Loader, done: set[cst.BinaryOperation]) -> None:
     """``batch_size * torch.cuda.device_count()`` (or ``* n_gpu``) for a training loader's batch size, as
     nn.DataParallel wanted it (it split each batch over the GPUs) -> ``batch_size``: each process now loads
@@ -505,19 +509,14 @@ def _per_gpu_batch(plan: EditPlan, loader: Loader, done: set[cst.BinaryOperation
                 isinstance(owner, cst.If)
                 and owner.orelse is None
                 and len(owner.body.body) == 1
-                and all(
-                    index.is_call_to(c, frozenset({"torch.cuda.device_count", "torch.cuda.is_available"}))
-                    for c in index.walk(owner.test)
-                    if isinstance(c, cst.Call)
-                )
+                and all(index.is_call_to(c, _GPU_QUERIES) for c in index.walk(owner.test) if isinstance(c, cst.Call))
             )
             plan.remove(owner if alone and isinstance(owner, cst.If) else stmt)
         else:
             plan.replace(value, _replaced_by(kept))
-        text = index.module_of(value).code_for_node(value)
         plan.change(
             value,
-            f"`{text}` -> `{index.module_of(value).code_for_node(kept)}`: nn.DataParallel split each batch over "
+            f"`{code(value)}` -> `{code(kept)}`: nn.DataParallel split each batch over "
             "the GPUs; each process now loads its own batches onto its one GPU",
         )
 
@@ -529,7 +528,7 @@ def _replaced_by(kept: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.CSTNod
 def _gpu_count(index: Index, expr: cst.BaseExpression, depth: int = 0) -> bool:
     """``torch.cuda.device_count()``, ``max(1, torch.cuda.device_count())``, or a name that holds one."""
     if isinstance(expr, cst.Call):
-        if index.is_call_to(expr, frozenset({"torch.cuda.device_count"})):
+        if index.is_call_to(expr, _GPU_COUNT):
             return True
         if m.matches(expr.func, m.Name("max")) and len(expr.args) == 2:
             return any(_gpu_count(index, a.value, depth) for a in expr.args) and any(

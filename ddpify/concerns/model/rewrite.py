@@ -380,24 +380,28 @@ def _plain_where_it_is_held(plan: EditPlan, model: Model, call: cst.Call) -> Non
             or index.scope_of(call) is scope
         ):
             continue
-        held = [a for a in index.assignments_to(ref) if index.scope_of(a) is scope and call_in(index, a, scope)]
+        held = [a for a in index.assignments_to(ref) if index.scope_of(a) is scope and _kept_from_a_call(index, a)]
         for read in index.mentions(scope, ref):
-            attribute = index.parent(read)
-            if (
-                isinstance(attribute, cst.Attribute)
-                and attribute.value is read
-                and attribute.attr.value == "module"
-                and any(index.after(read, a) for a in held)
-            ):
-                plan.replace(attribute, lambda node: cast(cst.Attribute, node).value)
-                text = index.module_of(read).code_for_node(read)
-                plan.change(read, f"`{text}.module` -> `{text}`: not wrapped yet here")
+            if _reads_module(index, read) and any(index.after(read, a) for a in held):
+                _plain_here(plan, read, index.module_of(read).code_for_node(read))
 
 
-def call_in(index: Index, assign: cst.CSTNode, scope: cst.FunctionDef) -> bool:
+def _kept_from_a_call(index: Index, assign: cst.CSTNode) -> bool:
     """Whether ``assign`` keeps what a call of a function of the program returns (``model = helper(model)``)."""
     value = getattr(assign, "value", None)
-    return isinstance(value, cst.Call) and index.resolve_callee(value, scope) is not None
+    return isinstance(value, cst.Call) and index.resolve_callee(value, index.scope_of(assign)) is not None
+
+
+def _reads_module(index: Index, read: cst.BaseExpression) -> bool:
+    """Whether ``read`` (the model) is read as ``read.module``."""
+    attribute = index.parent(read)
+    return isinstance(attribute, cst.Attribute) and attribute.value is read and attribute.attr.value == "module"
+
+
+def _plain_here(plan: EditPlan, read: cst.BaseExpression, text: str) -> None:
+    """``model.module`` -> ``model`` at ``read``: the model is not wrapped (yet) where it is read."""
+    plan.replace(cast(cst.Attribute, plan.index.parent(read)), lambda node: cast(cst.Attribute, node).value)
+    plan.change(read, f"`{text}.module` -> `{text}`: not wrapped yet here")
 
 
 def _plain_until_the_wrap(plan: EditPlan, model: Model, removed: cst.BaseStatement) -> None:
@@ -408,17 +412,13 @@ def _plain_until_the_wrap(plan: EditPlan, model: Model, removed: cst.BaseStateme
     scope = index.scope_of(removed)
     wrapped_there = _returned_before(index, model)  # (wrapped again right before these returns)
     for read in index.mentions(scope, model.ref):
-        attribute = index.parent(read)
         if (
-            isinstance(attribute, cst.Attribute)
-            and attribute.value is read
-            and attribute.attr.value == "module"
+            _reads_module(index, read)
             and index.after(read, removed)
             and index.order[read] <= index.last[model.insert_after]
             and not any(index.inside(read, early) for early in wrapped_there)
         ):
-            plan.replace(attribute, lambda node: cast(cst.Attribute, node).value)
-            plan.change(read, f"`{model.expression}.module` -> `{model.expression}`: not wrapped yet here")
+            _plain_here(plan, read, model.expression)
 
 
 def _wrap(plan: EditPlan, model: Model, arguments: str, options: Options) -> None:
