@@ -667,6 +667,29 @@ def test_a_program_without_a_root_marker_keeps_its_layout_in_the_output_folder(
     assert not (tmp_path / "solver").exists()  # nothing written outside the output folder
 
 
+def test_a_folder_above_the_entry_that_the_program_adds_to_the_search_path_is_read_without_a_root_marker(
+    tmp_path: Path, run_ddpify: RunDdpify
+) -> None:
+    # a download without .git or pyproject.toml whose entry puts the repository's folder on sys.path itself
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "solver" / "input", project / "model")
+    (project / "lib").mkdir()
+    (project / "model" / "solver.py").rename(project / "lib" / "solver.py")
+    edit(
+        project / "model" / "train.py",
+        "from solver import Solver\n",
+        "import os\nimport sys\n\nsys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))\n"
+        "from lib.solver import Solver\n",
+    )
+
+    done = run_ddpify(project / "model", "train.py", "-o", "../../out/")
+
+    assert done.returncode == 0, done.stderr
+    assert "DDP01" not in done.stderr
+    assert "DistributedDataParallel" in (tmp_path / "out" / "lib" / "solver.py").read_text()
+    assert (tmp_path / "out" / "model" / "train.py").is_file()
+
+
 def test_an_output_folder_with_every_module_beside_the_script_needs_no_search_path(
     project: Path, run_ddpify: RunDdpify
 ) -> None:

@@ -280,15 +280,14 @@ class _Walk:
         return folders
 
     def _added(self, file: Path, load: Load) -> list[Path] | None:
-        """The folders that ``load`` (in ``file``) adds to ``sys.path``, where each is known and a folder of
-        the project (None otherwise); a folder named from where the program runs is taken from the entry's."""
+        """The folders that ``load`` (in ``file``) adds to ``sys.path``, where each is known and may hold the
+        project's code (None otherwise); a folder named from where the program runs is taken from the entry's."""
         if load.kind != "search" or not load.added:
             return None
-        root = self.project.root
         folders = []
         for relative, from_file in load.added:
             folder = Path(os.path.normpath((file.parent if from_file else self.entry.parent) / relative))
-            if not folder.is_dir() or not (folder == root or root in folder.parents):
+            if not folder.is_dir() or not self.project.holds(folder):
                 return None
             folders.append(folder)
         return folders

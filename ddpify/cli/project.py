@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import importlib.machinery
 import os
@@ -218,13 +219,23 @@ class Project:
         self._strings: dict[str, list[str]] = {}
         self.first_pass = FirstPass()
 
+    @functools.cached_property
+    def above(self) -> tuple[Path, ...]:
+        """The folders above the root that may hold the project's code: none when a marker names the root;
+        without one the project's extent is unknown, and its package may sit a few folders up."""
+        marked = any(os.path.lexists(self.root / marker) for marker in ROOT_MARKERS)
+        return () if marked else tuple(self.root.parents)[:MAX_ABOVE]
+
+    def holds(self, folder: Path) -> bool:
+        """Whether ``folder`` may hold the project's code: the root or inside it, or (with no marker of
+        the root) a folder up to ``MAX_ABOVE`` levels above it or inside one."""
+        top = self.above[-1] if self.above else self.root
+        return folder == top or top in folder.parents
+
     def resolver(self, search: tuple[Path, ...]) -> Resolver:
         found = self._resolvers.get(search)
         if found is None:
-            # Without a root marker the project's extent is unknown: its package may sit a few folders up.
-            marked = any(os.path.lexists(self.root / marker) for marker in ROOT_MARKERS)
-            above = () if marked else tuple(self.root.parents)[:MAX_ABOVE]
-            found = self._resolvers[search] = Resolver(search, above)
+            found = self._resolvers[search] = Resolver(search, self.above)
         return found
 
     def imports(self, search: tuple[Path, ...], key: str, package: str, facts: Facts) -> list[tuple[str, Found]]:
