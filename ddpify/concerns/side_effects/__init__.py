@@ -108,7 +108,8 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
     # A file opened without ``with`` and used where rank 0's statements cannot take it (handed to a
     # function, read in a test): opened on every rank, as os.devnull off rank 0, and used as it is.
     gated = {stmt for stmt, _ in found if late(stmt)}
-    spared = finder.opened_everywhere((read for _, _, read in _reads_off_rank_zero(index, finder.files, gated)), late)
+    stray = _reads_off_rank_zero(index, finder.files, gated, every=True)  # ``return train_f, val_f``: both
+    spared = finder.opened_everywhere((read for _, _, read in stray), late)
     if spared:
         del program.findings[reported:]  # found again, without those files
         found, hoisted = found_outputs()
@@ -336,8 +337,11 @@ def _reads_off_rank_zero(
     refs: Iterable[Ref],
     gated: set[cst.BaseStatement],
     counts: Callable[[Ref, cst.BaseExpression, cst.BaseStatement], bool] = lambda ref, read, stmt: True,
+    *,
+    every: bool = False,
 ) -> Iterator[tuple[Ref, Scope, cst.BaseExpression]]:
-    """The first read of ``refs`` that ``counts`` in each statement that is not put on rank 0."""
+    """The first read of ``refs`` that ``counts`` in each statement that is not put on rank 0 (with
+    ``every``, each such read)."""
     seen: set[cst.BaseStatement] = set()
     for ref in sorted(refs, key=lambda r: r.path):
         for scope in index.scopes_reading(ref):
@@ -346,7 +350,8 @@ def _reads_off_rank_zero(
                 if stmt in seen or stmt in gated or any(a in gated for a in index.ancestors(stmt)):
                     continue
                 if counts(ref, read, stmt):
-                    seen.add(stmt)
+                    if not every:
+                        seen.add(stmt)
                     yield ref, scope, read
 
 
