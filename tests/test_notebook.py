@@ -428,7 +428,7 @@ def test_a_notebook_imports_its_local_modules(cli, workdir: Path) -> None:
 def test_an_import_it_cannot_follow_is_named_by_cell(cli, workdir: Path) -> None:
     (workdir / "helpers.py").write_text(HELPERS)
     first, *rest = USES_HELPERS
-    (workdir / "train.ipynb").write_text(code_notebook("import sys\nsys.path.insert(0, '..')\n" + first, *rest))
+    (workdir / "train.ipynb").write_text(code_notebook("import sys\nsys.path.insert(0, sys.argv[1])\n" + first, *rest))
 
     run = cli("train.ipynb", "-o", "train_ddp.py")
 
