@@ -33,6 +33,7 @@ class ProgramClasses:
     _bases: dict[cst.ClassDef, list[cst.ClassDef]]
     _derived: dict[cst.ClassDef, list[cst.ClassDef]] | None  # see subclasses()
     _subclasses: dict[cst.ClassDef, list[cst.ClassDef]]
+    _field_owners: dict[cst.ClassDef, cst.ClassDef] | None  # see attribute_class()
     order: dict[cst.CSTNode, int]
     bound: dict[Scope, set[str]]
 
@@ -259,14 +260,41 @@ class ProgramClasses:
         return items
 
     def attribute_class(self, method: cst.FunctionDef) -> cst.ClassDef:
-        """The class whose ``self.x`` fields ``method`` reads: the topmost class of the program in its
-        hierarchy, so that a base class and its subclasses share their fields."""
+        """The class whose ``self.x`` fields ``method`` reads: one class for each family of the program's
+        classes joined by inheritance, so that a base class and its subclasses share their fields, and so
+        do the mixins one class derives from (``class Trainer(ModelPart, DataPart)``: ``self.model``,
+        built in ``ModelPart``, is the one that ``DataPart`` reads)."""
         cls = self.class_of[method]
+        if self._field_owners is None:
+            self._field_owners = self._families()
+        return self._field_owners.get(cls) or self._topmost(cls)
+
+    def _topmost(self, cls: cst.ClassDef) -> cst.ClassDef:
+        """The class at the top of ``cls``'s chain of first bases."""
         seen = {cls}
         while (bases := self.bases(cls)) and bases[0] not in seen:
             cls = bases[0]
             seen.add(cls)
         return cls
+
+    def _families(self) -> dict[cst.ClassDef, cst.ClassDef]:
+        """Each class of a family of more than one chain of first bases, with the class that holds the
+        family's fields: the top of its first member's chain (in source order)."""
+        classes = sorted(set(self.class_of.values()), key=self.order.__getitem__)
+        parent: dict[cst.ClassDef, cst.ClassDef] = {}
+
+        def root(cls: cst.ClassDef) -> cst.ClassDef:
+            while parent.get(cls, cls) is not cls:
+                cls = parent[cls]
+            return cls
+
+        for cls in classes:
+            for base in self.bases(cls)[1:]:  # the first base is the chain itself
+                a, b = root(self._topmost(cls)), root(self._topmost(base))
+                if a is not b:
+                    first, second = sorted((a, b), key=self.order.__getitem__)
+                    parent[second] = first
+        return {cls: root(self._topmost(cls)) for cls in classes if parent}
 
     def self_name(self, scope: Scope | None) -> str | None:
         """The name of ``self`` in a method (its first parameter)."""

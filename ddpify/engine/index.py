@@ -122,6 +122,7 @@ class Index(ProgramClasses):
     _bases: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
     _derived: dict[cst.ClassDef, list[cst.ClassDef]] | None = None
     _subclasses: dict[cst.ClassDef, list[cst.ClassDef]] = field(default_factory=dict)
+    _field_owners: dict[cst.ClassDef, cst.ClassDef] | None = None
     _assignments: dict[Ref, list[cst.Assign]] | None = None
     _candidate_orders: dict[int, list[int]] = field(default_factory=dict)  # see _orders_of()
     _upstream: dict[Ref, list[Ref]] = field(default_factory=dict)  # see upstream()

@@ -251,6 +251,7 @@ CASES = [
     "model/param_groups_from_a_dict_of_named_parameters",
     "model/perturbation_made_trainable_by_a_second_statement",
     "model/data_parallel_under_a_flag_on_a_parameter",
+    "model/trainer_assembled_from_mixins",
 ]
 
 
