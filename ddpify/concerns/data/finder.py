@@ -437,10 +437,11 @@ class LoaderFinder:
             and not any(isinstance(lp, cst.For) for lp in loops)
         )
 
-    def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0) -> list[EpochLoop]:
+    def _epoch_loop(self, site: cst.CSTNode, ref: Ref, depth: int = 0, spelled: str = "") -> list[EpochLoop]:
         """The epoch loop around ``site``, where ``ref`` holds the loader; in a function, the epoch loops
         of each call that hands it this loader (``train(model, source)``, then ``train(model, target)``:
-        each loader has its own)."""
+        each loader has its own). ``spelled``: how the loop's scope names the loader where no place of
+        its own holds it (``trainer.train_loader`` around ``trainer.train_epoch()``)."""
         index = self.index
         loops = [lp for lp in index.enclosing_loops(site) if lp is not site]
         if depth == 0 and isinstance(site, cst.Call):  # next(it): the loop drawing batches is the innermost one
@@ -448,6 +449,9 @@ class LoaderFinder:
         for loop in loops:
             if isinstance(loop, cst.For) and self._over_phases(loop):
                 continue  # ``for split in ("train", "valid"):`` inside the epoch loop
+            if spelled:
+                counter = _pass_counter(loop) if isinstance(loop, cst.While) else ""
+                return [EpochLoop(loop, spelled, None, counter)] if isinstance(loop, cst.For) or counter else []
             if isinstance(loop, cst.For):
                 loader = self._loader_itself(ref, index.scope_of(loop))
                 if loader is None:
@@ -483,6 +487,14 @@ class LoaderFinder:
             if caller_ref is not None:
                 handed.append((call, caller_ref))
         carrying = [(call, caller_ref) for call, caller_ref in handed if self._carries_loader(caller_ref)]
+        if not handed and isinstance(ref.scope, cst.ClassDef):
+            # ``trainer.train_epoch()`` in the epoch loop, the loader a field the object set itself
+            through: list[EpochLoop] = []
+            for call in index.callers(scope):
+                field = self._field_of_the_receiver(ref, scope, call)
+                if field:
+                    through.extend(lp for lp in self._epoch_loop(call, ref, depth + 1, field) if lp not in through)
+            return through
         if not carrying:  # no call is seen to hand this loader: the first caller's loop says what it can
             for call, caller_ref in handed:
                 first = self._epoch_loop(call, caller_ref, depth + 1)
@@ -797,6 +809,19 @@ class LoaderFinder:
             and index.carried_ref(value.args[0].value, index.scope_of(value)) in self._loader_refs
             for value in values
         )
+
+    def _field_of_the_receiver(self, ref: Ref, method: cst.FunctionDef, call: cst.Call) -> str:
+        """``trainer.train_loader`` where ``call`` is ``trainer.train_epoch()`` and the method reads the loader as
+        its object's field ``self.train_loader``: the receiver a plain name, the field the loader itself."""
+        index = self.index
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        caller = index.method_scope(index.scope_of(call))
+        if not isinstance(receiver, cst.Name) or (caller is not None and receiver.value == index.self_name(caller)):
+            return ""  # (``self.train_epoch()`` in another method reads the field as it is)
+        field = self._loader_itself(ref, method)
+        if field is None or field.scope is not ref.scope or not field.path.startswith("self."):
+            return ""
+        return f"{receiver.value}.{field.path.removeprefix('self.')}"
 
     def _ref_at_call(self, ref: Ref, call: cst.Call, caller: Scope) -> Ref | None:
         """How the caller names the value that the callee knows as ``ref``."""

@@ -412,6 +412,20 @@ def _split_batch(plan: EditPlan, loader: Loader, helper: str) -> None:
     plan.change(batch, "per-process batch = batch size / world size (the global batch stays as before)")
 
 
+def _variables(index: Index, module: cst.Module) -> set[str]:
+    """The names ``module`` spells as names, not only as attributes (``self.epoch`` leaves ``epoch``
+    free for a loop variable)."""
+    return {
+        name
+        for name, nodes in index.names.items()
+        if any(
+            index.module_of(node) is module
+            and not (isinstance(parent := index.parent(node), cst.Attribute) and parent.attr is node)
+            for node in nodes
+        )
+    }
+
+
 def _set_epoch(
     plan: EditPlan,
     loader: Loader,
@@ -445,7 +459,7 @@ def _set_epoch(
         if epoch == "_" and isinstance(loop, cst.For) and loop in renamed:  # a second loader of this loop
             epoch = renamed[loop]
         elif epoch == "_" and isinstance(loop, cst.For):  # (a ``while`` loop's counter is read as it is)
-            epoch = renamed[loop] = fresh("epoch", plan.index.identifiers | taken)
+            epoch = renamed[loop] = fresh("epoch", _variables(plan.index, plan.index.module_of(loop)) | taken)
             taken.add(epoch)
             plan.replace(target, _renamed(epoch))
         code = f"{epoch_loop.loader}.{attribute}.set_epoch({epoch})"
