@@ -603,10 +603,11 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
     for value in own.wrapped:
         equivalent = distributed_equivalent(plan, own, value, whole_run)
         if equivalent is not None:
-            if plan.without_group(value):  # another script may import it: the sampler as it was, without a group
-                original = index.module_of(value).code_for_node(value)
+            built = _built_here(index, value) or value  # ``sampler = RandomSampler(ds)``: replaced where it is built
+            if plan.without_group(built):  # another script may import it: the sampler as it was, without a group
+                original = index.module_of(built).code_for_node(built)
                 equivalent = f"{equivalent} if {dist}.is_initialized() else {original}"
-            plan.replace(value, _replaced_by(cst.parse_expression(equivalent)))
+            plan.replace(built, _replaced_by(cst.parse_expression(equivalent)))
             continue
         if not plan.without_group(value):
             plan.replace(value, _wrapped_in(wrapper, None, size if value is own.arg.value else None))
@@ -633,7 +634,8 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
     for value in own.wrapped:
         equivalent = distributed_equivalent(plan, own, value, whole_run)
         if equivalent is not None:
-            plan.change(value, f"`{plan.index.module_of(value).code_for_node(value)}` -> `{equivalent}`")
+            built = _built_here(index, value) or value
+            plan.change(built, f"`{plan.index.module_of(built).code_for_node(built)}` -> `{equivalent}`")
             continue
         plan.change(
             value,
@@ -654,6 +656,7 @@ def needs_wrapper(plan: EditPlan, own: OwnSampler, whole_run: bool) -> bool:
 def distributed_equivalent(plan: EditPlan, own: OwnSampler, value: cst.BaseExpression, whole_run: bool) -> str | None:
     """``RandomSampler(ds)`` -> ``DistributedSampler(ds)``, ``SequentialSampler(ds)`` -> ``DistributedSampler(ds,
     shuffle=False)``: the same order of the same data set, shared out, without a wrapper class."""
+    value = _built_here(plan.index, value) or value
     if own.attribute != "sampler" or whole_run or not isinstance(value, cst.Call):
         return None
     names = plan.index.qualified_names(value.func)
@@ -664,6 +667,21 @@ def distributed_equivalent(plan: EditPlan, own: OwnSampler, value: cst.BaseExpre
         return None
     shuffle = "" if any(name.endswith(".RandomSampler") for name in names) else ", shuffle=False"
     return f"{plan.names.sampler}({plan.index.module_of(value).code_for_node(source.value)}{shuffle})"
+
+
+def _built_here(index: Index, value: cst.BaseExpression) -> cst.Call | None:
+    """The call that builds the sampler a plain name holds, where the function (or module) that reads the
+    name assigns it once, from a call (``sampler = RandomSampler(ds)`` before ``DataLoader(ds, sampler=sampler)``)."""
+    if not isinstance(value, cst.Name):
+        return None
+    scope = index.scope_of(value)
+    ref = index.ref_of(value, scope)
+    if ref is None or ref.scope is not scope:
+        return None
+    assigned = list(index.values_assigned(ref))
+    if len(assigned) != 1 or not isinstance(built := assigned[0][1], cst.Call):
+        return None
+    return built
 
 
 def _draw_per_rank(plan: EditPlan, call: cst.Call, whole_run: bool) -> None:
