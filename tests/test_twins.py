@@ -373,6 +373,7 @@ FACTORY_LEFT = {
     "tests/fixtures/model/data_parallel_checkpoint_filtered_by_the_model_keys/input.py",
     "tests/fixtures/model/factory_returns_early_with_a_new_head/input.py",
     "tests/fixtures/model/hasattr_unwrap_in_a_function_that_trains/input.py",
+    "tests/fixtures/data/per_gpu_batch_on_the_options_scaled_by_a_count_set_in_main/input.py",
     # a model list built by a helper: refused (DDP309); a batch size in a helper: no DDP308 warning
     "tests/fixtures/model/models_in_a_list/input.py",
     "tests/fixtures/model/batch_norm_small_batch/input.py",
@@ -382,6 +383,9 @@ FACTORY_LEFT = {
     "tests/fixtures/model/param_groups_of_the_module_inside_data_parallel/input.py",
     # a perturbation made trainable by a helper, its optimizer built by another: refused (DDP301)
     "tests/fixtures/model/perturbation_made_trainable_by_a_second_statement/input.py",
+    # ``RandomSampler(ds)`` a helper returns: dealt out by the sampler wrapper, not replaced by a
+    # DistributedSampler (more code, the same shares)
+    "tests/fixtures/data/random_sampler_named_before_its_loader/input.py",
 }
 
 

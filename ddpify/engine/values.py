@@ -328,3 +328,43 @@ def _truth(value: cst.BaseExpression) -> bool | None:
     if isinstance(value, cst.Integer):
         return value.evaluated_value != 0
     return None
+
+
+_GPU_COUNT = frozenset({"torch.cuda.device_count"})
+
+
+def gpu_count(index: Index, expr: cst.BaseExpression, depth: int = 0) -> bool:
+    """``torch.cuda.device_count()``, ``max(1, torch.cuda.device_count())``, or a name that holds one."""
+    if isinstance(expr, cst.Call):
+        if index.is_call_to(expr, _GPU_COUNT):
+            return True
+        if m.matches(expr.func, m.Name("max")) and len(expr.args) == 2:
+            return any(gpu_count(index, a.value, depth) for a in expr.args) and any(
+                isinstance(a.value, cst.Integer) and a.value.value == "1" for a in expr.args
+            )
+        return False
+    ref = index.carried_ref(expr, index.scope_of(expr)) if depth < 3 else None
+    values = [value for _, value in index.values_assigned(ref)] if ref is not None else []
+    if ref is None and depth < 3:
+        values = attribute_values(index, expr)  # ``args.n_gpu = torch.cuda.device_count()`` in ``main()``
+    return bool(values) and all(gpu_count(index, value, depth + 1) for value in values)
+
+
+def attribute_values(index: Index, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """What the program assigns to the attribute that ``expr`` reads (``args.n_gpu``, ``self.options.gpus``),
+    where no place of the index holds it: every ``<object>.n_gpu = ...`` of the program, in any function and on
+    any object (an options object handed from function to function, and kept as a field on the way); []
+    for anything but such an attribute."""
+    if not isinstance(expr, cst.Attribute) or index.ref_of(expr, index.scope_of(expr)) is not None:
+        return []
+    values: list[cst.BaseExpression] = []
+    for node in index.attributes.get(expr.attr.value, ()):
+        target = index.parent(node)
+        assign = index.parent(target)
+        if (
+            isinstance(target, cst.AssignTarget)
+            and isinstance(assign, cst.Assign)
+            and index.ref_of(node, index.scope_of(node)) is None
+        ):
+            values.append(assign.value)
+    return values

@@ -23,7 +23,7 @@ from ddpify.concerns.samplers import define_wrapper, needs_wrapper, sample_entri
 from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement, without_default
 from ddpify.engine.index import Index
 from ddpify.engine.syntax import argument
-from ddpify.engine.values import loader_batch_size
+from ddpify.engine.values import attribute_values, gpu_count, loader_batch_size
 from ddpify.result import Options
 
 PER_PROCESS_BATCH = '''
@@ -484,8 +484,7 @@ def _set_epoch(
         plan.change(loop, f"call `{epoch_loop.loader}.{attribute}.set_epoch({epoch})` at the start of each epoch")
 
 
-_GPU_COUNT = frozenset({"torch.cuda.device_count"})
-_GPU_QUERIES = _GPU_COUNT | {"torch.cuda.is_available"}
+_GPU_QUERIES = frozenset({"torch.cuda.device_count", "torch.cuda.is_available"})
 
 
 def _per_gpu_batch(plan: EditPlan, loader: Loader, done: set[cst.BinaryOperation]) -> None:
@@ -496,14 +495,14 @@ def _per_gpu_batch(plan: EditPlan, loader: Loader, done: set[cst.BinaryOperation
     given = loader_batch_size(index, loader.call)  # by keyword, by position, or in a ``**kwargs`` dict
     if given is None:
         return
-    values = [given]
+    values = [given, *attribute_values(index, given)]  # ``batch_size=args.train_batch_size``
     ref = index.carried_ref(given, index.scope_of(given))
     for place in [ref, *index.upstream(ref)] if ref is not None else []:  # through the helpers it is handed to
         values += [value for _, value in index.values_assigned(place)]
     for value in values:
         if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)) or value in done:
             continue
-        kept = value.left if _gpu_count(index, value.right) else value.right if _gpu_count(index, value.left) else None
+        kept = value.left if gpu_count(index, value.right) else value.right if gpu_count(index, value.left) else None
         if kept is None:
             continue
         done.add(value)
@@ -537,21 +536,6 @@ def _per_gpu_batch(plan: EditPlan, loader: Loader, done: set[cst.BinaryOperation
 
 def _replaced_by(kept: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.CSTNode]:
     return lambda _: kept
-
-
-def _gpu_count(index: Index, expr: cst.BaseExpression, depth: int = 0) -> bool:
-    """``torch.cuda.device_count()``, ``max(1, torch.cuda.device_count())``, or a name that holds one."""
-    if isinstance(expr, cst.Call):
-        if index.is_call_to(expr, _GPU_COUNT):
-            return True
-        if m.matches(expr.func, m.Name("max")) and len(expr.args) == 2:
-            return any(_gpu_count(index, a.value, depth) for a in expr.args) and any(
-                isinstance(a.value, cst.Integer) and a.value.value == "1" for a in expr.args
-            )
-        return False
-    ref = index.carried_ref(expr, index.scope_of(expr)) if depth < 3 else None
-    values = [value for _, value in index.values_assigned(ref)] if ref is not None else []
-    return bool(values) and all(_gpu_count(index, value, depth + 1) for value in values)
 
 
 def _drawn_under_a_test(index: Index, loader: Loader, loop: cst.For | cst.While) -> list[cst.BaseStatement]:

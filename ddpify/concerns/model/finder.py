@@ -39,7 +39,7 @@ from ddpify.engine.called import enclosing_function
 from ddpify.engine.index import Flow, Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward, without_grad
 from ddpify.engine.syntax import argument, parameter_names, single_target
-from ddpify.engine.values import passed_values
+from ddpify.engine.values import gpu_count, passed_values
 
 # (statement, the place it assigns, whether it is ``.cuda()``): a move of the model to its device
 _Move = tuple[cst.SimpleStatementLine, Ref, bool]
@@ -891,14 +891,18 @@ class _Finder:
         return found
 
     def _data_parallel_guard(self, stmt: cst.SimpleStatementLine, target: Ref) -> cst.If | None:
-        """``if torch.cuda.device_count() > 1:`` (or ``is_available()``) around a DataParallel line, alone."""
-        condition = self.index.parent(self.index.parent(stmt))
+        """``if torch.cuda.device_count() > 1:`` (or ``is_available()``, or ``args.n_gpu > 1`` where ``args.n_gpu``
+        holds the count) around a DataParallel line, alone."""
+        index = self.index
+        condition = index.parent(index.parent(stmt))
         if (
             self._climb_conditionals(stmt, target) is not stmt
             and isinstance(condition, cst.If)
             and condition.orelse is None
             and any(
-                m.matches(n, m.Name("device_count") | m.Name("is_available")) for n in self.index.walk(condition.test)
+                m.matches(n, m.Name("device_count") | m.Name("is_available"))
+                or (isinstance(n, cst.Name | cst.Attribute) and gpu_count(index, n))
+                for n in index.walk(condition.test)
             )
         ):
             return condition
