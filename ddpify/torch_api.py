@@ -45,6 +45,10 @@ def builds_optimizer(name: str) -> bool:
 
 
 SAVE = frozenset({"torch.save"})
+# what writes a whole object with pickle: a wrapped model in it needs a process group to be loaded again
+PICKLE_DUMPS = frozenset(
+    f"{module}.{name}" for module in ("pickle", "dill", "cloudpickle", "joblib") for name in ("dump", "dumps")
+)
 LOAD = frozenset({"torch.load"})
 
 NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})

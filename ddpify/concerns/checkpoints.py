@@ -340,7 +340,7 @@ def _saves_its_parameter(index: Index, arg: cst.Arg) -> bool:
 
 
 def saved(index: Index, value: cst.BaseExpression) -> bool:
-    """Whether ``torch.save`` writes ``value`` itself: inside a dict, list or tuple that is saved, directly
+    """Whether ``torch.save`` (or ``pickle.dump``) writes ``value`` itself: inside a dict, list or tuple that is saved, directly
     (``torch.save({"model": model}, f)``) or through a name (``ckpt = {"model": model}``,
     ``ckpt["model"] = model``, then ``torch.save(ckpt, f)``)."""
     parent = index.parent(value)
@@ -355,7 +355,7 @@ def saved(index: Index, value: cst.BaseExpression) -> bool:
             return saved(index, call)  # dict(model=model, epoch=epoch)
         if not isinstance(call, cst.Call):
             return False
-        if index.is_call_to(call, torch_api.SAVE):
+        if index.is_call_to(call, torch_api.SAVE | torch_api.PICKLE_DUMPS):
             return call.args[0] is parent
         if isinstance(value, (cst.List, cst.Tuple, cst.Dict)) and _saves_its_parameter(index, parent):
             return True  # ``save_checkpoint({"model": model, ...}, path)`` whose helper ``torch.save``s it whole
@@ -372,7 +372,7 @@ def saved(index: Index, value: cst.BaseExpression) -> bool:
     else:  # ``m = model``: ``m`` is followed as the model itself
         return False
     return holder is not None and any(
-        index.is_call_to(call, torch_api.SAVE)
+        index.is_call_to(call, torch_api.SAVE | torch_api.PICKLE_DUMPS)
         and call.args
         and index.ref_of(call.args[0].value, index.scope_of(call)) == holder
         for call in index.calls

@@ -422,3 +422,28 @@ def test_a_model_handed_to_a_save_helper_in_a_list_is_saved_with_the_module_keys
         check=True,
     )
     assert keys.stdout.strip() == "['0.bias', '0.weight', '2.bias', '2.weight']"
+
+
+@pytest.mark.torchrun
+def test_models_pickled_whole_load_again_without_a_process_group(tmp_path: Path) -> None:
+    """``pickle.dump({"encoder": encoder, ...}, f)`` pickles the modules, not their wrappers: a wrapper needs a
+    process group to be unpickled, so the single-process program that reads the file back could not."""
+    script = tmp_path / "train_ddp.py"
+    shutil.copy(FIXTURES / "checkpoints/models_pickled_whole_with_their_scaler" / "expected.py", script)
+    report = verify(script, nproc=2, workdir=tmp_path, timeout=240)
+    assert report.ok, f"{report.format_table()}\n{report.output[-3000:]}"
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import pickle, sys; sys.path.insert(0, '.'); from train_ddp import Standardizer; "
+            "p = pickle.load(open('pipeline.pkl', 'rb')); print(type(p['encoder']).__name__, type(p['head']).__name__)",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert loaded.stdout.strip() == "Sequential Linear"

@@ -763,7 +763,9 @@ class WrapperReads:
             # torch.save(model, f); an EMA or teacher copy: copy.deepcopy(model) copies the module, not the wrapper
             return (
                 isinstance(call, cst.Call)
-                and self.index.is_call_to(call, torch_api.SAVE | DEEPCOPY | torch_api.EXPORT_MODEL)
+                and self.index.is_call_to(
+                    call, torch_api.SAVE | torch_api.PICKLE_DUMPS | DEEPCOPY | torch_api.EXPORT_MODEL
+                )
                 and call.args[0] is parent
             ) or checkpoints.saved(self.index, read)  # torch.save(dict(model=model), f)
         return False

@@ -571,7 +571,7 @@ def _unwrap(plan: EditPlan, model: Model, read: cst.BaseExpression) -> None:
     ):
         summary = f"export `{text}.module`, not the DistributedDataParallel wrapper"
     elif isinstance(parent, cst.Arg) and not (
-        isinstance(call, cst.Call) and plan.index.is_call_to(call, DEEPCOPY | torch_api.SAVE)
+        isinstance(call, cst.Call) and plan.index.is_call_to(call, DEEPCOPY | torch_api.SAVE | torch_api.PICKLE_DUMPS)
     ):
         summary = f"pass `{text}.module`: the function tests for a plain module with hasattr()"
     elif isinstance(parent, cst.Subscript):
