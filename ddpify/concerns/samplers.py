@@ -858,9 +858,17 @@ def _string_display(index: Index, expr: cst.BaseExpression, scope: Scope) -> cst
 
 
 def _assigned_to(index: Index, value: cst.CSTNode | None) -> Ref | None:
+    """Where the dict ``value`` is kept: the name or field it is assigned to, or the return value of the
+    function that returns it (``return {"train": DataLoader(...), ...}``)."""
     assign = index.parent(value)
     if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and value is not None:
         return index.ref_of(assign.targets[0].target, index.scope_of(value))
+    if (
+        isinstance(assign, cst.Return)
+        and value is not None
+        and isinstance(scope := index.scope_of(value), cst.FunctionDef)
+    ):
+        return Ref(scope, "<return>")
     return None
 
 

@@ -252,6 +252,7 @@ CASES = [
     "model/perturbation_made_trainable_by_a_second_statement",
     "model/data_parallel_under_a_flag_on_a_parameter",
     "model/trainer_assembled_from_mixins",
+    "data/loader_dict_returned_by_a_factory_into_a_trainer",
 ]
 
 
