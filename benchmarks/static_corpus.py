@@ -168,17 +168,17 @@ def load_manifest(path: Path) -> list[dict]:
     return entries
 
 
-def ddpify_registry(cmd: list[str]) -> dict[str, str]:
-    """code -> severity, from the interpreter of the ddpify command when it is a Python script."""
+def ddpify_registry(cmd: list[str], python: str | None = None) -> dict[str, str]:
+    """code -> severity, from ``python`` (with the ddpify under test importable), else from the interpreter
+    of the ddpify command when it is a Python script or ``python -m ddpify``; {} when none is known."""
     exe = shutil.which(cmd[0]) or cmd[0]
-    python = None
     try:
         first = Path(exe).read_bytes()[:200].split(b"\n", 1)[0]
-        if first.startswith(b"#!") and b"python" in first:
+        if python is None and first.startswith(b"#!") and b"python" in first:
             python = first[2:].decode().strip().split()[0]
     except OSError:
         pass
-    if len(cmd) >= 3 and cmd[1] == "-m":
+    if python is None and len(cmd) >= 3 and cmd[1] == "-m":
         python = cmd[0]
     if python is None:
         return {}
@@ -567,6 +567,7 @@ def markdown(summary: dict, results: list[dict], meta: dict) -> str:
         "   ```sh",
         "   nice .venv/bin/python benchmarks/static_corpus.py                 # this venv's ddpify",
         "   nice .venv/bin/python benchmarks/static_corpus.py --ddpify /path/to/.venv/bin/ddpify",
+        "   nice .venv/bin/python benchmarks/static_corpus.py --ddpify ./wrapper.sh --python /other/python",
         "   .venv/bin/python benchmarks/static_corpus.py --only ID ... --keep  # a few entries",
         "   .venv/bin/python benchmarks/static_corpus.py --only ID ... --merge # rerun them into results.json",
         "   ```",
@@ -702,6 +703,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--manifest", default=str(CORPUS / "manifest.toml"))
     ap.add_argument("--ddpify", default=None, help="the ddpify command (default: the one beside this python)")
+    ap.add_argument(
+        "--python",
+        default=None,
+        help="a python that imports the ddpify under test, to read which codes are errors (default: the "
+        "interpreter of the --ddpify script)",
+    )
     ap.add_argument("--work", default=str(DEFAULT_WORK), help="work folder, outside the project")
     ap.add_argument("--mirrors", default=None, help="folder of fetched snapshots (OWNER+NAME/repo)")
     ap.add_argument("--jobs", type=int, default=2)
@@ -755,8 +762,10 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": seeds,
         "timeout": args.timeout,
         "keep": args.keep,
-        "severity": ddpify_registry(ddpify_cmd),
+        "severity": ddpify_registry(ddpify_cmd, args.python),
     }
+    if not opts["severity"]:  # every warning would count as a reason for refusing
+        ap.error(f"cannot read which codes are errors from {' '.join(ddpify_cmd)}: give --python")
     (work / "out").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     results: list[dict] = []
