@@ -253,6 +253,7 @@ CASES = [
     "model/data_parallel_under_a_flag_on_a_parameter",
     "model/trainer_assembled_from_mixins",
     "data/loader_dict_returned_by_a_factory_into_a_trainer",
+    "model/preview_forward_between_steps_feeds_no_backward",
 ]
 
 

@@ -20,9 +20,10 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify.concerns.model.facts import Model
+from ddpify.concerns.model.forward import reaches_backward
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.program import Program
+from ddpify.engine.program import Program, is_backward
 from ddpify.engine.syntax import single_target
 
 
@@ -133,16 +134,18 @@ class OutputUse:
                 output = element.value
                 if not isinstance(output, cst.Name):
                     continue
-                if output.value == "_" and head(slot):
-                    yield read, f"`{model.expression}(...)` has outputs that a training step leaves unused"
-                    break
+                if output.value == "_":
+                    if head(slot):
+                        yield read, f"`{model.expression}(...)` has outputs that a training step leaves unused"
+                        break
+                    continue
                 ref = index.ref_of(output, index.scope_of(assign))
                 if ref is None:
                     continue
                 uses = [
                     r
                     for r in index.mentions(loops[0].body, ref)
-                    if index.starts_after(r, assign) and not index.inside(r, assign)
+                    if index.starts_after(r, assign) and not index.inside(r, assign) and not index.stored(r)
                 ]
                 if not uses and not index.mentions(index.scope_of(assign), ref)[1:] and head(slot):
                     yield read, f"`{output.value}` from `{model.expression}(...)` is never used in the training step"
@@ -165,10 +168,26 @@ class OutputUse:
         partial = list(self._partial_uses(model, classes))
         partial_reads = {read for read, _ in partial}
         for read, why in partial:
-            if self._steps_another(read, model) or self._whole_forward_beside(read, model, partial_reads):
+            if (
+                self._steps_another(read, model)
+                or self._whole_forward_beside(read, model, partial_reads)
+                or self._apart_from_the_step(read)
+            ):
                 continue
             return why
         return None
+
+    def _apart_from_the_step(self, read: cst.BaseExpression) -> bool:
+        """Whether the forward of ``read`` feeds none of the backward passes of the function it runs in, which
+        has some (``preview, _ = model(fixed_x)`` printed every k steps): a forward that no backward follows
+        leaves DDP nothing to wait for."""
+        index = self.index
+        call = index.parent(read)
+        if not isinstance(call, cst.Call):
+            return False
+        scope = index.scope_of(call)
+        steps = any(isinstance(node, cst.Call) and is_backward(node) for node in index.walk(scope))
+        return steps and not reaches_backward(index, call)
 
     def _whole_forward_beside(self, read: cst.BaseExpression, model: Model, partial: set[cst.BaseExpression]) -> bool:
         """Whether the same step (between the backward passes around ``read``) also runs a forward of the
