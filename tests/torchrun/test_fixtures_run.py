@@ -254,6 +254,7 @@ CASES = [
     "model/trainer_assembled_from_mixins",
     "data/loader_dict_returned_by_a_factory_into_a_trainer",
     "model/preview_forward_between_steps_feeds_no_backward",
+    "tensors/numpy_rows_batched_through_a_permutation",
 ]
 
 

@@ -25,9 +25,13 @@ CONVERSIONS = frozenset(
     {"torch.from_numpy", "torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor"}
     | {"numpy.asarray", "numpy.array", "torch.stack", "numpy.stack"}
 )
-# Factories whose first argument is the number of rows: ``torch.randn(n, 8)``, ``torch.zeros((n, 1))``.
+# Factories whose first argument is the number of rows: ``torch.randn(n, 8)``, ``torch.zeros((n, 1))``,
+# ``np.random.randn(n, 8)``, ``np.zeros((n, 1))``.
 SIZED_FACTORIES = frozenset(
     f"torch.{name}" for name in ("randn", "rand", "zeros", "ones", "empty", "full", "normal", "Tensor", "FloatTensor")
+) | frozenset(
+    f"numpy.{name}"
+    for name in ("zeros", "ones", "empty", "full", "random.randn", "random.rand", "random.random", "random.standard_normal")
 )
 # Random choices of samples: each rank would choose differently without a seed.
 RANDOM_CHOICES = frozenset(
