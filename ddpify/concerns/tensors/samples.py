@@ -30,8 +30,7 @@ CONVERSIONS = frozenset(
 SIZED_FACTORIES = frozenset(
     f"torch.{name}" for name in ("randn", "rand", "zeros", "ones", "empty", "full", "normal", "Tensor", "FloatTensor")
 ) | frozenset(
-    f"numpy.{name}"
-    for name in ("zeros", "ones", "empty", "full", "random.randn", "random.rand", "random.random", "random.standard_normal")
+    f"numpy.{name}" for name in ("zeros", "ones", "empty", "full", "random.randn", "random.rand", "random.random")
 )
 # Random choices of samples: each rank would choose differently without a seed.
 RANDOM_CHOICES = frozenset(
