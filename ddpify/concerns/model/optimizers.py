@@ -314,6 +314,8 @@ class TrainedModels:
         index = self.index
         held = [v for _, v in index.values_assigned(ref)]
         for value in [b for v in held for b in built_by(index, v) or [v]]:
+            if isinstance(value, (cst.List, cst.Tuple)) and _parameter_groups(value):
+                continue  # ``[{"params": ...}, {"params": ..., "lr": ...}]``: what an optimizer takes
             if isinstance(value, (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)):
                 return True
             if not isinstance(value, cst.Call):
@@ -811,3 +813,18 @@ def _unchained(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
     ):
         value = value.func.value
     return value
+
+
+def _parameter_groups(value: cst.List | cst.Tuple) -> bool:
+    """Whether every element of ``value`` is a dict display with a ``"params"`` key: parameter groups."""
+    return bool(value.elements) and all(
+        isinstance(element, cst.Element)
+        and isinstance(element.value, cst.Dict)
+        and any(
+            isinstance(entry, cst.DictElement)
+            and isinstance(entry.key, cst.SimpleString)
+            and entry.key.evaluated_value == "params"
+            for entry in element.value.elements
+        )
+        for element in value.elements
+    )
