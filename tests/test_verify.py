@@ -547,3 +547,39 @@ def test_a_file_opened_for_writing_on_every_rank_is_not_a_single_writer(tmp_path
     assert failed["single-writer"] == (
         "metrics.csv was opened for writing by ranks 0, 1: every rank writes the file; write it on rank 0 only"
     )
+
+
+@pytest.mark.parametrize(
+    ("inputs", "passed", "message"),
+    [
+        (
+            ["x0", "x1"],
+            True,
+            "no DataLoader; the ranks gave the wrapped model different inputs in its first training steps",
+        ),
+        (
+            ["x", "x"],
+            False,
+            "ranks 0 and 1 gave DistributedDataParallel #0 the same inputs in its first 2 training steps: every "
+            "rank trains on the same data (no DataLoader; the tensors are not split between the ranks)",
+        ),
+        (
+            [None, None],
+            False,
+            "no DataLoader batch preceded an optimizer step: nothing shows that the ranks train on different data",
+        ),
+    ],
+)
+def test_tensors_batched_by_hand_are_judged_by_what_the_wrapped_model_is_given(
+    inputs: list[str | None], passed: bool, message: str
+) -> None:
+    records = []
+    for rank, first in enumerate(inputs):
+        record = {**_record(rank, "same", [1.0, 2.0, 3.0]), "loaders": []}
+        if first is not None:
+            record["inputs"] = [{"wrapper": 0, "recorded": [first, "then"]}]
+        records.append(record)
+
+    sharded = evaluate(_outcome(*records)).check("sharded-data")
+
+    assert (sharded.passed, sharded.message) == (passed, message)

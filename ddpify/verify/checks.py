@@ -45,8 +45,12 @@ Checks, in order, each with its own failure messages:
     most N-1 (``DistributedSampler`` pads with up to N-1 repeats). Fails
     with: "ranks R and S drew the same batches from DataLoader #I ...",
     "DataLoader #I gives each rank K of the M samples per epoch ...",
-    "ranks R and S drew K identical samples ...", "no DataLoader batch
-    preceded an optimizer step ...". Limits: a script that shards by building
+    "ranks R and S drew K identical samples ...". With no DataLoader before
+    the steps (tensors batched by hand), the ranks gave each
+    DistributedDataParallel different inputs in its first training forwards;
+    fails with "ranks R and S gave DistributedDataParallel #I the same
+    inputs ..." or "no DataLoader batch preceded an optimizer step ..." (no
+    wrapped forward to judge by). Limits: a script that shards by building
     a different dataset on every rank is reported as not sharded, and a
     dataset with many identical samples may be reported as overlapping.
 ``steps``
@@ -442,9 +446,7 @@ def _sharded_data(run: RunOutcome) -> Check:
         return fail(missing)
     indices = sorted({loader["index"] for record in run.records.values() for loader in _training_loaders(record)})
     if not indices:
-        return fail(
-            "no DataLoader batch preceded an optimizer step: nothing shows that the ranks train on different data"
-        )
+        return _sharded_inputs(run)
     passed = []
     for index in indices:
         loaders: dict[int, dict[str, Any]] = {}
@@ -484,6 +486,38 @@ def _sharded_data(run: RunOutcome) -> Check:
         share = f": {per_rank} of {size} samples per rank per epoch" if per_rank and size else ""
         passed.append(f"{name}{share}")
     return Check(SHARDED_DATA, True, "ranks drew different samples from " + "; ".join(passed))
+
+
+def _sharded_inputs(run: RunOutcome) -> Check:
+    """With no DataLoader before the steps (data kept in tensors, batched by hand): whether the ranks gave
+    the wrapped model different inputs in its first training forwards."""
+    fed: dict[int, dict[int, list[str]]] = {}  # wrapper -> rank -> hashes
+    for rank, record in sorted(run.records.items()):
+        for entry in record.get("inputs", []):
+            if entry.get("recorded"):
+                fed.setdefault(entry["wrapper"], {})[rank] = entry["recorded"]
+    judged = {w: by_rank for w, by_rank in sorted(fed.items()) if len(by_rank) == len(run.records) > 1}
+    if not judged:
+        return Check(
+            SHARDED_DATA,
+            False,
+            "no DataLoader batch preceded an optimizer step: nothing shows that the ranks train on different data",
+        )
+    for wrapper, by_rank in judged.items():
+        for (r, a), (s, b) in itertools.combinations(by_rank.items(), 2):
+            if a == b:
+                return Check(
+                    SHARDED_DATA,
+                    False,
+                    f"ranks {r} and {s} gave DistributedDataParallel #{wrapper} the same inputs in its first "
+                    f"{len(a)} training steps: every rank trains on the same data (no DataLoader; the tensors are "
+                    "not split between the ranks)",
+                )
+    return Check(
+        SHARDED_DATA,
+        True,
+        "no DataLoader; the ranks gave the wrapped model different inputs in its first training steps",
+    )
 
 
 def _shared_samples(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int]:

@@ -35,6 +35,9 @@ What is hooked, and how:
   builtin, which is also ``io.open`` and what ``pathlib`` calls) notes every
   file inside the working folder opened with a mode that writes (``w``,
   ``a``, ``x`` or ``+``), once per path; the probe's own files are left out.
+* inputs: ``DistributedDataParallel.forward`` hashes what each wrapper is
+  given in its first training forwards (grad enabled, training mode), which
+  judges sharding where no DataLoader feeds the steps.
 * wrapping: ``DistributedDataParallel.__init__`` keeps a weak record of
   every DDP instance and the parameters it registered for gradient
   reduction; at the first step of each optimizer, and again when the run
@@ -226,6 +229,9 @@ class Recorder:
         self.exit: dict[str, Any] | None = None
         self.optimizers: dict[int, _OptimizerRecord] = {}
         self.wrappers: list[WrapperRecord] = []
+        # per wrapper, in the order they were built: the hashes of the first inputs of its training forwards
+        self.inputs: dict[int, list[str]] = {}
+        self._wrapper_index: dict[int, int] = {}
         self.loaders: list[_LoaderRecord] = []
         self.last_loader: _LoaderRecord | None = None
         self.saves: list[dict[str, Any]] = []
@@ -309,13 +315,20 @@ class Recorder:
         except ImportError:  # a torch built without distributed support
             return
         original_init = DistributedDataParallel.__init__
+        original_forward = DistributedDataParallel.forward
 
         @functools.wraps(original_init)
         def __init__(ddp: Any, *args: Any, **kwargs: Any) -> None:
             original_init(ddp, *args, **kwargs)
             self._guarded("DistributedDataParallel", self._note_wrapper, ddp)
 
+        @functools.wraps(original_forward)
+        def forward(ddp: Any, *args: Any, **kwargs: Any) -> Any:
+            self._guarded("DistributedDataParallel.forward", self._note_input, ddp, args, kwargs)
+            return original_forward(ddp, *args, **kwargs)  # type: ignore[no-untyped-call]
+
         _replace(DistributedDataParallel, "__init__", __init__)
+        _replace(DistributedDataParallel, "forward", forward)
 
     def _patch_save(self) -> None:
         original_save = torch.save
@@ -402,7 +415,19 @@ class Recorder:
         self._dirty = True
 
     def _note_wrapper(self, ddp: Any) -> None:
+        self._wrapper_index[id(ddp)] = len(self.wrappers)
         self.wrappers.append(WrapperRecord(ddp))
+
+    def _note_input(self, ddp: Any, args: Any, kwargs: Any) -> None:
+        """The hash of what a training forward of the wrapper is given (its first few): data kept in tensors
+        and batched by hand shows whether each rank trains on its own, as a DataLoader's batches do."""
+        index = self._wrapper_index.get(id(ddp))
+        if index is None or not (torch.is_grad_enabled() and ddp.training):
+            return
+        recorded = self.inputs.setdefault(index, [])
+        if len(recorded) < protocol.RECORDED_BATCHES:
+            recorded.append(hash_batch((args, kwargs))[0])
+            self._dirty = True
 
     def _check_ownership(self, record: _OptimizerRecord, frame: FrameType) -> None:
         roots = script_roots(frame)
@@ -530,6 +555,7 @@ class Recorder:
             else [r.summary() for r in sorted(self.optimizers.values(), key=lambda r: r.index)],
             "checksummed": self.checksums is not None,
             "loaders": [record.to_json() for record in self.loaders],
+            "inputs": [{"wrapper": index, "recorded": hashes} for index, hashes in sorted(self.inputs.items())],
             "saves": self.saves,
             "writes": self.writes,
             "process_group": self.process_group,

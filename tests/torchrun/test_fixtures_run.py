@@ -289,9 +289,10 @@ def test_the_golden_output_trains_in_sync(case: str, tmp_path: Path) -> None:
     shutil.copy(FIXTURES / case / "expected.py", script)
     report = verify(script, nproc=2, workdir=tmp_path, timeout=240)
     failed = [check.name for check in report.checks if not check.passed]
-    # data kept in tensors, not read through a DataLoader: the run has no batches to judge the shards by
-    expected = [] if "DataLoader" in script.read_text() else [SHARDED_DATA]  # torch's, or a subclass
-    assert failed == expected, f"{report.format_table()}\n{report.output[-3000:]}"
+    if "DDP211" in (FIXTURES / case / "diagnostics.txt").read_text():
+        # the data left whole on every rank, as ddpify says; the ranks may still draw apart (rollouts, seeds)
+        failed = [name for name in failed if name != SHARDED_DATA]
+    assert failed == [], f"{report.format_table()}\n{report.output[-3000:]}"
     rank0, rank1 = report.ranks
     assert rank0.steps == rank1.steps > 0
 
