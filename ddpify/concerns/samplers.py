@@ -414,9 +414,15 @@ def _why_not_wrappable(index: Index, value: cst.BaseExpression, batches: bool) -
         return f"`{cls.name.value}` has no `__len__`: a rank's share of it cannot be sized"
     endless = _endless_loop(index, cls)
     if endless is not None:
+        owner = index.scope_of(endless)
+        where = (
+            f"`{owner.name.value}()`, which `__iter__` runs"
+            if isinstance(owner, cst.FunctionDef) and index.method(cls, "__iter__") is not owner
+            else "`__iter__`"
+        )
         return (
             f"`{cls.name.value}` draws without end (`while {index.module_of(endless).code_for_node(endless.test)}:` "
-            "in `__iter__`): its draws cannot be dealt out to the ranks ahead; let one pass of it end (the loop "
+            f"in {where}): its draws cannot be dealt out to the ranks ahead; let one pass of it end (the loop "
             "around the loader repeats it) or give each rank its own stream"
         )
     return _why_not_seedable(index, value)
@@ -567,14 +573,31 @@ def _endless_loop(index: Index, cls: cst.ClassDef) -> cst.While | None:
     method = index.method(cls, "__iter__")
     if method is None:
         return None
-    for node in index.walk(method.body):
+    return _endless_in(index, method, 0)
+
+
+def _endless_in(index: Index, function: cst.FunctionDef, depth: int) -> cst.While | None:
+    """The endless ``while True:`` of ``function``, or of a function of the program it calls (``return
+    iter(endless(n))`` over a generator of its own), two calls deep at most."""
+    calls: list[cst.Call] = []
+    for node in index.walk(function.body):
+        if index.scope_of(node) is not function:
+            continue
         if (
             isinstance(node, cst.While)
-            and index.scope_of(node) is method
             and _always_true(node.test)
             and not any(isinstance(inner, (cst.Break, cst.Return)) for inner in index.walk(node.body))
         ):
             return node
+        if isinstance(node, cst.Call):
+            calls.append(node)
+    for call in calls if depth < 2 else ():
+        resolved = index.resolve_callee(call, function)
+        callee = resolved[0] if resolved is not None else None
+        if isinstance(callee, cst.FunctionDef) and callee is not function:
+            found = _endless_in(index, callee, depth + 1)
+            if found is not None:
+                return found
     return None
 
 
