@@ -281,11 +281,21 @@ ALIAS_CLASSES = [
 ]
 
 
+ALIAS_LEFT = {
+    # the model called through a second name taken before the wrap, while a helper of the step runs one of its
+    # parts (``model.intensity(h)``): refused (DDP310), where the script itself converts
+    "tests/fixtures/model/likelihood_head_run_outside_forward_by_a_helper/input.py",
+}
+
+
 @pytest.mark.parametrize("path", _scripts({ROOT / c for c in ALIAS_CLASSES}, "alias"))
 def test_a_script_and_its_twin_calling_through_second_names_convert_the_same(path: Path) -> None:
     found = alias_twins.differences(path)
     if found is None:
         pytest.skip("no twin: no name bound once and called later")
+    if str(path.relative_to(ROOT)) in ALIAS_LEFT:
+        assert found, "converts alike now: drop it from ALIAS_LEFT"
+        return
     assert found == []
 
 

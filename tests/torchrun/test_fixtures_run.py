@@ -255,6 +255,7 @@ CASES = [
     "data/loader_dict_returned_by_a_factory_into_a_trainer",
     "model/preview_forward_between_steps_feeds_no_backward",
     "tensors/numpy_rows_batched_through_a_permutation",
+    "model/likelihood_head_run_outside_forward_by_a_helper",
 ]
 
 

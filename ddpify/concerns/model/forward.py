@@ -802,6 +802,8 @@ class ForwardChecks:
                 # ``self.encoder = nn.Sequential(self.backbone, self.projector)``: run through the module holding it
                 held = [h for h in sorted(holders.get(name, ())) if h in built]
                 if not any(index.inside(a, f) for h in held for a in index.attributes.get(h, ()) for f in methods):
+                    if self._run_outside_in_training(cls, name):
+                        continue  # ``model.head(h)`` in the step's loss: a gradient every step, which DDP awaits
                     return f"`{self_name}.{name}` is built but forward() never runs it"
                 continue
             runs = [a for a in mentions if isinstance(call := index.parent(a), cst.Call) and call.func is a]
@@ -814,6 +816,28 @@ class ForwardChecks:
             ):
                 return f"forward() uses what `{self_name}.{name}` computes only detached"
         return None
+
+    def _run_outside_in_training(self, cls: cst.ClassDef, name: str) -> bool:
+        """Whether the training step reads the field ``name`` of a ``cls`` model from outside its class
+        (``model.linear(h)`` in a likelihood helper the loop calls): that part gets a gradient in every step,
+        not through forward, and marking it unused (``find_unused_parameters``) makes DDP see it ready twice."""
+        index = self.index
+        own = {f for f, c in index.class_of.items() if c is cls}
+        for read in index.attributes.get(name, ()):
+            function = next((a for a in index.ancestors(read) if isinstance(a, cst.FunctionDef)), None)
+            if function in own or (function is not None and index.method_scope(function) in own):
+                continue
+            parent = index.parent(read)
+            if without_grad(index, read) or (isinstance(parent, cst.Attribute) and parent.value is read):
+                continue  # ``model.ema_body.parameters()`` under no_grad: an update beside the step, no gradient
+            if self._in_a_training_loop(read) or any(
+                self._in_a_training_loop(call) for call in (index.callers(function) if function is not None else ())
+            ):
+                return True
+        return False
+
+    def _in_a_training_loop(self, node: cst.CSTNode) -> bool:
+        return any(self.index.trains(loop.body) for loop in self.index.enclosing_loops(node))
 
     def _detached(self, call: cst.Call) -> bool:
         """Whether every use of ``call``'s result is ``.detach()``: ``t = self.teacher(x)`` and then only
