@@ -163,7 +163,8 @@ class _Finder:
             # ``name + ".pth"`` saved where ``"max_acc.pth"`` is loaded: a computed name may be that file
             suffixes = {name.rpartition(".")[2] for name in named} | {s for path in paths if (s := _suffix(path))}
             # a helper's parameter (``fit_probe("encoder.pt")`` loading its ``path``): what its callers pass
-            followed = {path_shape(index, path) for path in paths} - {""}
+            # (each of them: ``load_checkpoint(args.resume)`` and later ``load_checkpoint("best.tar")``)
+            followed = set().union(*(path_shapes(index, path) for path in paths)) - {""}
             if index.is_call_to(call, _FILE_MOVES):  # ``shutil.copy(path, best)``: it writes its second argument
                 path = call.args[1] if len(call.args) > 1 and not index.is_call_to(call, _REMOVES) else None
             else:
