@@ -238,10 +238,39 @@ class _Finder:
             arg = index.parent(node)
             if isinstance(arg, cst.Arg) and _loads_state_dict(index.parent(arg)):
                 continue
-            if node is not read:  # checkpoint["epoch"]: a plain value read out of the checkpoint
-                continue
+            if node is not read and not self._used_as_an_object(node):
+                continue  # checkpoint["epoch"]: a plain value read out of the checkpoint
             return False
         return bool(reads)
+
+    def _used_as_an_object(self, entry: cst.BaseExpression) -> bool:
+        """Whether the name that ``entry`` (``ckpt["model"]``) is bound to is called or has an attribute read
+        (``model(x)``, ``optimizer.step()``): a whole model or optimizer pickled in the checkpoint, which
+        ``map_location="cpu"`` would leave on the CPU."""
+        index = self.index
+        parent = index.parent(entry)
+        if isinstance(parent, cst.Element):  # ``model, optimizer = ckpt["model"], ckpt["optimizer"]``
+            value = index.parent(parent)
+            assign = index.parent(value)
+            if not (isinstance(value, cst.Tuple) and isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+                return False
+            targets = assign.targets[0].target
+            if not isinstance(targets, cst.Tuple) or len(targets.elements) != len(value.elements):
+                return False
+            target = targets.elements[list(value.elements).index(parent)].value
+        elif isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+        else:
+            return False
+        scope = index.scope_of(entry)
+        ref = index.ref_of(target, scope)
+        if ref is None:
+            return False
+        for read in index.mentions(scope, ref):
+            up = index.parent(read)
+            if (isinstance(up, cst.Call) and up.func is read) or (isinstance(up, cst.Attribute) and up.value is read):
+                return True
+        return False
 
 
 def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
