@@ -459,7 +459,7 @@ class Index(ProgramClasses):
             if owner is not None and func.value.value == self.self_name(owner):
                 method = self.method(self.class_of[owner], func.attr.value, dispatch=True)
                 return (method, bound_slots(method)) if method is not None else None
-            return self._imported_callee(func) or self.instance_method(call, scope)
+            return self._imported_callee(func) or self._class_callee(func) or self.instance_method(call, scope)
         if (
             isinstance(func, cst.Attribute)
             and isinstance(func.value, cst.Call)
@@ -483,6 +483,18 @@ class Index(ProgramClasses):
                 return init, 1
         # ``Runner(args).run()``: a method of an instance of the program's own class
         return self.instance_method(call, scope)
+
+    def _class_callee(self, func: cst.Attribute) -> tuple[cst.FunctionDef, int] | None:
+        """``Learner.from_config(cfg)``: a ``@classmethod`` (its ``cls`` filled) or ``@staticmethod`` of the
+        program's class that the call names through the class itself."""
+        cls = self.local_class(func.value)
+        method = self.method(cls, func.attr.value) if cls is not None else None
+        if method is None:
+            return None
+        named = {d.decorator.value for d in method.decorators if isinstance(d.decorator, cst.Name)}
+        if "classmethod" in named:
+            return method, 1
+        return (method, 0) if "staticmethod" in named else None
 
     def function_named(self, expr: cst.BaseExpression, scope: Scope) -> cst.FunctionDef | None:
         """The program's own function that ``expr`` names where it is written (``step``, ``utils.step``,
@@ -660,6 +672,8 @@ class Index(ProgramClasses):
         if classes:
             return classes
         func = value.func
+        if isinstance(func, cst.Name) and (made := self._made_by_its_classmethod(func)) is not None:
+            return [made]  # ``return cls(**init)`` in ``@classmethod def from_config(cls, cfg)``
         if isinstance(func, cst.Call) and depth <= 3:  # ``get_trainer(name)(loader, model)``
             return self.classes_returned(func)
         if isinstance(func, cst.Attribute) and func.attr.value in torch_api.MODULE_CHAINING_METHODS:
@@ -677,6 +691,18 @@ class Index(ProgramClasses):
             return [c for each in self.returned_values(callee[0]) for c in self.classes_built(each, depth + 1)]
         finally:
             self._following.discard(value)
+
+    def _made_by_its_classmethod(self, func: cst.Name) -> cst.ClassDef | None:
+        """The class of the ``@classmethod`` whose first parameter (``cls``) ``func`` calls."""
+        method = self.method_scope(self.scope_of(func))
+        if (
+            method is None
+            or not method.params.params
+            or method.params.params[0].name.value != func.value
+            or not any(m.matches(d.decorator, m.Name("classmethod")) for d in method.decorators)
+        ):
+            return None
+        return self.class_of.get(method)
 
     def classes_returned(self, call: cst.Call) -> list[cst.ClassDef]:
         """The program's classes that a call of a factory returns, where each of its ``return``s gives one

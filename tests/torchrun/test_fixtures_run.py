@@ -256,6 +256,7 @@ CASES = [
     "model/preview_forward_between_steps_feeds_no_backward",
     "tensors/numpy_rows_batched_through_a_permutation",
     "model/likelihood_head_run_outside_forward_by_a_helper",
+    "model/learner_built_by_a_classmethod_of_its_class",
 ]
 
 
