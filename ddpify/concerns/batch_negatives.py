@@ -20,7 +20,7 @@ import libcst as cst
 
 from ddpify.diagnostics import Code, Severity
 from ddpify.engine.index import Index
-from ddpify.engine.program import Program, is_backward, without_grad
+from ddpify.engine.program import Program, without_grad
 from ddpify.engine.syntax import argument
 
 IN_BATCH_NEGATIVES = Code(
@@ -32,18 +32,7 @@ IN_BATCH_NEGATIVES = Code(
     "similarity, if the loss should see the global batch",
 )
 
-BATCH_COUPLED_LOSS = Code(
-    "DDP317",
-    Severity.WARNING,
-    "model",
-    "a loss accumulates over the samples of its batch: each rank now computes it over its own share",
-    "gather what the loss accumulates across ranks (`torch.distributed.nn.all_gather`, which keeps gradients) "
-    "before the cumulative sum, if the loss should see the global batch",
-)
-
 _CROSS_ENTROPY = frozenset({"torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss"})
-# running reductions along the samples: a Cox partial likelihood's risk sets, a ranking loss's
-_CUMULATIVE = frozenset({"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"})
 _CROSS_ENTROPY_MODULES = frozenset({"torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss"})
 _ARANGE = frozenset({"torch.arange"})
 
@@ -64,43 +53,6 @@ def report(program: Program) -> None:
                 "keeps gradients) before the similarity if the loss should see the global batch",
             )
             return
-
-
-def report_coupled(program: Program) -> None:
-    """Report the first running reduction along the samples (``torch.cumsum(risk, dim=0)``) that a backward pass
-    follows, in a script that trains: its terms depend on the other samples of the batch, which each rank
-    now holds only a share of (one note is enough)."""
-    if not program.trains:
-        return
-    from ddpify.concerns.model.forward import reaches_backward  # (that package imports this module)
-
-    index = program.index
-    for call in index.calls:
-        if not _along_the_samples(index, call) or without_grad(index, call):
-            continue
-        scope = index.scope_of(call)
-        # in a loss function (no backward of its own), or feeding the backward of its function
-        steps = any(isinstance(node, cst.Call) and is_backward(node) for node in index.walk(scope))
-        if not steps or reaches_backward(index, call):
-            program.report(
-                call,
-                BATCH_COUPLED_LOSS,
-                f"`{_short(index.module.code_for_node(call))}` accumulates over the samples of the batch: under "
-                "DistributedDataParallel each rank holds only its share, so each sample's term sees the others of "
-                "its own rank only; gather what it accumulates with `torch.distributed.nn.all_gather` (which "
-                "keeps gradients) if the loss should see the global batch",
-            )
-            return
-
-
-def _along_the_samples(index: Index, call: cst.Call) -> bool:
-    """``torch.cumsum(x, 0)``, ``x.cumsum(dim=0)``, ``torch.logcumsumexp(x, dim=0)``: along the first dimension."""
-    func = call.func
-    if not (isinstance(func, cst.Attribute) and func.attr.value in _CUMULATIVE):
-        return False
-    method = not index.qualified_names(func)  # ``x.cumsum(0)``, not ``torch.cumsum(x, 0)``
-    dim = argument(call, "dim", 0 if method else 1)
-    return dim is not None and isinstance(dim.value, cst.Integer) and dim.value.evaluated_value == 0
 
 
 def _cross_entropies(index: Index) -> Iterator[tuple[cst.Call, cst.BaseExpression]]:

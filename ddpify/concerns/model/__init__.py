@@ -33,8 +33,7 @@ backward pass through one forward of a model (DDP312) are refused; a
 custom method that runs submodules in the training step (DDP303), a model moved
 between devices inside the training loop (DDP305) and a contrastive loss over
 the batch, which now sees only the local batch
-(:mod:`ddpify.concerns.batch_negatives`, DDP311), or a loss that accumulates over
-the batch (DDP317), are reported.
+(:mod:`ddpify.concerns.batch_negatives`, DDP311), are reported.
 
 The concern's parts: its codes (:mod:`.codes`) and facts (:mod:`.facts`); the finder
 (:mod:`.finder`), which traces what each optimizer trains (:mod:`.optimizers`) and checks the
@@ -44,7 +43,7 @@ reads through the wrapper (:mod:`.reads`), freezing (:mod:`.freezing`) and the t
 
 from __future__ import annotations
 
-from ddpify.concerns.batch_negatives import BATCH_COUPLED_LOSS, IN_BATCH_NEGATIVES
+from ddpify.concerns.batch_negatives import IN_BATCH_NEGATIVES
 from ddpify.concerns.model.codes import (
     CODES,
     MODEL_NOT_PLACED,
@@ -63,7 +62,6 @@ from ddpify.concerns.model.finder import find
 from ddpify.concerns.model.rewrite import rewrite
 
 __all__ = [
-    "BATCH_COUPLED_LOSS",
     "CODES",
     "IN_BATCH_NEGATIVES",
     "MODEL_NOT_PLACED",

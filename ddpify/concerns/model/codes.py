@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpify.concerns.batch_negatives import BATCH_COUPLED_LOSS, IN_BATCH_NEGATIVES
+from ddpify.concerns.batch_negatives import IN_BATCH_NEGATIVES
 from ddpify.diagnostics import Code, Severity
 
 UNTRACEABLE_OPTIMIZER = Code(
@@ -123,7 +123,6 @@ CODES = (
     WRAPPER_IN_CONTAINER,
     PARTS_RUN_DIRECTLY,
     IN_BATCH_NEGATIVES,
-    BATCH_COUPLED_LOSS,
     SECOND_BACKWARD,
     OWN_DATA_PARALLEL,
     RETURNED_PARAMETER,

@@ -60,7 +60,6 @@ def find(program: Program) -> Facts:
         )
     if models:
         batch_negatives.report(program)
-        batch_negatives.report_coupled(program)
     index = program.index
     data_parallel = tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL))
     return Facts(
