@@ -19,7 +19,6 @@ import pytest
 
 from ddpify import Status, convert
 from ddpify.verify import verify
-from ddpify.verify.checks import SHARDED_DATA
 
 pytest.importorskip("torch")
 
@@ -190,7 +189,8 @@ def run(tmp_path: Path, source: str) -> tuple[list[list[list[tuple[float, ...]]]
     report = verify(script, nproc=2, workdir=workdir, timeout=240)
 
     failed = [check.name for check in report.checks if not check.passed]
-    assert failed == [SHARDED_DATA], f"{report.format_table()}\n{report.output[-3000:]}"  # no DataLoader to judge
+    # no DataLoader: sharded-data judges what the wrapped model is given on each rank
+    assert failed == [], f"{report.format_table()}\n{report.output[-3000:]}"
     rank0, rank1 = report.ranks
     assert rank0.steps == rank1.steps > 0
     assert rank0.saves and not rank1.saves
