@@ -491,10 +491,9 @@ class Index(ProgramClasses):
         method = self.method(cls, func.attr.value) if cls is not None else None
         if method is None:
             return None
-        named = {d.decorator.value for d in method.decorators if isinstance(d.decorator, cst.Name)}
-        if "classmethod" in named:
+        if decorated(method, "classmethod"):
             return method, 1
-        return (method, 0) if "staticmethod" in named else None
+        return (method, 0) if decorated(method, "staticmethod") else None
 
     def function_named(self, expr: cst.BaseExpression, scope: Scope) -> cst.FunctionDef | None:
         """The program's own function that ``expr`` names where it is written (``step``, ``utils.step``,
@@ -699,7 +698,7 @@ class Index(ProgramClasses):
             method is None
             or not method.params.params
             or method.params.params[0].name.value != func.value
-            or not any(m.matches(d.decorator, m.Name("classmethod")) for d in method.decorators)
+            or not decorated(method, "classmethod")
         ):
             return None
         return self.class_of.get(method)
@@ -848,6 +847,10 @@ class Index(ProgramClasses):
     def trains(self, node: cst.CSTNode) -> bool:
         """Whether running ``node`` runs a backward pass, directly or through the script's own functions."""
         return self._trains_within(node, frozenset())
+
+    def in_a_training_loop(self, node: cst.CSTNode) -> bool:
+        """Whether a loop around ``node`` (in its function) runs a backward pass."""
+        return any(self.trains(loop.body) for loop in self.enclosing_loops(node))
 
     def _trains_within(self, node: cst.CSTNode, seen: frozenset[cst.FunctionDef]) -> bool:
         known = self._trains.get(node)
@@ -1035,4 +1038,9 @@ def _top_level(module: cst.Module) -> Iterator[cst.BaseStatement]:
 def bound_slots(method: cst.FunctionDef) -> int:
     """How many leading parameters of ``method`` a call through an object fills: none for a
     ``@staticmethod`` (``model.train_step(model, optimizer)`` hands ``model`` to the first), else one."""
-    return 0 if any(m.matches(d.decorator, m.Name("staticmethod")) for d in method.decorators) else 1
+    return 0 if decorated(method, "staticmethod") else 1
+
+
+def decorated(function: cst.FunctionDef, name: str) -> bool:
+    """Whether ``function`` carries the plain decorator ``@name`` (``@classmethod``, ``@staticmethod``)."""
+    return any(m.matches(d.decorator, m.Name(name)) for d in function.decorators)

@@ -184,7 +184,7 @@ class LoaderFinder:
                 or node in self._shard_passes
                 or isinstance(node, cst.Call)
                 # inside a loop that trains (``[t.to(device) for t in batch]`` after ``batch = next(it)``)
-                or any(index.trains(loop.body) for loop in index.enclosing_loops(node))
+                or index.in_a_training_loop(node)
                 or not (ref in held or any(place in held for place in index.upstream(ref)))
             ):
                 continue

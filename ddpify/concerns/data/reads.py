@@ -121,7 +121,7 @@ class Reads:
             return made is not None and self.index.trains(made)
         if isinstance(node, cst.For):
             return self.index.trains(node.body)
-        return any(self.index.trains(loop.body) for loop in self.index.enclosing_loops(node))
+        return self.index.in_a_training_loop(node)
 
     def batches_train(self, site: cst.CSTNode) -> bool:
         """Whether the batches drawn at ``site`` flow into a backward pass.

@@ -559,7 +559,7 @@ class _Finder:
         function = enclosing_function(index, read)
         if function is not None:
             return index.trains(function)
-        return any(index.trains(loop.body) for loop in index.enclosing_loops(read))
+        return index.in_a_training_loop(read)
 
     def _inside_the_builder(
         self,

@@ -73,7 +73,7 @@ class ForwardChecks:
                 continue
             if index.inside(read, wrap):
                 continue  # the move the wrap follows (``model = model.to(device)``, each run of a loop of runs)
-            if index.starts_after(read, wrap) and any(index.trains(loop.body) for loop in index.enclosing_loops(read)):
+            if index.starts_after(read, wrap) and index.in_a_training_loop(read):
                 self.program.report(
                     read,
                     MOVES_IN_TRAINING,
@@ -310,7 +310,7 @@ class ForwardChecks:
     def _in_training(self, node: cst.CSTNode) -> bool:
         """Inside a loop that runs a backward pass, or a function (other than the wrap's) that does."""
         index = self.index
-        if any(index.trains(loop.body) for loop in index.enclosing_loops(node)):
+        if index.in_a_training_loop(node):
             return True
         scope = index.scope_of(node)
         return isinstance(scope, cst.FunctionDef) and index.trains(scope.body) and not without_grad(self.index, node)
@@ -344,7 +344,7 @@ class ForwardChecks:
                 continue
             function = index.scope_of(call)
             in_step = isinstance(function, cst.FunctionDef) and index.trains(function.body)  # a train_step method
-            if not in_step and not any(index.trains(loop.body) for loop in index.enclosing_loops(call)):
+            if not in_step and not index.in_a_training_loop(call):
                 continue
             receiver = dotted(attribute.value)
             kept = frozenset(f"{receiver}.{field}" for field in _fields_set(index, method)) if receiver else frozenset()
@@ -825,19 +825,16 @@ class ForwardChecks:
         own = {f for f, c in index.class_of.items() if c is cls}
         for read in index.attributes.get(name, ()):
             function = next((a for a in index.ancestors(read) if isinstance(a, cst.FunctionDef)), None)
-            if function in own or (function is not None and index.method_scope(function) in own):
-                continue
+            if function is not None and index.method_scope(function) in own:
+                continue  # (a method of the class, or a function nested in one)
             parent = index.parent(read)
             if without_grad(index, read) or (isinstance(parent, cst.Attribute) and parent.value is read):
                 continue  # ``model.ema_body.parameters()`` under no_grad: an update beside the step, no gradient
-            if self._in_a_training_loop(read) or any(
-                self._in_a_training_loop(call) for call in (index.callers(function) if function is not None else ())
+            if index.in_a_training_loop(read) or any(
+                index.in_a_training_loop(call) for call in (index.callers(function) if function is not None else ())
             ):
                 return True
         return False
-
-    def _in_a_training_loop(self, node: cst.CSTNode) -> bool:
-        return any(self.index.trains(loop.body) for loop in self.index.enclosing_loops(node))
 
     def _detached(self, call: cst.Call) -> bool:
         """Whether every use of ``call``'s result is ``.detach()``: ``t = self.teacher(x)`` and then only

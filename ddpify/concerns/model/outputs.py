@@ -111,7 +111,7 @@ class OutputUse:
                 and call.func is read
                 and isinstance(assign, cst.Subscript)
                 and m.matches(assign, m.Subscript(slice=[m.SubscriptElement(m.Index(m.Integer()))]))
-                and any(index.trains(loop.body) for loop in index.enclosing_loops(call))
+                and index.in_a_training_loop(call)
                 and (
                     heads is None
                     or heads - {int(cast(cst.Integer, cast(cst.Index, assign.slice[0].slice).value).value)}
