@@ -547,10 +547,11 @@ class _Walker:
         for full in module.imports.get(name, ()):
             if full in self.modules:
                 found.append(full)
-                continue
             owner, _, member = full.rpartition(".")
             if owner in self.modules:
-                found += self._member(owner, member, seen)
+                # ``from pkg import Model`` where ``pkg/__init__.py`` rebinds ``Model`` from its submodule
+                # ``pkg/Model.py`` to the class defined there: the package's attribute wins
+                found += [t for t in self._member(owner, member, seen) if t != full]
         if found:
             return found  # a name the module defines or imports itself hides what a star import brings
         for star in module.stars:
