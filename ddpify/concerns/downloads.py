@@ -218,6 +218,7 @@ def _fetchers(
             found.add(scope)
     if caches:
         found.update(_cache_builders(index))
+    wrapping = _wrapping(index, wraps) if wraps else frozenset()
     frontier = list(found)
     while frontier:
         for caller in index.callers(frontier.pop()):
@@ -226,36 +227,30 @@ def _fetchers(
                 isinstance(scope, cst.FunctionDef)
                 and scope not in found
                 and not index.trains(scope.body)
-                and not _wraps_a_model(index, scope, wraps, {})
+                and scope not in wrapping
             ):
                 found.add(scope)
                 frontier.append(scope)
     return frozenset(found)
 
 
-def _wraps_a_model(
-    index: Index,
-    function: cst.FunctionDef,
-    wraps: tuple[cst.BaseStatement, ...],
-    known: dict[cst.FunctionDef, bool],
-    depth: int = 0,
-) -> bool:
-    """Whether ``function`` wraps a model (``wraps``), itself or through the program's functions it calls
-    (``model = to_device(model)``, where ``to_device`` wraps): DDP's constructor waits for every rank."""
-    if function in known:
-        return known[function]
-    known[function] = False  # (a recursion)
-    found = any(index.inside(wrap, function) for wrap in wraps) or (
-        depth < 6
-        and any(
-            (callee := index.runs(call, index.scope_of(call))) is not None
-            and _wraps_a_model(index, callee[0], wraps, known, depth + 1)
-            for call in index.walk(function.body)
-            if type(call) is cst.Call
-        )
-    )
-    known[function] = found
-    return found
+def _wrapping(index: Index, wraps: tuple[cst.BaseStatement, ...]) -> frozenset[cst.FunctionDef]:
+    """The functions that wrap a model (``wraps``), themselves or through the program's functions they call
+    (``model = to_device(model)``, where ``to_device`` wraps): DDP's constructor waits for every rank. Found
+    backwards from the wraps, each call followed once."""
+    found = {f for wrap in wraps for f in index.ancestors(wrap) if isinstance(f, cst.FunctionDef)}
+    frontier = sorted(found, key=lambda f: index.order[f])
+    while frontier:
+        function = frontier.pop()
+        for call in index.callers(function):
+            runs = index.runs(call, index.scope_of(call))
+            if runs is None or runs[0] is not function:
+                continue
+            for outer in index.ancestors(call):
+                if isinstance(outer, cst.FunctionDef) and outer not in found:
+                    found.add(outer)
+                    frontier.append(outer)
+    return frozenset(found)
 
 
 def _cache_builders(index: Index) -> Iterator[cst.FunctionDef]:
