@@ -155,11 +155,13 @@ class OwnSampler:
     per_rank: tuple[cst.Call, ...] = ()
     # ``kwargs["sampler"] = ...`` on request: where the dict holds none, a DistributedSampler goes into it
     by_default: bool = False
+    # ``def train(ds, ..., sampler=None)`` that no call gives a sampler: where it is None, a DistributedSampler
+    unset_parameter: bool = False
 
     @property
     def reshuffles(self) -> bool:
         """Whether the order changes with the epoch, so that ``set_epoch`` is needed."""
-        return bool(self.wrapped) or self.shuffle or self.by_default
+        return bool(self.wrapped) or self.shuffle or self.by_default or (self.unset_parameter and self.shuffle)
 
 
 def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length: bool) -> OwnSampler | str:
@@ -192,6 +194,8 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
     passed = passed_values(index, ref) if not assigned else None  # a loader factory handed the sampler
     if (not assigned and not passed) or written_otherwise(index, ref, [a for a, _ in assigned]):
         return f"cannot see every value `{spelled}` takes (it is set by something other than a plain assignment)"
+    if passed is not None and passed and all(m.matches(v, m.Name("None")) for v in passed) and not batches:
+        return _unset_parameter(index, call, arg, ref)
     if passed is not None and any(m.matches(v, m.Name("None")) for v in passed):
         return f"the sampler `{spelled}` may be None where a call passes it: there is no placeholder to replace"
     handed = _handed_placeholders(index, call, arg, ref, passed) if passed is not None else None
@@ -336,6 +340,14 @@ def _placeholder(
     if shuffle is None:
         return f"cannot tell whether the loader shuffles where `{spelled}` is None (its `**` arguments)"
     shuffles = _shuffles_where_none(shuffle, dotted(arg.value))
+    named = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
+    if named is None and shuffles and m.matches(shuffle, m.Name("True")):
+        # the placeholder becomes a sampler, which DataLoader refuses beside ``shuffle=True``; the dict
+        # may serve other loaders, whose shuffle must stay
+        return (
+            f"`shuffle=True` in the `**` arguments of the loader, next to the sampler `{spelled}`, which may be "
+            f"None: write `shuffle=({spelled} is None)`"
+        )
     if shuffles is None:
         return (
             f"`shuffle={index.module.code_for_node(shuffle)}` next to the sampler `{spelled}`, which may be None: "
@@ -359,6 +371,27 @@ def _placeholder(
                 f"set it to `DistributedSampler({dataset})` after the dataset is made"
             )
     return OwnSampler(arg, "sampler", wrapped, placeholders, dataset, shuffles)
+
+
+def _unset_parameter(index: Index, call: cst.Call, arg: cst.Arg, ref: Ref) -> OwnSampler | str:
+    """``def train(ds, ..., sampler=None)``, and no call gives it a sampler: where it is None, a DistributedSampler
+    over the loader's dataset, set in the function before the loader is built."""
+    spelled = index.module.code_for_node(arg.value)
+    shuffle = _shuffle_value(index, call)
+    shuffles = _shuffles_where_none(shuffle, dotted(arg.value)) if shuffle is not None else None
+    named = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
+    dataset_arg = argument(call, "dataset", 0)
+    if (
+        shuffles is None
+        or (named is None and shuffles)
+        or index.scope_of(call) is not ref.scope
+        or dataset_arg is None
+        or not isinstance(dataset_arg.value, cst.Name | cst.Attribute)
+    ):
+        return f"the sampler `{spelled}` is None in every call, and ddpify cannot tell where to build one in its place"
+    return OwnSampler(
+        arg, "sampler", dataset=index.module.code_for_node(dataset_arg.value), shuffle=shuffles, unset_parameter=True
+    )
 
 
 def _shuffle_value(index: Index, call: cst.Call) -> cst.BaseExpression | None:
@@ -651,6 +684,16 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
         if plan.without_group(placeholder):  # another script may import it: None, as before, without a group
             code = f"{code} if {dist}.is_initialized() else None"
         plan.replace(cast(cst.BaseExpression, placeholder.value), _replaced_by(cst.parse_expression(code)))
+    if own.unset_parameter:
+        stmt = index.statement_of(own.arg)
+        spelled = index.module_of(stmt).code_for_node(own.arg.value)
+        test = plan.with_group(stmt, f"{spelled} is None")
+        plan.insert_before(
+            stmt, cst.parse_statement(f"if {test}:\n    {spelled} = {sampler}({own.dataset}{shuffle})\n")
+        )
+        plan.change(own.arg, f"`{spelled}` is None in every call: a {sampler} over `{own.dataset}` takes its place")
+    if own.placeholders or own.unset_parameter:
+        _shuffle_left_to_the_sampler(plan, own)
     drawn = "the batches" if own.attribute == "batch_sampler" else "what"
     rngs = sampler_rngs(index, own)
     times = " once for every rank, so that each rank keeps its number of steps (one pass is the whole training)"
@@ -669,6 +712,40 @@ def share(plan: EditPlan, own: OwnSampler, wrapper: str, whole_run: bool = False
         plan.change(placeholder, f"the sampler that stayed None is a {sampler} over `{own.dataset}`")
     for call in own.per_rank:
         _draw_per_rank(plan, call, whole_run)
+
+
+def _shuffle_left_to_the_sampler(plan: EditPlan, own: OwnSampler) -> None:
+    """``DataLoader(ds, sampler=sampler, shuffle=True)`` where ``sampler = None`` was the placeholder: the
+    placeholder is a sampler now, which DataLoader refuses beside ``shuffle=True``; the DistributedSampler
+    shuffles instead. (Where another script may import the loader and the sampler stays None without a
+    group, ``shuffle=<sampler> is None``.)"""
+    index = plan.index
+    call = index.parent(own.arg)
+    if not isinstance(call, cst.Call):
+        return
+    shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
+    if shuffle is None or not m.matches(shuffle.value, m.Name("True")):
+        return
+    spelled = index.module_of(call).code_for_node(own.arg.value)
+    if plan.without_group(call) or shuffle.keyword is None:
+        code = f"{spelled} is None" if plan.without_group(call) else "False"
+        plan.replace(shuffle.value, _replaced_by(cst.parse_expression(code)))
+        plan.change(shuffle, f"`shuffle=True` -> `shuffle={code}`: the sampler shuffles")
+        return
+    plan.replace(call, lambda node: _without_keyword(cast(cst.Call, node), "shuffle"))
+    plan.change(shuffle, "`shuffle=True` goes: the DistributedSampler in the sampler's place shuffles")
+
+
+def _without_keyword(call: cst.Call, keyword: str) -> cst.Call:
+    """``call`` without its argument ``keyword=...``; the argument before it takes its comma (or none)."""
+    args = list(call.args)
+    at = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == keyword), None)
+    if at is None:
+        return call
+    removed = args.pop(at)
+    if at == len(args) and args:  # it was the last: the one before it ends the list now
+        args[-1] = args[-1].with_changes(comma=removed.comma)
+    return call.with_changes(args=args)
 
 
 def needs_wrapper(plan: EditPlan, own: OwnSampler, whole_run: bool) -> bool:

@@ -27,6 +27,9 @@ WEIGHTS = Path(__file__).parent / "record_weights.py"
 
 CASES = [
     "model/init_function_after_move",
+    "model/wrap_after_a_guarded_call_of_the_moving_method",
+    "gradients/hypergradient_stored_in_grad",
+    "data/sampler_placeholder_beside_shuffle_true",
     "model/frozen_unless_finetuned",
     "model/gan_auxiliary_head_unused",
     "model/output_indexed_in_step",
