@@ -22,10 +22,11 @@ insert at the same place, and it follows the order of the generated script:
 7. ``model``         -- the DistributedDataParallel wrap and ``.module`` reads;
 8. ``accumulation``  -- gradient sync only on the updating micro-step, before the forward pass;
 9. ``closures``     -- the loss an optimizer steers by (LBFGS) is averaged over the ranks;
-10. ``run_names``    -- a file or folder named by the clock or at random gets rank 0's name everywhere;
-11. ``checkpoints``  -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
-12. ``side_effects`` -- ``print`` and other output on global rank 0 only;
-13. ``loop_control`` -- rank-local exits from the training loop (reported only).
+10. ``gradients``    -- gradients computed by hand (``torch.autograd.grad``) are averaged before they are stored;
+11. ``run_names``    -- a file or folder named by the clock or at random gets rank 0's name everywhere;
+12. ``checkpoints``  -- ``torch.save`` on global rank 0 only (its barrier after the rank-0 block);
+13. ``side_effects`` -- ``print`` and other output on global rank 0 only;
+14. ``loop_control`` -- rank-local exits from the training loop (reported only).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ddpify.concerns import (
     devices,
     downloads,
     evaluation,
+    gradients,
     loop_control,
     model,
     process_group,
@@ -62,6 +64,7 @@ CONCERNS: tuple[ModuleType, ...] = (
     model,
     accumulation,
     closures,
+    gradients,
     run_names,
     checkpoints,
     side_effects,
@@ -76,6 +79,7 @@ NEEDS: dict[ModuleType, tuple[ModuleType, ...]] = {
     evaluation: (data,),
     tensors: (data, model, process_group),
     accumulation: (model,),
+    gradients: (model,),
     checkpoints: (downloads, loop_control),
     side_effects: (model, process_group, downloads),
     loop_control: (model, data),
