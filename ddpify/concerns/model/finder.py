@@ -429,6 +429,9 @@ class _Finder:
             )
             return None
         anchor = self._climb_conditionals(stmt, target)
+        guarded = self._called_only_under_a_test(anchor, target)
+        if guarded is not None:
+            anchor, cuda = guarded, False
         insert_after = self._after_setup(anchor, target)
         realiased = self.reads.realiased(target, insert_after)
         stored = self.reads.stored_before(target, anchor, insert_after, {alias for alias, _ in realiased})
@@ -907,6 +910,40 @@ class _Finder:
         ):
             return condition
         return None
+
+    def _called_only_under_a_test(self, anchor: cst.BaseStatement, target: Ref) -> cst.BaseStatement | None:
+        """The ``if`` around the one call of the method whose body ends where the wrap would go: ``if use_cuda:
+        self.cuda()``, with the move in the agent's own ``cuda()``. The wrap goes after that ``if``, so that it
+        runs on the CPU too; None where the call runs on every path (or is not one statement of its own)."""
+        index = self.index
+        function = index.scope_of(anchor)
+        if (
+            not isinstance(function, cst.FunctionDef)
+            or index.parent(anchor) is not function.body
+            or not target.path.startswith("self.")
+            or index.method_class(function) is None
+        ):
+            return None
+        callers = index.callers(function)
+        if len(callers) != 1:
+            return None
+        caller = index.scope_of(callers[0])
+        if not (
+            isinstance(caller, cst.FunctionDef)
+            and index.method_class(caller) is index.method_class(function)
+            and m.matches(callers[0].func, m.Attribute(value=m.Name(index.self_name(caller) or "")))
+        ):
+            return None  # the field is ``self``'s in the caller too only where it calls the method on itself
+        statement = index.statement_of(callers[0])
+        if not (
+            isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and statement.body[0].value is callers[0]
+        ):
+            return None
+        climbed = self._climb_conditionals(statement, target)
+        return climbed if climbed is not statement else None
 
     def _moved_as_it_returns(self, stmt: cst.SimpleStatementLine, target: Ref) -> bool:
         """Whether the function of ``stmt`` returns the model at ``target`` moved, in the return statement itself
