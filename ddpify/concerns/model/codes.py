@@ -111,6 +111,14 @@ INITIALISED_FROM_A_BATCH = Code(
     "initialise those layers before training on one batch that every rank reads alike (then convert), or copy "
     "rank 0's parameters to every rank after the first step yourself",
 )
+SAVED_WITH_ITS_WRAPPER = Code(
+    "DDP318",
+    Severity.WARNING,
+    "model",
+    "an object of the program's own is saved whole (pickle, torch.save) while a field of it holds the DDP wrapper",
+    "save the model's `state_dict()` (or the object with the plain module in that field): the file holds "
+    "the wrapper, which loads only where a process group exists",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -127,4 +135,5 @@ CODES = (
     OWN_DATA_PARALLEL,
     RETURNED_PARAMETER,
     INITIALISED_FROM_A_BATCH,
+    SAVED_WITH_ITS_WRAPPER,
 )

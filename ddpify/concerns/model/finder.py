@@ -23,13 +23,14 @@ from ddpify.concerns.model.codes import (
     NO_OPTIMIZER,
     OWN_DATA_PARALLEL,
     PARTS_RUN_DIRECTLY,
+    SAVED_WITH_ITS_WRAPPER,
     SECOND_BACKWARD,
     STORED_BEFORE_WRAP,
     UNFROZEN_AFTER_WRAP,
     UNTRACEABLE_OPTIMIZER,
 )
 from ddpify.concerns.model.facts import Facts, Model
-from ddpify.concerns.model.forward import ForwardChecks
+from ddpify.concerns.model.forward import ForwardChecks, backwards_reached
 from ddpify.concerns.model.freezing import Freezing
 from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.concerns.model.outputs import OutputUse
@@ -60,11 +61,44 @@ def find(program: Program) -> Facts:
         )
     if models:
         batch_negatives.report(program)
+        _report_saved_holders(program, models)
     index = program.index
     data_parallel = tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL))
     return Facts(
         models, tuple(finder.trained.optimizers()), data_parallel, _data_parallel_tests(index), tuple(finder.summed)
     )
+
+
+def _report_saved_holders(program: Program, models: tuple[Model, ...]) -> None:
+    """``pickle.dump(tagger, f)`` (or ``torch.save``) of a whole object of the program's own class that keeps a
+    wrapped model in a field (``self.model``): the file holds the DDP wrapper, which loads only where a process
+    group exists (an evaluation script run with plain ``python`` fails on it)."""
+    index = program.index
+    held = {model.ref.scope: model for model in models if model.ref.path.startswith("self.")}
+    if not held:
+        return
+    for call in index.calls:
+        if not (call.args and index.is_call_to(call, torch_api.SAVE | torch_api.PICKLE_DUMPS)):
+            continue
+        value, scope = call.args[0].value, index.scope_of(call)
+        classes: list[cst.ClassDef] = []
+        if isinstance(value, cst.Name) and isinstance(scope, cst.FunctionDef) and value.value == index.self_name(scope):
+            owner = index.method_class(scope)
+            classes = [owner] if owner is not None else []
+        elif isinstance(value, cst.Name) and (ref := index.ref_of(value, scope)) is not None:
+            classes = list(index.constructed_classes(ref))
+        for cls in classes:
+            method = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef)), None)
+            model = held.get(index.attribute_class(method)) if method is not None else None
+            if model is not None:
+                program.report(
+                    call,
+                    SAVED_WITH_ITS_WRAPPER,
+                    f"`{index.module_of(call).code_for_node(value)}` is saved whole, with the DDP wrapper that "
+                    f"`{model.expression}` holds after the conversion: the file loads only where a process group "
+                    "exists; save the model's `state_dict()` instead, or swap the module in for the save",
+                )
+                break
 
 
 def _one_after_the_other(index: Index, first: cst.Call, second: cst.Call) -> bool:
@@ -88,6 +122,17 @@ def _one_after_the_other(index: Index, first: cst.Call, second: cst.Call) -> boo
     return body.index(statements[1]) == body.index(statements[0]) + 1 and all(
         arg.keyword is not None and arg.keyword.value == "retain_graph" for arg in (*first.args, *second.args)
     )
+
+
+def _on_other_sides(index: Index, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    """Whether ``a`` and ``b`` sit on the two sides of one ``if`` (never both run in one pass)."""
+    for ancestor in index.ancestors(a):
+        if isinstance(ancestor, cst.If) and index.inside(b, ancestor):
+            orelse = ancestor.orelse
+            in_body = [index.inside(node, ancestor.body) for node in (a, b)]
+            in_else = [orelse is not None and index.inside(node, orelse) for node in (a, b)]
+            return (in_body[0] and in_else[1]) or (in_else[0] and in_body[1])
+    return False
 
 
 def _outermost(index: Index, models: tuple[Model, ...]) -> tuple[Model, ...]:
@@ -997,6 +1042,53 @@ class _Finder:
                     "DistributedDataParallel averages the gradients once per forward and raises on the second; "
                     "add the losses and call backward once, or keep the first loss off this model "
                     "(a GAN's discriminator step on `fake.detach()`)",
+                )
+                return True
+        return self._refuse_losses_of_one_forward(model)
+
+    def _refuse_losses_of_one_forward(self, model: Model) -> bool:
+        """``loss_g, loss_d = model(x, y)``, then ``loss_g.backward()`` and ``loss_d.backward()`` with no forward
+        of ``model`` between them: both losses carry gradients of the one forward (not only through
+        ``.detach()``). DDP averages the gradients of the first backward pass; the second one's stay on each
+        rank (or raise, where the first left parameters without a gradient)."""
+        index = self.index
+        for first in index.calls:
+            if not is_backward(first) or _retains_graph(first):
+                continue
+            loop = next(index.enclosing_loops(first), None)
+            if loop is None:
+                continue
+            start, end, at = index.order[loop], index.last[loop], index.order[first]
+            later = [
+                c
+                for c in index.calls
+                if is_backward(c) and at < index.order[c] <= end and not _on_other_sides(index, first, c)
+            ]
+            if not later:
+                continue
+            second = min(later, key=lambda c: index.order[c])
+            runs = [
+                read
+                for ref in own_lineage(index, model.ref)
+                for read in index.mentions(loop, ref)
+                if self.reads.runs_model(read)
+            ]
+            before = [read for read in runs if start <= index.order[read] < at]
+            if not before or any(at < index.order[read] < index.order[second] for read in runs):
+                continue
+            read = max(before, key=lambda r: index.order[r])
+            call = index.parent(read)
+            if not (isinstance(call, cst.Call) and call.func is read):
+                continue
+            reached = set(backwards_reached(index, call, through_detach=False))
+            if first in reached and second in reached:
+                self.program.report(
+                    second,
+                    SECOND_BACKWARD,
+                    f"a second backward pass through the forward of `{model.expression}` at line "
+                    f"{index.position(call)[0]}, after the one at line {index.position(first)[0]}: "
+                    "DistributedDataParallel averages the gradients of one backward pass per forward, and this "
+                    "pass's gradients would differ from rank to rank; compute each loss in a forward of its own",
                 )
                 return True
         return False

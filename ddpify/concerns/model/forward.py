@@ -10,7 +10,7 @@ BatchNorm over small per-process batches is reported (DDP308).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import cast
 
 import libcst as cst
@@ -1082,33 +1082,63 @@ def reaches_backward(index: Index, call: cst.Call, kept: frozenset[str] = frozen
 
 def backward_reached(index: Index, call: cst.Call, kept: frozenset[str] = frozenset()) -> cst.Call | None:
     """The first ``.backward()`` that the value of ``call`` reaches (see :func:`reaches_backward`)."""
+    return next(backwards_reached(index, call, kept), None)
+
+
+def backwards_reached(
+    index: Index, call: cst.Call, kept: frozenset[str] = frozenset(), *, through_detach: bool = True
+) -> Iterator[cst.Call]:
+    """Each ``.backward()`` that the value of ``call`` reaches, in order (see :func:`reaches_backward`); where
+    ``through_detach`` is False, a value read only through ``.detach()`` carries no gradient on
+    (``critic(fake.detach())``)."""
     scope = index.scope_of(call)
     names: set[str] = set()
+
+    def carries(expr: cst.BaseExpression) -> bool:
+        if expr is call or index.inside(call, expr):
+            return True
+        if through_detach:
+            return _mentions_any(index, expr, names)
+        return _mentions_any(index, expr, names, skip=_detached_values(index, expr))
+
     for node in index.walk(scope):
         if node is call:
             names.update(kept)
         if isinstance(node, cst.Call) and is_backward(node):
             receiver = cast(cst.Attribute, node.func).value
-            args = [receiver, *(a.value for a in node.args)]
-            if any(arg is call or index.inside(call, arg) or _mentions_any(index, arg, names) for arg in args):
-                return node
+            if any(carries(arg) for arg in [receiver, *(a.value for a in node.args)]):
+                yield node
         if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call) and index.scope_of(node) is scope:
             # ``parts.append(model.embed(x))``: the container now holds the value
             method = node.value.func
-            if isinstance(method, cst.Attribute) and any(
-                a.value is call or index.inside(call, a.value) or _mentions_any(index, a.value, names)
-                for a in node.value.args
-            ):
+            if isinstance(method, cst.Attribute) and any(carries(a.value) for a in node.value.args):
                 names.update(_bound_names(index, method.value))
         if isinstance(node, cst.Assign | cst.AugAssign | cst.AnnAssign) and index.scope_of(node) is scope:
             value = node.value
             if value is None:
                 continue
-            if value is call or index.inside(call, value) or _mentions_any(index, value, names):
+            if carries(value):
                 targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
                 for target in targets:
                     names.update(_bound_names(index, target))
-    return None
+
+
+def _detached_values(index: Index, expr: cst.BaseExpression) -> set[cst.CSTNode]:
+    """The parts of ``expr`` that carry no gradient on: the receivers of ``.detach()``, ``.item()``, ``.size()``
+    and the like, of ``.shape`` and ``.device``, and what ``len()`` is given (``torch.zeros(len(fake), 1)``)."""
+    found: set[cst.CSTNode] = set()
+    for node in index.walk(expr):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value in _NO_GRADIENT_METHODS:
+                found.add(node.func.value)
+        elif isinstance(node, cst.Call) and m.matches(node.func, m.Name("len")) and node.args:
+            found.add(node.args[0].value)
+        elif isinstance(node, cst.Attribute) and node.attr.value in ("shape", "device", "dtype", "ndim"):
+            found.add(node.value)
+    return found
+
+
+_NO_GRADIENT_METHODS = frozenset({"detach", "item", "size", "dim", "numel", "tolist", "numpy", "argmax", "argmin"})
 
 
 def _elements(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
@@ -1176,10 +1206,16 @@ def _bound_names(index: Index, target: cst.BaseExpression) -> Iterator[str]:
         yield text
 
 
-def _mentions_any(index: Index, expr: cst.BaseExpression, names: set[str]) -> bool:
+def _mentions_any(index: Index, expr: cst.BaseExpression, names: set[str], skip: Collection[cst.CSTNode] = ()) -> bool:
+    """Whether ``expr`` reads one of ``names``, outside the subtrees ``skip``."""
     if not names:
         return False
-    return any(isinstance(node, cst.Name | cst.Attribute) and dotted(node) in names for node in index.walk(expr))
+    return any(
+        isinstance(node, cst.Name | cst.Attribute)
+        and dotted(node) in names
+        and not any(node is s or index.inside(node, s) for s in skip)
+        for node in index.walk(expr)
+    )
 
 
 def _run_field(call: cst.Call) -> str:
