@@ -194,13 +194,15 @@ def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length
     passed = passed_values(index, ref) if not assigned else None  # a loader factory handed the sampler
     if (not assigned and not passed) or written_otherwise(index, ref, [a for a, _ in assigned]):
         return f"cannot see every value `{spelled}` takes (it is set by something other than a plain assignment)"
-    if passed is not None and passed and all(m.matches(v, m.Name("None")) for v in passed) and not batches:
-        return _unset_parameter(index, call, arg, ref)
-    if passed is not None and any(m.matches(v, m.Name("None")) for v in passed):
-        return f"the sampler `{spelled}` may be None where a call passes it: there is no placeholder to replace"
-    handed = _handed_placeholders(index, call, arg, ref, passed) if passed is not None else None
-    if handed is not None:
+    literal_none = passed is not None and any(m.matches(v, m.Name("None")) for v in passed)
+    handed = _handed_placeholders(index, call, arg, ref, passed) if passed is not None and not literal_none else None
+    if handed is not None:  # ``sampler = None`` where a factory is handed it: replaced there
         return handed
+    placeholders_only = bool(assigned) and all(m.matches(v, m.Name("None")) for _, v in assigned)
+    if not batches and not placeholders_only and _always_none(index, ref):  # (placeholders: below)
+        return _unset_parameter(index, call, arg, ref)
+    if literal_none:
+        return f"the sampler `{spelled}` may be None where a call passes it: there is no placeholder to replace"
     samplers = [v for _, v in assigned if not m.matches(v, m.Name("None"))] + list(passed or ())
     why = _why_not_dealt_out(index, samplers, batches)
     if why:
@@ -290,8 +292,9 @@ def _handed_placeholders(
         if dataset is None or source is None:
             return f"the sampler `{spelled}` may be None, and the data set handed with it has no name"
         datasets.add(index.module_of(site).code_for_node(dataset))
+        made = [*index.assignments_to(source), *(a for a, _ in index.unpacked_values(source))]
         for placeholder, value in assigned:
-            ready = [a for a in index.assignments_to(source) if index.after(placeholder, a)]
+            ready = [a for a in made if index.after(placeholder, a)]
             if m.matches(value, m.Name("None")) and (index.scope_of(placeholder) is not held.scope or not ready):
                 return (
                     f"`{index.module_of(site).code_for_node(site.args[0].value)}`'s sampler is set to None where "
@@ -340,14 +343,6 @@ def _placeholder(
     if shuffle is None:
         return f"cannot tell whether the loader shuffles where `{spelled}` is None (its `**` arguments)"
     shuffles = _shuffles_where_none(shuffle, dotted(arg.value))
-    named = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
-    if named is None and shuffles and m.matches(shuffle, m.Name("True")):
-        # the placeholder becomes a sampler, which DataLoader refuses beside ``shuffle=True``; the dict
-        # may serve other loaders, whose shuffle must stay
-        return (
-            f"`shuffle=True` in the `**` arguments of the loader, next to the sampler `{spelled}`, which may be "
-            f"None: write `shuffle=({spelled} is None)`"
-        )
     if shuffles is None:
         return (
             f"`shuffle={index.module.code_for_node(shuffle)}` next to the sampler `{spelled}`, which may be None: "
@@ -379,12 +374,10 @@ def _unset_parameter(index: Index, call: cst.Call, arg: cst.Arg, ref: Ref) -> Ow
     spelled = index.module.code_for_node(arg.value)
     shuffle = _shuffle_value(index, call)
     shuffles = _shuffles_where_none(shuffle, dotted(arg.value)) if shuffle is not None else None
-    named = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
     dataset_arg = argument(call, "dataset", 0)
     if (
         shuffles is None
-        or (named is None and shuffles)
-        or index.scope_of(call) is not ref.scope
+        or not (index.scope_of(call) is ref.scope or ref.path.startswith("self."))
         or dataset_arg is None
         or not isinstance(dataset_arg.value, cst.Name | cst.Attribute)
     ):
@@ -392,6 +385,24 @@ def _unset_parameter(index: Index, call: cst.Call, arg: cst.Arg, ref: Ref) -> Ow
     return OwnSampler(
         arg, "sampler", dataset=index.module.code_for_node(dataset_arg.value), shuffle=shuffles, unset_parameter=True
     )
+
+
+def _always_none(index: Index, ref: Ref, depth: int = 0) -> bool:
+    """Whether every value the place ``ref`` takes is None: ``sampler=None`` that no call gives a value, also
+    handed on through parameters and ``self`` fields (``self.sampler = sampler``)."""
+    assigned = [value for _, value in index.values_assigned(ref)]
+    if index.unpacked_values(ref) or written_otherwise(index, ref, [a for a, _ in index.values_assigned(ref)]):
+        return False
+    values = assigned or passed_values(index, ref) or []
+    if not values or depth > 3:
+        return False
+    for value in values:
+        if m.matches(value, m.Name("None")):
+            continue
+        held = index.ref_of(value, index.scope_of(value)) if isinstance(value, cst.Name | cst.Attribute) else None
+        if held is None or held == ref or not _always_none(index, held, depth + 1):
+            return False
+    return True
 
 
 def _shuffle_value(index: Index, call: cst.Call) -> cst.BaseExpression | None:
@@ -724,16 +735,39 @@ def _shuffle_left_to_the_sampler(plan: EditPlan, own: OwnSampler) -> None:
     if not isinstance(call, cst.Call):
         return
     shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
-    if shuffle is None or not m.matches(shuffle.value, m.Name("True")):
+    if shuffle is None:
+        _shuffle_off_in_the_dict(plan, own, call)
+        return
+    if not m.matches(shuffle.value, m.Name("True")):
         return
     spelled = index.module_of(call).code_for_node(own.arg.value)
     if plan.without_group(call) or shuffle.keyword is None:
         code = f"{spelled} is None" if plan.without_group(call) else "False"
         plan.replace(shuffle.value, _replaced_by(cst.parse_expression(code)))
-        plan.change(shuffle, f"`shuffle=True` -> `shuffle={code}`: the sampler shuffles")
-        return
-    plan.replace(call, lambda node: _without_keyword(cast(cst.Call, node), "shuffle"))
-    plan.change(shuffle, "`shuffle=True` goes: the DistributedSampler in the sampler's place shuffles")
+    else:
+        plan.replace(call, lambda node: _without_keyword(cast(cst.Call, node), "shuffle"))
+    plan.change(
+        shuffle, "no `shuffle=True` beside the sampler: the DistributedSampler in the placeholder's place shuffles"
+    )
+
+
+def _shuffle_off_in_the_dict(plan: EditPlan, own: OwnSampler, call: cst.Call) -> None:
+    """``DataLoader(ds, sampler=sampler, **settings)`` where ``settings`` holds ``"shuffle": True``: the loader
+    takes the dict with its shuffle turned off, ``**{**settings, "shuffle": False}`` (the dict itself may serve
+    other loaders, whose shuffle stays)."""
+    index = plan.index
+    code = index.module_of(call).code_for_node
+    for arg in call.args:
+        if arg.star != "**":
+            continue
+        held = (dict_entries(index, arg.value, index.scope_of(call)) or {}).get("shuffle", ())
+        if not any(m.matches(value, m.Name("True")) for value in held):
+            continue
+        off = f"{code(own.arg.value)} is None" if plan.without_group(call) else "False"
+        plan.replace(arg.value, _replaced_by(cst.parse_expression(f'{{**{code(arg.value)}, "shuffle": {off}}}')))
+        plan.change(
+            arg, "no `shuffle=True` beside the sampler: the DistributedSampler in the placeholder's place shuffles"
+        )
 
 
 def _without_keyword(call: cst.Call, keyword: str) -> cst.Call:
