@@ -1117,10 +1117,14 @@ def backwards_reached(
             value = node.value
             if value is None:
                 continue
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
             if carries(value):
-                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
                 for target in targets:
                     names.update(_bound_names(index, target))
+            elif not through_detach and isinstance(node, cst.Assign):
+                # ``fake_out = critic(fake.detach())`` after ``fake_out = critic(fake)``: the name holds
+                # a value without the gradient now
+                names.difference_update(t.value for t in targets if isinstance(t, cst.Name))
 
 
 def _detached_values(index: Index, expr: cst.BaseExpression) -> set[cst.CSTNode]:
