@@ -1129,7 +1129,7 @@ def backwards_reached(
 
 def _detached_values(index: Index, expr: cst.BaseExpression) -> set[cst.CSTNode]:
     """The parts of ``expr`` that carry no gradient on: the receivers of ``.detach()``, ``.item()``, ``.size()``
-    and the like, of ``.shape`` and ``.device``, and what ``len()`` is given (``torch.zeros(len(fake), 1)``)."""
+    and the like, of ``.data``, ``.shape`` and ``.device``, and what ``len()`` is given (``torch.zeros(len(fake), 1)``)."""
     found: set[cst.CSTNode] = set()
     for node in index.walk(expr):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
@@ -1137,7 +1137,7 @@ def _detached_values(index: Index, expr: cst.BaseExpression) -> set[cst.CSTNode]
                 found.add(node.func.value)
         elif isinstance(node, cst.Call) and m.matches(node.func, m.Name("len")) and node.args:
             found.add(node.args[0].value)
-        elif isinstance(node, cst.Attribute) and node.attr.value in ("shape", "device", "dtype", "ndim"):
+        elif isinstance(node, cst.Attribute) and node.attr.value in ("shape", "device", "dtype", "ndim", "data"):
             found.add(node.value)
     return found
 
