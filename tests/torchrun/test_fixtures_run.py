@@ -30,6 +30,7 @@ CASES = [
     "model/wrap_after_a_guarded_call_of_the_moving_method",
     "gradients/hypergradient_stored_in_grad",
     "data/sampler_placeholder_beside_shuffle_true",
+    "model/penalty_added_to_the_critic_loss",
     "model/frozen_unless_finetuned",
     "model/gan_auxiliary_head_unused",
     "model/output_indexed_in_step",

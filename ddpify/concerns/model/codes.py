@@ -119,6 +119,15 @@ SAVED_WITH_ITS_WRAPPER = Code(
     "save the model's `state_dict()` (or the object with the plain module in that field): the file holds "
     "the wrapper, which loads only where a process group exists",
 )
+PENALTY_ONLY_STEP = Code(
+    "DDP319",
+    Severity.ERROR,
+    "model",
+    "a backward pass whose loss reaches the model only through `torch.autograd.grad` of its output (a gradient "
+    "penalty stepped on its own): the parameters that the input gradient does not depend on (the last layer's "
+    "bias) get no gradient, DDP waits for them, and the next forward raises",
+    "add the penalty to the loss of a step that runs the model (or add `0 * <output>.sum()` to it), then convert",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -136,4 +145,5 @@ CODES = (
     RETURNED_PARAMETER,
     INITIALISED_FROM_A_BATCH,
     SAVED_WITH_ITS_WRAPPER,
+    PENALTY_ONLY_STEP,
 )

@@ -23,6 +23,7 @@ from ddpify.concerns.model.codes import (
     NO_OPTIMIZER,
     OWN_DATA_PARALLEL,
     PARTS_RUN_DIRECTLY,
+    PENALTY_ONLY_STEP,
     SAVED_WITH_ITS_WRAPPER,
     SECOND_BACKWARD,
     STORED_BEFORE_WRAP,
@@ -1044,7 +1045,34 @@ class _Finder:
                     "(a GAN's discriminator step on `fake.detach()`)",
                 )
                 return True
-        return self._refuse_losses_of_one_forward(model)
+        return self._refuse_losses_of_one_forward(model) or self._refuse_penalty_only_step(model)
+
+    def _refuse_penalty_only_step(self, model: Model) -> bool:
+        """``penalty.backward()`` where ``penalty`` comes from ``torch.autograd.grad(critic(points).sum(),
+        points, create_graph=True)`` alone: through DDP, the parameters the input gradient does not depend on
+        (a last bias) never get a gradient, the reduction never ends, and the next forward raises."""
+        index = self.index
+        reached: dict[cst.Call, bool] = {}  # backward -> whether some forward reaches it directly
+        for ref in own_lineage(index, model.ref):
+            for scope in index.scopes_reading(ref):
+                for read in index.mentions(scope, ref):
+                    call = index.parent(read)
+                    if not (isinstance(call, cst.Call) and call.func is read and self.reads.runs_model(read)):
+                        continue
+                    direct = set(backwards_reached(index, call, through_detach=False, through_input_gradients=False))
+                    for backward in backwards_reached(index, call, through_detach=False):
+                        reached[backward] = reached.get(backward, False) or backward in direct
+        for backward in sorted((b for b, direct in reached.items() if not direct), key=lambda b: index.order[b]):
+            self.program.report(
+                backward,
+                PENALTY_ONLY_STEP,
+                f"this backward pass reaches `{model.expression}` only through `torch.autograd.grad` of its output "
+                "(a gradient penalty stepped on its own): the parameters the input gradient does not depend on "
+                "(the last layer's bias) get no gradient, DDP waits for them, and the next forward raises; add the "
+                "penalty to the loss of the step that runs the model, or add `0 * <output>.sum()` to it",
+            )
+            return True
+        return False
 
     def _refuse_losses_of_one_forward(self, model: Model) -> bool:
         """``loss_g, loss_d = model(x, y)``, then ``loss_g.backward()`` and ``loss_d.backward()`` with no forward

@@ -1086,20 +1086,28 @@ def backward_reached(index: Index, call: cst.Call, kept: frozenset[str] = frozen
 
 
 def backwards_reached(
-    index: Index, call: cst.Call, kept: frozenset[str] = frozenset(), *, through_detach: bool = True
+    index: Index,
+    call: cst.Call,
+    kept: frozenset[str] = frozenset(),
+    *,
+    through_detach: bool = True,
+    through_input_gradients: bool = True,
 ) -> Iterator[cst.Call]:
     """Each ``.backward()`` that the value of ``call`` reaches, in order (see :func:`reaches_backward`); where
     ``through_detach`` is False, a value read only through ``.detach()`` carries no gradient on
-    (``critic(fake.detach())``)."""
+    (``critic(fake.detach())``); where ``through_input_gradients`` is False too, neither does a value read only
+    inside ``torch.autograd.grad(...)`` (a gradient penalty: what it gives back is a gradient with respect to
+    the input, which reaches only some of the model's parameters)."""
     scope = index.scope_of(call)
     names: set[str] = set()
 
     def carries(expr: cst.BaseExpression) -> bool:
-        if expr is call or index.inside(call, expr):
-            return True
         if through_detach:
-            return _mentions_any(index, expr, names)
-        return _mentions_any(index, expr, names, skip=_detached_values(index, expr))
+            return expr is call or index.inside(call, expr) or _mentions_any(index, expr, names)
+        skip = _detached_values(index, expr, input_gradients=not through_input_gradients)
+        if expr is call or (index.inside(call, expr) and not any(call is s or index.inside(call, s) for s in skip)):
+            return True
+        return _mentions_any(index, expr, names, skip=skip)
 
     for node in index.walk(scope):
         if node is call:
@@ -1127,12 +1135,15 @@ def backwards_reached(
                 names.difference_update(t.value for t in targets if isinstance(t, cst.Name))
 
 
-def _detached_values(index: Index, expr: cst.BaseExpression) -> set[cst.CSTNode]:
+def _detached_values(index: Index, expr: cst.BaseExpression, *, input_gradients: bool = False) -> set[cst.CSTNode]:
     """The parts of ``expr`` that carry no gradient on: the receivers of ``.detach()``, ``.item()``, ``.size()``
-    and the like, of ``.data``, ``.shape`` and ``.device``, and what ``len()`` is given (``torch.zeros(len(fake), 1)``)."""
+    and the like, of ``.data``, ``.shape`` and ``.device``, what ``len()`` is given (``torch.zeros(len(fake),
+    1)``), and with ``input_gradients`` every ``torch.autograd.grad(...)`` call."""
     found: set[cst.CSTNode] = set()
     for node in index.walk(expr):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        if input_gradients and isinstance(node, cst.Call) and index.is_call_to(node, INPUT_GRADIENTS):
+            found.add(node)
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
             if node.func.attr.value in _NO_GRADIENT_METHODS:
                 found.add(node.func.value)
         elif isinstance(node, cst.Call) and m.matches(node.func, m.Name("len")) and node.args:
@@ -1142,6 +1153,7 @@ def _detached_values(index: Index, expr: cst.BaseExpression) -> set[cst.CSTNode]
     return found
 
 
+INPUT_GRADIENTS = frozenset({"torch.autograd.grad"})
 _NO_GRADIENT_METHODS = frozenset({"detach", "item", "size", "dim", "numel", "tolist", "numpy", "argmax", "argmin"})
 
 
