@@ -75,9 +75,14 @@ def _report_saved_holders(program: Program, models: tuple[Model, ...]) -> None:
     wrapped model in a field (``self.model``): the file holds the DDP wrapper, which loads only where a process
     group exists (an evaluation script run with plain ``python`` fails on it)."""
     index = program.index
-    held = {model.ref.scope: model for model in models if model.ref.path.startswith("self.")}
+    held: dict[Scope, str] = {}  # a class whose field holds a wrapped model (built there or handed in): the field
+    for model in models:
+        for place in sorted(index.lineage(model.ref), key=lambda r: (r.path, index.order.get(r.scope, -1))):
+            if place.path.startswith("self.") and isinstance(place.scope, cst.ClassDef):
+                held.setdefault(place.scope, place.path)
     if not held:
         return
+    wrapped = frozenset().union(*(index.lineage(model.ref) for model in models))  # saved as `.module`
     for call in index.calls:
         if not (call.args and index.is_call_to(call, torch_api.SAVE | torch_api.PICKLE_DUMPS)):
             continue
@@ -86,18 +91,18 @@ def _report_saved_holders(program: Program, models: tuple[Model, ...]) -> None:
         if isinstance(value, cst.Name) and isinstance(scope, cst.FunctionDef) and value.value == index.self_name(scope):
             owner = index.method_class(scope)
             classes = [owner] if owner is not None else []
-        elif isinstance(value, cst.Name) and (ref := index.ref_of(value, scope)) is not None:
+        elif isinstance(value, cst.Name) and (ref := index.ref_of(value, scope)) is not None and ref not in wrapped:
             classes = list(index.constructed_classes(ref))
         for cls in classes:
             method = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef)), None)
-            model = held.get(index.attribute_class(method)) if method is not None else None
-            if model is not None:
+            field = held.get(index.attribute_class(method)) if method is not None else None
+            if field is not None:
                 program.report(
                     call,
                     SAVED_WITH_ITS_WRAPPER,
-                    f"`{index.module_of(call).code_for_node(value)}` is saved whole, with the DDP wrapper that "
-                    f"`{model.expression}` holds after the conversion: the file loads only where a process group "
-                    "exists; save the model's `state_dict()` instead, or swap the module in for the save",
+                    f"`{index.module_of(call).code_for_node(value)}` is saved whole, with the DDP wrapper that its "
+                    f"field `{field}` holds after the conversion: the file loads only where a process group exists; "
+                    "save the model's `state_dict()` instead, or swap the module in for the save",
                 )
                 break
 
