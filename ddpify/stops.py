@@ -51,7 +51,9 @@ def find_stops(program: Program) -> tuple[list[Stop], list[Diagnostic]] | None:
     stopped = {gate.branch for found in reached for gate in found}
     chains = {gate.chain: None for found in reached for gate in found}
     if not all(
-        any(branch not in stopped and _trains(index, branch) for branch in gates.branches(chain)) for chain in chains
+        any(branch not in stopped and _trains(index, branch) for branch in gates.branches(chain))
+        or gates.passed_over_trains(index, chain)
+        for chain in chains
     ):
         return None
     stops: dict[cst.BaseSuite, Stop] = {}

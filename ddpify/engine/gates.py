@@ -86,7 +86,20 @@ def gate_in_function(index: Index, node: cst.CSTNode) -> Gate | None:
 
 
 def _has_alternative(index: Index, stmt: cst.If) -> bool:
-    return stmt.orelse is not None or isinstance(index.parent(stmt), cst.If)
+    return stmt.orelse is not None or isinstance(index.parent(stmt), cst.If) or passed_over_trains(index, stmt)
+
+
+def passed_over_trains(index: Index, chain: cst.If) -> bool:
+    """Whether a run that passes over ``chain`` (an ``if`` without ``else``) still trains: another statement of
+    its block trains (``if args.loss == "wgan-gp":`` around a penalty step, beside the steps every run takes)."""
+    if chain.orelse is not None:
+        return False
+    block = index.parent(chain)
+    return isinstance(block, cst.IndentedBlock) and any(
+        index.trains(stmt)
+        for stmt in block.body
+        if stmt is not chain and not isinstance(stmt, cst.FunctionDef | cst.ClassDef)
+    )
 
 
 def _chain_of(index: Index, stmt: cst.If) -> cst.If:
