@@ -222,6 +222,8 @@ PARAMETER_FREE_LAYERS = frozenset(
 SUBMODULE_METHODS = frozenset({"modules", "named_modules", "children", "named_children"})
 
 NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"})
+# A gradient computed by hand, given back rather than accumulated in ``.grad``.
+AUTOGRAD_GRAD = frozenset({"torch.autograd.grad"})
 
 SET_DEVICE = frozenset({"torch.cuda.set_device"})
 

@@ -25,6 +25,7 @@ from typing import cast
 
 import libcst as cst
 
+from ddpify import torch_api
 from ddpify.concerns import model
 from ddpify.engine.edits import EditPlan, fresh
 from ddpify.engine.index import Index
@@ -33,8 +34,6 @@ from ddpify.engine.syntax import dotted
 from ddpify.result import Options
 
 CODES = ()
-
-AUTOGRAD_GRAD = frozenset({"torch.autograd.grad"})
 
 HELPER = '''
 def {helper}(grad):
@@ -55,7 +54,7 @@ def find(program: Program, models: model.Facts) -> Facts:
     if not models.models:
         return Facts(())
     index = program.index
-    scopes = {index.scope_of(call) for call in index.calls if index.is_call_to(call, AUTOGRAD_GRAD)}
+    scopes = {index.scope_of(call) for call in index.calls if index.is_call_to(call, torch_api.AUTOGRAD_GRAD)}
     stored: list[cst.BaseExpression] = []
     for scope in sorted(scopes, key=lambda s: index.order.get(s, -1)):
         stored += [v for v in _stored_gradients(index, scope) if v not in stored]
@@ -69,7 +68,7 @@ def _stored_gradients(index: Index, scope: cst.CSTNode) -> Iterator[cst.BaseExpr
 
     def carries(expr: cst.CSTNode) -> bool:
         return any(
-            (isinstance(node, cst.Call) and index.is_call_to(node, AUTOGRAD_GRAD))
+            (isinstance(node, cst.Call) and index.is_call_to(node, torch_api.AUTOGRAD_GRAD))
             or (isinstance(node, cst.Name) and node.value in derived)
             for node in index.walk(expr)
         )

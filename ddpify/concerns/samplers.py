@@ -67,7 +67,7 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify import torch_api
-from ddpify.engine.edits import EditPlan, fresh, insert_arg, with_comma
+from ddpify.engine.edits import EditPlan, fresh, insert_arg, with_comma, without_keyword
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import imports_module
 from ddpify.engine.syntax import argument, dotted, parameter_names
@@ -161,7 +161,7 @@ class OwnSampler:
     @property
     def reshuffles(self) -> bool:
         """Whether the order changes with the epoch, so that ``set_epoch`` is needed."""
-        return bool(self.wrapped) or self.shuffle or self.by_default or (self.unset_parameter and self.shuffle)
+        return bool(self.wrapped) or self.shuffle or self.by_default
 
 
 def own_sampler(index: Index, call: cst.Call, arg: cst.Arg, reads_dataset_length: bool) -> OwnSampler | str:
@@ -390,10 +390,10 @@ def _unset_parameter(index: Index, call: cst.Call, arg: cst.Arg, ref: Ref) -> Ow
 def _always_none(index: Index, ref: Ref, depth: int = 0) -> bool:
     """Whether every value the place ``ref`` takes is None: ``sampler=None`` that no call gives a value, also
     handed on through parameters and ``self`` fields (``self.sampler = sampler``)."""
-    assigned = [value for _, value in index.values_assigned(ref)]
-    if index.unpacked_values(ref) or written_otherwise(index, ref, [a for a, _ in index.values_assigned(ref)]):
+    assignments = list(index.values_assigned(ref))
+    if index.unpacked_values(ref) or written_otherwise(index, ref, [a for a, _ in assignments]):
         return False
-    values = assigned or passed_values(index, ref) or []
+    values = [value for _, value in assignments] or passed_values(index, ref) or []
     if not values or depth > 3:
         return False
     for value in values:
@@ -745,7 +745,7 @@ def _shuffle_left_to_the_sampler(plan: EditPlan, own: OwnSampler) -> None:
         code = f"{spelled} is None" if plan.without_group(call) else "False"
         plan.replace(shuffle.value, _replaced_by(cst.parse_expression(code)))
     else:
-        plan.replace(call, lambda node: _without_keyword(cast(cst.Call, node), "shuffle"))
+        plan.replace(call, lambda node: without_keyword(cast(cst.Call, node), "shuffle", "True"))
     plan.change(
         shuffle, "no `shuffle=True` beside the sampler: the DistributedSampler in the placeholder's place shuffles"
     )
@@ -768,18 +768,6 @@ def _shuffle_off_in_the_dict(plan: EditPlan, own: OwnSampler, call: cst.Call) ->
         plan.change(
             arg, "no `shuffle=True` beside the sampler: the DistributedSampler in the placeholder's place shuffles"
         )
-
-
-def _without_keyword(call: cst.Call, keyword: str) -> cst.Call:
-    """``call`` without its argument ``keyword=...``; the argument before it takes its comma (or none)."""
-    args = list(call.args)
-    at = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == keyword), None)
-    if at is None:
-        return call
-    removed = args.pop(at)
-    if at == len(args) and args:  # it was the last: the one before it ends the list now
-        args[-1] = args[-1].with_changes(comma=removed.comma)
-    return call.with_changes(args=args)
 
 
 def needs_wrapper(plan: EditPlan, own: OwnSampler, whole_run: bool) -> bool:

@@ -628,8 +628,9 @@ def insert_arg(call: cst.Call, arg: cst.Arg, position: int) -> cst.Call:
     return call.with_changes(args=args)
 
 
-def without_default(call: cst.Call, keyword: str) -> cst.Call:
-    """``call`` without its argument ``keyword=None``, the arguments around it laid out as before."""
+def without_keyword(call: cst.Call, keyword: str, value: str) -> cst.Call:
+    """``call`` without its argument ``keyword=<value>`` (``shuffle=True``, ``sampler=None``), the arguments
+    around it laid out as before."""
     args = list(call.args)
     found = next(
         (
@@ -638,7 +639,7 @@ def without_default(call: cst.Call, keyword: str) -> cst.Call:
             if a.keyword is not None
             and a.keyword.value == keyword
             and isinstance(a.value, cst.Name)
-            and a.value.value == "None"
+            and a.value.value == value
         ),
         None,
     )

@@ -20,7 +20,7 @@ from ddpify.concerns.data.facts import Facts, Loader, batch_size, batch_size_arg
 from ddpify.concerns.data.seeds import seed_order, seed_split
 from ddpify.concerns.data.streams import define_shard, shard_stream
 from ddpify.concerns.samplers import define_wrapper, needs_wrapper, sample_entries, sampler_rngs, share
-from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement, without_default
+from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement, without_keyword
 from ddpify.engine.index import Index
 from ddpify.engine.syntax import argument
 from ddpify.engine.values import attribute_values, gpu_count, loader_batch_size
@@ -150,7 +150,7 @@ def _add_sampler(
     )
     if default is not None:  # ``sampler=None`` written out: it makes way for the DistributedSampler
         keyword = cast(cst.Name, default.keyword).value
-        plan.replace(call, lambda n: without_default(cast(cst.Call, n), keyword))
+        plan.replace(call, lambda n: without_keyword(cast(cst.Call, n), keyword, "None"))
     shuffle = argument(call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
     arguments = dataset_code
     spread = loader.spread

@@ -1018,39 +1018,55 @@ class _Finder:
         handed to the script's own code) between the two backward calls starts a new one.
         """
         index = self.index
+        for first, second, _ in self._backward_pairs(model, retained=True):
+            if _one_after_the_other(index, first, second):
+                if (first, second) not in self.summed:
+                    self.summed.append((first, second))
+                continue
+            self.program.report(
+                second,
+                SECOND_BACKWARD,
+                f"a second backward pass through the forward of `{model.expression}` that line "
+                f"{index.position(first)[0]} already ran backward through (`retain_graph=True`): "
+                "DistributedDataParallel averages the gradients once per forward and raises on the second; "
+                "add the losses and call backward once, or keep the first loss off this model "
+                "(a GAN's discriminator step on `fake.detach()`)",
+            )
+            return True
+        return self._refuse_losses_of_one_forward(model) or self._refuse_penalty_only_step(model)
+
+    def _backward_pairs(
+        self, model: Model, *, retained: bool
+    ) -> Iterator[tuple[cst.Call, cst.Call, cst.BaseExpression]]:
+        """Each backward pass in a loop (passing ``retain_graph`` or not, as ``retained`` says) with the next one of
+        the loop (where ``retained`` is False, not one on the other side of an ``if``), after a forward of
+        ``model`` in the loop and with none between the two: (first, second, the read that runs the last such
+        forward)."""
+        index = self.index
         for first in index.calls:
-            if not (is_backward(first) and _retains_graph(first)):
+            if not is_backward(first) or _retains_graph(first) != retained:
                 continue
             loop = next(index.enclosing_loops(first), None)
             if loop is None:
                 continue
             start, end, at = index.order[loop], index.last[loop], index.order[first]
-            later = [c for c in index.calls if is_backward(c) and at < index.order[c] <= end]
+            later = [
+                c
+                for c in index.calls
+                if is_backward(c) and at < index.order[c] <= end and (retained or not _on_other_sides(index, first, c))
+            ]
             if not later:
                 continue
             second = min(later, key=lambda c: index.order[c])
             runs = [
-                index.order[read]
-                for ref in own_lineage(self.index, model.ref)
+                read
+                for ref in own_lineage(index, model.ref)
                 for read in index.mentions(loop, ref)
                 if self.reads.runs_model(read)
             ]
-            if any(start <= o < at for o in runs) and not any(at < o < index.order[second] for o in runs):
-                if _one_after_the_other(index, first, second):
-                    if (first, second) not in self.summed:
-                        self.summed.append((first, second))
-                    continue
-                self.program.report(
-                    second,
-                    SECOND_BACKWARD,
-                    f"a second backward pass through the forward of `{model.expression}` that line "
-                    f"{index.position(first)[0]} already ran backward through (`retain_graph=True`): "
-                    "DistributedDataParallel averages the gradients once per forward and raises on the second; "
-                    "add the losses and call backward once, or keep the first loss off this model "
-                    "(a GAN's discriminator step on `fake.detach()`)",
-                )
-                return True
-        return self._refuse_losses_of_one_forward(model) or self._refuse_penalty_only_step(model)
+            before = [read for read in runs if start <= index.order[read] < at]
+            if before and not any(at < index.order[read] < index.order[second] for read in runs):
+                yield first, second, max(before, key=lambda r: index.order[r])
 
     def _refuse_penalty_only_step(self, model: Model) -> bool:
         """``penalty.backward()`` where ``penalty`` comes from ``torch.autograd.grad(critic(points).sum(),
@@ -1085,31 +1101,7 @@ class _Finder:
         ``.detach()``). DDP averages the gradients of the first backward pass; the second one's stay on each
         rank (or raise, where the first left parameters without a gradient)."""
         index = self.index
-        for first in index.calls:
-            if not is_backward(first) or _retains_graph(first):
-                continue
-            loop = next(index.enclosing_loops(first), None)
-            if loop is None:
-                continue
-            start, end, at = index.order[loop], index.last[loop], index.order[first]
-            later = [
-                c
-                for c in index.calls
-                if is_backward(c) and at < index.order[c] <= end and not _on_other_sides(index, first, c)
-            ]
-            if not later:
-                continue
-            second = min(later, key=lambda c: index.order[c])
-            runs = [
-                read
-                for ref in own_lineage(index, model.ref)
-                for read in index.mentions(loop, ref)
-                if self.reads.runs_model(read)
-            ]
-            before = [read for read in runs if start <= index.order[read] < at]
-            if not before or any(at < index.order[read] < index.order[second] for read in runs):
-                continue
-            read = max(before, key=lambda r: index.order[r])
+        for first, second, read in self._backward_pairs(model, retained=False):
             call = index.parent(read)
             if not (isinstance(call, cst.Call) and call.func is read):
                 continue

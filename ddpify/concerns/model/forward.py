@@ -1141,7 +1141,7 @@ def _detached_values(index: Index, expr: cst.BaseExpression, *, input_gradients:
     1)``), and with ``input_gradients`` every ``torch.autograd.grad(...)`` call."""
     found: set[cst.CSTNode] = set()
     for node in index.walk(expr):
-        if input_gradients and isinstance(node, cst.Call) and index.is_call_to(node, INPUT_GRADIENTS):
+        if input_gradients and isinstance(node, cst.Call) and index.is_call_to(node, torch_api.AUTOGRAD_GRAD):
             found.add(node)
         elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
             if node.func.attr.value in _NO_GRADIENT_METHODS:
@@ -1153,7 +1153,6 @@ def _detached_values(index: Index, expr: cst.BaseExpression, *, input_gradients:
     return found
 
 
-INPUT_GRADIENTS = frozenset({"torch.autograd.grad"})
 _NO_GRADIENT_METHODS = frozenset({"detach", "item", "size", "dim", "numel", "tolist", "numpy", "argmax", "argmin"})
 
 

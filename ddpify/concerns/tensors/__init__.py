@@ -119,7 +119,7 @@ UNSHARDED_DATA = data.UNSHARDED_DATA
 CODES: tuple[Code, ...] = ()
 
 # Gradients with respect to the inputs (physics-informed losses): the data is a variable, not samples.
-DIFFERENTIATES = frozenset({"torch.autograd.grad", "torch.autograd.functional.jacobian"})
+DIFFERENTIATES = torch_api.AUTOGRAD_GRAD | {"torch.autograd.functional.jacobian"}
 
 
 @dataclass(frozen=True)
