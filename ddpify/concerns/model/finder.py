@@ -472,6 +472,8 @@ class _Finder:
         elif creations:
             stmt, target = max(creations, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
             cuda, placed = False, False
+        elif (handed := self._handed_unplaced(ref, optimizer)) is not None:
+            (stmt, target), cuda, placed = handed, False, False
         else:
             self.program.report(
                 optimizer,
@@ -538,6 +540,65 @@ class _Finder:
             realiased=realiased,
             **dropped,
         )
+
+    def _handed_unplaced(self, ref: Ref, optimizer: cst.Call) -> tuple[cst.SimpleStatementLine, Ref] | None:
+        """The statement that builds the optimizer, where the model it trains came in as a parameter that
+        every call builds in its argument (``fit(Net(), dataset)``) and that nothing moves: the model is
+        ready as it arrives, and is wrapped once its optimizer holds it, before any step or forward pass; with
+        that parameter. None where that statement may not run (under an ``if`` or in a loop) or the model runs
+        before it."""
+        index = self.index
+        places = upstream(index, ref)
+        entries = [
+            place
+            for place in places
+            if (passed := passed_values(index, place)) and all(isinstance(v, cst.Call) for v in passed)
+        ]
+        if len(entries) != 1:
+            return None
+        entry = entries[0]
+        function = cast(cst.FunctionDef, entry.scope)
+        stmt = self._statement_reaching(function, optimizer)
+        target = entry
+        if stmt is None:  # a Trainer's ``__init__`` keeps it (``self.model = model``), a method trains it
+            kept = [
+                (index.statement_of(assign), place)
+                for place in places
+                for assign in index.assignments_to(place)
+                if index.scope_of(assign) is function and m.matches(assign.value, m.Name(entry.path))
+            ]
+            if len(kept) != 1:
+                return None
+            stmt, target = kept[0]
+        if not isinstance(stmt, cst.SimpleStatementLine) or any(
+            isinstance(node, (cst.If, cst.For, cst.While, cst.Match))
+            for node in index.ancestors(stmt)
+            if index.inside(node, function.body)
+        ):
+            return None
+        if any(
+            isinstance(node, cst.Call)
+            and isinstance(node.func, (cst.Name, cst.Attribute))
+            and index.ref_of(node.func, function) in places
+            and index.order[node] < index.order[stmt]
+            for node in index.walk(function.body)
+        ):  # ``model(warmup)`` before the optimizer: the wrap would come too late
+            return None
+        return stmt, target
+
+    def _statement_reaching(
+        self, function: cst.FunctionDef, node: cst.CSTNode, depth: int = 0
+    ) -> cst.BaseStatement | None:
+        """The one statement of ``function`` that holds ``node`` or the one call that runs the function
+        holding it (``opt = make_optimizer(model)``); None where there are several or none."""
+        index = self.index
+        scope = index.scope_of(node)
+        if scope is function:
+            return index.statement_of(node)
+        if not isinstance(scope, cst.FunctionDef) or depth > 3:
+            return None
+        found = {self._statement_reaching(function, call, depth + 1) for call in index.callers(scope)}
+        return found.pop() if len(found) == 1 else None
 
     def _returned_by(
         self, move: cst.SimpleStatementLine, creations: list[tuple[cst.SimpleStatementLine, Ref]]
