@@ -324,7 +324,26 @@ class _Finder:
         index = self.index
         last_always: cst.BaseExpression | None = None
         sometimes = False
-        for assign, value in sorted(index.values_assigned(target), key=lambda a: index.order[a[0]]):
+        assigned = sorted(index.values_assigned(target), key=lambda a: index.order[a[0]])
+        if isinstance(target.scope, cst.ClassDef):
+            # a field set to None in ``__init__`` and built in another method only under a condition
+            # (``self.aux = None``, then ``if args.aux: self.aux = Aux()`` in ``set_model``)
+            init = index.method(target.scope, "__init__")
+            last_always = next(
+                (
+                    value
+                    for assign, value in reversed(assigned)
+                    if init is not None
+                    and index.scope_of(assign) is init
+                    and not any(
+                        isinstance(a, (cst.If, cst.For, cst.While, cst.Match))
+                        for a in index.ancestors(assign)
+                        if index.inside(a, init.body)
+                    )
+                ),
+                None,
+            )
+        for assign, value in assigned:
             stmt = index.statement_of(assign)
             if index.scope_of(stmt) is not index.scope_of(wrap) or (index.after(stmt, wrap) and stmt is not wrap):
                 continue
