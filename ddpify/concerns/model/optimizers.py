@@ -305,7 +305,36 @@ class TrainedModels:
             return None
         if node is not receiver and self.holds_models(ref):
             return None  # ``nets.enc`` of ``nets = Munch(enc=..., head=...)``: not a part of one model
+        if node is not receiver and (field := self._field_of_plain_object(receiver, node, ref)) is not None:
+            return field
         return ref
+
+    def _field_of_plain_object(self, receiver: cst.BaseExpression, node: cst.BaseExpression, ref: Ref) -> Ref | None:
+        """``self.gen`` of ``class GAN`` for ``gan.gen`` (or ``gan.gen.head``), where ``gan`` holds an instance
+        of a class of the program that is no module (it derives from no class but its own program's and
+        ``object``): the model is the field, not the object that holds it, which DDP cannot wrap."""
+        index = self.index
+        part = receiver
+        while isinstance(part, (cst.Attribute, cst.Subscript)) and part.value is not node:
+            part = part.value
+        if not isinstance(part, cst.Attribute) or part.value is not node:
+            return None
+        classes = list(dict.fromkeys(index.constructed_classes(ref)))
+        if len(classes) != 1 or not self._plain_object_class(classes[0]):
+            return None
+        field = Ref(classes[0], f"self.{part.attr.value}")
+        return field if next(index.assignments_to(field), None) is not None else None
+
+    def _plain_object_class(self, cls: cst.ClassDef) -> bool:
+        """Whether every base of ``cls``, and of its program's own bases, is a class of the program or
+        ``object``: no library class that might be an ``nn.Module``."""
+        index = self.index
+        return all(
+            index.local_class(base.value) is not None or m.matches(base.value, m.Name("object"))
+            for c in index.ancestry(cls)
+            for base in c.bases
+            if base.keyword is None
+        )
 
     def holds_models(self, ref: Ref) -> bool:
         """Whether ``ref`` holds a container of models that is no module itself: a dict (also an attribute-dict
