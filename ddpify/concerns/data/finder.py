@@ -277,7 +277,12 @@ class LoaderFinder:
         """The epoch loops around a training loader's sites, each where its ``set_epoch`` goes (DDP203 if in a ``while``)."""
         index = self.index
         epoch_loops: list[EpochLoop] = []
-        for node, ref in sites:
+        drawn = [
+            (node, held)
+            for node, ref in sites
+            for held in [ref, *(r for r in self.reads.drawn_from(node, self._refs_of(call)) if r != ref)]
+        ]
+        for node, ref in drawn:
             for loop in self._epoch_loop(starts.get(node, node), ref):
                 if index.inside(call, loop.loop):  # set after the statement that builds it in that loop
                     built = next(  # (or in a loop over the phases inside it)

@@ -39,6 +39,20 @@ class Reads:
                 sites.append((node, found))
         return sites
 
+    def drawn_from(self, site: cst.CSTNode, refs: set[Ref]) -> list[Ref]:
+        """Every place among ``refs`` whose loader ``site`` draws from: both loaders of one builder in
+        ``for a, b in zip(source, target)``."""
+        self.iterations(refs)
+        scope = self.index.scope_of(site)
+        found = [
+            ref
+            for node, candidates in self._sites or ()
+            if node is site
+            for ref in candidates
+            if ref in refs and ref.scope is scope
+        ]
+        return list(dict.fromkeys(found))
+
     def _draw_sites(self) -> Iterator[tuple[cst.CSTNode, tuple[Ref, ...]]]:
         """Every place batches may be drawn, with the places it may draw them from in the order they are
         tried: the first that holds the loader asked about is the one it draws from. Found once for all
