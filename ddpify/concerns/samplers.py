@@ -551,8 +551,9 @@ def _global_draws(index: Index, cls: cst.ClassDef) -> tuple[tuple[str, ...], str
     a draw made elsewhere (in ``__init__``, once per rank) or from an RNG object of its own (``random.Random()``,
     ``np.random.default_rng()``, seeded differently on each rank)."""
     iterating = _iteration_methods(index, cls)
+    helpers = _helpers_called(index, iterating, cls)
     families: list[str] = []
-    for node in index.walk(cls):
+    for node in [n for root in (cls, *helpers) for n in index.walk(root)]:
         if not isinstance(node, (cst.Name, cst.Attribute)):
             continue
         for name in sorted(index.qualified_names(node)):
@@ -561,7 +562,7 @@ def _global_draws(index: Index, cls: cst.ClassDef) -> tuple[tuple[str, ...], str
             module = name.rsplit(".", 1)[0]
             call = index.parent(node)
             family = rng_family(index, call) if isinstance(call, cst.Call) and call.func is node else ""
-            inside = any(index.inside(node, method) for method in iterating)
+            inside = any(index.inside(node, method) for method in (*iterating, *helpers))
             if not family or name in _UNSEEDABLE or not inside:
                 where = "" if inside or not family else " outside `__iter__` (once on each rank)"
                 return (), (
@@ -571,6 +572,24 @@ def _global_draws(index: Index, cls: cst.ClassDef) -> tuple[tuple[str, ...], str
             if family not in families:
                 families.append(family)
     return tuple(sorted(families)), ""
+
+
+def _helpers_called(index: Index, methods: list[cst.FunctionDef], cls: cst.ClassDef) -> list[cst.FunctionDef]:
+    """The program's functions outside ``cls`` that ``methods`` call, and those these call, two calls deep
+    (``perm = shuffled(self.n)`` in ``__iter__``): their draws happen while the sampler is iterated too."""
+    found: list[cst.FunctionDef] = []
+    frontier = list(methods)
+    for _ in range(2):
+        called: list[cst.FunctionDef] = []
+        for function in frontier:
+            for node in index.walk(function.body):
+                if isinstance(node, cst.Call) and (resolved := index.resolve_callee(node, function)) is not None:
+                    callee = resolved[0]
+                    if callee not in found and callee not in methods and not index.inside(callee, cls):
+                        found.append(callee)
+                        called.append(callee)
+        frontier = called
+    return found
 
 
 def _iteration_methods(index: Index, cls: cst.ClassDef) -> list[cst.FunctionDef]:
@@ -636,13 +655,41 @@ def _endless_in(index: Index, function: cst.FunctionDef, depth: int) -> cst.Whil
         if isinstance(node, cst.Call):
             calls.append(node)
     for call in calls if depth < 2 else ():
-        resolved = index.resolve_callee(call, function)
-        callee = resolved[0] if resolved is not None else None
-        if isinstance(callee, cst.FunctionDef) and callee is not function:
-            found = _endless_in(index, callee, depth + 1)
-            if found is not None:
-                return found
+        found = _endless_call(index, call, function, depth)
+        if found is not None and not _ended_by_zip(index, call, function, depth):
+            return found
     return None
+
+
+def _endless_call(index: Index, call: cst.Call, function: cst.FunctionDef, depth: int) -> cst.While | None:
+    """The endless ``while True:`` of the program's function that ``call`` (in ``function``) runs."""
+    resolved = index.resolve_callee(call, function)
+    callee = resolved[0] if resolved is not None else None
+    if isinstance(callee, cst.FunctionDef) and callee is not function:
+        return _endless_in(index, callee, depth + 1)
+    return None
+
+
+_ENDLESS_ITERATORS = frozenset({"itertools.count", "itertools.cycle", "itertools.repeat"})
+
+
+def _ended_by_zip(index: Index, call: cst.Call, function: cst.FunctionDef, depth: int) -> bool:
+    """Whether ``call`` is inside an argument of ``zip(...)`` another of whose arguments ends: ``zip(once(a),
+    forever(b))`` stops with ``once``, so one pass of such a sampler is finite."""
+    for ancestor in index.ancestors(call):
+        if ancestor is function:
+            return False
+        if not (isinstance(ancestor, cst.Call) and m.matches(ancestor.func, m.Name("zip"))):
+            continue
+        for arg in ancestor.args:
+            if arg.star or index.inside(call, arg):
+                continue
+            inner = [n for n in index.walk(arg.value) if isinstance(n, cst.Call)]
+            if not any(index.qualified_names(c.func) & _ENDLESS_ITERATORS for c in inner) and not any(
+                _endless_call(index, c, function, depth) is not None for c in inner
+            ):
+                return True
+    return False
 
 
 def _always_true(test: cst.BaseExpression) -> bool:
