@@ -667,7 +667,7 @@ class Index(ProgramClasses):
             return both + [c for c in self.classes_built(value.orelse, depth + 1) if c not in both]
         if not isinstance(value, cst.Call):
             return []
-        classes = self.local_classes(value.func)
+        classes = self.local_classes(value.func) or self._classes_chosen(value.func)
         if classes:
             return classes
         func = value.func
@@ -690,6 +690,25 @@ class Index(ProgramClasses):
             return [c for each in self.returned_values(callee[0]) for c in self.classes_built(each, depth + 1)]
         finally:
             self._following.discard(value)
+
+    def _classes_chosen(self, func: cst.BaseExpression) -> list[cst.ClassDef]:
+        """``Agent = SmallAgent if args.small else SharedAgent`` (or one class in each branch of an ``if``),
+        then ``Agent(lr)``: each class of the program the name may hold, in source order; [] unless every
+        value it is given is one."""
+        ref = self.ref_of(func, self.scope_of(func)) if isinstance(func, cst.Name) else None
+        pending = [value for _, value in self.values_assigned(ref)] if ref is not None else []
+        found: list[cst.ClassDef] = []
+        while pending:
+            each = pending.pop(0)
+            if isinstance(each, cst.IfExp):
+                pending += [each.body, each.orelse]
+                continue
+            cls = self.local_class(each)
+            if cls is None:
+                return []
+            if cls not in found:
+                found.append(cls)
+        return found
 
     def _made_by_its_classmethod(self, func: cst.Name) -> cst.ClassDef | None:
         """The class of the ``@classmethod`` whose first parameter (``cls``) ``func`` calls."""
