@@ -11,7 +11,7 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify.concerns.tensors.lineage import Refused, _code, _Lineage, _StepReader, _value_of
-from ddpify.engine.index import Ref, Scope
+from ddpify.engine.index import Ref, Scope, constant_key, string_key
 from ddpify.engine.syntax import assigned
 from ddpify.engine.uniformity.sources import NOT_NUMPY_DRAWS, NUMPY_GENERATORS
 
@@ -204,6 +204,9 @@ class _SampleFinder(_StepReader):
         if isinstance(expr, cst.Comparison):  # (x.sum(1) > 0).long()
             return self._is_tensor(expr.left, scope, depth + 1)
         if isinstance(expr, cst.Subscript):
+            item = self._dict_item(expr, scope)
+            if item is not None:  # ``train["label"]`` of ``train = {"s1": ..., "label": np.random.randint(...)}``
+                return self._is_tensor(item, scope, depth + 1)
             return self._is_tensor(expr.value, scope, depth + 1)
         if isinstance(expr, cst.Attribute) and expr.attr.value == "T":
             return self._is_tensor(expr.value, scope, depth + 1)
@@ -219,6 +222,21 @@ class _SampleFinder(_StepReader):
             value = _value_of(last, ref)
             return value is not None and self._is_tensor(value, index.scope_of(last), depth + 1)
         return False
+
+    def _dict_item(self, expr: cst.Subscript, scope: Scope) -> cst.BaseExpression | None:
+        """The value a dict display gives ``key`` for ``name["key"]``, where every value ``name`` is
+        assigned is such a display with that key."""
+        key = string_key(expr)
+        ref = self.index.ref_of(expr.value, scope) if isinstance(expr.value, cst.Name) and key is not None else None
+        values = [_value_of(a, ref) for a in self._assignments(ref)] if ref is not None else []
+        items = [
+            element.value
+            for value in values
+            if isinstance(value, cst.Dict)
+            for element in value.elements
+            if isinstance(element, cst.DictElement) and constant_key(element.key) == key
+        ]
+        return items[0] if values and len(items) == len(values) == 1 else None
 
     def _is_example_list(self, assignments: list[cst.Assign | cst.AugAssign | cst.AnnAssign]) -> bool:
         """A Python list made by a comprehension: one item per example (``[(x, y) for ... in ...]``)."""
