@@ -382,9 +382,28 @@ GRAPH_DATASET_BASES = frozenset(
 )
 
 
+# Calls of installed libraries that fetch files into a cache folder when they find them missing.
+LIBRARY_FETCHES = frozenset(
+    {
+        "nltk.download",
+        "gensim.downloader.load",
+        "torchtext.vocab.GloVe",
+        "torchtext.vocab.FastText",
+        "torchtext.vocab.CharNGram",
+        "torchtext.vocab.vectors.GloVe",
+        "torchtext.vocab.vectors.FastText",
+        "torchtext.vocab.vectors.CharNGram",
+    }
+)
+
+
 def _fetching_data_set(index: Index, call: cst.Call) -> bool:
+    """A data set (PyTorch Geometric's, OGB's, torchtext's: ``datasets.IMDB.splits(text, label)``) or word
+    vectors (``GloVe(name="6B")``, ``nltk.download("punkt")``) that a library fetches on first use."""
     return any(
-        q.startswith("torch_geometric.datasets.") or (q.startswith("ogb.") and q.endswith("Dataset"))
+        q.startswith(("torch_geometric.datasets.", "torchtext.datasets.", "torchtext.legacy.datasets."))
+        or (q.startswith("ogb.") and q.endswith("Dataset"))
+        or q in LIBRARY_FETCHES
         for q in index.qualified_names(call.func)
     )
 
