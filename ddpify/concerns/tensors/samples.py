@@ -32,6 +32,8 @@ SIZED_FACTORIES = frozenset(
 ) | frozenset(
     f"numpy.{name}" for name in ("zeros", "ones", "empty", "full", "random.randn", "random.rand", "random.random")
 )
+# Matrix products: what they give may hold pairs of samples (``torch.mm(x, x.t())``), not one row per sample.
+_PRODUCTS = frozenset({"torch.mm", "torch.matmul", "torch.bmm", "torch.cdist", "numpy.dot", "numpy.matmul"})
 # Random choices of samples: each rank would choose differently without a seed.
 RANDOM_CHOICES = frozenset(
     {
@@ -69,14 +71,19 @@ class _SampleFinder(_StepReader):
                 inputs.add(ref)
         if not inputs:
             return tensors, None
-        if len(inputs) > 1:
-            names = ", ".join(f"`{ref.path}`" for ref in sorted(inputs, key=lambda r: r.path))
-            raise Refused(
-                tensors[max(inputs, key=lambda r: r.path)][0],
-                f"the model is called on several tensors ({names}): ddpify cannot tell which "
-                "of them hold one row per sample",
-            )
-        (first,) = inputs
+        # several inputs (``net(s1, s2)``): each must hold the rows the first holds, chosen by the same
+        # index (``train["s2"][perm]`` beside ``train["s1"][perm]``); a row count in common is not enough (a
+        # graph's adjacency matrix has as many rows as its features), nor a tensor in common
+        first, *others = sorted(inputs, key=lambda r: min(index.order[n] for n in tensors[r]))
+        chosen = {root for root in self._roots(first, strict=True) if isinstance(root, tuple) and root[0] == "chosen"}
+        for other in others:
+            if not (self._roots(other, strict=True) & chosen):
+                names = ", ".join(f"`{ref.path}`" for ref in sorted(inputs, key=lambda r: r.path))
+                raise Refused(
+                    tensors[other][0],
+                    f"the model is called on several tensors ({names}): ddpify cannot tell which "
+                    "of them hold one row per sample",
+                )
         roots = self._roots(first)
         for ref, reads in tensors.items():
             if ref.scope is not first.scope:
@@ -318,18 +325,34 @@ class _SampleFinder(_StepReader):
                     found.append(ref)
         return found
 
-    def _roots(self, ref: Ref) -> set[object]:
-        """What the rows of the tensor at ``ref`` come from: the places and row counts it is made of."""
+    def _roots(self, ref: Ref, strict: bool = False) -> set[object]:
+        """What the rows of the tensor at ``ref`` come from: the places and row counts it is made of.
+        ``strict``: only what gives it its rows (not the tensor whose shape sized it, ``torch.ones(x.shape[1])``;
+        not the dict that holds it beside other columns, but that column)."""
         roots: set[object] = {ref}
         for assignment in self._assignments(ref):
             value = _value_of(assignment, ref)
             if value is not None:
-                self._expression_roots(value, self.index.scope_of(assignment), roots, 0)
+                self._expression_roots(value, self.index.scope_of(assignment), roots, 0, strict)
         return roots
 
-    def _expression_roots(self, expr: cst.BaseExpression, scope: Scope, roots: set[object], depth: int) -> None:
+    def _expression_roots(
+        self, expr: cst.BaseExpression, scope: Scope, roots: set[object], depth: int, strict: bool = False
+    ) -> None:
         index = self.index
         if depth > 6:
+            return
+        if strict and isinstance(expr, cst.Subscript) and string_key(expr) is not None:
+            item = self._dict_item(expr, scope)
+            if item is not None:
+                self._expression_roots(item, scope, roots, depth + 1, strict)
+            return
+        if strict and isinstance(expr, cst.Attribute) and expr.attr.value in ("shape", "T"):
+            return
+        if strict and (
+            (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.MatrixMultiply))
+            or (isinstance(expr, cst.Call) and index.qualified_names(expr.func) & _PRODUCTS)
+        ):  # ``x @ x.T``: a matrix over pairs of samples, whose columns are samples too
             return
         if isinstance(expr, cst.Name):
             ref = index.ref_of(expr, scope)
@@ -339,7 +362,7 @@ class _SampleFinder(_StepReader):
             for assignment in self._assignments(ref):
                 value = _value_of(assignment, ref)
                 if value is not None:
-                    self._expression_roots(value, index.scope_of(assignment), roots, depth + 1)
+                    self._expression_roots(value, index.scope_of(assignment), roots, depth + 1, strict)
         elif isinstance(expr, cst.Call):
             names = index.qualified_names(expr.func)
             positional = [a.value for a in expr.args if a.keyword is None and not a.star]
@@ -348,28 +371,31 @@ class _SampleFinder(_StepReader):
                 if isinstance(size, (cst.Tuple, cst.List)) and size.elements:
                     size = size.elements[0].value
                 roots.add(("rows", _code(index, size)))
-                self._expression_roots(size, scope, roots, depth + 1)
+                if not strict:
+                    self._expression_roots(size, scope, roots, depth + 1)
             elif names:
                 for arg in positional:
-                    self._expression_roots(arg, scope, roots, depth + 1)
+                    self._expression_roots(arg, scope, roots, depth + 1, strict)
             elif isinstance(expr.func, cst.Attribute):
-                self._expression_roots(expr.func.value, scope, roots, depth + 1)
+                self._expression_roots(expr.func.value, scope, roots, depth + 1, strict)
         elif isinstance(expr, (cst.List, cst.Tuple)):
             roots.add(("rows", str(len(expr.elements))))
         elif isinstance(expr, cst.BinaryOperation):
-            self._expression_roots(expr.left, scope, roots, depth + 1)
-            self._expression_roots(expr.right, scope, roots, depth + 1)
+            self._expression_roots(expr.left, scope, roots, depth + 1, strict)
+            self._expression_roots(expr.right, scope, roots, depth + 1, strict)
         elif isinstance(expr, cst.UnaryOperation):
-            self._expression_roots(expr.expression, scope, roots, depth + 1)
+            self._expression_roots(expr.expression, scope, roots, depth + 1, strict)
         elif isinstance(expr, cst.Comparison):
-            self._expression_roots(expr.left, scope, roots, depth + 1)
+            self._expression_roots(expr.left, scope, roots, depth + 1, strict)
         elif isinstance(expr, cst.Subscript):
-            self._expression_roots(expr.value, scope, roots, depth + 1)
+            self._expression_roots(expr.value, scope, roots, depth + 1, strict)
             first = expr.slice[0].slice if expr.slice else None
             if isinstance(first, cst.Index) and isinstance(first.value, cst.Name):  # data[perm]: chosen rows
-                self._expression_roots(first.value, scope, roots, depth + 1)
+                if strict and (chosen := index.ref_of(first.value, scope)) is not None:
+                    roots.add(("chosen", chosen))
+                self._expression_roots(first.value, scope, roots, depth + 1, strict)
         elif isinstance(expr, cst.Attribute):
-            self._expression_roots(expr.value, scope, roots, depth + 1)
+            self._expression_roots(expr.value, scope, roots, depth + 1, strict)
 
     # -- the same data on every rank ------------------------------------------
     def _check_seeded(self, assignment: cst.CSTNode) -> None:
