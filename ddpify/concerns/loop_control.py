@@ -67,6 +67,9 @@ class Facts:
     # ``if loss_d.item() < eps: netD.apply(weights_init)``: weights drawn again under a test read from this rank's
     # batches, where every rank then takes rank 0's (a broadcast): each such statement, with those tests
     rank_local_redraws: tuple[tuple[cst.BaseStatement, tuple[cst.If, ...]], ...] = ()
+    # ``if d_acc <= d_thresh: d_loss.backward(); d_opt.step()``: a step run or not on a value read from this
+    # rank's batches; it runs where the test holds on every rank, so that the gradient all-reduces stay paired
+    rank_local_gates: tuple[cst.If, ...] = ()
 
 
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
@@ -81,6 +84,7 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
         varying,
         tuple(finder.raised_skips()),
         tuple(finder.rank_local_redraws(models)),
+        tuple(finder.rank_local_gates()),
     )
 
 
@@ -133,6 +137,16 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             "the weights are drawn again on a value computed from this rank's batches: every rank draws them where "
             "any rank would, so that the replicas keep the same weights",
         )
+    for gate in facts.rank_local_gates:
+        if gate in decided:
+            continue
+        decided.add(gate)
+        if uniformity.decide_on_every_rank(plan, gate.test):
+            plan.change(
+                gate,
+                "whether this training step runs is decided by a value computed from this rank's batches: it runs "
+                "where the test holds on every rank, so that the gradient all-reduces of the ranks stay paired",
+            )
     if not facts.plateau_metrics:
         return
     helper = uniformity.mean_over_ranks(plan)
@@ -251,6 +265,22 @@ class _Finder:
                 tests = self._rank_local_tests(drawn, loop)
                 if tests:
                     yield drawn, tuple(tests)
+
+    def rank_local_gates(self) -> Iterator[cst.If]:
+        """``if d_acc <= d_thresh:`` around a backward pass in a training loop, the test read from this rank's
+        batches: a rank that skips the step meets the others' gradient all-reduces with its next one."""
+        index = self.index
+        for loop in index.loops:
+            if not index.trains(loop.body):
+                continue
+            for node in index.walk(loop.body):
+                if (
+                    isinstance(node, cst.If)
+                    and next(index.enclosing_loops(node), None) is loop
+                    and (index.trains(node.body) or (node.orelse is not None and index.trains(node.orelse)))
+                    and self.rank_local.reads(node.test, loop)
+                ):
+                    yield node
 
     def _rank_local_tests(self, node: cst.CSTNode, loop: cst.For | cst.While) -> list[cst.If]:
         """The tests between ``node`` and its innermost loop that read values of this rank's batches, outermost

@@ -29,6 +29,7 @@ CASES = [
     "model/init_function_after_move",
     "model/models_held_by_a_plain_object",
     "model/optional_field_built_under_a_setting",
+    "loop_control/critic_step_gated_by_its_batch_accuracy",
     "model/wrap_after_a_guarded_call_of_the_moving_method",
     "gradients/hypergradient_stored_in_grad",
     "data/sampler_placeholder_beside_shuffle_true",

@@ -357,6 +357,34 @@ def on_any_rank(plan: EditPlan) -> str:
     return helper
 
 
+ON_EVERY_RANK = '''
+def {helper}(flag):
+    """Whether `flag` holds on every rank, on every rank: a training step runs where no rank would skip it."""
+{unset}    flag = torch.tensor(int(bool(flag)))
+    {dist}.all_reduce(flag, op={dist}.ReduceOp.MIN)
+    return bool(flag)
+'''
+
+
+def decide_on_every_rank(plan: EditPlan, test: cst.BaseExpression) -> bool:
+    """``if <test>:`` taken on every rank where it holds on all of them: ``on_every_rank(<test>)`` (once per
+    test; False where it already is)."""
+    if test in plan.decided_on_rank_zero:
+        return False
+    plan.decided_on_rank_zero.add(test)
+    helper = fresh("on_every_rank", plan.index.identifiers)
+    if not plan.has_setup_helper(helper):
+        dist = plan.names.dist
+        forms = [
+            cst.parse_module(ON_EVERY_RANK.format(helper=helper, dist=dist, unset=unset)).body[0]
+            for unset in ("", f"    if not {dist}.is_initialized():\n        return flag\n")
+        ]
+        plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
+        plan.need_import("torch")
+    plan.replace(test, lambda n: cst.Call(cst.Name(helper), [cst.Arg(cast(cst.BaseExpression, n))]))
+    return True
+
+
 MEAN_OVER_RANKS = '''
 def {helper}(value):
     """The mean over every rank of a number each rank computes from its own batches (a loss, a metric)."""
