@@ -30,6 +30,7 @@ CASES = [
     "model/models_held_by_a_plain_object",
     "model/optional_field_built_under_a_setting",
     "loop_control/critic_step_gated_by_its_batch_accuracy",
+    "loop_control/early_stop_counter_set_under_the_loss_test",
     "model/wrap_after_a_guarded_call_of_the_moving_method",
     "gradients/hypergradient_stored_in_grad",
     "data/sampler_placeholder_beside_shuffle_true",

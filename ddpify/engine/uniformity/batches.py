@@ -111,7 +111,7 @@ class RankLocal:
         while True:  # until nothing more is found: a value may pass through any number of names, in any order
             before = len(local)
             for assign in assignments:
-                if assign.value is not None and self.reads(assign.value, block):
+                if (assign.value is not None and self.reads(assign.value, block)) or self._decided_here(assign, block):
                     local |= {name for t in _targets(assign) for name in _bound(t)}
             for loop in loops:
                 if self.reads(loop.iter, block):
@@ -121,6 +121,22 @@ class RankLocal:
                     local.add(holder)
             if len(local) == before:
                 return local
+
+    def _decided_here(self, node: cst.CSTNode, block: cst.CSTNode) -> bool:
+        """Whether ``node`` runs or not on a test inside ``block`` that reads a value differing between ranks:
+        ``if loss < best: wait = 0 else: wait += 1`` makes ``wait`` differ between ranks too, whatever it is
+        assigned (a control dependence, as a divergence analysis follows it)."""
+        index = self.index
+        for ancestor in index.ancestors(node):
+            if ancestor is block or isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return False
+            if (
+                isinstance(ancestor, (cst.If, cst.While))
+                and not _decided_alike(index, ancestor)
+                and self.reads(ancestor.test, block)
+            ):
+                return True
+        return False
 
     def _keeps_what_it_is_given(self, call: cst.Call) -> bool:
         """Whether ``call`` runs a method of the program's own class that sets a field of its object."""
@@ -181,6 +197,15 @@ class RankLocal:
             if not over_local and any(isinstance(n, cst.Name) and n.value == name.value for n in index.walk(bound)):
                 return True
         return False
+
+
+def _decided_alike(index: Index, test: cst.If | cst.While) -> bool:
+    """Whether the conversion makes every rank take the same branch of ``test`` whatever it reads: an ``if``
+    around an exit from the loop or around a training step (the loop-control concern decides it for every
+    rank), so that what it assigns is the same on every rank too."""
+    if not isinstance(test, cst.If):
+        return False
+    return index.trains(test) or any(isinstance(node, (cst.Break, cst.Return, cst.Raise)) for node in index.walk(test))
 
 
 # Methods that put a value into the object they are called on: a list, a set, a dict, a running average
