@@ -627,6 +627,8 @@ class Index(ProgramClasses):
             ref.scope is scope or isinstance(ref.scope, (cst.Module, cst.ClassDef))
         ):
             built += [value for _, value in (*self.values_assigned(ref), *self.unpacked_values(ref))]
+        elif isinstance(receiver, cst.Attribute) and receiver.attr.value == "dataset":
+            built += self._loaders_data_sets(receiver.value, scope)  # ``loader.dataset.mine(model)``
         classes: list[cst.ClassDef] = []
         for value in built:
             classes += [cls for cls in self.classes_built(value) if cls not in classes]
@@ -639,6 +641,26 @@ class Index(ProgramClasses):
                 return []
             if (method, bound_slots(method)) not in found:
                 found.append((method, bound_slots(method)))
+        return found
+
+    def _loaders_data_sets(self, loader: cst.BaseExpression, scope: Scope) -> list[cst.BaseExpression]:
+        """The data sets handed to the DataLoaders that ``loader`` holds (their first argument, or
+        ``dataset=``): what ``loader.dataset`` is."""
+        ref = self.carried_ref(loader, scope)
+        if ref is None or not (ref.scope is scope or isinstance(ref.scope, (cst.Module, cst.ClassDef))):
+            return []
+        found: list[cst.BaseExpression] = []
+        values = [value for _, value in self.values_assigned(ref)]
+        for value in list(values):  # ``loader = make_loader()``: the loaders the helper returns
+            callee = self.resolve_callee(value, self.scope_of(value)) if isinstance(value, cst.Call) else None
+            if callee is not None:
+                values += self.returned_values(callee[0])
+        for value in values:
+            if isinstance(value, cst.Call) and self.builds_loader(value):
+                given = next((a for a in value.args if a.keyword is not None and a.keyword.value == "dataset"), None)
+                given = given or next((a for a in value.args if a.keyword is None and not a.star), None)
+                if given is not None:
+                    found.append(given.value)
         return found
 
     def classes_built(self, value: cst.BaseExpression, depth: int = 0) -> list[cst.ClassDef]:
