@@ -278,10 +278,12 @@ class _Finder:
                         continue
                     if self._refuse_second_backward(model):
                         continue
-                    unused = self.forward.skipped_submodule(
-                        classes,
-                        frozenset({"forward", *(cast(cst.Attribute, c.func).attr.value for c in through_forward)}),
-                    ) or self.outputs.output_used_sometimes(model, classes)
+                    entries = frozenset({"forward", *(cast(cst.Attribute, c.func).attr.value for c in through_forward)})
+                    unused = (
+                        self.forward.skipped_submodule(classes, entries)
+                        or self.outputs.output_used_sometimes(model, classes)
+                        or self.forward.input_gradient(classes, entries)
+                    )
                     if unused is not None and self.forward.refuse_returned_parameter(model, classes, unused):
                         continue
                     borrowed = self.outputs.forwards_for_another_model(model, classes)

@@ -28,7 +28,7 @@ from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program, is_backward, without_grad
-from ddpify.engine.syntax import dotted, single_target
+from ddpify.engine.syntax import argument, dotted, single_target
 from ddpify.engine.values import loader_batch_size
 
 # nn.Module methods that run no submodule: ``next(self.parameters()).new_zeros(...)`` computes nothing
@@ -663,6 +663,31 @@ class ForwardChecks:
         own = set(self._fields(cls)[0])
         only = sorted((lost - kept) & own)
         return f"{self_name}.{only[0]}" if only else None
+
+    def input_gradient(self, classes: set[cst.ClassDef], entries: frozenset[str]) -> str | None:
+        """A method run as the wrapper's forward that returns a gradient of the model's output with respect to
+        its input (``torch.autograd.grad(H.sum(), x, create_graph=True)``, a Hamiltonian network's vector field):
+        the loss of that gradient gives no gradient to the parameters it does not depend on (the last layer's
+        bias), and DDP waits for them unless it looks for unused parameters."""
+        index = self.index
+        for cls in sorted(classes, key=index.order.__getitem__):
+            for name in sorted(entries | {"forward"}):
+                method = index.method(cls, name)
+                if method is None:
+                    continue
+                for node in index.walk(method.body):
+                    if (
+                        isinstance(node, cst.Call)
+                        and index.is_call_to(node, torch_api.AUTOGRAD_GRAD)
+                        and (graph := argument(node, "create_graph")) is not None
+                        and not m.matches(graph.value, m.Name("False"))
+                    ):
+                        return (
+                            f"`{cls.name.value}.{name}` returns a gradient with respect to its input "
+                            "(`torch.autograd.grad(..., create_graph=True)`), which does not depend on every "
+                            "parameter (the last layer's bias)"
+                        )
+        return None
 
     def refuse_returned_parameter(self, model: Model, classes: set[cst.ClassDef], unused: str) -> bool:
         """``return outputs, self.log_vars`` in forward, where some steps give a parameter no gradient
