@@ -262,7 +262,7 @@ def _plan(
         where = ALREADY_DISTRIBUTED.at(*index.position(call), message, index.path_of(call))
         return _outcome(source, Status.UNCHANGED, [where])
     if not program.trains:
-        loaded = [d for d in dynamic if "import" in d[2]]
+        loaded = [d for d in dynamic if reach.loads_code(d[2])]
         backward = program.first_backward()
         if loaded and backward is not None:
             # a computed import may load the module that trains: "nothing to do" would be a guess
@@ -270,6 +270,17 @@ def _plan(
                 loaded[0], program.index.path_of(backward), program.index.position(backward)[0], path
             )
             return _outcome(source, Status.REFUSED, [where])
+        configured = next((d for d in loaded if d[2].removesuffix("()") in reach.CONFIG_LOADS), None)
+        if configured is not None:
+            # the objects a config names (``_target_: agent.SACAgent`` in a YAML file) are built from code the
+            # program never imports by name: their methods may well be the training
+            module, line, construct = configured
+            message = (
+                "no training step in the code ddpify can follow, but the program builds objects that its "
+                f"configuration names (`{construct}` in {module}, line {line}), whose code may train; build them "
+                "by their classes where the program picks them, so that ddpify can follow them"
+            )
+            return _outcome(source, Status.REFUSED, [TRAINING_UNFOLLOWED.at(1, 1, message, path)])
         handed = program.optimizer_handed_away()
         if handed is not None:
             optimizer, outer = handed

@@ -49,14 +49,15 @@ from ddpify import collector
 from ddpify.engine.reach import DYNAMIC_NAMES, definition_header, is_main_block, never_registers, parse
 from ddpify.modules import absolute_import
 
-# Names whose mention in running code may mean training: a backward pass, or an optimizer (which a
-# library's training loop may step out of sight).
+# Names whose mention in running code may mean training: a backward pass, an optimizer (which a
+# library's training loop may step out of sight), or hydra's instantiate (the objects it builds).
 _TRAINS = frozenset(
     {
         "backward",
         "optim",
         *("SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "NAdam", "RAdam"),
         *("ASGD", "LBFGS", "SparseAdam"),
+        "instantiate",  # hydra's: builds the objects a configuration names, whose code may train
     }
 )
 # Calls that load a module whose name is a value: ``(qualified name of the call, what it is)``.
@@ -64,6 +65,12 @@ DYNAMIC_IMPORTS = {
     "importlib.import_module": "importlib.import_module()",
     "importlib.__import__": "importlib.__import__()",
     "__import__": "__import__()",
+    # hydra builds the object its config names by a dotted string (``_target_: agent.Agent``)
+    "hydra.utils.instantiate": "hydra.utils.instantiate()",
+    "hydra.utils.call": "hydra.utils.call()",
+    "hydra.utils.get_class": "hydra.utils.get_class()",
+    "hydra.utils.get_method": "hydra.utils.get_method()",
+    "hydra.utils.get_object": "hydra.utils.get_object()",
 }
 # Calls that load code from a path: never followed.
 CODE_LOADERS = {

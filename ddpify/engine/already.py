@@ -40,6 +40,7 @@ from ddpify.engine.reach import (
     definition_header,
     dotted,
     imported,
+    loads_code,
     qualified_names,
 )
 
@@ -145,7 +146,7 @@ class Trees:
 
     def loads_by_computed_name(self) -> tuple[str, int, str] | None:
         """The first import of code that runs whose module is computed: (module, line, construct)."""
-        return next((found for found in self.runs.dynamic if "import" in found[2]), None)
+        return next((found for found in self.runs.dynamic if loads_code(found[2])), None)
 
     def first_backward(self) -> tuple[int, ast.Call] | None:
         """The first ``.backward()`` of the code that runs, called or not, in the order of the index:

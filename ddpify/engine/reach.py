@@ -65,6 +65,18 @@ DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec"})
 # ``fire.Fire()`` with no component makes every function of its module a command of the command line
 _EVERY_FUNCTION_A_COMMAND = frozenset({"fire.Fire", "Fire"})
 _DYNAMIC_IMPORTS = frozenset({"__import__", "importlib.import_module", "import_module"})
+# hydra builds the object its config names by a dotted string (``_target_: agent.Agent``)
+CONFIG_LOADS = frozenset(
+    f"hydra.utils.{name}" for name in ("instantiate", "call", "get_class", "get_method", "get_object")
+)
+
+
+def loads_code(construct: str) -> bool:
+    """Whether a construct of :attr:`Runs.dynamic` loads code by a computed name: an import, or an object a
+    configuration names (``hydra.utils.instantiate()``)."""
+    return "import" in construct or construct.removesuffix("()") in CONFIG_LOADS
+
+
 # Calls that reach an attribute by a computed name (a method among them may run): the name is their
 # second argument (the first for the ``operator`` ones)
 _COMPUTED_ATTRIBUTES = frozenset(
@@ -481,6 +493,7 @@ class _Walker:
             and bool(({func} | qualified_names(module.imports, call.func)) & _EVERY_FUNCTION_A_COMMAND)
         )
         named_by = call.args[0:1] if func.endswith(("attrgetter", "methodcaller")) else call.args[1:2]
+        configured = sorted(qualified_names(module.imports, call.func) & CONFIG_LOADS)
         if func in DYNAMIC_NAMES or (
             func in _COMPUTED_ATTRIBUTES and any(type(a) is not ast.Constant for a in named_by)
         ):
@@ -503,7 +516,7 @@ class _Walker:
             for owner in owners:
                 self.dynamic.append((name, line, "getattr()"))
                 self._run_all(self.modules[owner])
-        elif func in _DYNAMIC_IMPORTS and call.args:
+        elif (func in _DYNAMIC_IMPORTS or configured) and call.args:
             first = call.args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str) and func != "__import__":
                 package = _keyword_constant(call, "package") or module.source.package
@@ -512,7 +525,7 @@ class _Walker:
                 if target is not None:
                     self._run_module(target)
                 return
-            self.dynamic.append((name, line, f"{func}()"))
+            self.dynamic.append((name, line, f"{configured[0]}()" if configured else f"{func}()"))
             for other in self.modules.values():  # any of them, and anything in it (``lib.Model()``)
                 if not other.entry:  # the entry script runs as ``__main__``: no module imports it by name
                     self._run_all(other)
