@@ -128,6 +128,14 @@ PENALTY_ONLY_STEP = Code(
     "bias) get no gradient, DDP waits for them, and the next forward raises",
     "add the penalty to the loss of a step that runs the model (or add `0 * <output>.sum()` to it), then convert",
 )
+SPARSE_PARAMETER = Code(
+    "DDP320",
+    Severity.ERROR,
+    "model",
+    "the model keeps a sparse tensor as a parameter or buffer (a graph's adjacency): DistributedDataParallel "
+    "broadcasts every parameter and buffer when it wraps the model, and it cannot broadcast sparse tensors",
+    "keep the sparse tensor as a plain attribute of the module (moved to its device by hand), then convert",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -146,4 +154,5 @@ CODES = (
     INITIALISED_FROM_A_BATCH,
     SAVED_WITH_ITS_WRAPPER,
     PENALTY_ONLY_STEP,
+    SPARSE_PARAMETER,
 )

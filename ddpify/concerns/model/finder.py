@@ -276,6 +276,8 @@ class _Finder:
                         continue
                     if self.forward.refuse_initialised_from_a_batch(model, classes):
                         continue
+                    if self.forward.refuse_sparse_parameter(model, classes):
+                        continue
                     if self._refuse_second_backward(model):
                         continue
                     entries = frozenset({"forward", *(cast(cst.Attribute, c.func).attr.value for c in through_forward)})

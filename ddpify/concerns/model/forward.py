@@ -23,6 +23,7 @@ from ddpify.concerns.model.codes import (
     OUTSIDE_FORWARD,
     PARTS_RUN_DIRECTLY,
     RETURNED_PARAMETER,
+    SPARSE_PARAMETER,
 )
 from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
@@ -31,6 +32,10 @@ from ddpify.engine.program import Program, is_backward, without_grad
 from ddpify.engine.syntax import argument, dotted, single_target
 from ddpify.engine.values import loader_batch_size
 
+# torch's makers of sparse tensors
+_SPARSE_MAKERS = frozenset(
+    {"torch.sparse_coo_tensor", "torch.sparse_csr_tensor", "torch.sparse_compressed_tensor", "torch.sparse.FloatTensor"}
+)
 # nn.Module methods that run no submodule: ``next(self.parameters()).new_zeros(...)`` computes nothing
 _COMPUTES_NOTHING = (torch_api.WRAPPER_SAFE_ATTRIBUTES - {"forward"}) | {
     "state_dict",
@@ -217,6 +222,49 @@ class ForwardChecks:
                     f"step never takes; compute the loss from `{model.expression}(...)` where `{name}` is called, "
                     "and run the backward pass and the step there",
                 )
+                return True
+        return False
+
+    def refuse_sparse_parameter(self, model: Model, classes: set[cst.ClassDef]) -> bool:
+        """``self.A_in = nn.Parameter(adjacency.to_sparse(), requires_grad=False)`` (or a buffer) in a class of
+        the model: DDP's constructor broadcasts every parameter and buffer, and fails on a sparse one (DDP320)."""
+        index = self.index
+        every = set(classes) | self._submodule_classes(set(classes)) if classes else set()
+        for cls in sorted(every, key=index.order.__getitem__):
+            for node in index.walk(cls):
+                if not isinstance(node, cst.Call) or not node.args:
+                    continue
+                if index.is_call_to(node, torch_api.PARAMETER_CLASSES):
+                    held = node.args[0].value
+                elif m.matches(node.func, m.Attribute(attr=m.Name("register_buffer"))) and len(node.args) > 1:
+                    held = node.args[1].value
+                else:
+                    continue
+                if self._sparse(held):
+                    self.program.report(
+                        node,
+                        SPARSE_PARAMETER,
+                        f"`{cls.name.value}` keeps a sparse tensor as a parameter or buffer "
+                        f"(`{index.module_of(node).code_for_node(node)}`): DistributedDataParallel broadcasts "
+                        f"every parameter and buffer of `{model.expression}` when it wraps it, and cannot broadcast "
+                        "a sparse tensor; keep it as a plain attribute of the module, then convert",
+                    )
+                    return True
+        return False
+
+    def _sparse(self, value: cst.BaseExpression, depth: int = 0) -> bool:
+        """Whether ``value`` makes a sparse tensor: ``torch.sparse_coo_tensor(...)``, ``x.to_sparse()``, or a
+        call of the program's function that returns one."""
+        index = self.index
+        for node in index.walk(value):
+            if not isinstance(node, cst.Call):
+                continue
+            if index.qualified_names(node.func) & _SPARSE_MAKERS or m.matches(
+                node.func, m.Attribute(attr=m.Name("to_sparse") | m.Name("to_sparse_csr") | m.Name("to_sparse_coo"))
+            ):
+                return True
+            callee = index.resolve_callee(node, index.scope_of(node)) if depth < 2 else None
+            if callee is not None and any(self._sparse(v, depth + 1) for v in index.returned_values(callee[0])):
                 return True
         return False
 
