@@ -49,7 +49,8 @@ class Reads:
             for node, candidates in self._sites or ()
             if node is site
             for ref in candidates
-            if ref in refs and ref.scope is scope
+            if ref in refs
+            and (ref.scope is scope or (isinstance(ref.scope, cst.ClassDef) and ref.path.startswith("self.")))
         ]
         return list(dict.fromkeys(found))
 
