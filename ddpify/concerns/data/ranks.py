@@ -24,6 +24,7 @@ def rank_local(index: Index, facts: Facts) -> RankLocal:
     reads = Reads(index)
     sites += [site for loader in varying for site, _ in reads.iterations(set(loader.refs))]
     refs = frozenset(ref for loader in training for ref in trained_refs(index, loader))
+    refs |= frozenset(ref for loader in varying for ref in loader.refs)
     return RankLocal(index, sites, refs)
 
 

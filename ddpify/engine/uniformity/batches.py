@@ -17,7 +17,7 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.syntax import dotted
+from ddpify.engine.syntax import dotted, parameter_names
 from ddpify.engine.uniformity.sources import Seeding, per_process
 
 
@@ -31,6 +31,7 @@ class RankLocal:
         self.seeding = Seeding(index)
         self._names: dict[cst.CSTNode, set[str]] = {}
         self._drawing: dict[cst.FunctionDef, bool] = {}
+        self._bindings: dict[tuple[object, str], list[cst.CSTNode]] = {}
 
     def reads(self, expr: cst.CSTNode, block: cst.CSTNode) -> bool:
         """Whether ``expr``, in ``block``, reads a value that differs between ranks."""
@@ -43,6 +44,7 @@ class RankLocal:
                 and node.value in local
                 and index.names_a_variable(node)
                 and not self._rebound(node, local)
+                and not self._bound_alike_before(node, block)
             ):
                 return True
             if isinstance(node, cst.Subscript) and _keyed(node) in local:
@@ -122,6 +124,63 @@ class RankLocal:
             if len(local) == before:
                 return local
 
+    def _bound_alike_before(self, name: cst.Name, block: cst.CSTNode) -> bool:
+        """Whether the last binding of ``name`` before this read is a plain assignment of a value that is the
+        same on every rank, in a block around the read: ``accuracy = run_epoch(model, valid_loader)`` after
+        ``accuracy = run_epoch(model, train_loader, opt)`` (the name holds a rank's own value only before)."""
+        index = self.index
+        scope = index.scope_of(name)
+        key = (scope, name.value)
+        bindings = self._bindings.get(key)
+        if bindings is None:
+            root = scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope
+            bindings = sorted(
+                (node for node in index.walk(root) if index.scope_of(node) is scope and _binds(node, name.value)),
+                key=lambda n: index.order[n],
+            )
+            self._bindings[key] = bindings
+        before = [b for b in bindings if index.order[b] < index.order[name] and not index.inside(name, b)]
+        if not before:
+            return False
+        last = before[-1]
+        if not (
+            isinstance(last, cst.Assign)
+            and len(last.targets) == 1
+            and isinstance(last.targets[0].target, cst.Name)
+            and index.inside(last, block)
+            and self._runs_before(index.statement_of(last), name)
+        ):
+            return False
+        # nothing in between may fill the object it names (``meter.update(loss)``, ``log(meter)``)
+        root = scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope
+        for other in index.walk(root):
+            if (
+                isinstance(other, cst.Name)
+                and other.value == name.value
+                and other is not name
+                and index.order[last] < index.order[other] < index.order[name]
+                and not index.inside(other, last)
+                and not _only_read(index, other)
+            ):
+                return False
+        return not self.reads(last.value, block)
+
+    def _runs_before(self, stmt: cst.BaseStatement, read: cst.CSTNode) -> bool:
+        """Whether ``stmt`` runs on every path to ``read`` within a pass: its block holds the read, or it
+        sits in the body of a ``with`` (or a ``try``) whose own block does."""
+        index = self.index
+        current: cst.CSTNode = stmt
+        while True:
+            block = index.parent(current)
+            if block is None:
+                return False
+            if index.inside(read, block):
+                return True
+            owner = index.parent(block)
+            if not (isinstance(owner, (cst.With, cst.Try)) and owner.body is block):
+                return False
+            current = owner
+
     def _decided_here(self, node: cst.CSTNode, block: cst.CSTNode) -> bool:
         """Whether ``node`` runs or not on a test inside ``block`` that reads a value differing between ranks:
         ``if loss < best: wait = 0 else: wait += 1`` makes ``wait`` differ between ranks too, whatever it is
@@ -175,9 +234,53 @@ class RankLocal:
         """A call of the program's function that draws training batches, or one handed the training loader."""
         index = self.index
         callee = index.resolve_callee(call, index.scope_of(call))
-        if callee is not None and self.draws_batches(callee[0]):
+        if callee is not None and self.draws_batches(callee[0]) and not self._draws_only_what_it_is_handed(callee[0]):
             return True
-        return any(index.carried_ref(arg.value, index.scope_of(call)) in self.loader_refs for arg in call.args)
+        # ``run_epoch(model, valid_loader)`` of a function that draws from the loader it is handed: its value
+        # differs between ranks where the call hands it the training loader (or the object's constructor does,
+        # ``Epoch(model, train_loader).run()``)
+        scope = index.scope_of(call)
+        handed = list(call.args)
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        if isinstance(receiver, cst.Name) and (ref := index.ref_of(receiver, scope)) is not None:
+            built = [value for _, value in index.values_assigned(ref)]
+            receiver = built[0] if len(built) == 1 else None
+        if isinstance(receiver, cst.Call):
+            handed += receiver.args
+        return any(index.carried_ref(arg.value, scope) in self.loader_refs for arg in handed)
+
+    def _draws_only_what_it_is_handed(self, function: cst.FunctionDef) -> bool:
+        """Whether every pass over training batches in ``function`` loops over one of its parameters
+        (``for x, y in loader:``, also through ``enumerate``/``tqdm``), and nothing it calls draws any."""
+        index = self.index
+        own = [site for site in self.sites if index.inside(site, function.body)]
+        parameters = set(parameter_names(function))
+        cls = index.method_class(function)
+        init = index.method(cls, "__init__") if cls is not None else None
+        for site in own:
+            if not isinstance(site, cst.For) or index.scope_of(site) is not function:
+                return False
+            iterated = site.iter
+            while isinstance(iterated, cst.Call) and iterated.args:  # ``enumerate(loader)``, ``tqdm(loader)``
+                iterated = iterated.args[0].value
+            if isinstance(iterated, cst.Name) and iterated.value in parameters:
+                continue
+            # ``self.loader``, which ``__init__`` only sets from its parameter of that name
+            field = index.ref_of(iterated, function)
+            assigned = list(index.assignments_to(field)) if field is not None and init is not None else []
+            if not assigned or not all(
+                index.scope_of(a) is init and isinstance(a.value, cst.Name) and a.value.value in parameter_names(init)
+                for a in assigned
+                if init is not None
+            ):
+                return False
+        return bool(own) and not any(
+            isinstance(node, cst.Call)
+            and (callee := index.resolve_callee(node, index.scope_of(node))) is not None
+            and callee[0] is not function
+            and self.draws_batches(callee[0])
+            for node in index.walk(function.body)
+        )
 
     def _rebound(self, name: cst.Name, local: set[str]) -> bool:
         """Whether ``name`` is read inside a loop or comprehension over other data that binds it anew.
@@ -197,6 +300,31 @@ class RankLocal:
             if not over_local and any(isinstance(n, cst.Name) and n.value == name.value for n in index.walk(bound)):
                 return True
         return False
+
+
+def _only_read(index: Index, name: cst.Name) -> bool:
+    """Whether this mention of a name only reads its value, handed to a call of no object of its own
+    (``print(accuracy)``, ``f"{accuracy}"``): not ``meter.update(...)``, nor a method call on it."""
+    parent = index.parent(name)
+    if isinstance(parent, cst.Attribute) and parent.value is name:
+        return False
+    if isinstance(parent, cst.Arg):
+        call = index.parent(parent)
+        return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and bool(index.qualified_names(call.func))
+    return isinstance(parent, (cst.FormattedStringExpression, cst.Comparison, cst.BinaryOperation))
+
+
+def _binds(node: cst.CSTNode, name: str) -> bool:
+    """Whether ``node`` (an assignment, a loop, a ``with``, an import...) binds ``name``."""
+    if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+        return any(name in _bound(t) for t in _targets(node))
+    if isinstance(node, (cst.For, cst.CompFor)):
+        return name in _bound(node.target)
+    if isinstance(node, cst.AsName):
+        return name in _bound(node.name)
+    if isinstance(node, cst.NamedExpr):
+        return name in _bound(node.target)
+    return False
 
 
 def _decided_alike(index: Index, test: cst.If | cst.While) -> bool:
