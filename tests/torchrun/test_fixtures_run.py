@@ -29,6 +29,7 @@ CASES = [
     "model/init_function_after_move",
     "model/models_held_by_a_plain_object",
     "model/optional_field_built_under_a_setting",
+    "checkpoints/best_saved_by_a_stopper_handed_the_training_loss",
     "model/forward_returns_an_input_gradient",
     "model/model_handed_to_a_method_of_the_loaders_data_set",
     "loop_control/critic_step_gated_by_its_batch_accuracy",

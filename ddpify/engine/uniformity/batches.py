@@ -32,6 +32,7 @@ class RankLocal:
         self._names: dict[cst.CSTNode, set[str]] = {}
         self._drawing: dict[cst.FunctionDef, bool] = {}
         self._bindings: dict[tuple[object, str], list[cst.CSTNode]] = {}
+        self._parameters: dict[cst.FunctionDef, set[str]] = {}
 
     def reads(self, expr: cst.CSTNode, block: cst.CSTNode) -> bool:
         """Whether ``expr``, in ``block``, reads a value that differs between ranks."""
@@ -76,6 +77,8 @@ class RankLocal:
                 drawn = next((a for a in index.ancestors(site) if isinstance(a, (cst.Assign, cst.AnnAssign))), None)
                 targets = _targets(drawn) if drawn is not None else []
             local |= {name for t in targets for name in _bound(t)}
+        if isinstance(block, cst.FunctionDef):
+            local |= self._varying_parameters(block)
         body = block.body if isinstance(block, (cst.For, cst.While)) else block
         own = block if isinstance(block, (cst.FunctionDef, cst.Module)) else index.scope_of(block)
         assignments = [
@@ -180,6 +183,32 @@ class RankLocal:
             if not (isinstance(owner, (cst.With, cst.Try)) and owner.body is block):
                 return False
             current = owner
+
+    def _varying_parameters(self, function: cst.FunctionDef) -> set[str]:
+        """The parameters of ``function`` that some call hands a value differing between ranks
+        (``stopper(epoch_loss, model, path)``: ``val_loss`` in the stopper's ``__call__``)."""
+        known = self._parameters.get(function)
+        if known is not None:
+            return known
+        self._parameters[function] = set()  # a call of its own, or a cycle of calls, adds nothing more
+        index = self.index
+        found: set[str] = set()
+        names = parameter_names(function)
+        for call in index.callers(function):
+            block = next(index.enclosing_loops(call), None) or index.scope_of(call)
+            for position, arg in enumerate(call.args):
+                parameter = index.parameter_of(arg)
+                name = parameter.path if parameter is not None and parameter.scope is function else ""
+                if not name and function.name.value == "__call__" and not arg.star:  # ``stopper(loss, model)``
+                    name = (
+                        arg.keyword.value
+                        if arg.keyword is not None
+                        else (names[position + 1] if position + 1 < len(names) else "")
+                    )
+                if name and self.reads(arg.value, block):
+                    found.add(name)
+        self._parameters[function] = found
+        return found
 
     def _decided_here(self, node: cst.CSTNode, block: cst.CSTNode) -> bool:
         """Whether ``node`` runs or not on a test inside ``block`` that reads a value differing between ranks:
