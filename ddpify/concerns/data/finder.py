@@ -119,7 +119,9 @@ class LoaderFinder:
                 own = self.checks.check_sampling_arguments(call, refs)
                 stream = find_stream(index, call)
                 carried = self.checks.carried_state(call, [node for node, _ in sites])
-            elif origin is None or not (entry_iterations(index, refs) if entry else self.reads.iterations(refs)):
+            elif (
+                origin is None or not (entry_iterations(index, refs) if entry else self.reads.iterations(refs))
+            ) and not (origin is not None and self._never_read(refs)):
                 self.program.report(
                     call,
                     UNFOLLOWED_LOADER,
@@ -311,6 +313,29 @@ class LoaderFinder:
                 "at the start of each pass, or every pass shuffles the same way",
             )
         return epoch_loops
+
+    def _never_read(self, refs: set[Ref]) -> bool:
+        """Whether no place holding the loader is ever read, but to be handed on by a ``return`` or an
+        assignment (a validation loader a helper builds beside the training one, which the script never
+        uses): there is no loop to follow it to, and nothing to say."""
+        index = self.index
+        for ref in refs:
+            where = ref.scope if isinstance(ref.scope, cst.FunctionDef) else index.module_of(ref.scope)
+            for read in index.mentions(where, ref):
+                stored: cst.CSTNode = read
+                while isinstance(up := index.parent(stored), (cst.Element, cst.Tuple, cst.List)):
+                    stored = up
+                holder = index.parent(stored)
+                if isinstance(holder, cst.AssignTarget):
+                    continue
+                function = index.scope_of(holder) if isinstance(holder, cst.Return) else None
+                if isinstance(function, cst.FunctionDef) and all(  # handed back to names its callers bind
+                    isinstance(assign := index.parent(call), cst.Assign) and assign.value is call
+                    for call in index.callers(function)
+                ):
+                    continue
+                return False
+        return True
 
     def _refs_of(self, call: cst.Call) -> set[Ref]:
         origin = self._origin(call)
