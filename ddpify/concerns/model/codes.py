@@ -136,6 +136,15 @@ SPARSE_PARAMETER = Code(
     "broadcasts every parameter and buffer when it wraps the model, and it cannot broadcast sparse tensors",
     "keep the sparse tensor as a plain attribute of the module (moved to its device by hand), then convert",
 )
+TWO_METHODS_ONE_BACKWARD = Code(
+    "DDP321",
+    Severity.ERROR,
+    "model",
+    "the training step runs the model's forward and another of its methods through DistributedDataParallel before "
+    "one backward pass, while some parameters get no gradient (find_unused_parameters=True): DDP finds the unused "
+    "parameters from the last forward alone, and raises when the others get their gradients",
+    "compute the losses in one forward (a method that returns both), or give every parameter a gradient, then convert",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -155,4 +164,5 @@ CODES = (
     SAVED_WITH_ITS_WRAPPER,
     PENALTY_ONLY_STEP,
     SPARSE_PARAMETER,
+    TWO_METHODS_ONE_BACKWARD,
 )

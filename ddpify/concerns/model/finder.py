@@ -27,6 +27,7 @@ from ddpify.concerns.model.codes import (
     SAVED_WITH_ITS_WRAPPER,
     SECOND_BACKWARD,
     STORED_BEFORE_WRAP,
+    TWO_METHODS_ONE_BACKWARD,
     UNFROZEN_AFTER_WRAP,
     UNTRACEABLE_OPTIMIZER,
 )
@@ -287,6 +288,8 @@ class _Finder:
                         or self.forward.input_gradient(classes, entries)
                     )
                     if unused is not None and self.forward.refuse_returned_parameter(model, classes, unused):
+                        continue
+                    if unused is not None and self._refuse_two_methods_one_backward(model, through_forward, unused):
                         continue
                     borrowed = self.outputs.forwards_for_another_model(model, classes)
                     unwrap = tuple(
@@ -563,6 +566,41 @@ class _Finder:
             realiased=realiased,
             **dropped,
         )
+
+    def _refuse_two_methods_one_backward(self, model: Model, routed: tuple[cst.Call, ...], unused: str) -> bool:
+        """``model(x)`` and ``model.lm_forward(x)`` (run as the wrapper's forward) in one step before one
+        backward pass, where some parameters get no gradient (``find_unused_parameters=True``): DDP finds the
+        unused parameters from the last forward's output alone, marks the other method's parameters ready,
+        then gets their gradients too, and raises (DDP321)."""
+        index = self.index
+        for call in routed:
+            loop = next(index.enclosing_loops(call), None)
+            block: cst.CSTNode = loop if loop is not None else index.scope_of(call)
+            scope = index.scope_of(call)
+            direct = next(
+                (
+                    other
+                    for other in index.walk(block)
+                    if isinstance(other, cst.Call)
+                    and isinstance(other.func, cst.Name)
+                    and index.scope_of(other) is scope
+                    and index.ref_of(other.func, scope) in self.index.lineage(model.ref)
+                ),
+                None,
+            )
+            if direct is None:
+                continue
+            method = cast(cst.Attribute, call.func).attr.value
+            self.program.report(
+                call,
+                TWO_METHODS_ONE_BACKWARD,
+                f"`{model.expression}` runs both its forward (line {index.position(direct)[0]}) and `{method}()` "
+                f"through DistributedDataParallel before one backward pass, while {unused}: DDP finds the unused "
+                "parameters from the last forward's output alone and raises when the other method's parameters get "
+                "their gradients too; compute both losses in one forward (a method that returns both), then convert",
+            )
+            return True
+        return False
 
     def _handed_unplaced(self, ref: Ref, optimizer: cst.Call) -> tuple[cst.SimpleStatementLine, Ref] | None:
         """The statement that builds the optimizer, where the model it trains came in as a parameter that
