@@ -12,6 +12,7 @@ import libcst as cst
 
 import ddpify.engine.match as m
 from ddpify.engine.index import Index, Ref, Scope
+from ddpify.engine.program import without_grad
 from ddpify.engine.syntax import assigned
 
 _COUNTS = m.Name("len") | m.Name("range")
@@ -19,6 +20,9 @@ _COUNTS = m.Name("len") | m.Name("range")
 _REPORTING = frozenset(
     {"debug", "info", "warning", "error", "write", "set_description", "set_postfix", "set_postfix_str"}
 )
+
+
+_ENABLE_GRAD = frozenset({"torch.enable_grad", "torch.set_grad_enabled", "torch.autograd.enable_grad"})
 
 
 class Reads:
@@ -130,6 +134,11 @@ class Reads:
         return found
 
     def site_trains(self, node: cst.CSTNode) -> bool:
+        if without_grad(self.index, node) and not any(
+            isinstance(inner, cst.Call) and self.index.qualified_names(inner.func) & _ENABLE_GRAD
+            for inner in self.index.walk(node)
+        ):  # ``with torch.no_grad(): for x, y in loader:``: no gradient comes from these batches
+            return False
         if isinstance(node, cst.CompFor):  # ``[trainer.step(x, y) for x, y in loader]``: what it makes trains
             comprehension = self.index.parent(node)
             made = getattr(comprehension, "elt", None) or getattr(comprehension, "value", None)
