@@ -610,6 +610,8 @@ class Index(ProgramClasses):
 
     def _instance_methods(self, call: cst.Call, scope: Scope) -> list[tuple[cst.FunctionDef, int]]:
         func = call.func
+        if isinstance(func, cst.Subscript):  # ``trainers[args.dataset](args, net)``: each function the dict holds
+            return [(function, 0) for function in self.registry_functions(func)]
         if not isinstance(func, (cst.Attribute, cst.Name)):
             return []
         if len(self._following) > 1:  # asked while following another helper: one level of objects is enough
@@ -779,7 +781,9 @@ class Index(ProgramClasses):
 
     def functions_chosen(self, call: cst.Call) -> list[cst.FunctionDef]:
         """The program's functions a call of a name may run, where the name is given one or another of them
-        (see :meth:`_functions_chosen`)."""
+        (see :meth:`_functions_chosen`), or a dict of them is indexed by (``trainers[args.dataset](args, net)``)."""
+        if isinstance(call.func, cst.Subscript):
+            return self.registry_functions(call.func)
         if not isinstance(call.func, cst.Name):
             return []
         return [function for function, _ in self._functions_chosen(call.func, self.scope_of(call))]
