@@ -133,8 +133,25 @@ class _Finder:
             return index.is_call_to(made, torch_api.COMPILED_FOR_EXPORT)
         ref = index.ref_of(made, index.scope_of(value)) if isinstance(made, cst.Name) else None
         bound = [v for _, v in index.values_assigned(ref)] if ref is not None else []
-        return bool(bound) and all(
-            isinstance(v, cst.Call) and index.is_call_to(v, torch_api.COMPILED_FOR_EXPORT) for v in bound
+        if bound and all(isinstance(v, cst.Call) and index.is_call_to(v, torch_api.COMPILED_FOR_EXPORT) for v in bound):
+            return True
+        # ``model = torch.jit.script(model)`` after ``model = Net().to(device)``: the last binding before the save
+        # in its own function, where nothing else rebinds the name
+        before = (
+            [
+                (assign, v)
+                for assign, v in index.values_assigned(ref)
+                if ref is not None and index.scope_of(assign) is index.scope_of(value) and index.after(value, assign)
+            ]
+            if ref is not None
+            else []
+        )
+        last = max(before, key=lambda a: index.order[a[0]])[1] if before else None
+        return (
+            len(before) == len(bound)
+            and isinstance(last, cst.Call)
+            and index.is_call_to(last, torch_api.COMPILED_FOR_EXPORT)
+            and not any(index.inside(value, loop) for loop in index.enclosing_loops(index.statement_of(before[-1][0])))
         )
 
     def file_moves(self) -> Iterator[cst.SimpleStatementLine]:
