@@ -176,6 +176,13 @@ class Resolver:
             init = folder / name / "__init__.py"
             if is_regular_file(init):
                 return Found(init, (folder / name,), os.path.realpath(init))
+            # the folder that holds the script itself, without ``__init__.py``: run as ``python -m src.main``
+            # from the folder above, it is a namespace package (``from src.utils import *``)
+            portion = os.path.realpath(folder / name)
+            if os.path.isdir(portion) and any(
+                os.path.commonpath([os.path.realpath(place), portion]) == portion for place in self.search
+            ):
+                return Found(None, (folder / name,))
         return None
 
 
