@@ -328,11 +328,11 @@ def decide_on_rank_zero(plan: EditPlan, test: cst.BaseExpression) -> bool:
     return True
 
 
-ON_ANY_RANK = '''
+FLAG_OVER_RANKS = '''
 def {helper}(flag):
-    """Whether `flag` holds on any rank, on every rank: a training step one rank skips, every rank skips."""
+    """{doc}"""
 {unset}    flag = torch.tensor(int(bool(flag)))
-    {dist}.all_reduce(flag, op={dist}.ReduceOp.MAX)
+    {dist}.all_reduce(flag, op={dist}.ReduceOp.{op})
     return bool(flag)
 '''
 
@@ -345,25 +345,8 @@ def decide_on_any_rank(plan: EditPlan, test: cst.BaseExpression) -> None:
 
 def on_any_rank(plan: EditPlan) -> str:
     """The name of the generated helper that tells every rank whether a flag holds on any rank (defined once)."""
-    helper = fresh("on_any_rank", plan.index.identifiers)
-    if not plan.has_setup_helper(helper):
-        dist = plan.names.dist
-        forms = [
-            cst.parse_module(ON_ANY_RANK.format(helper=helper, dist=dist, unset=unset)).body[0]
-            for unset in ("", f"    if not {dist}.is_initialized():\n        return flag\n")
-        ]
-        plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
-        plan.need_import("torch")
-    return helper
-
-
-ON_EVERY_RANK = '''
-def {helper}(flag):
-    """Whether `flag` holds on every rank, on every rank: a training step runs where no rank would skip it."""
-{unset}    flag = torch.tensor(int(bool(flag)))
-    {dist}.all_reduce(flag, op={dist}.ReduceOp.MIN)
-    return bool(flag)
-'''
+    doc = "Whether `flag` holds on any rank, on every rank: a training step one rank skips, every rank skips."
+    return _flag_over_ranks(plan, "on_any_rank", "MAX", doc)
 
 
 def decide_on_every_rank(plan: EditPlan, test: cst.BaseExpression) -> bool:
@@ -372,17 +355,25 @@ def decide_on_every_rank(plan: EditPlan, test: cst.BaseExpression) -> bool:
     if test in plan.decided_on_rank_zero:
         return False
     plan.decided_on_rank_zero.add(test)
-    helper = fresh("on_every_rank", plan.index.identifiers)
+    doc = "Whether `flag` holds on every rank, on every rank: a training step runs where no rank would skip it."
+    helper = _flag_over_ranks(plan, "on_every_rank", "MIN", doc)
+    plan.replace(test, lambda n: cst.Call(cst.Name(helper), [cst.Arg(cast(cst.BaseExpression, n))]))
+    return True
+
+
+def _flag_over_ranks(plan: EditPlan, base: str, op: str, doc: str) -> str:
+    """The name of a generated helper that reduces a flag over the ranks with ``op`` (``MAX``: on any rank,
+    ``MIN``: on every rank), defined once, with its form for a script run without a process group."""
+    helper = fresh(base, plan.index.identifiers)
     if not plan.has_setup_helper(helper):
         dist = plan.names.dist
         forms = [
-            cst.parse_module(ON_EVERY_RANK.format(helper=helper, dist=dist, unset=unset)).body[0]
+            cst.parse_module(FLAG_OVER_RANKS.format(helper=helper, dist=dist, op=op, doc=doc, unset=unset)).body[0]
             for unset in ("", f"    if not {dist}.is_initialized():\n        return flag\n")
         ]
         plan.add_setup_helper(helper, *cast(list[cst.FunctionDef], forms))
         plan.need_import("torch")
-    plan.replace(test, lambda n: cst.Call(cst.Name(helper), [cst.Arg(cast(cst.BaseExpression, n))]))
-    return True
+    return helper
 
 
 MEAN_OVER_RANKS = '''
