@@ -132,26 +132,23 @@ class _Finder:
         if isinstance(made, cst.Call):
             return index.is_call_to(made, torch_api.COMPILED_FOR_EXPORT)
         ref = index.ref_of(made, index.scope_of(value)) if isinstance(made, cst.Name) else None
-        bound = [v for _, v in index.values_assigned(ref)] if ref is not None else []
-        if bound and all(isinstance(v, cst.Call) and index.is_call_to(v, torch_api.COMPILED_FOR_EXPORT) for v in bound):
+        if ref is None:
+            return False
+        assigned = list(index.values_assigned(ref))  # in source order
+        if assigned and all(
+            isinstance(v, cst.Call) and index.is_call_to(v, torch_api.COMPILED_FOR_EXPORT) for _, v in assigned
+        ):
             return True
         # ``model = torch.jit.script(model)`` after ``model = Net().to(device)``: the last binding before the save
         # in its own function, where nothing else rebinds the name
-        before = (
-            [
-                (assign, v)
-                for assign, v in index.values_assigned(ref)
-                if ref is not None and index.scope_of(assign) is index.scope_of(value) and index.after(value, assign)
-            ]
-            if ref is not None
-            else []
-        )
-        last = max(before, key=lambda a: index.order[a[0]])[1] if before else None
+        before = [(a, v) for a, v in assigned if index.scope_of(a) is index.scope_of(value) and index.after(value, a)]
+        if not before or len(before) != len(assigned):
+            return False
+        last_assign, last = before[-1]
         return (
-            len(before) == len(bound)
-            and isinstance(last, cst.Call)
+            isinstance(last, cst.Call)
             and index.is_call_to(last, torch_api.COMPILED_FOR_EXPORT)
-            and not any(index.inside(value, loop) for loop in index.enclosing_loops(index.statement_of(before[-1][0])))
+            and not any(index.inside(value, loop) for loop in index.enclosing_loops(index.statement_of(last_assign)))
         )
 
     def file_moves(self) -> Iterator[cst.SimpleStatementLine]:
