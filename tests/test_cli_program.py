@@ -756,6 +756,38 @@ def test_a_second_entry_whose_shared_module_was_converted_before_is_told_how_to_
     assert "DistributedSampler(ds) if dist.is_initialized() else None" in (tmp_path / "data.py").read_text()
 
 
+HAND_DISTRIBUTED = """import os
+
+import torch.distributed as dist
+
+
+def init_distributed():
+    if "RANK" in os.environ:
+        dist.init_process_group("gloo")
+
+
+def is_master():
+    return not dist.is_initialized() or dist.get_rank() == 0
+"""
+
+
+def test_a_program_distributed_by_hand_is_not_taken_for_an_earlier_conversion(
+    project: Path, run_ddpify: RunDdpify
+) -> None:
+    # The guard ddpify writes into shared modules is also what such programs write themselves.
+    (project / "parallel.py").write_text(HAND_DISTRIBUTED)
+    entry = "from parallel import init_distributed, is_master\n" + ENTRY_WITH_SHARED_DATA.replace(
+        "from data import get_loader\n", ""
+    ).replace("loader = get_loader(8)", "init_distributed()\nloader = [(torch.randn(8, 3), torch.randn(8, 1))]")
+    (project / "train.py").write_text(entry)
+
+    result = run_ddpify(project, "train.py")
+
+    assert result.returncode == 0, result.stderr
+    assert "DDP010" in result.stderr
+    assert "ddpify's conversion" not in result.stderr
+
+
 def test_a_module_present_only_as_bytecode_is_named(project: Path, run_ddpify: RunDdpify) -> None:
     # Python imports models.pyc beside the script when models.py is missing; ddpify cannot read it.
     subprocess.run(

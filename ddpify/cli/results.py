@@ -23,6 +23,7 @@ from ddpify.cli.project import project_root
 from ddpify.cli.report import counts, internal_error_message, plural
 from ddpify.cli.request import STDOUT_NAME, is_folder, same_file
 from ddpify.cli.transaction import Write, write_all
+from ddpify.concerns.process_group import SETUP_DOCSTRING
 from ddpify.diagnostics import UNFOLLOWED_IMPORT, UNFOLLOWED_IN_FOLDER, Diagnostic
 
 if TYPE_CHECKING:
@@ -203,8 +204,12 @@ def _say_if_converted_before(
 
 
 def _converted_guard(code: bytes) -> bool:
-    """Whether ``code`` holds the guard ddpify writes into a module that must also run without a process group."""
-    return b"dist.is_initialized()" in code
+    """Whether ``code`` holds the guard ddpify writes into a module that must also run without a process
+    group, and no process group but the one ddpify's set-up creates (a program distributed by hand has
+    that guard too)."""
+    if b"dist.is_initialized()" not in code:
+        return False
+    return b"init_process_group" not in code or SETUP_DOCSTRING.encode() in code
 
 
 def journal_home(request: Request, job: Job) -> str:

@@ -232,9 +232,13 @@ def distributed_use(index: Index) -> tuple[cst.Call, str] | None:
     return None
 
 
-SETUP = '''
+SETUP_DOCSTRING = "Join the process group started by torchrun (or srun), or form a group of one under plain `python`."
+SETUP = (
+    '''
 def {setup}():
-    """Join the process group started by torchrun (or srun), or form a group of one under plain `python`."""
+    """'''
+    + SETUP_DOCSTRING
+    + '''"""
     if "RANK" not in {os}.environ and "SLURM_PROCID" in {os}.environ and "MASTER_ADDR" in {os}.environ:
         # Started by `srun` without torchrun: SLURM numbers the processes, the batch script sets MASTER_ADDR/PORT.
         {os}.environ.update(
@@ -253,6 +257,7 @@ def {setup}():
     else:  # plain `python`: a group of one, which needs no rendezvous port
         {dist}.init_process_group(backend, store={dist}.HashStore(), rank=0, world_size=1)
 '''
+)
 
 
 SPAWN = """    nproc = int({os}.environ.get("PET_NPROC_PER_NODE", torch.cuda.device_count()))
