@@ -934,3 +934,20 @@ def test_a_module_that_would_not_print_back_byte_for_byte_is_refused_only_where_
     assert done.returncode != 0
     assert "solver.py:1:1: DDP004 " in done.stderr
     assert snapshot(project) == before
+
+
+def test_a_script_inside_a_namespace_package_is_written_with_that_folder(tmp_path: Path, run_ddpify: RunDdpify) -> None:
+    # `src/main.py` imports `src.utils` (no __init__.py): it runs as `python -m src.main` from the folder above,
+    # so the output folder must hold `src/` and Python must search the output folder.
+    fixture = PROJECTS / "script_inside_a_namespace_package" / "input"
+    shutil.copytree(fixture, tmp_path / "in")
+
+    result = run_ddpify(tmp_path / "in", "src/main.py", "-o", str(tmp_path / "out") + os.sep)
+
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*.py")) == [
+        "src/main.py",
+        "src/utils.py",
+    ]
+    out = tmp_path / "out"
+    assert f"run it: PYTHONPATH={out} torchrun --standalone --nproc_per_node=gpu {out}/src/main.py" in result.stderr

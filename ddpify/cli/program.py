@@ -211,7 +211,12 @@ def local_modules(
     )
     found = {real: found.module for real, found in walk.found.items() if found.module is not None}
     folder = entry_path.parent
-    inside = all(folder in Path(module.path).absolute().parents for module in found.values())
+    # the folders Python must search for the program's imports: ``src.utils`` beside the entry (a script
+    # run as ``python -m src.main``) is found from the folder above it
+    roots = [_import_root(each.file, each.name) for each in walk.found.values() if each.module is not None]
+    inside = all(folder in Path(module.path).absolute().parents for module in found.values()) and all(
+        root == folder or folder in root.parents for root in roots
+    )
     shared = _imported_elsewhere(set(found), walk, {str(entry_path)}, project)
     modules = tuple(replace(module, shared=True) if real in shared else module for real, module in found.items())
     importers = {found[real].path: tuple(sorted(scripts)) for real, scripts in shared.items()}
@@ -220,9 +225,15 @@ def local_modules(
     base = (
         folder
         if inside
-        else Path(os.path.commonpath([project.root, *(Path(m.path).absolute().parent for m in modules)]))
+        else Path(os.path.commonpath([project.root, *(Path(m.path).absolute().parent for m in modules), *roots]))
     )
     return ProgramFiles(entry_path, base, modules, source, tuple(walk.unfollowed()), importers=importers)
+
+
+def _import_root(file: Path, name: str) -> Path:
+    """The folder on Python's search path from which ``file`` is imported as ``name``."""
+    depth = name.count(".") + (file.name == "__init__.py")
+    return file.absolute().parents[depth]
 
 
 def _project(entry: Path, projects: dict[Path, Project], max_size: int, root: Path | None = None) -> Project:

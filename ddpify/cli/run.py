@@ -112,8 +112,7 @@ def _search_path(request: Request, job: Job, program: ProgramFiles | None) -> st
     puts the converted modules before an installed copy of the project."""
     if program is None or not job.whole_program or request.output is None:
         return None
-    folder = program.entry.parent
-    if all(folder in Path(module.path).absolute().parents for module in program.modules):
+    if program.base == program.entry.parent:
         return None
     return request.output.rstrip("/" + os.sep) or os.sep
 
