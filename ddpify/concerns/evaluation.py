@@ -144,6 +144,7 @@ class _Finder:
             self.index,
             [site for loader in training for site in loader.sites],
             frozenset(ref for loader in training for ref in loader.refs),
+            frozenset(loader.call for loader in training),
         )
         self._loops: dict[cst.For, Loop] = {}
 

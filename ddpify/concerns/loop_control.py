@@ -70,6 +70,9 @@ class Facts:
     # ``if d_acc <= d_thresh: d_loss.backward(); d_opt.step()``: a step run or not on a value read from this
     # rank's batches; it runs where the test holds on every rank, so that the gradient all-reduces stay paired
     rank_local_gates: tuple[cst.If, ...] = ()
+    # ``while worse < patience:`` around a training step, the test read from this rank's batches (a patience
+    # counter set on this rank's loss): every rank takes rank 0's decision, so that the ranks run as many passes
+    rank_local_whiles: tuple[cst.While, ...] = ()
 
 
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
@@ -85,6 +88,7 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
         tuple(finder.raised_skips()),
         tuple(finder.rank_local_redraws(models)),
         tuple(finder.rank_local_gates()),
+        tuple(finder.rank_local_whiles()),
     )
 
 
@@ -137,6 +141,13 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             "the weights are drawn again on a value computed from this rank's batches: every rank draws them where "
             "any rank would, so that the replicas keep the same weights",
         )
+    for loop in facts.rank_local_whiles:
+        if uniformity.decide_on_rank_zero(plan, loop.test):
+            plan.change(
+                loop,
+                "whether the loop runs another pass is decided by a value computed from this rank's batches: every "
+                "rank takes rank 0's decision, so that the ranks run as many training steps",
+            )
     for gate in facts.rank_local_gates:
         if gate in decided:
             continue
@@ -281,6 +292,14 @@ class _Finder:
                     and self.rank_local.reads(node.test, loop)
                 ):
                     yield node
+
+    def rank_local_whiles(self) -> Iterator[cst.While]:
+        """``while worse < patience:`` around a training step, the test read from this rank's batches: a rank
+        that leaves the loop first leaves the others waiting in their next gradient all-reduce."""
+        index = self.index
+        for loop in index.loops:
+            if isinstance(loop, cst.While) and index.trains(loop.body) and self.rank_local.reads(loop.test, loop):
+                yield loop
 
     def _rank_local_tests(self, node: cst.CSTNode, loop: cst.For | cst.While) -> list[cst.If]:
         """The tests between ``node`` and its innermost loop that read values of this rank's batches, outermost

@@ -299,12 +299,8 @@ class LoaderFinder:
                 epoch_loops.extend(lp for lp in found if lp not in epoch_loops)
         # the loop over the batches repeats in a ``while``, here or in a generator that yields them
         passes = [node for node, _ in sites] + [node for node, _ in self.reads.iterations(self._refs_of(call))]
-        repeated = any(  # (``next(it)`` in a loop: that loop draws the batches, it does not repeat a pass)
-            isinstance(lp, cst.While)
-            for node in passes
-            for lp in list(index.enclosing_loops(node))[1 if isinstance(node, cst.Call) else 0 :]
-            if lp is not node
-        )
+        # (``next(it)`` in a loop: that loop draws the batches, it does not repeat a pass)
+        repeated = any(self._in_a_while(node, skip=1 if isinstance(node, cst.Call) else 0) for node in passes)
         if not epoch_loops and not restarts and repeated:
             self.program.report(
                 call,
@@ -313,6 +309,18 @@ class LoaderFinder:
                 "at the start of each pass, or every pass shuffles the same way",
             )
         return epoch_loops
+
+    def _in_a_while(self, node: cst.CSTNode, skip: int = 0, depth: int = 0) -> bool:
+        """Whether ``node`` runs inside a ``while`` loop (past the ``skip`` innermost loops around it), in its
+        function or around a call of that function (``while not done: train_epoch()``)."""
+        index = self.index
+        loops = [lp for lp in list(index.enclosing_loops(node))[skip:] if lp is not node]
+        if any(isinstance(lp, cst.While) for lp in loops):
+            return True
+        scope = index.scope_of(node)
+        if loops or not isinstance(scope, cst.FunctionDef) or depth > 4:
+            return False  # (a ``for`` loop around it, or around its calls, counts the passes)
+        return any(self._in_a_while(call, depth=depth + 1) for call in index.callers(scope))
 
     def _never_read(self, refs: set[Ref]) -> bool:
         """Whether no place holding the loader is ever read, but to be handed on by a ``return`` or an
@@ -929,20 +937,32 @@ def _next_of_a_new_iterator(node: cst.CSTNode) -> bool:
 
 
 def _pass_counter(loop: cst.While) -> str:
-    """The one name a ``while`` loop's body advances by ``+= 1`` in the statements it runs in order on
-    every pass (``epoch += 1``), the loops inside it aside; '' where there is none or more than one."""
+    """The one place a ``while`` loop's body advances by ``+= 1`` in the statements it runs in order on
+    every pass (``epoch += 1``, ``self.epoch += 1``, ``state["epochs"] += 1``), as code, the loops inside it
+    aside; '' where there is none or more than one."""
     counted = {
-        small.target.value
+        code
         for statement in straight_line(loop.body)
         if isinstance(statement, cst.SimpleStatementLine)
         for small in statement.body
         if isinstance(small, cst.AugAssign)
         and isinstance(small.operator, cst.AddAssign)
-        and isinstance(small.target, cst.Name)
         and isinstance(small.value, cst.Integer)
         and small.value.value == "1"
+        and (code := _counter_code(small.target))
     }
     return counted.pop() if len(counted) == 1 else ""
+
+
+def _counter_code(target: cst.BaseExpression) -> str:
+    """``epoch``, ``self.epoch`` or ``state["epochs"]`` as written (a constant key), else ''."""
+    if isinstance(target, cst.Subscript):
+        key = target.slice[0].slice if len(target.slice) == 1 else None
+        value = dotted(target.value)
+        if value and isinstance(key, cst.Index) and isinstance(key.value, cst.SimpleString):
+            return f"{value}[{key.value.value}]"
+        return ""
+    return dotted(target) or ""
 
 
 _UNKNOWN = object()

@@ -25,7 +25,8 @@ def rank_local(index: Index, facts: Facts) -> RankLocal:
     sites += [site for loader in varying for site, _ in reads.iterations(set(loader.refs))]
     refs = frozenset(ref for loader in training for ref in trained_refs(index, loader))
     refs |= frozenset(ref for loader in varying for ref in loader.refs)
-    return RankLocal(index, sites, refs)
+    calls = frozenset(loader.call for loader in (*training, *varying))
+    return RankLocal(index, sites, refs, calls)
 
 
 def draws_its_own_share(index: Index, loader: Loader) -> bool:

@@ -446,8 +446,8 @@ def _set_epoch(
         plan.change(restart.stmt, f"a new pass over the data: `{sampler}.set_epoch(...)` reshuffles it")
     for epoch_loop in loader.epoch_loops:
         loop = epoch_loop.loop
-        target = loop.target if isinstance(loop, cst.For) else cst.Name(epoch_loop.counter)
-        if not isinstance(target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
+        target = loop.target if isinstance(loop, cst.For) else None
+        if (target is not None and not isinstance(target, cst.Name)) or not isinstance(loop.body, cst.IndentedBlock):
             plan.report(
                 loop,
                 NO_EPOCH,
@@ -455,10 +455,10 @@ def _set_epoch(
                 f"`{epoch_loop.loader}.{attribute}.set_epoch(epoch)` at the start of each epoch yourself",
             )
             continue
-        epoch = target.value
+        epoch = target.value if target is not None else epoch_loop.counter
         if epoch == "_" and isinstance(loop, cst.For) and loop in renamed:  # a second loader of this loop
             epoch = renamed[loop]
-        elif epoch == "_" and isinstance(loop, cst.For):  # (a ``while`` loop's counter is read as it is)
+        elif epoch == "_" and target is not None:  # (a ``while`` loop's counter is read as it is)
             epoch = renamed[loop] = fresh("epoch", _variables(plan.index, plan.index.module_of(loop)) | taken)
             taken.add(epoch)
             plan.replace(target, _renamed(epoch))

@@ -24,10 +24,17 @@ from ddpify.engine.uniformity.sources import Seeding, per_process
 class RankLocal:
     """Which values differ between ranks because each rank draws its own training batches."""
 
-    def __init__(self, index: Index, sites: Sequence[cst.CSTNode], loader_refs: frozenset[Ref]) -> None:
+    def __init__(
+        self,
+        index: Index,
+        sites: Sequence[cst.CSTNode],
+        loader_refs: frozenset[Ref],
+        loader_calls: frozenset[cst.Call] = frozenset(),
+    ) -> None:
         self.index = index
         self.sites = list(sites)  # where training batches are drawn: ``for`` loops, ``next()`` calls
         self.loader_refs = loader_refs
+        self.loader_calls = loader_calls  # the constructions of those loaders, handed on where they are built
         self.seeding = Seeding(index)
         self._names: dict[cst.CSTNode, set[str]] = {}
         self._drawing: dict[cst.FunctionDef, bool] = {}
@@ -263,20 +270,32 @@ class RankLocal:
         """A call of the program's function that draws training batches, or one handed the training loader."""
         index = self.index
         callee = index.resolve_callee(call, index.scope_of(call))
-        if callee is not None and self.draws_batches(callee[0]) and not self._draws_only_what_it_is_handed(callee[0]):
+        drawing = callee is not None and self.draws_batches(callee[0])
+        if drawing and callee is not None and not self._draws_only_what_it_is_handed(callee[0]):
             return True
         # ``run_epoch(model, valid_loader)`` of a function that draws from the loader it is handed: its value
         # differs between ranks where the call hands it the training loader (or the object's constructor does,
         # ``Epoch(model, train_loader).run()``)
         scope = index.scope_of(call)
-        handed = list(call.args)
+        handed = [(arg, scope) for arg in call.args]
         receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-        if isinstance(receiver, cst.Name) and (ref := index.ref_of(receiver, scope)) is not None:
-            built = [value for _, value in index.values_assigned(ref)]
-            receiver = built[0] if len(built) == 1 else None
+        if drawing and callee is not None and isinstance(receiver, cst.Name) and _is_self(index, receiver, scope):
+            # ``self.train_epoch()`` drawing from ``self.loader``: what each construction of the class hands it
+            cls = index.method_class(callee[0])
+            init = index.method(cls, "__init__") if cls is not None else None
+            built = index.callers(init) if init is not None else []
+            if not built:
+                return True
+            handed += [(arg, index.scope_of(each)) for each in built for arg in each.args]
+        elif isinstance(receiver, cst.Name) and (ref := index.ref_of(receiver, scope)) is not None:
+            values = [value for _, value in index.values_assigned(ref)]
+            receiver = values[0] if len(values) == 1 else None
         if isinstance(receiver, cst.Call):
-            handed += receiver.args
-        return any(index.carried_ref(arg.value, scope) in self.loader_refs for arg in handed)
+            handed += [(arg, scope) for arg in receiver.args]
+        return any(
+            arg.value in self.loader_calls or index.carried_ref(arg.value, where) in self.loader_refs
+            for arg, where in handed
+        )
 
     def _draws_only_what_it_is_handed(self, function: cst.FunctionDef) -> bool:
         """Whether every pass over training batches in ``function`` loops over one of its parameters
@@ -329,6 +348,14 @@ class RankLocal:
             if not over_local and any(isinstance(n, cst.Name) and n.value == name.value for n in index.walk(bound)):
                 return True
         return False
+
+
+def _is_self(index: Index, name: cst.Name, scope: object) -> bool:
+    """Whether ``name`` is the instance parameter of the method it is read in."""
+    if not isinstance(scope, cst.FunctionDef) or index.method_class(scope) is None:
+        return False
+    names = parameter_names(scope)
+    return bool(names) and names[0] == name.value
 
 
 def _only_read(index: Index, name: cst.Name) -> bool:
