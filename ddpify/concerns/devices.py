@@ -164,6 +164,7 @@ class _Finder:
             isinstance(call, cst.Call)
             and call.args[0] is arg
             and m.matches(call.func, m.Attribute(attr=m.Name("to") | m.Name("cuda")))
+            and not self._own_method(call)
         )
 
     def gpu_index_call(self, call: cst.Call) -> Literal["device", "cuda"] | None:
@@ -173,9 +174,20 @@ class _Finder:
             if isinstance(first.value, cst.SimpleString) and first.value.evaluated_value == "cuda":
                 return "device" if second.keyword is None else None
             return None
-        if m.matches(call.func, m.Attribute(attr=m.Name("cuda"))) and call.args and call.args[0].keyword is None:
+        if (
+            m.matches(call.func, m.Attribute(attr=m.Name("cuda")))
+            and call.args
+            and call.args[0].keyword is None
+            and not call.args[0].star
+            and not self._own_method(call)
+        ):
             return "cuda"
         return None
+
+    def _own_method(self, call: cst.Call) -> bool:
+        """``self.cuda(*items)``: a method of the program's own class, not torch's ``.cuda(device)``."""
+        callee = self.index.resolve_callee(call, self.index.scope_of(call))
+        return callee is not None and callee[0].name.value == "cuda"
 
     def set_device(self, call: cst.Call) -> Iterator[cst.BaseStatement]:
         """The setup block already chose this rank's GPU: the script's own choice goes (the line, or its ``if``)."""
