@@ -26,6 +26,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 WEIGHTS = Path(__file__).parent / "record_weights.py"
 
 CASES = [
+    "model/teacher_output_kept_in_a_list_and_detached",
     "devices/own_cuda_method_moving_a_batch",
     "loop_control/while_loop_left_on_the_training_loss_patience",
     "model/init_function_after_move",

@@ -596,8 +596,8 @@ class ForwardChecks:
         index = self.index
         classes = {
             name: sub
-            for _, name, node in self._init_fields(cls)
-            if isinstance(node.value, cst.Call) and (sub := index.local_class(node.value.func)) is not None
+            for _, name, value in self._init_fields(cls)
+            if isinstance(value, cst.Call) and (sub := index.local_class(value.func)) is not None
         }
         for node in index.walk(forward.body):
             if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
@@ -763,9 +763,9 @@ class ForwardChecks:
                         return True
         return False
 
-    def _init_fields(self, cls: cst.ClassDef) -> Iterator[tuple[cst.FunctionDef, str, cst.Assign | cst.AnnAssign]]:
-        """Each ``self.x = ...`` (or ``self.x: T = ...``) of ``__init__`` of the class and of its bases: the
-        ``__init__``, the field's name and the assignment."""
+    def _init_fields(self, cls: cst.ClassDef) -> Iterator[tuple[cst.FunctionDef, str, cst.BaseExpression | None]]:
+        """Each ``self.x = ...`` (or ``self.x: T = ...``, or ``self.x, self.y = x, y``) of ``__init__`` of the
+        class and of its bases: the ``__init__``, the field's name and the value it is given."""
         index = self.index
         for owner in index.ancestry(cls):
             init = index.functions.get((owner, "__init__"))
@@ -775,15 +775,18 @@ class ForwardChecks:
             for node in index.walk(init.body):
                 target = single_target(node)
                 if target is not None and m.matches(target, m.Attribute(value=m.Name(self_name))):
-                    yield init, cast(cst.Attribute, target).attr.value, cast(cst.Assign | cst.AnnAssign, node)
+                    yield init, cast(cst.Attribute, target).attr.value, cast(cst.Assign | cst.AnnAssign, node).value
+                elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+                    for field, value in _paired(node.targets[0].target, node.value):
+                        if m.matches(field, m.Attribute(value=m.Name(self_name))):
+                            yield init, cast(cst.Attribute, field).attr.value, value
 
     def _parameter_fields(self, cls: cst.ClassDef) -> set[str]:
         """The fields ``__init__`` of the class (or of a base) sets to ``nn.Parameter(...)``."""
         return {
             name
-            for _, name, node in self._init_fields(cls)
-            if isinstance(node.value, cst.Call)
-            and self.index.qualified_names(node.value.func) & torch_api.PARAMETER_CLASSES
+            for _, name, value in self._init_fields(cls)
+            if isinstance(value, cst.Call) and self.index.qualified_names(value.func) & torch_api.PARAMETER_CLASSES
         }
 
     def _parameter_free_fields(self, cls: cst.ClassDef) -> set[str]:
@@ -792,8 +795,7 @@ class ForwardChecks:
         ``F.relu``, a lambda), and to nothing else."""
         free: set[str] = set()
         other: set[str] = set()
-        for init, name, node in self._init_fields(cls):
-            value = node.value
+        for init, name, value in self._init_fields(cls):
             names = self.index.qualified_names(value.func) if isinstance(value, cst.Call) else frozenset()
             plain = value is not None and self._plain_function(value, init)
             (free if plain or (names and names <= torch_api.PARAMETER_FREE_LAYERS) else other).add(name)
@@ -823,15 +825,15 @@ class ForwardChecks:
         index = self.index
         built: list[str] = []
         passed: list[str] = []
-        for init, name, node in self._init_fields(cls):
+        for init, name, value in self._init_fields(cls):
             parameters = {p.name.value for p in init.params.params[1:]}  # all but ``self``
-            if isinstance(node.value, cst.Call) and (
-                any(q.startswith("torch.nn.") for q in index.qualified_names(node.value.func))
-                or index.local_class(node.value.func) is not None
-                or "copy.deepcopy" in index.qualified_names(node.value.func)  # an EMA copy of a part
+            if isinstance(value, cst.Call) and (
+                any(q.startswith("torch.nn.") for q in index.qualified_names(value.func))
+                or index.local_class(value.func) is not None
+                or "copy.deepcopy" in index.qualified_names(value.func)  # an EMA copy of a part
             ):
                 built.append(name)
-            elif isinstance(node.value, cst.Name) and node.value.value in parameters:
+            elif isinstance(value, cst.Name) and value.value in parameters:
                 passed.append(name)
         return built, passed
 
@@ -882,11 +884,9 @@ class ForwardChecks:
             runs = [a for a in mentions if isinstance(call := index.parent(a), cst.Call) and call.func is a]
             if runs and all(without_grad(self.index, a) for a in mentions):
                 return f"forward() runs `{self_name}.{name}` only under torch.no_grad()"
-            if (
-                runs
-                and len(runs) == len(mentions)
-                and all(self._detached(cast(cst.Call, index.parent(a))) for a in runs)
-            ):
+            # ``self.teacher(x)``, or a method of it (``self.teacher.extract_feature(x)``)
+            calls = [call for a in mentions if (call := _run_through(index, a)) is not None]
+            if calls and len(calls) == len(mentions) and all(self._detached(call) for call in calls):
                 return f"forward() uses what `{self_name}.{name}` computes only detached"
         return None
 
@@ -911,20 +911,39 @@ class ForwardChecks:
 
     def _detached(self, call: cst.Call) -> bool:
         """Whether every use of ``call``'s result is ``.detach()``: ``t = self.teacher(x)`` and then only
-        ``t.detach()`` (also ``self.teacher(x).detach()``), so no gradient reaches the module that ran."""
+        ``t.detach()`` (also ``self.teacher(x).detach()``), so no gradient reaches the module that ran. The
+        result may pass through a subscript (``feats[i].detach()``), a list or tuple built around it
+        (``[self.teacher(x)]``) and names bound to it or to its parts (``feats, out = self.teacher.extract(x)``,
+        ``out`` unused); it must be read somewhere."""
+        reads: list[cst.CSTNode] = []
+        return self._only_detached(call, reads, 0) and bool(reads)
+
+    def _only_detached(self, value: cst.CSTNode, reads: list[cst.CSTNode], depth: int) -> bool:
         index = self.index
-        parent = index.parent(call)
-        if isinstance(parent, cst.Attribute) and parent.value is call:
-            return parent.attr.value == "detach"
-        target = single_target(parent) if isinstance(parent, cst.Assign) else None
-        ref = index.ref_of(target, index.scope_of(call)) if target is not None else None
-        if ref is None or not isinstance(ref.scope, cst.FunctionDef):
+        parent = index.parent(value)
+        if depth > 6 or parent is None:
             return False
-        reads = [r for r in index.mentions(ref.scope, ref) if r is not target]
-        return bool(reads) and all(
-            isinstance(up := index.parent(r), cst.Attribute) and up.value is r and up.attr.value == "detach"
-            for r in reads
-        )
+        if isinstance(parent, cst.Attribute) and parent.value is value:
+            reads.append(parent)
+            return parent.attr.value == "detach"
+        if isinstance(parent, cst.Subscript) and parent.value is value:
+            return self._only_detached(parent, reads, depth + 1)
+        if isinstance(parent, cst.Element) and isinstance(display := index.parent(parent), (cst.List, cst.Tuple)):
+            return self._only_detached(display, reads, depth + 1)
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and parent.value is value):
+            return False
+        names = list(_target_names(parent.targets[0].target))
+        if not names:
+            return False
+        scope = index.scope_of(value)
+        for name in names:
+            ref = index.ref_of(name, scope)
+            if ref is None or not isinstance(ref.scope, cst.FunctionDef):
+                return False
+            for read in index.mentions(ref.scope, ref):
+                if read is not name and not self._only_detached(read, reads, depth + 1):
+                    return False
+        return True
 
     def _run_by(self, cls: cst.ClassDef, entries: frozenset[str]) -> list[cst.FunctionDef]:
         """The methods instances of ``cls`` run for ``entries`` (their own or a base class's), and those they
@@ -1282,6 +1301,45 @@ def _values_bound(index: Index, function: cst.FunctionDef) -> dict[str, list[cst
                 for name in _bound_names(index, target.target):
                     values.setdefault(name, []).append(node.value)
     return values
+
+
+def _run_through(index: Index, field: cst.CSTNode) -> cst.Call | None:
+    """The call that runs the module read at ``field``: ``field(x)``, or a method of it (``field.encode(x)``)."""
+    parent = index.parent(field)
+    if isinstance(parent, cst.Call) and parent.func is field:
+        return parent
+    if isinstance(parent, cst.Attribute) and parent.value is field:
+        call = index.parent(parent)
+        if isinstance(call, cst.Call) and call.func is parent:
+            return call
+    return None
+
+
+def _paired(
+    target: cst.BaseExpression, value: cst.BaseExpression
+) -> Iterator[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """Each target of ``a, b = x, y`` with the value it gets (element by element, where both sides are
+    displays of one length)."""
+    if isinstance(target, cst.Tuple | cst.List) and isinstance(value, cst.Tuple | cst.List):
+        if len(target.elements) == len(value.elements) and not any(
+            isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)
+        ):
+            for left, right in zip(target.elements, value.elements, strict=True):
+                yield from _paired(left.value, right.value)
+        return
+    yield target, value
+
+
+def _target_names(target: cst.BaseExpression) -> Iterator[cst.Name]:
+    """The plain names an assignment target binds (``a`` and ``b`` of ``a, (b, _) = ...``); none where it
+    also stores into a subscript or an attribute."""
+    if isinstance(target, cst.Tuple | cst.List):
+        found = [list(_target_names(e.value)) for e in target.elements if not isinstance(e, cst.StarredElement)]
+        if all(found) and len(found) == len(target.elements):
+            for names in found:
+                yield from names
+    elif isinstance(target, cst.Name):
+        yield target
 
 
 def _bound_names(index: Index, target: cst.BaseExpression) -> Iterator[str]:
