@@ -553,27 +553,55 @@ class LoaderFinder:
         if not isinstance(function, cst.FunctionDef):
             return None
         iterated = {ref for _, ref in sites}
-        callers = index.callers(function)
-        training = [c for c in callers if any(index.downstream(ref) & iterated for ref in self._kept_by(c))]
-        if not training or len(training) == len(callers):
-            return None
         self_name = index.self_name(function)
         for name in parameter_names(function):
-            if name == self_name or any(True for _ in index.values_assigned(Ref(function, name))):
+            if name == self_name:
                 continue
-            values = passed_values(index, Ref(function, name))
-            if values is None or len(values) != len(callers):
+            # each call that fixes the parameter, with its constant: ``get_data(flag="val")`` where
+            # ``get_data(flag)`` passes its own ``flag`` on to the factory
+            fixed = self._constants_passed(function, name, 0)
+            if not fixed:
                 continue
-            spelled = [_constant(index, value) for value in values]
-            if None in spelled:
+            training = {c for c, _ in fixed if any(index.downstream(ref) & iterated for ref in self._kept_by(c))}
+            if not training or len(training) == len({c for c, _ in fixed}):
                 continue
-            trains = {s for c, s in zip(callers, spelled, strict=True) if c in training}
-            others = {s for c, s in zip(callers, spelled, strict=True) if c not in training}
+            trains = {spelled for c, spelled in fixed if c in training}
+            others = {spelled for c, spelled in fixed if c not in training}
             if trains & others:
                 continue
-            chosen = sorted(cast(set[str], trains))
+            chosen = sorted(trains)
             return f"{name} == {chosen[0]}" if len(chosen) == 1 else f"{name} in ({', '.join(chosen)})"
         return None
+
+    def _constants_passed(self, function: cst.FunctionDef, name: str, depth: int) -> list[tuple[cst.Call, str]]:
+        """The calls that decide the parameter ``name`` of ``function``, each with the constant it passes:
+        its own calls, or, where a call passes on a parameter of the function it is in, that function's
+        calls (to a depth of three); empty where some call passes anything else."""
+        index = self.index
+        if any(True for _ in index.values_assigned(Ref(function, name))):
+            return []
+        values = passed_values(index, Ref(function, name))
+        callers = index.callers(function)
+        if values is None or len(values) != len(callers):
+            return []
+        fixed: list[tuple[cst.Call, str]] = []
+        for caller, value in zip(callers, values, strict=True):
+            spelled = _constant(index, value)
+            outer = index.scope_of(caller)
+            if spelled is not None:
+                fixed.append((caller, spelled))
+            elif (
+                depth < 3
+                and isinstance(value, cst.Name)
+                and isinstance(outer, cst.FunctionDef)
+                and value.value in parameter_names(outer)
+                and value.value != index.self_name(outer)
+                and (passed := self._constants_passed(outer, value.value, depth + 1))
+            ):
+                fixed.extend(passed)
+            else:
+                return []
+        return fixed
 
     def _reached_through_its_branch(self, call: cst.Call, refs: set[Ref]) -> set[Ref]:
         """The places a loader built in a branch of a factory reaches, given what each call of the factory
