@@ -87,11 +87,51 @@ def queried(index: Index, call: cst.Call) -> cst.BaseExpression | None:
     return None
 
 
+_JOINS = frozenset({"os.path.join", "posixpath.join"})
+
+
 def _text(index: Index, expr: cst.BaseExpression | None) -> str | None:
-    """The source text of a path written as a name, an attribute, a string or a call (``os.path.join(...)``)."""
-    if isinstance(expr, cst.SimpleString | cst.FormattedString | cst.Name | cst.Attribute | cst.Call):
-        return index.module_of(expr).code_for_node(expr)
+    """A path as one spelling, whichever way it is written: ``"runs/" + name``, ``f"runs/{name}"`` and
+    ``os.path.join("runs", name)`` are all ``runs/{name}``; a name given one value in its scope is that
+    value; any other expression is its source text in braces. None for what names no path."""
+    text = _spelled(index, expr, 0)
+    return _tidy(text) if text is not None else None
+
+
+def _spelled(index: Index, expr: cst.BaseExpression | None, depth: int) -> str | None:
+    if expr is None or depth > 3:
+        return None
+    code = index.module_of(expr).code_for_node
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(expr, cst.FormattedString):
+        pieces = [
+            part.value if isinstance(part, cst.FormattedStringText) else "{" + code(part.expression) + "}"
+            for part in expr.parts
+            if isinstance(part, cst.FormattedStringText | cst.FormattedStringExpression)
+        ]
+        return "".join(pieces) if len(pieces) == len(expr.parts) else None
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        left, right = _spelled(index, expr.left, depth + 1), _spelled(index, expr.right, depth + 1)
+        return left + right if left is not None and right is not None else None
+    if isinstance(expr, cst.Call) and index.is_call_to(expr, _JOINS) and not any(a.star for a in expr.args):
+        parts = [text for arg in expr.args if (text := _spelled(index, arg.value, depth + 1)) is not None]
+        return "/".join(parts) if parts and len(parts) == len(expr.args) else None
+    if isinstance(expr, cst.Name) and (ref := index.ref_of(expr, index.scope_of(expr))) is not None:
+        values = [value for _, value in index.values_assigned(ref)]
+        if len(values) == 1 and (text := _spelled(index, values[0], depth + 1)) is not None:
+            return text
+    if isinstance(expr, cst.Name | cst.Attribute | cst.Call):
+        return "{" + code(expr) + "}"
     return None
+
+
+def _tidy(path: str) -> str:
+    """``runs//a/`` -> ``runs/a``: the spellings of one path made one."""
+    while "//" in path:
+        path = path.replace("//", "/")
+    return path.rstrip("/") or path
 
 
 def _changes(index: Index, node: cst.CSTNode, path: str) -> bool:
