@@ -145,6 +145,16 @@ TWO_METHODS_ONE_BACKWARD = Code(
     "parameters from the last forward alone, and raises when the others get their gradients",
     "compute the losses in one forward (a method that returns both), or give every parameter a gradient, then convert",
 )
+WRAPPED_INSIDE_A_MODULE = Code(
+    "DDP322",
+    Severity.ERROR,
+    "model",
+    "the model is built in a method of an nn.Module of the program (a part the module keeps, with its own "
+    "optimizer): a wrapper made there is never the module the training step runs, or is moved to the device "
+    "after it is made, and the ranks would train apart",
+    "build the part's optimizer where the whole module is built and placed, over the module's parameters (or wrap "
+    "the part yourself after the module is on its device), then convert",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -165,4 +175,5 @@ CODES = (
     PENALTY_ONLY_STEP,
     SPARSE_PARAMETER,
     TWO_METHODS_ONE_BACKWARD,
+    WRAPPED_INSIDE_A_MODULE,
 )

@@ -30,6 +30,7 @@ from ddpify.concerns.model.codes import (
     TWO_METHODS_ONE_BACKWARD,
     UNFROZEN_AFTER_WRAP,
     UNTRACEABLE_OPTIMIZER,
+    WRAPPED_INSIDE_A_MODULE,
 )
 from ddpify.concerns.model.facts import Facts, Model
 from ddpify.concerns.model.forward import ForwardChecks, backwards_reached
@@ -61,6 +62,7 @@ def find(program: Program) -> Facts:
             "the script trains, but builds no torch.optim optimizer over a model's parameters in this file: "
             "cannot find the model to wrap in DistributedDataParallel",
         )
+    models = _not_inside_a_module(program, models)
     if models:
         batch_negatives.report(program)
         _report_saved_holders(program, models)
@@ -68,6 +70,69 @@ def find(program: Program) -> Facts:
     data_parallel = tuple(c for c in index.calls if index.is_call_to(c, torch_api.DATA_PARALLEL))
     return Facts(
         models, tuple(finder.trained.optimizers()), data_parallel, _data_parallel_tests(index), tuple(finder.summed)
+    )
+
+
+def _not_inside_a_module(program: Program, models: tuple[Model, ...]) -> tuple[Model, ...]:
+    """The models whose wrap would not go into a method of an nn.Module of the program; each other one is
+    refused (``net = Linear(...)``, ``self.add_module("net", net)`` and an optimizer over ``net`` in a
+    module's ``__init__``: the module keeps the plain part, and its owner moves it after the wrap)."""
+    index = program.index
+    kept: list[Model] = []
+    for model in models:
+        function = index.scope_of(model.insert_after)
+        cls = index.method_class(function) if isinstance(function, cst.FunctionDef) else None
+        if not (
+            isinstance(function, cst.FunctionDef) and cls is not None and index.derives_from(cls, torch_api.NN_MODULE)
+        ):
+            kept.append(model)
+            continue
+        where = f"`{cls.name.value}.{function.name.value}`, a method of an nn.Module"
+        if isinstance(model.ref.scope, cst.FunctionDef) and "." not in model.ref.path:
+            why = "the wrapper would be held by a local name, not by the module that the training step runs"
+        elif _moved_once_built(index, cls):
+            why = "its owner moves the module to its device after the wrapper is made"
+        else:
+            kept.append(model)  # (a trainer module that runs its parts in its own methods, never moved)
+            continue
+        program.report(
+            model.insert_after,
+            WRAPPED_INSIDE_A_MODULE,
+            f"`{model.expression}` is trained by its own optimizer inside {where}: {why}",
+        )
+    return tuple(kept)
+
+
+def _moved_once_built(index: Index, cls: cst.ClassDef) -> bool:
+    """Whether a module of the class is moved to a device where it is built (``Net(cfg).to(device)``) or
+    later through the name that holds it (``net.cuda()``)."""
+    for call in index.calls:
+        if cls not in index.classes_built(call):
+            continue
+        if _a_move(index, call):
+            return True
+        holder = index.parent(call)
+        target = single_target(holder) if isinstance(holder, cst.Assign) else None
+        ref = index.ref_of(target, index.scope_of(call)) if target is not None else None
+        scope = ref.scope if ref is not None else None
+        if (
+            ref is not None
+            and isinstance(scope, cst.FunctionDef | cst.Module)
+            and any(_a_move(index, read) for read in index.mentions(scope, ref))
+        ):
+            return True
+    return False
+
+
+def _a_move(index: Index, value: cst.CSTNode) -> bool:
+    """``value.to(...)`` or ``value.cuda(...)``."""
+    method = index.parent(value)
+    return (
+        isinstance(method, cst.Attribute)
+        and method.value is value
+        and method.attr.value in ("to", "cuda")
+        and isinstance(call := index.parent(method), cst.Call)
+        and call.func is method
     )
 
 
