@@ -32,6 +32,8 @@ class TrainedModels:
         self._all_trained: set[Ref] | None = None
         self._stepped: frozenset[str] | None = None
         self._optimizers: tuple[cst.Call, ...] | None = None
+        self._traced: dict[Ref, list[Traced]] = {}  # each name traced, with the parameters calls it holds
+        self._reused = 0  # how many times a name was found traced before
 
     def optimizers(self) -> Iterator[cst.Call]:
         """``torch.optim.X(...)`` calls, however torch.optim was imported; and anything else built over a
@@ -494,6 +496,8 @@ class TrainedModels:
             if source is not None:  # ``for p in model.parameters(): yield p``
                 return self._trace(source, calls, seen)
             return self._trace_name(expr, calls, seen)
+        if isinstance(expr, cst.Subscript):  # ``ps[0]`` of ``ps = list(m.parameters())``: one of them
+            return self._trace(expr.value, calls, seen)
         return expr
 
     def _parameter_of_a_module(self, expr: cst.Attribute) -> bool:
@@ -708,12 +712,15 @@ class TrainedModels:
         index = self.index
         scope = index.scope_of(name)
         ref = index.ref_of(name, scope)
-        if ref in seen:
-            return None  # traced already
+        if ref in seen:  # traced already (or being traced): what it was traced to counts here too
+            if ref in self._traced:
+                calls.extend(call for call in self._traced[ref] if not any(call is c for c in calls))
+                self._reused += 1
+            return None
         if ref is None or ref.scope is not scope:
             return name
         seen.add(ref)
-        found = len(calls)
+        found, reused = len(calls), self._reused
         if isinstance(scope, cst.FunctionDef) and any(p.name.value == name.value for p in scope.params.params):
             return self._trace_argument(scope, name.value, calls, seen)
         for assign in index.assignments_to(ref):
@@ -763,7 +770,30 @@ class TrainedModels:
             if not traced:
                 return name
             calls.extend(traced)
-        return None if len(calls) > found else name
+        if len(calls) > found or self._reused > reused:
+            self._traced[ref] = calls[found:]
+            return None
+        return None if self._left_empty(ref) else name
+
+    def _left_empty(self, ref: Ref) -> bool:
+        """``custom_ops = []`` that nothing fills: a param group with no parameters (every value the name is
+        given is an empty list, and no read of it appends, extends or hands it on)."""
+        index = self.index
+        values = [value for _, value in index.values_assigned(ref)]
+        if not values or not all(isinstance(v, (cst.List, cst.Tuple)) and not v.elements for v in values):
+            return False
+        scope = ref.scope if isinstance(ref.scope, cst.FunctionDef | cst.Module) else None
+        if scope is None:
+            return False
+        for read in index.mentions(scope, ref):
+            parent = index.parent(read)
+            if isinstance(parent, cst.AssignTarget):
+                continue
+            if not isinstance(parent, cst.DictElement | cst.Element) or (
+                isinstance(parent, cst.DictElement) and parent.value is not read
+            ):
+                return False
+        return True
 
     def optimizes_inputs(self, optimizer: cst.Call) -> bool:
         """Whether the optimizer steps tensors the program made trainable itself, none a module's parameter:
