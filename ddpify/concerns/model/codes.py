@@ -140,9 +140,10 @@ TWO_METHODS_ONE_BACKWARD = Code(
     "DDP321",
     Severity.ERROR,
     "model",
-    "the training step runs the model's forward and another of its methods through DistributedDataParallel before "
-    "one backward pass, while some parameters get no gradient (find_unused_parameters=True): DDP finds the unused "
-    "parameters from the last forward alone, and raises when the others get their gradients",
+    "the training step runs the model through DistributedDataParallel twice before one backward pass (its forward "
+    "and another of its methods, or two forwards given different arguments), while some parameters get no "
+    "gradient (find_unused_parameters=True): DDP finds the unused parameters from the last pass alone, and raises "
+    "when the others get their gradients",
     "compute the losses in one forward (a method that returns both), or give every parameter a gradient, then convert",
 )
 WRAPPED_INSIDE_A_MODULE = Code(
@@ -154,6 +155,16 @@ WRAPPED_INSIDE_A_MODULE = Code(
     "after it is made, and the ranks would train apart",
     "build the part's optimizer where the whole module is built and placed, over the module's parameters (or wrap "
     "the part yourself after the module is on its device), then convert",
+)
+OUTPUT_HIDDEN_IN_AN_OBJECT = Code(
+    "DDP323",
+    Severity.ERROR,
+    "model",
+    "some parameters of the model may get no gradient in a step (find_unused_parameters=True), and its forward "
+    "returns an object of a plain class of the program: DistributedDataParallel looks for the output tensors "
+    "only in tensors, lists, tuples, dicts and dataclasses, finds none, takes every parameter for unused, and "
+    "raises when their gradients come",
+    "return the outputs as a tuple, a dict or a dataclass (`@dataclass` on that class), then convert",
 )
 CODES = (
     UNTRACEABLE_OPTIMIZER,
@@ -176,4 +187,5 @@ CODES = (
     SPARSE_PARAMETER,
     TWO_METHODS_ONE_BACKWARD,
     WRAPPED_INSIDE_A_MODULE,
+    OUTPUT_HIDDEN_IN_AN_OBJECT,
 )

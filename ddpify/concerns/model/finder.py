@@ -8,6 +8,7 @@ the wrapper (:mod:`.reads`), freezing (:mod:`.freezing`) and the training step (
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import replace
@@ -21,6 +22,7 @@ from ddpify.concerns import batch_negatives, model_collections
 from ddpify.concerns.model.codes import (
     MODEL_NOT_PLACED,
     NO_OPTIMIZER,
+    OUTPUT_HIDDEN_IN_AN_OBJECT,
     OWN_DATA_PARALLEL,
     PARTS_RUN_DIRECTLY,
     PENALTY_ONLY_STEP,
@@ -63,6 +65,8 @@ def find(program: Program) -> Facts:
             "cannot find the model to wrap in DistributedDataParallel",
         )
     models = _not_inside_a_module(program, models)
+    models = _outputs_found(program, models)
+    models = _one_forward_per_backward(program, models)
     if models:
         batch_negatives.report(program)
         _report_saved_holders(program, models)
@@ -101,6 +105,156 @@ def _not_inside_a_module(program: Program, models: tuple[Model, ...]) -> tuple[M
             f"`{model.expression}` is trained by its own optimizer inside {where}: {why}",
         )
     return tuple(kept)
+
+
+def _outputs_found(program: Program, models: tuple[Model, ...]) -> tuple[Model, ...]:
+    """The models that need no ``find_unused_parameters``, or whose forward returns what DDP can search for
+    the output tensors; each other one is refused (``return Output(loss, states)`` of a plain class)."""
+    index = program.index
+    kept: list[Model] = []
+    for model in models:
+        hidden = _plain_object_returned(index, model) if model.unused is not None else None
+        if hidden is None:
+            kept.append(model)
+            continue
+        program.report(
+            hidden,
+            OUTPUT_HIDDEN_IN_AN_OBJECT,
+            f"`{model.expression}` needs find_unused_parameters=True ({model.unused}), and its forward returns "
+            f"`{index.module_of(hidden).code_for_node(hidden.func)}(...)`, an object of a plain class: DDP finds no "
+            "output tensor in it, takes every parameter for unused and raises when their gradients come",
+        )
+    return tuple(kept)
+
+
+def _one_forward_per_backward(program: Program, models: tuple[Model, ...]) -> tuple[Model, ...]:
+    """The models that need no ``find_unused_parameters``, or whose training step runs them once before each
+    backward pass; each other one is refused (DDP321): ``out = model(x)`` then ``again = model(x2,
+    saved=out.states)`` before one ``loss.backward()``, the second pass skipping a part the first ran."""
+    index = program.index
+    kept: list[Model] = []
+    for model in models:
+        twice = _two_passes_before_a_backward(index, model) if model.unused is not None else None
+        if twice is None:
+            kept.append(model)
+            continue
+        first, second = twice
+        program.report(
+            second,
+            TWO_METHODS_ONE_BACKWARD,
+            f"`{model.expression}` runs through DistributedDataParallel twice (lines {index.position(first)[0]} and "
+            f"{index.position(second)[0]}) before one backward pass, while {model.unused}: DDP finds the unused "
+            "parameters from the last pass's output alone and raises when the first pass's parameters get their "
+            "gradients too; compute the losses in one forward (a method that returns both), then convert",
+        )
+    return tuple(kept)
+
+
+def _two_passes_before_a_backward(index: Index, model: Model) -> tuple[cst.Call, cst.Call] | None:
+    """Two calls of the model, with gradients on, in one training loop before one backward pass of that loop
+    and with none between them (never on the two sides of one ``if``)."""
+    lineage = own_lineage(index, model.ref)
+    passes: dict[cst.For | cst.While, list[cst.Call]] = {}
+    for call in index.calls:
+        if not isinstance(call.func, cst.Name | cst.Attribute) or without_grad(index, call):
+            continue
+        scope = index.scope_of(call)
+        if index.ref_of(call.func, scope) not in lineage:
+            continue
+        loop = next(index.enclosing_loops(call), None)
+        if loop is not None and index.trains(loop.body):
+            passes.setdefault(loop, []).append(call)
+    for loop, calls in passes.items():
+        if len(calls) < 2:
+            continue
+        scope = index.scope_of(calls[0])
+        backwards = [
+            n
+            for n in index.walk(loop.body)
+            if isinstance(n, cst.Call) and is_backward(n) and index.scope_of(n) is scope
+        ]
+        ordered = sorted(calls, key=lambda c: index.order[index.statement_of(c)])
+        for first, second in itertools.pairwise(ordered):
+            if _on_other_sides(index, first, second) or _passed_alike(index, first, second):
+                continue  # (passes given alike take the same path, and leave the same parameters unused)
+            start, end = index.order[index.statement_of(first)], index.order[index.statement_of(second)]
+            if any(start <= index.order[index.statement_of(b)] < end for b in backwards):
+                continue
+            if any(index.order[index.statement_of(b)] >= end for b in backwards):
+                return first, second
+    return None
+
+
+def _passed_alike(index: Index, a: cst.Call, b: cst.Call) -> bool:
+    """Whether two calls pass the same arguments by position and keyword, with the same constants where either
+    passes one (``encoder(left)`` and ``encoder(right)``; not ``model(x)`` and ``model(x, saved=states)``)."""
+
+    def shape(call: cst.Call) -> list[tuple[str, str | None]]:
+        code = index.module_of(call).code_for_node
+        return [
+            (
+                arg.star + (arg.keyword.value if arg.keyword is not None else ""),
+                code(arg.value) if _literal(arg.value) else None,
+            )
+            for arg in call.args
+        ]
+
+    first, second = shape(a), shape(b)
+    if len(first) != len(second):
+        return False
+    return all(
+        x[0] == y[0] and ((x[1] is None and y[1] is None) or x[1] == y[1])
+        for x, y in zip(sorted(first, key=str), sorted(second, key=str), strict=True)
+    )
+
+
+def _literal(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.SimpleString | cst.Integer | cst.Float) or (
+        isinstance(value, cst.Name) and value.value in ("True", "False", "None")
+    )
+
+
+def _plain_object_returned(index: Index, model: Model) -> cst.Call | None:
+    """A ``return Output(...)`` of the model's forward that builds an object of a class of the program that is
+    neither a dataclass nor a tuple or dict."""
+    for cls in dict.fromkeys(index.constructed_classes(model.ref)):
+        forward = index.method(cls, "forward", dispatch=True)
+        if forward is None:
+            continue
+        for node in index.walk(forward.body):
+            if not isinstance(node, cst.Return) or not isinstance(node.value, cst.Call):
+                continue
+            if index.scope_of(node) is not forward:
+                continue
+            for built in index.classes_built(node.value):
+                if not _searchable(index, built):
+                    return node.value
+    return None
+
+
+def _searchable(index: Index, cls: cst.ClassDef) -> bool:
+    """Whether DDP finds tensors inside an object of ``cls``: a dataclass, a tuple or a dict (a
+    ``NamedTuple``, an ``OrderedDict`` subclass)."""
+    classes = list(index.ancestry(cls))
+    decorated = any(
+        index.qualified_names(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+        & {"dataclasses.dataclass"}
+        for c in classes
+        for d in c.decorators
+    )
+    fields = any(  # (a dataclass's fields are its annotated names; DDP looks at those alone)
+        isinstance(small, cst.AnnAssign)
+        for c in classes
+        for line in c.body.body
+        if isinstance(line, cst.SimpleStatementLine)
+        for small in line.body
+    )
+    return (decorated and fields) or index.derives_from(cls, _CONTAINERS)
+
+
+_CONTAINERS = frozenset(
+    {"builtins.tuple", "builtins.dict", "builtins.list", "typing.NamedTuple", "collections.OrderedDict"}
+)
 
 
 def _moved_once_built(index: Index, cls: cst.ClassDef) -> bool:

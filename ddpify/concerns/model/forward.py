@@ -967,6 +967,47 @@ class ForwardChecks:
                     found.append(callee)
         return found
 
+    def _never_passed(self, forward: cst.FunctionDef, name: cst.Name) -> bool:
+        """Whether ``name`` is a parameter of ``forward`` with a constant default that no call of the model
+        passes (``forward(self, x, saved=None)``, every ``model(x)`` without ``saved``): the same in every
+        step. False where no call of the model is found, or one passes arguments through ``*``/``**``."""
+        index = self.index
+        cls = index.method_class(forward)
+        params = [p for p in forward.params.params if p.name.value != index.self_name(forward)]
+        position = next((i for i, p in enumerate(params) if p.name.value == name.value), None)
+        ref = Ref(forward, name.value)
+        if cls is None or position is None or index.ref_of(name, forward) != ref or any(index.values_assigned(ref)):
+            return False
+        default = params[position].default
+        if not (isinstance(default, cst.Name) and default.value in ("None", "True", "False")) and not isinstance(
+            default, cst.Integer | cst.Float | cst.SimpleString
+        ):
+            return False
+        found = False
+        for call in index.calls:
+            if not self._calls_the_model(call, cls):
+                continue
+            found = True
+            if any(a.star for a in call.args) or any(
+                (a.keyword is not None and a.keyword.value == name.value) for a in call.args
+            ):
+                return False
+            if sum(1 for a in call.args if a.keyword is None) > position:
+                return False
+        return found
+
+    def _calls_the_model(self, call: cst.Call, cls: cst.ClassDef) -> bool:
+        """``model(x)`` where ``model`` holds an instance of ``cls`` (or ``self(x)`` in one of its methods)."""
+        index = self.index
+        func = call.func
+        if not isinstance(func, cst.Name | cst.Attribute):
+            return False
+        scope = index.scope_of(call)
+        if isinstance(func, cst.Name) and isinstance(scope, cst.FunctionDef) and func.value == index.self_name(scope):
+            return index.method_class(scope) is cls
+        ref = index.ref_of(func, scope)
+        return ref is not None and cls in set(index.constructed_classes(ref))
+
     def _varying_condition(self, call: cst.Call, forward: cst.FunctionDef, self_name: str) -> cst.BaseExpression | None:
         """The test of an ``if`` that decides whether ``call`` runs, when it may differ between steps."""
         index = self.index
@@ -985,6 +1026,8 @@ class ForwardChecks:
                 if isinstance(parent, cst.Attribute) and parent.attr is name:
                     continue
                 if index.qualified_names(name):  # torch, builtins such as isinstance, True, None
+                    continue
+                if self._never_passed(forward, name):  # ``saved=None`` that no call of the model passes
                     continue
                 return True
             return False
