@@ -7,6 +7,7 @@ that hold a loader, found by the index's value flow.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -39,9 +40,45 @@ class Reads:
         sites: list[tuple[cst.CSTNode, Ref]] = []
         for node, candidates in self._sites:
             found = next((ref for ref in candidates if ref in refs), None)
-            if found is not None:
+            if found is not None and not self._bound_to_another(node, found, refs):
                 sites.append((node, found))
         return sites
+
+    def _bound_to_another(self, site: cst.CSTNode, ref: Ref, refs: set[Ref]) -> bool:
+        """Whether the name a loop iterates was bound anew, before the loop, to a value that holds none of
+        ``refs``: ``with tqdm(valid_loader) as bar: for x, y in bar:`` after the training loop's ``with
+        tqdm(train_loader) as bar:`` draws from the validation loader only."""
+        index = self.index
+        if not isinstance(site, cst.For) or not isinstance(site.iter, cst.Name):
+            return False
+        scope = index.scope_of(site)
+        if index.ref_of(site.iter, scope) != ref:
+            return False
+        value = self._reaching_value(site, ref, scope)
+        return value is not None and not set(self._candidates(value, scope)) & refs
+
+    def _reaching_value(self, site: cst.For, ref: Ref, scope: Scope) -> cst.BaseExpression | None:
+        """The value of the last binding of ``ref`` before ``site`` on the way to it (in a statement around
+        the loop, or in a block around it), where the name has more than one binding; None otherwise."""
+        index = self.index
+        bindings: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
+        for mention in index.mentions(scope, ref):
+            holder = index.parent(mention)
+            if isinstance(holder, cst.AsName) and isinstance(item := index.parent(holder), cst.WithItem):
+                bindings.append((cast(cst.CSTNode, index.parent(item)), item.item))
+            elif isinstance(holder, cst.AssignTarget) and isinstance(assign := index.parent(holder), cst.Assign):
+                bindings.append((index.statement_of(assign), assign.value))
+            elif _binds_otherwise(holder, mention, site):
+                return None  # bound some other way: not followed
+        if len(bindings) < 2:
+            return None
+        start = index.order[site]
+        reaching = [
+            (anchor, value)
+            for anchor, value in bindings
+            if index.order[anchor] < start and (index.inside(site, anchor) or _block_around(index, anchor, site))
+        ]
+        return max(reaching, key=lambda b: index.order[b[0]])[1] if reaching else None
 
     def drawn_from(self, site: cst.CSTNode, refs: set[Ref]) -> list[Ref]:
         """Every place among ``refs`` whose loader ``site`` draws from: both loaders of one builder in
@@ -329,3 +366,19 @@ class _Batch:
                 self.names.add(single.value)
                 grew = True
         return grew
+
+
+def _block_around(index: Index, stmt: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Whether the block that holds ``stmt`` also holds ``node`` (at any depth)."""
+    block = index.parent(stmt)
+    return block is not None and index.inside(node, block)
+
+
+def _binds_otherwise(holder: cst.CSTNode | None, mention: cst.CSTNode, site: cst.For) -> bool:
+    """Whether ``mention`` may bind its name other than by ``=`` or ``with ... as`` (a loop's target, ``+=``,
+    ``del``, an unpacking), or is read in a display: either way, not followed."""
+    if isinstance(holder, cst.For):
+        return holder is not site and holder.target is mention
+    if isinstance(holder, cst.AnnAssign):
+        return holder.target is mention
+    return isinstance(holder, (cst.AugAssign, cst.Del, cst.Element, cst.CompFor))
