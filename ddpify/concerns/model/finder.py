@@ -214,6 +214,17 @@ def _literal(value: cst.BaseExpression) -> bool:
     )
 
 
+def _unconditional(index: Index, node: cst.CSTNode, stmt: cst.CSTNode) -> bool:
+    """Whether ``node`` runs whenever the statement ``stmt`` around it runs to its end (no ``if``, conditional
+    expression, ``and``/``or`` or ``try`` between them; loops run their body)."""
+    for ancestor in index.ancestors(node):
+        if ancestor is stmt:
+            return True
+        if isinstance(ancestor, cst.If | cst.IfExp | cst.BooleanOperation | cst.Try | cst.Else):
+            return False
+    return False
+
+
 def _plain_object_returned(index: Index, model: Model) -> cst.Call | None:
     """A ``return Output(...)`` of the model's forward that builds an object of a class of the program that is
     neither a dataclass nor a tuple or dict."""
@@ -1474,7 +1485,7 @@ class _Finder:
             if (
                 isinstance(owner, cst.If)
                 and owner is not self.index.main_guard
-                and (target is None or self._bound_after(owner, target))
+                and (target is None or self._bound_after(owner, target) or self._trained_after(owner, target))
                 and not self._trains_later_in(block, current, target)
             ):
                 current = owner
@@ -1492,6 +1503,18 @@ class _Finder:
             index.trains(s) and (target is None or index.mentions(s, target))
             for s in later
             if not isinstance(s, (cst.FunctionDef, cst.ClassDef))
+        )
+
+    def _trained_after(self, branches: cst.If, target: Ref) -> bool:
+        """Whether a statement after the ``if``, in its block, trains the model at ``target``: every path that
+        reaches it has the model bound (``config["model"] = ...`` before the ``if``, rebound by
+        ``config["model"], opt = amp.initialize(...)`` in it)."""
+        index = self.index
+        block = index.parent(branches)
+        body = list(block.body) if isinstance(block, cst.IndentedBlock | cst.Module) else []
+        later = body[body.index(branches) + 1 :] if branches in body else []
+        return any(
+            index.trains(s) and any(_unconditional(index, read, s) for read in index.mentions(s, target)) for s in later
         )
 
     def _bound_after(self, branches: cst.If, target: Ref) -> bool:
