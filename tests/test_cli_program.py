@@ -951,3 +951,25 @@ def test_a_script_inside_a_namespace_package_is_written_with_that_folder(tmp_pat
     ]
     out = tmp_path / "out"
     assert f"run it: PYTHONPATH={out} torchrun --standalone --nproc_per_node=gpu {out}/src/main.py" in result.stderr
+
+
+def test_a_module_that_imports_itself_by_name_is_no_unknown_code(tmp_path: Path, run_ddpify: RunDdpify) -> None:
+    # `importlib.import_module(__name__)` (a module looking up its own globals) loads nothing new: the program
+    # written into a folder holds everything it runs.
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "lists.py").write_text(
+        "import importlib\n\nFLOAT_OPS = ['mse_loss']\n_self = importlib.import_module(__name__)\n\n\n"
+        "def ops(kind):\n    return getattr(_self, kind.upper() + '_OPS')\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "from lists import ops\n"
+        + ENTRY_WITH_SHARED_DATA.replace("from data import get_loader\n", "").replace(
+            "loader = get_loader(8)", "print(ops('float'))\nloader = [(torch.randn(8, 3), torch.randn(8, 1))]"
+        )
+    )
+
+    result = run_ddpify(tmp_path, "train.py", "-o", "out/")
+
+    assert result.returncode == 0, result.stderr
+    assert "DDP012" not in result.stderr and "DDP013" not in result.stderr
+    assert (tmp_path / "out" / "lists.py").read_text() == (tmp_path / "lists.py").read_text()

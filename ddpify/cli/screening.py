@@ -366,6 +366,8 @@ class _Reader:
                     yield Load(line, column, "sys.path assignment", "search")
                 continue
             name = self.qualified(dotted)
+            if (dotted == ("__import__",) or name in DYNAMIC_IMPORTS) and _loads_itself(node):
+                continue  # ``import_module(__name__)``: the module holding the call, loaded already
             if dotted == ("__import__",) or name in DYNAMIC_IMPORTS:
                 construct = DYNAMIC_IMPORTS.get(name, "__import__()")
                 yield Load(line, column, construct, "call", _constant_module(node))
@@ -542,6 +544,11 @@ def _dotted(expr: ast.AST) -> tuple[str, ...] | None:
         return None
     parts.append(expr.id)
     return tuple(reversed(parts))
+
+
+def _loads_itself(call: ast.Call) -> bool:
+    """``importlib.import_module(__name__)``: the module that makes the call."""
+    return bool(call.args) and isinstance(first := call.args[0], ast.Name) and first.id == "__name__"
 
 
 def _constant_module(call: ast.Call) -> str | None:

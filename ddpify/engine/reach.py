@@ -518,6 +518,8 @@ class _Walker:
                 self._run_all(self.modules[owner])
         elif (func in _DYNAMIC_IMPORTS or configured) and call.args:
             first = call.args[0]
+            if not configured and isinstance(first, ast.Name) and first.id == "__name__":
+                return  # ``import_module(__name__)``: this module, which runs already
             if isinstance(first, ast.Constant) and isinstance(first.value, str) and func != "__import__":
                 package = _keyword_constant(call, "package") or module.source.package
                 level = len(first.value) - len(first.value.lstrip("."))
