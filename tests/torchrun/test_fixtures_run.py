@@ -26,6 +26,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 WEIGHTS = Path(__file__).parent / "record_weights.py"
 
 CASES = [
+    "model/model_kept_by_a_solver_before_its_optimizer",
     "model/wrapped_after_a_branch_that_rebinds_the_model",
     "loop_control/early_stop_on_a_loader_sharded_by_its_shuffle_flag",
     "data/loader_factory_reached_through_a_helper_passing_its_split",

@@ -851,16 +851,24 @@ class _Finder:
         function = cast(cst.FunctionDef, entry.scope)
         stmt = self._statement_reaching(function, optimizer)
         target = entry
-        if stmt is None:  # a Trainer's ``__init__`` keeps it (``self.model = model``), a method trains it
-            kept = [
-                (index.statement_of(assign), place)
-                for place in places
-                for assign in index.assignments_to(place)
-                if index.scope_of(assign) is function and m.matches(assign.value, m.Name(entry.path))
-            ]
+        # a Trainer's ``__init__`` keeps it (``self.model = model``), a method trains it: the field is wrapped,
+        # after both the optimizer and the keeping (the methods read the field, never the parameter)
+        kept = [
+            (index.statement_of(node), place)
+            for node in index.walk(function.body)
+            if isinstance(node, cst.Assign)
+            and index.scope_of(node) is function
+            and m.matches(node.value, m.Name(entry.path))
+            and (target_node := single_target(node)) is not None
+            and (place := index.ref_of(target_node, function)) is not None
+            and place != entry
+        ]
+        if stmt is None or kept:
             if len(kept) != 1:
                 return None
-            stmt, target = kept[0]
+            if stmt is None or index.order[kept[0][0]] > index.order[stmt]:
+                stmt = kept[0][0]
+            target = kept[0][1]
         if not isinstance(stmt, cst.SimpleStatementLine) or any(
             isinstance(node, (cst.If, cst.For, cst.While, cst.Match))
             for node in index.ancestors(stmt)

@@ -21,8 +21,8 @@ from ddpify.concerns import checkpoints, model_collections
 from ddpify.concerns.model.codes import STORED_BEFORE_WRAP, WRAPPER_IN_CONTAINER
 from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.engine.index import Index, Ref, Scope
-from ddpify.engine.program import Program
-from ddpify.engine.syntax import parameter_names, unpacked_into
+from ddpify.engine.program import Program, is_backward
+from ddpify.engine.syntax import dotted, parameter_names, unpacked_into
 from ddpify.engine.values import binds, passed_values
 
 DEEPCOPY = frozenset({"copy.deepcopy"})
@@ -756,6 +756,10 @@ class WrapperReads:
             return checkpoints.saved(self.index, read)
         if isinstance(parent, cst.Arg) and self._named_by_string(parent):
             return True  # hasattr(model, "block") asks the module, as model.block reads it
+        if isinstance(parent, cst.Arg) and self._class_asked(parent):
+            return True  # isinstance(model, LatentODE) asks the module's class, never the wrapper's
+        if isinstance(parent, cst.Arg) and self._handed_to_its_own_method(read, parent):
+            return True  # model.serialize(model, epoch): a method of the module, written for the module
         if isinstance(parent, cst.Arg) and (param := self.index.parameter_of(parent)) is not None:
             return self._unwraps_itself(param)  # unwrap(model) that tests hasattr(model, ...): give it the module
         if isinstance(parent, cst.Arg):
@@ -769,6 +773,54 @@ class WrapperReads:
                 and call.args[0] is parent
             ) or checkpoints.saved(self.index, read)  # torch.save(dict(model=model), f)
         return False
+
+    def _handed_to_its_own_method(self, read: cst.BaseExpression, arg: cst.Arg) -> bool:
+        """``self.model.serialize(self.model, ...)``: the model handed to one of its own methods (a static one,
+        called through the model), which the wrapper does not answer for."""
+        index = self.index
+        call = index.parent(arg)
+        func = call.func if isinstance(call, cst.Call) else None
+        if not (
+            isinstance(func, cst.Attribute)
+            and func.attr.value not in torch_api.WRAPPER_SAFE_ATTRIBUTES
+            and dotted(func.value) is not None
+            and dotted(func.value) == dotted(read)
+            and isinstance(call, cst.Call)
+            and index.resolve_callee(call, index.scope_of(call)) is None  # (else its reads inside are followed)
+        ):
+            return False
+        # only where no method of that name runs the model it is handed (a training step must go through DDP)
+        methods = [
+            f
+            for (owner, name), f in index.functions.items()
+            if name == func.attr.value and isinstance(owner, cst.ClassDef)
+        ]
+        return bool(methods) and not any(self._runs_a_parameter(f) for f in methods)
+
+    def _runs_a_parameter(self, function: cst.FunctionDef) -> bool:
+        """Whether ``function`` calls one of its parameters (``net(index)``) or runs a backward pass."""
+        params = set(parameter_names(function))
+        return any(
+            isinstance(node, cst.Call)
+            and ((isinstance(node.func, cst.Name) and node.func.value in params) or is_backward(node))
+            for node in self.index.walk(function.body)
+        )
+
+    def _class_asked(self, arg: cst.Arg) -> bool:
+        """``isinstance(model, Net)``: the model as the first argument of ``isinstance`` asked about classes of
+        its own, not about a wrapper (``nn.DataParallel``, DDP) or ``nn.Module``, which the wrapper is too."""
+        call = self.index.parent(arg)
+        if not (
+            isinstance(call, cst.Call)
+            and len(call.args) == 2
+            and call.args[0] is arg
+            and "builtins.isinstance" in self.index.qualified_names(call.func)
+        ):
+            return False
+        classes = call.args[1].value
+        named = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]
+        wrappers = torch_api.DATA_PARALLEL | torch_api.NN_MODULE | _DDP_CLASSES
+        return all(not (self.index.qualified_names(c) & wrappers) and not m.matches(c, m.Name("DDP")) for c in named)
 
     def _unwrapped_before(self, read: cst.BaseExpression) -> bool:
         """``model = model.module`` (under ``if isinstance(model, DDP):`` or not) earlier in the function:
@@ -788,6 +840,9 @@ class WrapperReads:
         )
 
 
+_DDP_CLASSES = frozenset(
+    {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"}
+)
 _BY_NAME = frozenset({"builtins.hasattr", "builtins.getattr", "builtins.setattr", "builtins.delattr"})
 
 

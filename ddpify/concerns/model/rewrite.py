@@ -18,7 +18,7 @@ from ddpify.concerns.model.finder import statement_value
 from ddpify.concerns.model.reads import DEEPCOPY
 from ddpify.engine.edits import EditPlan, fresh, with_comma
 from ddpify.engine.index import Index, Ref
-from ddpify.engine.syntax import argument, single_target
+from ddpify.engine.syntax import argument, dotted, single_target
 from ddpify.result import Options
 
 
@@ -570,6 +570,19 @@ def _unwrap(plan: EditPlan, model: Model, read: cst.BaseExpression) -> None:
         and plan.index.is_call_to(call, torch_api.EXPORT_MODEL)
     ):
         summary = f"export `{text}.module`, not the DistributedDataParallel wrapper"
+    elif (
+        isinstance(parent, cst.Arg)
+        and isinstance(call, cst.Call)
+        and "builtins.isinstance" in plan.index.qualified_names(call.func)
+    ):
+        summary = f"`isinstance({text}, ...)` asks the class of `{text}.module`, not of its wrapper"
+    elif (
+        isinstance(parent, cst.Arg)
+        and isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and dotted(call.func.value) == dotted(read)
+    ):
+        summary = f"pass `{text}.module` to its own method `{call.func.attr.value}()`, written for the module"
     elif isinstance(parent, cst.Arg) and not (
         isinstance(call, cst.Call) and plan.index.is_call_to(call, DEEPCOPY | torch_api.SAVE | torch_api.PICKLE_DUMPS)
     ):
