@@ -11,7 +11,8 @@ train wrongly under ``torchrun``:
 * DDP902 a ``DataLoader`` iterated by a training loop has no sampler, or its
   epoch loop does not call ``set_epoch`` on its ``DistributedSampler`` exactly once;
 * DDP903 ``torch.save(...)`` or ``open(..., "w")`` runs on every rank;
-* DDP904 an optimizer updates a model that its training loop runs unwrapped;
+* DDP904 an optimizer updates a model that its training loop runs unwrapped, or a wrap in a function
+  rebinds a local name that nothing reads afterwards;
 * DDP905 a distributed call (the wrap, a sampler, ``set_epoch``, a rank test)
   follows a ``return``, ``raise``, ``break`` or ``continue`` in its block, so it never runs;
 * DDP906 in a module other than the entry script (which other scripts may
@@ -89,6 +90,7 @@ def check(code: str, path: str = "<string>", *, entry: bool = True, original: st
         *script.training_data(),
         *script.one_writer(),
         *script.optimized_models_wrapped(),
+        *script.wrappers_read(),
         *where.distributed_calls_run(script),
         *(() if entry else where.distributed_calls_guarded(script)),
         *where.collectives_on_every_rank(script),
@@ -469,6 +471,38 @@ class _Script:
             for node in bindings.get(name, ())
         )
 
+    # -- (e) a wrapper is read --------------------------------------------
+    def wrappers_read(self) -> Iterator[_Violation]:
+        """``model = DDP(model)`` in a function, where nothing reads ``model`` after it: the wrap rebinds a
+        local name that the training never runs (the module was kept in a field before)."""
+        for call in self.calls:
+            if not self.calls_to(call, _WRAPS) or self.made_before(call):
+                continue
+            assign = self.parent.get(call)
+            scope = self.scope_of(call)
+            if not (
+                isinstance(assign, ast.Assign)
+                and len(assign.targets) == 1
+                and isinstance(target := assign.targets[0], ast.Name)
+                and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef))
+            ):
+                continue
+            if any(isinstance(node, ast.Global | ast.Nonlocal) and target.id in node.names for node in ast.walk(scope)):
+                continue
+            loops = [a for a in self.ancestors(assign) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
+            reads = [
+                node
+                for node in ast.walk(scope)
+                if isinstance(node, ast.Name) and node.id == target.id and isinstance(node.ctx, ast.Load)
+            ]
+            if not any(
+                (read.lineno, read.col_offset) >= (assign.end_lineno or assign.lineno, assign.end_col_offset or 0)
+                or (any(_inside(read, loop) for loop in loops) and not _inside(read, assign))
+                for read in reads
+            ):
+                what = f"wrap `{target.id}` in DistributedDataParallel where nothing reads `{target.id}` afterwards"
+                yield INVARIANT_WRAPPED, assign.lineno, what
+
     # -- (d) what is optimized is wrapped --------------------------------
     def optimized_models_wrapped(self) -> Iterator[_Violation]:
         for optimizer in self.calls:
@@ -641,6 +675,14 @@ class _Script:
 
 
 _BRANCHES = (ast.If, ast.IfExp, ast.Try, ast.Match, ast.BoolOp, ast.For, ast.AsyncFor, ast.While)
+
+
+def _inside(node: ast.AST, outer: ast.AST) -> bool:
+    """Whether ``node`` lies in the lines of ``outer`` (a loop that runs it again after the wrap)."""
+    start: int = getattr(outer, "lineno", 0)
+    end: int = getattr(outer, "end_lineno", None) or start
+    line: int = getattr(node, "lineno", 0)
+    return start <= line <= end
 
 
 def _leaves_without_group(statement: ast.stmt) -> bool:

@@ -217,6 +217,33 @@ def test_an_optimized_model_trained_unwrapped_is_caught() -> None:
         """) == [("DDP904", 5)]
 
 
+def test_a_wrap_that_nothing_reads_is_caught() -> None:
+    # the solver kept the plain model in a field; the wrap rebinds only the parameter's name
+    assert codes("""
+        class Solver:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model = DDP(model)
+        """) == [("DDP904", 5)]
+    assert codes("""
+        class Solver:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                self.model = DDP(self.model)
+
+        def build(model):
+            model = DDP(model)
+            return model
+
+        def main(models, loader):
+            for model in models:
+                model = DDP(model)
+                train(model, loader)
+        """) == []
+
+
 def test_a_model_trained_by_a_name_taken_before_its_wrap_is_caught() -> None:
     assert codes("""
         def main(loader):
