@@ -226,7 +226,8 @@ def test_a_wrap_that_nothing_reads_is_caught() -> None:
                 self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
                 model = DDP(model)
         """) == [("DDP904", 5)]
-    assert codes("""
+    assert (
+        codes("""
         class Solver:
             def __init__(self, model):
                 self.model = model
@@ -241,7 +242,9 @@ def test_a_wrap_that_nothing_reads_is_caught() -> None:
             for model in models:
                 model = DDP(model)
                 train(model, loader)
-        """) == []
+        """)
+        == []
+    )
 
 
 def test_a_model_trained_by_a_name_taken_before_its_wrap_is_caught() -> None:
