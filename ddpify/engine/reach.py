@@ -135,7 +135,7 @@ class _Unit:
     methods: list[_Unit] = field(default_factory=list)
     # per ref, in walk order: the attributes, imports and calls below it, then the names it reads
     # (read once per module, however many programs import it)
-    scanned: list[tuple[list[ast.AST], list[str]]] | None = None
+    scanned: list[tuple[list[ast.AST], list[str], list[str]]] | None = None
 
 
 @dataclass(eq=False)
@@ -334,6 +334,7 @@ class _Walker:
         self.waiting: dict[str, list[_Unit]] = {}  # methods of running modules, by the name that runs them
         self.every_method = False  # an attribute named by a computed string: any method may run
         self.modules_classes: dict[_Unit, bool] = {}
+        self.escaped: set[str] = set()  # modules read as values: their definitions run by attribute name
 
     def run(self, entry: _Module) -> None:
         self._run_module(entry.source.name)
@@ -344,8 +345,9 @@ class _Walker:
             unit = self.todo.pop()
             if unit.scanned is None:
                 unit.scanned = [_scanned(root) for root in unit.refs]
-            for events, names in unit.scanned:
+            for events, names, bare in unit.scanned:
                 self._scan(unit.module, events, names)
+                self._escape(unit.module, bare)
 
     def _run_module(self, name: str) -> None:
         """Importing ``name`` runs it and its packages."""
@@ -437,6 +439,25 @@ class _Walker:
         for name in names:
             for target in self._lookup(module, name, set()):
                 self._mark(target)
+
+    def _escape(self, module: _Module, bare: list[str]) -> None:
+        """A module of the program read as a value (``RUNNERS = {"a": runner_a}``, handed on, returned): its
+        functions and classes may run wherever running code names them as an attribute
+        (``RUNNERS[name].build_runner()``), as the methods of a class do."""
+        for name in bare:
+            for target in self._lookup(module, name, set()):
+                if not isinstance(target, str) or target not in self.modules or target in self.escaped:
+                    continue
+                self.escaped.add(target)
+                for units in self.modules[target].definitions.values():
+                    for unit in units:
+                        if not isinstance(unit.node, _DEFINITION):
+                            continue
+                        defined = unit.node.name
+                        if self.every_method or defined in self.named:
+                            self._run(unit)
+                        else:
+                            self.waiting.setdefault(defined, []).append(unit)
 
     def _mark(self, target: _Unit | str) -> None:
         if isinstance(target, str):
@@ -749,15 +770,17 @@ def _identifiers(tree: ast.Module) -> Iterator[str]:
             yield name
 
 
-def _scanned(root: ast.AST) -> tuple[list[ast.AST], list[str]]:
+def _scanned(root: ast.AST) -> tuple[list[ast.AST], list[str], list[str]]:
     """What :meth:`_Walker._scan` looks at below ``root``: its attributes, imports and calls in walk
-    order, and the names it reads, each once, in the order first read."""
+    order, the names it reads, each once, in the order first read, and those of them read as values
+    somewhere (not only as the root of an attribute, ``utils.f``)."""
     events: list[ast.AST] = []
-    names: dict[str, None] = {}
+    names: dict[str, int] = {}
+    roots: dict[str, int] = {}
     for node in _walk(root):
         kind = type(node)
         if kind is ast.Name:
-            names[node.id] = None  # type: ignore[attr-defined]
+            names[node.id] = names.get(node.id, 0) + 1  # type: ignore[attr-defined]
         elif (
             kind is ast.Attribute
             or kind is ast.Import
@@ -766,7 +789,9 @@ def _scanned(root: ast.AST) -> tuple[list[ast.AST], list[str]]:
             or (kind is ast.Constant and isinstance(node.value, str) and node.value.isidentifier())  # type: ignore[attr-defined]
         ):
             events.append(node)
-    return events, list(names)
+            if kind is ast.Attribute and type(value := node.value) is ast.Name:  # type: ignore[attr-defined]
+                roots[value.id] = roots.get(value.id, 0) + 1
+    return events, list(names), [name for name, count in names.items() if count > roots.get(name, 0)]
 
 
 def _walk(root: ast.AST) -> Iterator[ast.AST]:
