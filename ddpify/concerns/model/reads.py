@@ -359,6 +359,8 @@ class WrapperReads:
         one's weights, which must be every rank's same weights (the wrap broadcasts rank 0's)."""
         index = self.index
         parent = index.parent(read)
+        if isinstance(parent, cst.Attribute) and parent.value is read and parent.attr.value == "parameters":
+            return self._parameters_copied(parent)
         if isinstance(parent, cst.Attribute) and parent.value is read and parent.attr.value == "state_dict":
             call = index.parent(parent)
             if not (isinstance(call, cst.Call) and call.func is parent):
@@ -377,6 +379,30 @@ class WrapperReads:
             and isinstance(call, cst.Call)
             and index.is_call_to(call, DEEPCOPY)
             and call.args[0] is parent
+        )
+
+    def _parameters_copied(self, method: cst.Attribute) -> bool:
+        """``for t, p in zip(target.parameters(), model.parameters()): t.data.copy_(p.data)``: a loop over
+        the model's parameters beside another's that copies them into that other model (a target network
+        started from the online one)."""
+        index = self.index
+        call = index.parent(method)
+        arg = index.parent(call) if isinstance(call, cst.Call) and call.func is method else None
+        zipped = index.parent(arg) if isinstance(arg, cst.Arg) else None
+        loop = index.parent(zipped) if isinstance(zipped, cst.Call) and m.matches(zipped.func, m.Name("zip")) else None
+        if not (isinstance(loop, cst.For) and loop.iter is zipped and isinstance(loop.target, cst.Tuple)):
+            return False
+        return any(
+            (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in ("copy_", "set_")
+            )
+            or (
+                isinstance(node, cst.Assign)
+                and any(m.matches(t.target, m.Attribute(attr=m.Name("data"))) for t in node.targets)
+            )
+            for node in index.walk(loop.body)
         )
 
     def runs_model(self, read: cst.BaseExpression) -> bool:
