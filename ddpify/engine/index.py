@@ -453,7 +453,8 @@ class Index(ProgramClasses):
         the program's own class (``Runner(args).run()``, ``runner.run()`` after ``runner = Runner(args)``)."""
         func = call.func
         if isinstance(func, cst.Name):
-            return self._named_callee(func, scope)
+            # ``trainer(net, data)`` after ``trainer = Trainer(2)``: the object's ``__call__``
+            return self._named_callee(func, scope) or self.instance_method(call, scope)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
             owner = self.method_scope(scope)
             if owner is not None and func.value.value == self.self_name(owner):

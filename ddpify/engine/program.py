@@ -123,6 +123,10 @@ class Program:
         """Whether ``call`` runs code the program does not define, and that is neither torch's nor a builtin."""
         index = self.index
         scope = index.scope_of(call)
+        if isinstance(call.func, cst.Attribute) and isinstance(
+            call.func.value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
+        ):
+            return False  # ``"Set optimizer : {}".format(optimizer)``: text, not a training loop
         return (
             index.resolve_callee(call, scope) is None
             and index.instance_method(call, scope) is None
