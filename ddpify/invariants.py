@@ -489,6 +489,8 @@ class _Script:
                 continue
             if any(isinstance(node, ast.Global | ast.Nonlocal) and target.id in node.names for node in ast.walk(scope)):
                 continue
+            if not self._handed_on_before(scope, target.id, assign):
+                continue  # (nothing else holds the plain model either: no run trains it unwrapped)
             loops = [a for a in self.ancestors(assign) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
             reads = [
                 node
@@ -502,6 +504,23 @@ class _Script:
             ):
                 what = f"wrap `{target.id}` in DistributedDataParallel where nothing reads `{target.id}` afterwards"
                 yield INVARIANT_WRAPPED, assign.lineno, what
+
+    def _handed_on_before(self, scope: ast.AST, name: str, wrap: ast.Assign) -> bool:
+        """Whether ``name`` is kept or handed on before the wrap: stored (``self.model = model``), put into a
+        container, or passed to a call (``self.add_module("g", g)``), so that a plain model lives on elsewhere."""
+        for node in ast.walk(scope):
+            if not (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)):
+                continue
+            if (node.lineno, node.col_offset) >= (wrap.lineno, wrap.col_offset):
+                continue
+            parent = self.parent.get(node)
+            if isinstance(parent, ast.Assign | ast.AnnAssign) and parent.value is node:
+                return True
+            if isinstance(parent, ast.Call) and node in parent.args:
+                return True
+            if isinstance(parent, ast.keyword | ast.List | ast.Tuple | ast.Dict | ast.Set):
+                return True
+        return False
 
     # -- (d) what is optimized is wrapped --------------------------------
     def optimized_models_wrapped(self) -> Iterator[_Violation]:
