@@ -117,6 +117,8 @@ def per_process(
         return "the clock"
     if index.is_call_to(call, PROCESS_IDS):
         return "an id of the process"
+    if _steps_an_environment(index, call):
+        return "a step of this process's own environment"
     if isinstance(call.func, cst.Name):  # ``get_timestamp()`` of the program: ``return datetime.now()...``
         returning = seeding.returning_the_clock() if seeding is not None else _functions_returning_the_clock(index)
         if returning and (made := _returns_the_clock(index, call, returning)):
@@ -129,6 +131,25 @@ def per_process(
     ):
         return f"an unseeded draw from {family}'s generator"
     return ""
+
+
+# Environments each process makes for itself: what they answer (``done`` at an episode's end) is its own.
+ENVIRONMENTS = frozenset({"gym.make", "gymnasium.make", "gym.vector.make", "gymnasium.vector.make"})
+
+
+def _steps_an_environment(index: Index, call: cst.Call) -> bool:
+    """``env.step(action)`` or ``env.reset()`` of an environment made by ``gym.make(...)``."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in ("step", "reset")):
+        return False
+    ref = index.carried_ref(func.value, index.scope_of(call))
+    if ref is None:
+        return False
+    return any(
+        isinstance(value, cst.Call) and index.is_call_to(value, ENVIRONMENTS)
+        for place in index.lineage(ref)
+        for _, value in index.values_assigned(place)
+    )
 
 
 def _returns_the_clock(index: Index, call: cst.Call, returning: dict[cst.FunctionDef, str]) -> str:
