@@ -81,7 +81,7 @@ def _is_cross_entropy_module(index: Index, func: cst.BaseExpression) -> bool:
 def _arange_in(index: Index, expr: cst.BaseExpression, depth: int) -> bool:
     """Whether ``expr`` is built from ``torch.arange``, also through names assigned in its function."""
     for node in index.walk(expr):
-        if index.is_call_to(node, _ARANGE):
+        if index.is_call_to(node, _ARANGE) and not _tiled(index, node):
             return True
         if depth and isinstance(node, cst.Name):
             scope = index.scope_of(node)
@@ -93,6 +93,13 @@ def _arange_in(index: Index, expr: cst.BaseExpression, depth: int) -> bool:
             ):
                 return True
     return False
+
+
+def _tiled(index: Index, arange: cst.CSTNode) -> bool:
+    """``torch.arange(n_way).repeat(n_query)``: class labels tiled over an episode's queries (a prototypical
+    network's), not the diagonal of a similarity matrix over the batch."""
+    method = index.parent(arange)
+    return isinstance(method, cst.Attribute) and method.attr.value in ("repeat", "repeat_interleave", "expand")
 
 
 def _short(code: str) -> str:
