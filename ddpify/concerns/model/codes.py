@@ -166,6 +166,16 @@ OUTPUT_HIDDEN_IN_AN_OBJECT = Code(
     "raises when their gradients come",
     "return the outputs as a tuple, a dict or a dataclass (`@dataclass` on that class), then convert",
 )
+BUFFER_UPDATED_FROM_THE_BATCH = Code(
+    "DDP324",
+    Severity.WARNING,
+    "model",
+    "forward updates a buffer of the model from its batch (a moving average, a vector-quantiser's codebook "
+    "statistics): DistributedDataParallel copies rank 0's buffers to every rank at each forward, so the other "
+    "ranks' updates are dropped and the buffer follows rank 0's shard alone",
+    "average the update over the ranks (`dist.all_reduce` of the batch statistics before the update), or wrap "
+    "with `broadcast_buffers=False` and keep the buffers in step yourself",
+)
 CODES = (
     UNTRACEABLE_OPTIMIZER,
     MODEL_NOT_PLACED,
@@ -188,4 +198,5 @@ CODES = (
     TWO_METHODS_ONE_BACKWARD,
     WRAPPED_INSIDE_A_MODULE,
     OUTPUT_HIDDEN_IN_AN_OBJECT,
+    BUFFER_UPDATED_FROM_THE_BATCH,
 )

@@ -20,6 +20,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns import batch_negatives, model_collections
 from ddpify.concerns.model.codes import (
+    BUFFER_UPDATED_FROM_THE_BATCH,
     MODEL_NOT_PLACED,
     NO_OPTIMIZER,
     OUTPUT_HIDDEN_IN_AN_OBJECT,
@@ -67,6 +68,8 @@ def find(program: Program) -> Facts:
     models = _not_inside_a_module(program, models)
     models = _outputs_found(program, models)
     models = _one_forward_per_backward(program, models)
+    for model in models:
+        _report_buffers_updated(program, model)
     if models:
         batch_negatives.report(program)
         _report_saved_holders(program, models)
@@ -223,6 +226,86 @@ def _unconditional(index: Index, node: cst.CSTNode, stmt: cst.CSTNode) -> bool:
         if isinstance(ancestor, cst.If | cst.IfExp | cst.BooleanOperation | cst.Try | cst.Else):
             return False
     return False
+
+
+def _report_buffers_updated(program: Program, model: Model) -> None:
+    """DDP324 for the first buffer (``self.register_buffer("cluster_size", ...)``) that the model's forward, or
+    a method of its class that forward calls on ``self``, changes in place (``self.cluster_size.mul_(decay)``,
+    ``self.embed.data.copy_(...)``, ``self.count += 1``) where it trains."""
+    index = program.index
+    classes = list(dict.fromkeys(index.constructed_classes(model.ref)))
+    for cls in classes:  # grows: the classes of the parts each class builds (``self.quantiser = Quantiser()``)
+        init = index.method(cls, "__init__")
+        for node in index.walk(init.body) if init is not None and len(classes) < 50 else ():
+            if (
+                isinstance(node, cst.Call)
+                and (part := index.local_class(node.func)) is not None
+                and part not in classes
+            ):
+                classes.append(part)
+    for cls in classes:
+        buffers: set[str] = set()
+        for owner in index.ancestry(cls):
+            init = index.method(owner, "__init__")
+            for node in index.walk(init.body) if init is not None else ():
+                if (
+                    isinstance(node, cst.Call)
+                    and m.matches(node.func, m.Attribute(attr=m.Name("register_buffer")))
+                    and node.args
+                    and isinstance(name := node.args[0].value, cst.SimpleString)
+                    and isinstance(value := name.evaluated_value, str)
+                ):
+                    buffers.add(value)
+        forward = index.method(cls, "forward", dispatch=True)
+        if not buffers or forward is None:
+            continue
+        self_name = index.self_name(forward) or "self"
+        methods = [forward]
+        for node in index.walk(forward.body):
+            if isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(value=m.Name(self_name))):
+                called = index.method(cls, cast(cst.Attribute, node.func).attr.value, dispatch=True)
+                if called is not None and called not in methods:
+                    methods.append(called)
+        for method in methods:
+            own = index.self_name(method) or "self"
+            for node in index.walk(method.body):
+                field = _buffer_changed(node, own)
+                if field is not None and field in buffers:
+                    program.report(
+                        node,
+                        BUFFER_UPDATED_FROM_THE_BATCH,
+                        f"`{own}.{field}` is a buffer that {method.name.value}() updates from the batch: "
+                        "DistributedDataParallel copies rank 0's buffers to every rank at each forward, so the "
+                        "other ranks' updates are dropped; average the update over the ranks (`dist.all_reduce` of "
+                        "the batch statistics) or wrap with `broadcast_buffers=False` and keep them in step yourself",
+                    )
+                    return
+
+
+def _buffer_changed(node: cst.CSTNode, self_name: str) -> str | None:
+    """The field of ``self`` that ``node`` changes in place: ``self.x.mul_(...)``, ``self.x.data.copy_(...)``,
+    ``self.x.data = ...``, ``self.x[...] = ...``, ``self.x += ...``; None otherwise."""
+
+    def field(expr: cst.BaseExpression) -> str | None:
+        while (isinstance(expr, cst.Attribute) and expr.attr.value == "data") or isinstance(expr, cst.Subscript):
+            expr = expr.value
+        if isinstance(expr, cst.Attribute) and m.matches(expr.value, m.Name(self_name)):
+            return expr.attr.value
+        return None
+
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        method = node.func.attr.value
+        if method.endswith("_") and not method.startswith("_") and method not in ("requires_grad_", "zero_grad_"):
+            return field(node.func.value)
+    if isinstance(node, cst.AugAssign):
+        return field(node.target)
+    if isinstance(node, cst.Assign):
+        for target in node.targets:
+            if isinstance(target.target, cst.Subscript) or m.matches(target.target, m.Attribute(attr=m.Name("data"))):
+                found = field(target.target)
+                if found is not None:
+                    return found
+    return None
 
 
 def _plain_object_returned(index: Index, model: Model) -> cst.Call | None:
