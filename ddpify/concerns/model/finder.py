@@ -283,29 +283,56 @@ def _report_buffers_updated(program: Program, model: Model) -> None:
 
 
 def _buffer_changed(node: cst.CSTNode, self_name: str) -> str | None:
-    """The field of ``self`` that ``node`` changes in place: ``self.x.mul_(...)``, ``self.x.data.copy_(...)``,
-    ``self.x.data = ...``, ``self.x[...] = ...``, ``self.x += ...``; None otherwise."""
+    """The field of ``self`` that ``node`` changes in place from a value of the batch: ``self.x.mul_(d).add_(
+    counts)``, ``self.x.data.copy_(z)``, ``self.x.data = ...``, ``self.x[...] = ...``, ``self.x += ...``; None
+    otherwise, and None where only constants and ``self``'s fields go in (``self.count += 1``, alike on every
+    rank)."""
 
     def field(expr: cst.BaseExpression) -> str | None:
-        while (isinstance(expr, cst.Attribute) and expr.attr.value == "data") or isinstance(expr, cst.Subscript):
-            expr = expr.value
+        while (
+            (isinstance(expr, cst.Attribute) and expr.attr.value == "data")
+            or isinstance(expr, cst.Subscript)
+            or (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and _in_place(expr.func))
+        ):
+            expr = cast(cst.Attribute, expr.func).value if isinstance(expr, cst.Call) else expr.value
         if isinstance(expr, cst.Attribute) and m.matches(expr.value, m.Name(self_name)):
             return expr.attr.value
         return None
 
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-        method = node.func.attr.value
-        if method.endswith("_") and not method.startswith("_") and method not in ("requires_grad_", "zero_grad_"):
-            return field(node.func.value)
+    def from_the_batch(*values: cst.BaseExpression) -> bool:
+        return any(
+            name.value not in (self_name, "True", "False", "None") for value in values for name in _names_read(value)
+        )
+
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and _in_place(node.func):
+        return field(node.func.value) if from_the_batch(*(arg.value for arg in node.args)) else None
     if isinstance(node, cst.AugAssign):
-        return field(node.target)
-    if isinstance(node, cst.Assign):
+        return field(node.target) if from_the_batch(node.value) else None
+    if isinstance(node, cst.Assign) and from_the_batch(node.value):
         for target in node.targets:
             if isinstance(target.target, cst.Subscript) or m.matches(target.target, m.Attribute(attr=m.Name("data"))):
                 found = field(target.target)
                 if found is not None:
                     return found
     return None
+
+
+def _in_place(method: cst.Attribute) -> bool:
+    name = method.attr.value
+    return name.endswith("_") and not name.startswith("_") and name not in ("requires_grad_", "zero_grad_")
+
+
+def _names_read(value: cst.BaseExpression) -> Iterator[cst.Name]:
+    """The names ``value`` reads, not the names after a dot (``self.decay`` reads ``self`` alone)."""
+    stack: list[cst.CSTNode] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Name):
+            yield node
+        elif isinstance(node, cst.Attribute):
+            stack.append(node.value)
+        else:
+            stack.extend(node.children)
 
 
 def _plain_object_returned(index: Index, model: Model) -> cst.Call | None:
