@@ -49,10 +49,15 @@ class Reads:
         ``refs``: ``with tqdm(valid_loader) as bar: for x, y in bar:`` after the training loop's ``with
         tqdm(train_loader) as bar:`` draws from the validation loader only."""
         index = self.index
-        if not isinstance(site, cst.For) or not isinstance(site.iter, cst.Name):
+        if not isinstance(site, cst.For):
+            return False
+        iterated = site.iter
+        while isinstance(iterated, cst.Call) and len(iterated.args) >= 1 and not iterated.args[0].keyword:
+            iterated = iterated.args[0].value  # ``enumerate(pbar)``, ``tqdm(pbar)``
+        if not isinstance(iterated, cst.Name):
             return False
         scope = index.scope_of(site)
-        if index.ref_of(site.iter, scope) != ref:
+        if index.ref_of(iterated, scope) != ref:
             return False
         value = self._reaching_value(site, ref, scope)
         return value is not None and not set(self._candidates(value, scope)) & refs

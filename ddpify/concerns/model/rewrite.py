@@ -575,7 +575,7 @@ def _unwrap(plan: EditPlan, model: Model, read: cst.BaseExpression) -> None:
         and isinstance(call, cst.Call)
         and "builtins.isinstance" in plan.index.qualified_names(call.func)
     ):
-        summary = f"`isinstance({text}, ...)` asks the class of `{text}.module`, not of its wrapper"
+        summary = f"pass `{text}.module` to isinstance(): the wrapper is no instance of the model's class"
     elif (
         isinstance(parent, cst.Arg)
         and isinstance(call, cst.Call)
