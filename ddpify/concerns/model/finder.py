@@ -1646,7 +1646,7 @@ class _Finder:
         ):
             return True  # a parameter: bound on entry
         bindings = [read for read in index.mentions(scope, target) if index.stored(read)]
-        if any(index.after(branches, b) for b in bindings):
+        if any(index.after(branches, b) for b in bindings) or self._entry_of_a_dict_before(branches, target):
             return True
         branch: cst.If | cst.Else | None = branches
         while isinstance(branch, cst.If):
@@ -1654,6 +1654,26 @@ class _Finder:
                 return False
             branch = branch.orelse
         return branch is not None and any(index.inside(b, branch.body) for b in bindings)
+
+    def _entry_of_a_dict_before(self, branches: cst.If, target: Ref) -> bool:
+        """``config["model"]`` where ``config = {..., "model": model}`` is built before the ``if`` in its scope."""
+        index = self.index
+        root, bracket, rest = target.path.partition("[")
+        if not bracket or not rest.endswith("]") or "[" in rest:
+            return False
+        key = rest[:-1].strip("\"'")
+        holder = Ref(target.scope, root)
+        return any(
+            isinstance(value, cst.Dict)
+            and index.after(branches, assign)
+            and any(
+                isinstance(element, cst.DictElement)
+                and isinstance(element.key, cst.SimpleString)
+                and element.key.evaluated_value == key
+                for element in value.elements
+            )
+            for assign, value in index.values_assigned(holder)
+        )
 
     def _before_training(
         self,
