@@ -281,7 +281,13 @@ class RankLocal:
         scope = index.scope_of(call)
         handed = [(arg, scope) for arg in call.args]
         receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-        if drawing and callee is not None and isinstance(receiver, cst.Name) and _is_self(index, receiver, scope):
+        if (
+            drawing
+            and callee is not None
+            and isinstance(receiver, cst.Name)
+            and isinstance(scope, cst.FunctionDef)
+            and receiver.value == index.self_name(scope)
+        ):
             # ``self.train_epoch()`` drawing from ``self.loader``: what each construction of the class hands it
             cls = index.method_class(callee[0])
             init = index.method(cls, "__init__") if cls is not None else None
@@ -350,14 +356,6 @@ class RankLocal:
             if not over_local and any(isinstance(n, cst.Name) and n.value == name.value for n in index.walk(bound)):
                 return True
         return False
-
-
-def _is_self(index: Index, name: cst.Name, scope: object) -> bool:
-    """Whether ``name`` is the instance parameter of the method it is read in."""
-    if not isinstance(scope, cst.FunctionDef) or index.method_class(scope) is None:
-        return False
-    names = parameter_names(scope)
-    return bool(names) and names[0] == name.value
 
 
 def _only_read(index: Index, name: cst.Name) -> bool:
