@@ -140,5 +140,15 @@ def is_false(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "False"
 
 
+def shuffle_chosen(loader: Loader) -> cst.BaseExpression | None:
+    """The ``shuffle=`` of a loader that also serves evaluation, where it is decided at run time
+    (``shuffle=split == "train"``): the sampler follows it, unless the calls of its factory tell the training
+    one apart (``trains_when``); None where it is written True or False, or not at all."""
+    shuffle = argument(loader.call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
+    if not loader.evaluated or shuffle is None or is_true(shuffle.value) or is_false(shuffle.value):
+        return None
+    return shuffle.value
+
+
 def is_none(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "None"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 import ddpify.engine.match as m
-from ddpify.concerns.data.facts import Facts, Loader, is_false, is_true
+from ddpify.concerns.data.facts import Facts, Loader, shuffle_chosen
 from ddpify.concerns.data.reads import Reads
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.uniformity.batches import RankLocal
@@ -39,16 +39,10 @@ def draws_its_own_share(index: Index, loader: Loader) -> bool:
     return all(flag is not None and m.matches(flag, m.Name("True")) for flag in flags)
 
 
-def _shuffle_decided_when_run(index: Index, loader: Loader) -> bool:
-    """Whether the loader's ``shuffle=`` is neither True nor False as written (``shuffle=shuffle_flag``)."""
-    shuffle = loader_argument(index, loader.call, "shuffle")
-    return shuffle is not None and not is_true(shuffle) and not is_false(shuffle)
-
-
 def trained_refs(index: Index, loader: Loader) -> frozenset[Ref]:
     """The places holding the loader that its training loops draw from: where one factory also builds
     the validation loader (which keeps the whole set), the places only that one reaches are left out."""
-    if not loader.evaluated or (loader.trains_when is None and _shuffle_decided_when_run(index, loader)):
+    if not loader.evaluated or (loader.trains_when is None and shuffle_chosen(loader) is not None):
         # (where the sampler follows ``shuffle=shuffle_flag``, an evaluation loader that shuffles is sharded too)
         return loader.refs
     found: set[Ref] = set()

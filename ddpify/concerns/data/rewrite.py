@@ -16,7 +16,16 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns.data.checks import carried_state_refused
 from ddpify.concerns.data.codes import BATCH_NOT_ARGUMENT, CARRIED_STATE, NO_DATASET, NO_EPOCH, STAR_ARGS
-from ddpify.concerns.data.facts import Facts, Loader, batch_size, batch_size_arg, is_false, is_none, is_true
+from ddpify.concerns.data.facts import (
+    Facts,
+    Loader,
+    batch_size,
+    batch_size_arg,
+    is_false,
+    is_none,
+    is_true,
+    shuffle_chosen,
+)
 from ddpify.concerns.data.seeds import seed_order, seed_split
 from ddpify.concerns.data.streams import define_shard, shard_stream
 from ddpify.concerns.samplers import define_wrapper, needs_wrapper, sample_entries, sampler_rngs, share
@@ -173,10 +182,10 @@ def _add_sampler(
         # ``data_provider(flag)`` shuffles the validation loader too: the callers tell the training one apart,
         # and the others keep the whole set on every rank (in order: a mean over it does not depend on it)
         code = f"{sampler}({dataset_code}) if {loader.trains_when} else None"
-    elif loader.evaluated and shuffle is not None and not is_true(shuffle.value) and not is_false(shuffle.value):
+    elif (chosen := shuffle_chosen(loader)) is not None:
         # ``make_loader(split)`` builds the validation loader too: it keeps the whole set on every rank,
         # and the loader that shuffles (the training one) gets the sampler
-        condition = index.module.code_for_node(shuffle.value)
+        condition = index.module.code_for_node(chosen)
         code = f"{sampler}({dataset_code}) if {condition} else None"
         if loader.trains_when not in (None, condition):  # evaluation loaders shuffle too: the callers tell apart
             code = f"{sampler}({dataset_code}, shuffle={condition}) if {loader.trains_when} else None"
@@ -590,10 +599,10 @@ def _read_own_sampler(plan: EditPlan, attribute: cst.Attribute) -> None:
 def _sampled_when(plan: EditPlan, loader: Loader) -> str | None:
     """The test under which the loader gets its sampler (``split == "train"``), where it also serves
     evaluation without one; None where it always has one."""
-    shuffle = argument(loader.call, "shuffle", torch_api.DATALOADER_POSITIONS["shuffle"])
-    if not loader.evaluated or shuffle is None or is_true(shuffle.value) or is_false(shuffle.value):
+    chosen = shuffle_chosen(loader)
+    if chosen is None:
         return None
-    return loader.trains_when or plan.index.module.code_for_node(shuffle.value)
+    return loader.trains_when or plan.index.module.code_for_node(chosen)
 
 
 def _name(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
