@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
@@ -42,6 +42,7 @@ from ddpify.concerns.model.optimizers import TrainedModels
 from ddpify.concerns.model.outputs import OutputUse
 from ddpify.concerns.model.reads import DEEPCOPY, WrapperReads
 from ddpify.concerns.model.redrawn import Redrawn
+from ddpify.diagnostics import Code
 from ddpify.engine.called import enclosing_function
 from ddpify.engine.index import Flow, Index, Ref, Scope
 from ddpify.engine.program import Program, is_backward, without_grad
@@ -65,9 +66,8 @@ def find(program: Program) -> Facts:
             "the script trains, but builds no torch.optim optimizer over a model's parameters in this file: "
             "cannot find the model to wrap in DistributedDataParallel",
         )
-    models = _not_inside_a_module(program, models)
-    models = _outputs_found(program, models)
-    models = _one_forward_per_backward(program, models)
+    for refusal in (_wrapped_inside_a_module, _output_hidden, _two_passes):
+        models = _refused(program, models, refusal)
     for model in models:
         _report_buffers_updated(program, model)
     if models:
@@ -80,77 +80,75 @@ def find(program: Program) -> Facts:
     )
 
 
-def _not_inside_a_module(program: Program, models: tuple[Model, ...]) -> tuple[Model, ...]:
-    """The models whose wrap would not go into a method of an nn.Module of the program; each other one is
-    refused (``net = Linear(...)``, ``self.add_module("net", net)`` and an optimizer over ``net`` in a
-    module's ``__init__``: the module keeps the plain part, and its owner moves it after the wrap)."""
-    index = program.index
+_Refusal = tuple[cst.CSTNode, Code, str]  # where, the code, the message
+
+
+def _refused(
+    program: Program, models: tuple[Model, ...], refusal: Callable[[Index, Model], _Refusal | None]
+) -> tuple[Model, ...]:
+    """The models that ``refusal`` finds nothing against; each other one is reported with what it found."""
     kept: list[Model] = []
     for model in models:
-        function = index.scope_of(model.insert_after)
-        cls = index.method_class(function) if isinstance(function, cst.FunctionDef) else None
-        if not (
-            isinstance(function, cst.FunctionDef) and cls is not None and index.derives_from(cls, torch_api.NN_MODULE)
-        ):
+        found = refusal(program.index, model)
+        if found is None:
             kept.append(model)
-            continue
-        where = f"`{cls.name.value}.{function.name.value}`, a method of an nn.Module"
-        if isinstance(model.ref.scope, cst.FunctionDef) and "." not in model.ref.path:
-            why = "the wrapper would be held by a local name, not by the module that the training step runs"
-        elif _moved_once_built(index, cls):
-            why = "its owner moves the module to its device after the wrapper is made"
         else:
-            kept.append(model)  # (a trainer module that runs its parts in its own methods, never moved)
-            continue
-        program.report(
-            model.insert_after,
-            WRAPPED_INSIDE_A_MODULE,
-            f"`{model.expression}` is trained by its own optimizer inside {where}: {why}",
-        )
+            program.report(*found)
     return tuple(kept)
 
 
-def _outputs_found(program: Program, models: tuple[Model, ...]) -> tuple[Model, ...]:
-    """The models that need no ``find_unused_parameters``, or whose forward returns what DDP can search for
-    the output tensors; each other one is refused (``return Output(loss, states)`` of a plain class)."""
-    index = program.index
-    kept: list[Model] = []
-    for model in models:
-        hidden = _plain_object_returned(index, model) if model.unused is not None else None
-        if hidden is None:
-            kept.append(model)
-            continue
-        program.report(
-            hidden,
-            OUTPUT_HIDDEN_IN_AN_OBJECT,
-            f"`{model.expression}` needs find_unused_parameters=True ({model.unused}), and its forward returns "
-            f"`{index.module_of(hidden).code_for_node(hidden.func)}(...)`, an object of a plain class: DDP finds no "
-            "output tensor in it, takes every parameter for unused and raises when their gradients come",
-        )
-    return tuple(kept)
+def _wrapped_inside_a_module(index: Index, model: Model) -> _Refusal | None:
+    """A wrap that would go into a method of an nn.Module of the program (``net = Linear(...)``,
+    ``self.add_module("net", net)`` and an optimizer over ``net`` in a module's ``__init__``: the module keeps the
+    plain part, and its owner moves it after the wrap)."""
+    function = index.scope_of(model.insert_after)
+    cls = index.method_class(function) if isinstance(function, cst.FunctionDef) else None
+    if not (isinstance(function, cst.FunctionDef) and cls is not None and index.derives_from(cls, torch_api.NN_MODULE)):
+        return None
+    if isinstance(model.ref.scope, cst.FunctionDef) and "." not in model.ref.path:
+        why = "the wrapper would be held by a local name, not by the module that the training step runs"
+    elif _moved_once_built(index, cls):
+        why = "its owner moves the module to its device after the wrapper is made"
+    else:
+        return None  # (a trainer module that runs its parts in its own methods, never moved)
+    where = f"`{cls.name.value}.{function.name.value}`, a method of an nn.Module"
+    return (
+        model.insert_after,
+        WRAPPED_INSIDE_A_MODULE,
+        f"`{model.expression}` is trained by its own optimizer inside {where}: {why}",
+    )
 
 
-def _one_forward_per_backward(program: Program, models: tuple[Model, ...]) -> tuple[Model, ...]:
-    """The models that need no ``find_unused_parameters``, or whose training step runs them once before each
-    backward pass; each other one is refused (DDP321): ``out = model(x)`` then ``again = model(x2,
-    saved=out.states)`` before one ``loss.backward()``, the second pass skipping a part the first ran."""
-    index = program.index
-    kept: list[Model] = []
-    for model in models:
-        twice = _two_passes_before_a_backward(index, model) if model.unused is not None else None
-        if twice is None:
-            kept.append(model)
-            continue
-        first, second = twice
-        program.report(
-            second,
-            TWO_METHODS_ONE_BACKWARD,
-            f"`{model.expression}` runs through DistributedDataParallel twice (lines {index.position(first)[0]} and "
-            f"{index.position(second)[0]}) before one backward pass, while {model.unused}: DDP finds the unused "
-            "parameters from the last pass's output alone and raises when the first pass's parameters get their "
-            "gradients too; compute the losses in one forward (a method that returns both), then convert",
-        )
-    return tuple(kept)
+def _output_hidden(index: Index, model: Model) -> _Refusal | None:
+    """A model that needs ``find_unused_parameters`` whose forward returns what DDP cannot search for the output
+    tensors (``return Output(loss, states)`` of a plain class)."""
+    hidden = _plain_object_returned(index, model) if model.unused is not None else None
+    if hidden is None:
+        return None
+    return (
+        hidden,
+        OUTPUT_HIDDEN_IN_AN_OBJECT,
+        f"`{model.expression}` needs find_unused_parameters=True ({model.unused}), and its forward returns "
+        f"`{index.module_of(hidden).code_for_node(hidden.func)}(...)`, an object of a plain class: DDP finds no "
+        "output tensor in it, takes every parameter for unused and raises when their gradients come",
+    )
+
+
+def _two_passes(index: Index, model: Model) -> _Refusal | None:
+    """A model that needs ``find_unused_parameters`` run twice before one backward pass (DDP321): ``out =
+    model(x)`` then ``again = model(x2, saved=out.states)``, the second pass skipping a part the first ran."""
+    twice = _two_passes_before_a_backward(index, model) if model.unused is not None else None
+    if twice is None:
+        return None
+    first, second = twice
+    return (
+        second,
+        TWO_METHODS_ONE_BACKWARD,
+        f"`{model.expression}` runs through DistributedDataParallel twice (lines {index.position(first)[0]} and "
+        f"{index.position(second)[0]}) before one backward pass, while {model.unused}: DDP finds the unused "
+        "parameters from the last pass's output alone and raises when the first pass's parameters get their "
+        "gradients too; compute the losses in one forward (a method that returns both), then convert",
+    )
 
 
 def _two_passes_before_a_backward(index: Index, model: Model) -> tuple[cst.Call, cst.Call] | None:
