@@ -60,7 +60,7 @@ from ddpify.engine.called import called_functions, enclosing_function
 from ddpify.engine.edits import EditPlan, statement
 from ddpify.engine.index import Index
 from ddpify.engine.program import Program
-from ddpify.engine.syntax import imported_names
+from ddpify.engine.syntax import imported_names, single_target
 from ddpify.result import Options
 
 # Calls that may run before the process group exists: they neither train nor ask for a rank or a device.
@@ -129,13 +129,41 @@ def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
         before = frozenset(early) | _called_from(index, early) | at_import
         # only rank 0 may create or write them
         opens = torch_api.TRACKER_FACTORIES | torch_api.LOG_FILE_HANDLERS | torch_api.SAVE
-        if not any(index.is_call_to(call, opens) for call in _calls_in(index, before)):
+        if not any(
+            index.is_call_to(call, opens) and not made_for_nothing(program, call) for call in _calls_in(index, before)
+        ):
             after: list[cst.CSTNode] = [guard] if anchor is guard else [s for s in guard.body.body if s not in early]
             return Facts(False, anchor, before, before & _called_from(index, after))
     anchor = _module_level_anchor(index)
     early = _runs(module.body[: module.body.index(anchor)])
     before = frozenset(early) | _called_from(index, early) | at_import
     return Facts(True, anchor, before, before & _called_from(index, _runs(module.body[module.body.index(anchor) :])))
+
+
+# trackers that write local event files, unlike a run of an online tracker (``wandb.init``)
+_EVENT_WRITERS = torch_api.TRACKER_FACTORIES - {"wandb.init"}
+
+
+def made_for_nothing(program: Program, call: cst.Call) -> bool:
+    """``writer = SummaryWriter(...)`` at a module's top level where only functions that nothing calls read
+    ``writer`` (a plotting routine kept from an earlier experiment): every rank makes it at import, an
+    empty event file each, and none logs to it."""
+    index = program.index
+    target = single_target(index.parent(call))
+    if (
+        not index.is_call_to(call, _EVENT_WRITERS)
+        or not isinstance(target, cst.Name)
+        or not isinstance(index.scope_of(call), cst.Module)
+    ):
+        return False
+    called = program.called()
+    for read in [*index.names.get(target.value, ()), *index.attributes.get(target.value, ())]:
+        if read is target or isinstance(index.parent(read), cst.ImportAlias):
+            continue
+        function = enclosing_function(index, read)
+        if function is None or function in called:
+            return False
+    return True
 
 
 def _in_main_guard(index: Index, guard: cst.If) -> tuple[cst.BaseStatement, list[cst.BaseStatement]]:

@@ -89,7 +89,7 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
 
     trackers = tuple(finder.trackers())
     for call in trackers:
-        if not late(call):
+        if not late(call) and not process_group.made_for_nothing(program, call):
             program.report(
                 call,
                 TRACKER_BEFORE_SETUP,
