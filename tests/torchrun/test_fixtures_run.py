@@ -26,6 +26,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 WEIGHTS = Path(__file__).parent / "record_weights.py"
 
 CASES = [
+    "model/projection_whose_output_the_attention_ignores",
     "model/model_kept_by_a_solver_before_its_optimizer",
     "model/wrapped_after_a_branch_that_rebinds_the_model",
     "loop_control/early_stop_on_a_loader_sharded_by_its_shuffle_flag",

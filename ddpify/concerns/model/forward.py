@@ -486,6 +486,7 @@ class ForwardChecks:
                     self._never_used(cls, entries)
                     or self._dropped_output(cls, forward, self_name)
                     or self._slice_run(cls, forward, self_name)
+                    or self._ignored_argument(cls, forward, self_name)
                 )
                 if idle is not None:
                     return idle
@@ -624,6 +625,70 @@ class ForwardChecks:
                 code = index.module_of(node).code_for_node(node).strip()
                 return f"`{code}` drops an output that only `{only}` of `{sub.name.value}` computes"
         return None
+
+    def _ignored_argument(self, cls: cst.ClassDef, forward: cst.FunctionDef, self_name: str) -> str | None:
+        """``self.mixing(self.query(x), self.key(x), self.value(x))`` in forward, where the forward of a class
+        that ``self.mixing`` may hold never reads its ``keys`` parameter: ``self.key`` runs in every step and
+        its parameters never get a gradient. The field's classes are those ``__init__`` builds for it, or
+        those the class's constructions pass for it (``AttentionLayer(SpectralMixing(n), width)``)."""
+        index = self.index
+        built, _ = self._fields(cls)
+        free = self._parameter_free_fields(cls)
+        for call in index.walk(forward.body):
+            if not (
+                isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Attribute)
+                and m.matches(call.func.value, m.Name(self_name))
+                and (cls, call.func.attr.value) not in index.functions
+            ):
+                continue
+            for sub in self._field_classes(cls, call.func.attr.value):
+                method = index.method(sub, "forward")
+                if method is None or any(p.star for p in call.args):
+                    continue
+                for arg in call.args:
+                    parameter = _parameter_filled(method, call, arg)
+                    part = _run_field_of(arg.value, self_name)
+                    if (
+                        parameter is None
+                        or part is None
+                        or part not in built
+                        or part in free
+                        or parameter in _names_read(index, method)
+                        or _reads_every_argument(method)
+                    ):
+                        continue
+                    return f"`{self_name}.{part}` runs, but `{sub.name.value}.forward` never reads its `{parameter}`"
+        return None
+
+    def _field_classes(self, cls: cst.ClassDef, name: str) -> list[cst.ClassDef]:
+        """The program's module classes the field ``name`` of ``cls`` may hold (see :meth:`_ignored_argument`)."""
+        index = self.index
+        found: list[cst.ClassDef] = []
+        for init, field, value in self._init_fields(cls):
+            if field != name or value is None:
+                continue
+            if isinstance(value, cst.Call):
+                found += index.classes_built(value)
+                continue
+            parameters = init.params.params
+            position = next((i for i, p in enumerate(parameters) if m.matches(value, m.Name(p.name.value))), None)
+            if position is None or index.class_of.get(init) is not cls:
+                continue
+            for call in index.calls:
+                if index.local_class(call.func) is not cls:
+                    continue
+                for arg in call.args:
+                    keyword = arg.keyword.value if arg.keyword is not None else None
+                    if arg.star or (keyword is None and list(call.args).index(arg) + 1 != position):
+                        continue
+                    if keyword is not None and keyword != parameters[position].name.value:
+                        continue
+                    if isinstance(arg.value, cst.Name) and (ref := index.root_ref(arg.value, index.scope_of(arg))):
+                        found += index.constructed_classes(ref)
+                    else:
+                        found += index.classes_built(arg.value)
+        return [c for i, c in enumerate(found) if c not in found[:i]]
 
     def _return_paths(self, forward: cst.FunctionDef, start: cst.CSTNode) -> Iterator[set[str]]:
         """For each ``return`` of ``forward`` after ``start``, the names read on every way to it from there: in
@@ -1151,6 +1216,37 @@ class ForwardChecks:
             ):
                 return True
         return False
+
+
+def _parameter_filled(function: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> str | None:
+    """The parameter of the method ``function`` (its ``self`` skipped) that ``arg`` of ``call`` fills."""
+    parameters = [*function.params.posonly_params, *function.params.params][1:]
+    if arg.keyword is not None:
+        names = {p.name.value for p in (*parameters, *function.params.kwonly_params)}
+        return arg.keyword.value if arg.keyword.value in names else None
+    position = list(call.args).index(arg)
+    return parameters[position].name.value if position < len(parameters) else None
+
+
+def _run_field_of(value: cst.BaseExpression, self_name: str) -> str | None:
+    """``key`` of ``self.key(x)``: the field a call of which is the whole argument."""
+    if (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and m.matches(value.func.value, m.Name(self_name))
+    ):
+        return value.func.attr.value
+    return None
+
+
+def _names_read(index: Index, function: cst.FunctionDef) -> set[str]:
+    return {n.value for n in index.walk(function.body) if isinstance(n, cst.Name) and not index.stored(n)}
+
+
+def _reads_every_argument(function: cst.FunctionDef) -> bool:
+    """``*args`` or ``**kwargs``: where the arguments are read as a whole."""
+    params = function.params
+    return isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None
 
 
 def _a_number(value: cst.BaseExpression | None) -> bool:
