@@ -648,7 +648,7 @@ class ForwardChecks:
                     continue
                 for arg in call.args:
                     parameter = _parameter_filled(method, call, arg)
-                    part = _run_field_of(arg.value, self_name)
+                    part = _run_field_of(index, forward, arg.value, self_name)
                     if (
                         parameter is None
                         or part is None
@@ -1228,8 +1228,31 @@ def _parameter_filled(function: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -
     return parameters[position].name.value if position < len(parameters) else None
 
 
-def _run_field_of(value: cst.BaseExpression, self_name: str) -> str | None:
-    """``key`` of ``self.key(x)``: the field a call of which is the whole argument."""
+def _run_field_of(index: Index, forward: cst.FunctionDef, value: cst.BaseExpression, self_name: str) -> str | None:
+    """``key`` of ``self.key(x)``, the field whose output is the whole argument: also through tensor
+    methods (``self.key(x).view(b, n, h, -1)``) and a name bound to that right before and read nowhere else
+    (``keys = self.key(keys).view(...)`` ... ``self.mixing(queries, keys, values)``)."""
+    if isinstance(value, cst.Name):
+        name = value
+        assigns = [
+            a
+            for a in _assignments(forward.body)
+            if m.matches(single_target(a), m.Name(name.value)) and index.after(name, a)
+        ]
+        if not assigns or index.scope_of(assigns[-1]) is not forward:
+            return None
+        later = [
+            n
+            for n in index.walk(forward.body)
+            if isinstance(n, cst.Name) and n.value == name.value and not index.stored(n) and index.after(n, assigns[-1])
+        ]
+        if later != [name]:
+            return None
+        value = assigns[-1].value
+    while (
+        isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and isinstance(value.func.value, cst.Call)
+    ):
+        value = value.func.value  # ``self.key(x).view(...)``
     if (
         isinstance(value, cst.Call)
         and isinstance(value.func, cst.Attribute)
