@@ -327,6 +327,12 @@ _READS = frozenset(
         *(f"numpy.{name}" for name in ("load", "loadtxt", "genfromtxt")),
         "scipy.io.loadmat",
         "PIL.Image.open",
+        # images read back (frames written each epoch, gathered into an animation at the end)
+        *(f"imageio.{v}imread" for v in ("", "v2.", "v3.")),
+        "cv2.imread",
+        "matplotlib.pyplot.imread",
+        "skimage.io.imread",
+        "torchvision.io.read_image",
     }
 )
 _WRITES_INTO_A_FILE = frozenset({"json.dump", "pickle.dump"})  # their file object comes second
