@@ -1027,20 +1027,29 @@ def _fixed_by_a_test(index: Index, name: cst.Name, call: cst.Call) -> object:
             break
         if not (isinstance(ancestor, cst.If) and index.inside(call, ancestor.body)):
             continue
-        test = ancestor.test
-        if (
-            isinstance(test, cst.Comparison)
-            and len(test.comparisons) == 1
-            and isinstance(test.comparisons[0].operator, cst.Equal)
-            and m.matches(test.left, m.Name(name.value))
-        ):
-            value = _literal(index, test.comparisons[0].comparator)
-            rebound = any(
-                isinstance(node, cst.Name) and node.value == name.value and index.stored(node)
-                for node in index.walk(ancestor.body)
-            )
-            return _UNKNOWN if rebound else value
+        for test in _conjuncts(ancestor.test):  # ``if phase == "train" and not args.eval_only:``: each holds
+            if (
+                isinstance(test, cst.Comparison)
+                and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, cst.Equal)
+                and m.matches(test.left, m.Name(name.value))
+            ):
+                value = _literal(index, test.comparisons[0].comparator)
+                rebound = any(
+                    isinstance(node, cst.Name) and node.value == name.value and index.stored(node)
+                    for node in index.walk(ancestor.body)
+                )
+                return _UNKNOWN if rebound else value
     return _UNKNOWN
+
+
+def _conjuncts(test: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """The tests that all hold where ``test`` does: the operands of an ``and``, or ``test`` itself."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        yield from _conjuncts(test.left)
+        yield from _conjuncts(test.right)
+    else:
+        yield test
 
 
 def _evaluated(test: cst.BaseExpression, bound: dict[str, object]) -> object:
