@@ -14,7 +14,7 @@ import libcst as cst
 import ddpify.engine.match as m
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import without_grad
-from ddpify.engine.syntax import assigned
+from ddpify.engine.syntax import assigned, straight_line
 
 _COUNTS = m.Name("len") | m.Name("range")
 # Methods that show what they are given: loggers', progress bars', ``sys.stdout``'s
@@ -310,6 +310,7 @@ class _Batch:
             if type(n) in _FOLLOWED and index.scope_of(n) is self.scope and n is not self.scope
         ]
         self.names: set[str] = set()
+        self._shadowed: dict[cst.Name, bool] = {}
         if isinstance(site, (cst.For, cst.CompFor)):
             self._hold(site.target)
         while self._spread():
@@ -322,8 +323,40 @@ class _Batch:
         for node in self.index.walk(expr):
             if node is self.site:
                 return True
-            if isinstance(node, cst.Name) and node.value in self.names and self.index.names_a_variable(node):
+            if (
+                isinstance(node, cst.Name)
+                and node.value in self.names
+                and self.index.names_a_variable(node)
+                and not self.rebound_before(node)
+            ):
                 return True
+        return False
+
+    def rebound_before(self, read: cst.Name) -> bool:
+        """Whether every way from the draw to ``read`` passes a binding of its name to something else: ``read``
+        comes before the draw in a loop around both, and the loop's body binds the name first on every pass
+        (``x, y = next(train_iter)`` at the top of each step, where ``x, _ = next(preview_iter)`` every few
+        steps reuses the name for a preview that trains nothing)."""
+        if read in self._shadowed:
+            return self._shadowed[read]
+        self._shadowed[read] = False
+        index = self.index
+        loop = next((loop for loop in index.enclosing_loops(read) if index.inside(self.site, loop)), None)
+        if loop is None or not index.after(self.site, read):
+            return False
+        for stmt in straight_line(loop.body):
+            if index.inside(read, stmt):
+                break
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if (
+                    isinstance(small, cst.Assign)
+                    and any(m.matches(t, m.Name(read.value)) for a in small.targets for t in assigned(a.target))
+                    and not any(isinstance(n, cst.Name) and n.value == read.value for n in index.walk(small.value))
+                ):
+                    self._shadowed[read] = True
+                    return True
         return False
 
     def closed_over(self, function: cst.FunctionDef) -> bool:
