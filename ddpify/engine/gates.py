@@ -91,15 +91,29 @@ def _has_alternative(index: Index, stmt: cst.If) -> bool:
 
 def passed_over_trains(index: Index, chain: cst.If) -> bool:
     """Whether a run that passes over ``chain`` (an ``if`` without ``else``) still trains: another statement of
-    its block trains (``if args.loss == "wgan-gp":`` around a penalty step, beside the steps every run takes)."""
+    its block trains (``if args.loss == "wgan-gp":`` around a penalty step, beside the steps every run takes),
+    or of a block around it in its function (``if n_gpus > 1: net = SplitDataParallel(net)`` inside ``if
+    n_gpus > 0:``, with the training loop after the outer ``if``)."""
     if chain.orelse is not None:
         return False
+    inner: cst.CSTNode = chain
     block = index.parent(chain)
-    return isinstance(block, cst.IndentedBlock) and any(
-        index.trains(stmt)
-        for stmt in block.body
-        if stmt is not chain and not isinstance(stmt, cst.FunctionDef | cst.ClassDef)
-    )
+    while isinstance(block, cst.IndentedBlock):
+        if any(
+            index.trains(stmt)
+            for stmt in block.body
+            if stmt is not inner and not isinstance(stmt, cst.FunctionDef | cst.ClassDef)
+        ):
+            return True
+        inner = index.parent(block)  # the compound statement around the block
+        if isinstance(inner, cst.Else | cst.ExceptHandler | cst.Finally):
+            inner = index.parent(inner)
+        if not isinstance(inner, cst.If | cst.For | cst.While | cst.With | cst.Try):
+            return False
+        block = index.parent(inner)
+        while isinstance(block, cst.If | cst.Else):  # an ``elif``: the chain's own block holds it
+            inner, block = block, index.parent(block)
+    return False
 
 
 def _chain_of(index: Index, stmt: cst.If) -> cst.If:
