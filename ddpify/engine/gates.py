@@ -96,7 +96,7 @@ def passed_over_trains(index: Index, chain: cst.If) -> bool:
     n_gpus > 0:``, with the training loop after the outer ``if``)."""
     if chain.orelse is not None:
         return False
-    inner: cst.CSTNode = chain
+    inner: cst.CSTNode | None = chain
     block = index.parent(chain)
     while isinstance(block, cst.IndentedBlock):
         if any(
