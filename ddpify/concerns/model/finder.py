@@ -809,7 +809,8 @@ class _Finder:
         dropped: dict[str, Any] = {}
         if wraps:
             stmt, target = max(wraps, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
-            if not (creations and self._moved_as_it_returns(stmt, target)):
+            moved_after = [c for c in moves if depth.get(c[1], 0) > depth.get(target, 0)]
+            if not (creations and (self._moved_as_it_returns(stmt, target) or moved_after)):
                 return self._data_parallel_model(stmt, target, moves, optimizer)
             # ``model = nn.DataParallel(model)`` then ``return model.to(device)``: no statement in the builder
             # holds the moved model, so the DataParallel line goes and the wrap goes where the model arrives
@@ -817,7 +818,10 @@ class _Finder:
         if moves:
             stmt, target, cuda = max(moves, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]))
             placed = True
-            received = max(creations, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]), default=None)
+            # where the optimizer's model is (``self.net = self.set_device(build(opt))``), not where a helper that
+            # moves anything hands back something else (``self.batch = self.set_device(batch)``)
+            arrivals = [c for c in creations if c[1] in on_path] or creations
+            received = max(arrivals, key=lambda c: (depth.get(c[1], 0), index.order[c[0]]), default=None)
             back = self._returned_by(stmt, creations)
             if back is not None:
                 # ``model, epoch = load_checkpoint(model, path)`` under ``if args.resume:``, the move inside it:

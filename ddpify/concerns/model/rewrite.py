@@ -352,7 +352,12 @@ def _remove_data_parallel(plan: EditPlan, model: Model) -> None:
     assert model.data_parallel_removed is not None
     guard = model.data_parallel_if
     call = cast(cst.Call, statement_value(model.data_parallel_removed))
-    if plan.index.module_of(call).code_for_node(call.args[0].value).strip() != model.expression:
+    code = plan.index.module_of(call).code_for_node
+    target = single_target(model.data_parallel_removed.body[0])
+    rebinds = target is not None and code(call.args[0].value).strip() == code(target).strip()  # ``net = DP(net)``
+    if guard is None and rebinds:
+        guard = _alone_under_a_plain_test(plan.index, model.data_parallel_removed)
+    if not rebinds and code(call.args[0].value).strip() != model.expression:
         # ``model = nn.DataParallel(build())``: the line also builds the model, so only the wrapper goes
         plan.replace(call, _in_the_same_parentheses_as_argument)
         if guard is not None:
@@ -365,6 +370,25 @@ def _remove_data_parallel(plan: EditPlan, model: Model) -> None:
             plan.inline(guard)
     plan.change(model.data_parallel_removed, "remove nn.DataParallel: each process drives one GPU")
     _plain_until_the_wrap(plan, model, model.data_parallel_removed)
+
+
+def _alone_under_a_plain_test(index: Index, stmt: cst.BaseStatement) -> cst.If | None:
+    """The ``if`` that holds ``stmt`` alone, with no ``else``, whose test only reads values (``if opt["gpu_ids"]
+    and opt["parallel"]:``): with the statement gone it does nothing."""
+    block = index.parent(stmt)
+    guard = index.parent(block)
+    if not (
+        isinstance(block, cst.IndentedBlock)
+        and len(block.body) == 1
+        and isinstance(guard, cst.If)
+        and guard.body is block
+        and guard.orelse is None
+        and not isinstance(index.parent(guard), cst.If)  # not an ``elif``
+    ):
+        return None
+    if any(isinstance(node, cst.Call | cst.Await | cst.NamedExpr) for node in index.walk(guard.test)):
+        return None
+    return guard
 
 
 def _plain_where_it_is_held(plan: EditPlan, model: Model, call: cst.Call) -> None:
