@@ -212,6 +212,14 @@ class _Finder:
             for node in exits:
                 if node in found:
                     continue
+                inner = next(index.enclosing_loops(node), None)
+                if (
+                    isinstance(node, cst.Break)
+                    and inner is not loop
+                    and inner is not None
+                    and _runs_nothing(index, inner)
+                ):
+                    continue  # ``for token in row: if token == pad: break``: it leaves only a loop of its own
                 tests = self._rank_local_tests(node, loop)
                 if tests:
                     found.add(node)
@@ -337,6 +345,27 @@ class _Finder:
 
 # Exceptions that every rank raises alike, or that stop every rank at once
 _NOT_OWN = frozenset({"StopIteration", "StopAsyncIteration", "KeyboardInterrupt", "SystemExit", "GeneratorExit"})
+
+
+# methods of strings, lists, dicts and tensors' ``item``/``tolist``, which run no model and no collective
+_PLAIN_METHODS = frozenset(
+    {"append", "extend", "insert", "replace", "join", "split", "strip", "lower", "upper", "item", "tolist"}
+    | {"get", "format", "startswith", "endswith", "keys", "values", "items", "add", "update", "index", "count"}
+)
+
+
+def _runs_nothing(index: Index, loop: cst.For | cst.While) -> bool:
+    """Whether ``loop`` calls only builtins and plain methods (``int(token)``, ``text.append(c)``): leaving it
+    early on one rank changes no count of forwards or collectives between the ranks."""
+    for node in index.walk(loop.body):  # (not its iterable, built once: ``tqdm(row)``)
+        if not isinstance(node, cst.Call) or isinstance(index.parent(node), cst.WithItem):
+            continue  # (a context entered, ``with torch.no_grad():``, runs nothing of the model)
+        if isinstance(node.func, cst.Attribute):
+            if node.func.attr.value not in _PLAIN_METHODS:
+                return False
+        elif not (names := index.qualified_names(node.func)) or not all(n.startswith("builtins.") for n in names):
+            return False
+    return True
 
 
 def _ends_in_leap(handler: cst.ExceptHandler) -> cst.Continue | cst.Break | None:
