@@ -863,8 +863,26 @@ class ForwardChecks:
         for init, name, value in self._init_fields(cls):
             names = self.index.qualified_names(value.func) if isinstance(value, cst.Call) else frozenset()
             plain = value is not None and self._plain_function(value, init)
-            (free if plain or (names and names <= torch_api.PARAMETER_FREE_LAYERS) else other).add(name)
+            empty = isinstance(value, cst.Call) and self._holds_nothing(value)
+            (free if plain or empty or (names and names <= torch_api.PARAMETER_FREE_LAYERS) else other).add(name)
         return free - other
+
+    def _holds_nothing(self, value: cst.Call) -> bool:
+        """``LockedDropout()``: a module class of the program whose ``__init__`` (and its bases') sets no field and
+        that registers nothing: it has no parameters to leave without a gradient."""
+        index = self.index
+        cls = index.local_class(value.func)
+        if cls is None or any(True for _ in self._init_fields(cls)):
+            return False
+        return not any(
+            (
+                isinstance(node, cst.Attribute)
+                and node.attr.value in ("register_parameter", "register_buffer", "add_module")
+            )
+            or (isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Attribute))
+            for owner in index.ancestry(cls)
+            for node in index.walk(owner.body)
+        )
 
     def _plain_function(self, value: cst.BaseExpression, scope: cst.FunctionDef) -> bool:
         """Whether ``value`` is a function, never a module: a lambda, a function of the program or of
@@ -966,7 +984,11 @@ class ForwardChecks:
             if function is not None and index.method_scope(function) in own:
                 continue  # (a method of the class, or a function nested in one)
             parent = index.parent(read)
-            if without_grad(index, read) or (isinstance(parent, cst.Attribute) and parent.value is read):
+            # ``model.decoder.weight`` handed to a loss (a sampled softmax) is a read of the part's own weights
+            weights = isinstance(parent, cst.Attribute) and parent.attr.value in _PARAMETERS
+            if without_grad(index, read) or (
+                isinstance(parent, cst.Attribute) and parent.value is read and not weights
+            ):
                 continue  # ``model.ema_body.parameters()`` under no_grad: an update beside the step, no gradient
             if index.in_a_training_loop(read) or any(
                 index.in_a_training_loop(call) for call in (index.callers(function) if function is not None else ())
