@@ -26,6 +26,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 WEIGHTS = Path(__file__).parent / "record_weights.py"
 
 CASES = [
+    "model/part_picked_from_a_dict_by_a_forward_argument",
     "model/decoder_weights_applied_by_the_loss_outside_forward",
     "model/projection_whose_output_the_attention_ignores",
     "model/model_kept_by_a_solver_before_its_optimizer",

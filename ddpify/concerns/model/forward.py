@@ -29,7 +29,7 @@ from ddpify.concerns.model.facts import Model
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Index, Ref
 from ddpify.engine.program import Program, is_backward, without_grad
-from ddpify.engine.syntax import argument, dotted, single_target
+from ddpify.engine.syntax import argument, dotted, parameter_names, single_target
 from ddpify.engine.values import loader_batch_size
 
 # torch's makers of sparse tensors
@@ -531,6 +531,9 @@ class ForwardChecks:
     def _skipped_in(self, cls: cst.ClassDef, forward: cst.FunctionDef, self_name: str) -> str | None:
         """A submodule that the method ``forward`` of ``cls`` runs only on some calls."""
         index = self.index
+        picked = self._picked_by_an_argument(forward, self_name)
+        if picked is not None:
+            return picked
         own = [node for node in index.walk(forward.body) if isinstance(node, cst.Call)]
         calls = [
             node
@@ -566,6 +569,37 @@ class ForwardChecks:
                     f"`{self_name}.{field[call]}` runs only when "
                     f"`{index.module_of(condition).code_for_node(condition)}` {holds}"
                 )
+        return None
+
+    def _picked_by_an_argument(self, forward: cst.FunctionDef, self_name: str) -> str | None:
+        """``{2: self.up2, 3: self.up3}[scale](h)``, or ``self.heads[task](h)`` (an ``nn.ModuleDict`` or
+        ``nn.ModuleList``), where the key is an argument of ``forward``: each call runs one of the parts, and
+        the others get no gradient in that step."""
+        index = self.index
+        arguments = set(parameter_names(forward)[1:])
+        for call in index.walk(forward.body):
+            if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Subscript)):
+                continue
+            held, elements = call.func.value, call.func.slice
+            if len(elements) != 1 or not isinstance(elements[0].slice, cst.Index):
+                continue
+            key = elements[0].slice.value
+            if not (isinstance(key, cst.Name) and key.value in arguments) or any(
+                isinstance(n, cst.Name) and n.value == key.value and index.stored(n) for n in index.walk(forward.body)
+            ):
+                continue
+            parts = (
+                [e.value for e in held.elements if isinstance(e, cst.DictElement)]
+                if isinstance(held, cst.Dict)
+                else [held]
+            )
+            if (
+                parts
+                and all(m.matches(p, m.Attribute(value=m.Name(self_name))) for p in parts)
+                and (len(parts) > 1 or isinstance(held, cst.Attribute))
+            ):
+                code = index.module_of(call).code_for_node(call.func)
+                return f"`{code}` runs one part picked by `{key.value}`"
         return None
 
     def _methods_with_own_weights(self, cls: cst.ClassDef, forward: cst.FunctionDef, self_name: str) -> list[cst.Call]:
