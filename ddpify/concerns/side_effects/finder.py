@@ -499,11 +499,14 @@ class Finder:
         return None
 
     def _writes_file(self, node: cst.With) -> bool:
-        """``with open(path, "w") as f:`` (or "a", "x"; an archive or a compressed file too)."""
+        """``with open(path, "w") as f:`` (or "a", "x"; an archive or a compressed file too), and pathlib's
+        ``with path.open("wb") as f:``."""
         return any(
             isinstance(item.item, cst.Call)
-            and self.index.qualified_names(item.item.func) & _FILE_OPENERS
-            and _writes(item.item)
+            and (
+                (self.index.qualified_names(item.item.func) & _FILE_OPENERS and _writes(item.item))
+                or _path_opened_for_writing(item.item)
+            )
             for item in node.items
         )
 
@@ -601,6 +604,17 @@ def _writes(open_call: cst.Call, modes: str = "wax") -> bool:
         and isinstance(mode.value, cst.SimpleString)
         and bool(set(str(mode.value.evaluated_value)) & set(modes))
     )
+
+
+def _path_opened_for_writing(call: cst.Call) -> bool:
+    """``path.open("wb")`` (pathlib: the mode comes first), ``mode=`` spelled or not."""
+    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "open"):
+        return False
+    mode = argument(call, "mode", 0)
+    if mode is None or not isinstance(mode.value, cst.SimpleString):
+        return False
+    text = str(mode.value.evaluated_value)
+    return bool(text) and set(text) <= set("rwaxbt+") and bool(set(text) & set("wax"))
 
 
 def _assigned(node: cst.CSTNode | None) -> bool:
