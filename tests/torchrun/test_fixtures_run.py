@@ -26,6 +26,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 WEIGHTS = Path(__file__).parent / "record_weights.py"
 
 CASES = [
+    "model/backbone_frozen_in_its_init_then_unfrozen_after_a_warm_up",
     "model/part_picked_from_a_dict_by_a_forward_argument",
     "model/decoder_weights_applied_by_the_loss_outside_forward",
     "model/projection_whose_output_the_attention_ignores",

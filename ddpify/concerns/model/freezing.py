@@ -122,9 +122,13 @@ class Freezing:
             self._unfreezes(read, value=False) is not None
             for read in index.mentions(wrap_scope, target)
             if not index.after(read, wrap) or index.inside(read, wrap)
-        )
+        ) or any(self._freezes_in_init(cls) for cls in set(index.constructed_classes(target)))
         for read in reads:
             statement = self._unfreezes(read)
+            if statement is None and frozen_before and self._toggled_in_its_loop(read, reads):
+                # frozen again in the loop that unfreezes (a warm-up on the head alone, then everything): the
+                # parameters DDP registered at its last build get no gradient from then on, so it is built again
+                statement = self._unfreezes(read, value=False)
             if statement is None or statement in found:
                 continue
             if not frozen_before and self._toggled(statement, reads):
@@ -140,6 +144,25 @@ class Freezing:
                 continue
             found.append(statement)
         return tuple(found)
+
+    def _freezes_in_init(self, cls: cst.ClassDef) -> bool:
+        """``__init__`` of the model's class (or of a base) freezes some of its parameters (``m.weight.requires_grad_
+        (False)`` for each BatchNorm of a pretrained backbone): they are not trainable when the model is wrapped."""
+        index = self.index
+        for owner in index.ancestry(cls):
+            init = index.functions.get((owner, "__init__"))
+            if init is not None and any(_makes_trainable(node, None, value=False) for node in index.walk(init.body)):
+                return True
+        return False
+
+    def _toggled_in_its_loop(self, read: cst.BaseExpression, reads: list[cst.BaseExpression]) -> bool:
+        """``read`` freezes parameters, and the loop around it also unfreezes some."""
+        loops = list(self.index.enclosing_loops(self.index.statement_of(read)))
+        return (
+            self._unfreezes(read, value=False) is not None
+            and bool(loops)
+            and any(self.index.inside(other, loops[-1]) and self._unfreezes(other) is not None for other in reads)
+        )
 
     def _toggled(self, unfreeze: cst.BaseStatement, reads: list[cst.BaseExpression]) -> bool:
         """The same training loop also freezes the model again: ``requires_grad`` toggled every step."""

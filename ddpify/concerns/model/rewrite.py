@@ -87,7 +87,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
                 "  # DDP averages only the parameters that required grad when it was built\n"
             )
             plan.insert_after(unfrozen, plan.where_distributed(unfrozen, rewrap))
-            plan.change(unfrozen, f"wrap `{model.expression}` again: parameters became trainable after the wrap")
+            plan.change(unfrozen, f"wrap `{model.expression}` again: which parameters train changed after the wrap")
         for drawn, read in model.redrawn:
             if drawn in copied:
                 continue  # one helper drawing the weights of two models (``init(gen)``, ``init(critic)``)
