@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 import ddpify.engine.match as m
+from ddpify import torch_api
 from ddpify.concerns.model.codes import UNFROZEN_AFTER_WRAP
 from ddpify.concerns.model.reads import WrapperReads
 from ddpify.engine.index import Ref
@@ -144,6 +145,36 @@ class Freezing:
                 continue
             found.append(statement)
         return tuple(found)
+
+    def may_hold_no_parameter(self, target: Ref) -> bool:
+        """The value at ``target`` is one of several classes of the program, one of which cannot be seen to hold a
+        parameter (``criterion = ProxyAnchor(...)`` under one setting, ``MultiSimilarityLoss()`` of a library's
+        loss under another): DDP refuses a module without one, so the wrap asks at run time."""
+        classes = list(dict.fromkeys(self.index.constructed_classes(target)))
+        return len(classes) > 1 and not all(self._holds_parameters(cls) for cls in classes)
+
+    def _holds_parameters(self, cls: cst.ClassDef, depth: int = 0) -> bool:
+        """``__init__`` of the class (or of a base) builds an ``nn.Parameter``, a layer of torch with weights, or a
+        module of the program that does."""
+        index = self.index
+        for owner in index.ancestry(cls):
+            init = index.functions.get((owner, "__init__"))
+            for node in index.walk(init.body) if init is not None else ():
+                if not isinstance(node, cst.Call):
+                    continue
+                names = index.qualified_names(node.func)
+                if names & torch_api.PARAMETER_CLASSES or any(
+                    n.startswith("torch.nn.")
+                    and n.count(".") == 2
+                    and n not in torch_api.PARAMETER_FREE_LAYERS
+                    and not n.endswith("Loss")
+                    for n in names
+                ):
+                    return True
+                local = index.local_class(node.func)
+                if local is not None and local is not cls and depth < 4 and self._holds_parameters(local, depth + 1):
+                    return True
+        return False
 
     def _freezes_in_init(self, cls: cst.ClassDef) -> bool:
         """``__init__`` of the model's class (or of a base) freezes some of its parameters (``m.weight.requires_grad_
