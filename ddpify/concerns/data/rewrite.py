@@ -68,6 +68,15 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             for rng in sampler_rngs(plan.index, loader.own_sampler)
         }
     )
+    # a loader built one way or another (``batch_sampler=`` under one setting, ``shuffle=True`` under the other)
+    # keeps its sampler under either attribute: each ``set_epoch`` asks which one this run has
+    kept_under: dict[tuple[cst.CSTNode, str], set[str]] = {}
+    for loader in facts.loaders:
+        if loader.training and loader.stream is None:
+            own = loader.own_sampler
+            for epoch_loop in loader.epoch_loops:
+                key = (epoch_loop.loop, epoch_loop.loader)
+                kept_under.setdefault(key, set()).add(own.attribute if own is not None else "sampler")
     for loader in facts.loaders:
         if loader.training:
             own = loader.own_sampler
@@ -87,7 +96,8 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
             else:
                 reshuffles = _add_sampler(plan, loader, taken, options.keep_global_batch, passes)
             if reshuffles:
-                _set_epoch(plan, loader, taken, own.attribute if own is not None else "sampler", renamed, epochs_set)
+                kept = own.attribute if own is not None else "sampler"
+                _set_epoch(plan, loader, taken, kept, renamed, epochs_set, kept_under)
             if options.keep_global_batch:
                 helper = helper or fresh("per_process_batch", plan.index.identifiers | taken)
                 taken.add(helper)
@@ -442,6 +452,7 @@ def _set_epoch(
     attribute: str,
     renamed: dict[cst.For | cst.While, str],
     made: set[tuple[cst.CSTNode, str]],
+    kept_under: dict[tuple[cst.CSTNode, str], set[str]],
 ) -> None:
     """``sampler.set_epoch(epoch)`` at the start of each epoch loop (``for _ in ...`` gets a name, once), where
     no other construction of the same loader has put it (``made``)."""
@@ -476,7 +487,9 @@ def _set_epoch(
             continue
         made.add((loop, code))
         condition = _sampled_when(plan, loader) if epoch_loop.after is not None else None
-        if condition is not None and not plan.index.inside(loader.call, loop):  # the test is the builder's
+        if (condition is not None and not plan.index.inside(loader.call, loop)) or len(
+            kept_under.get((loop, epoch_loop.loader), ())
+        ) > 1:  # the test is the builder's, or the run's
             condition = f"isinstance({epoch_loop.loader}.{attribute}, {plan.names.sampler})"
         if condition is not None:  # built anew for each phase: only the training one has the sampler
             code = f"if {condition}:\n    {code}"
