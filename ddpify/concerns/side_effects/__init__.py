@@ -70,7 +70,7 @@ from ddpify.concerns.side_effects.rewrite import rewrite
 from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, single_target
-from ddpify.engine.uniformity import in_worker_code
+from ddpify.engine.uniformity import files, in_worker_code
 
 __all__ = ["CODES", "Facts", "find", "rewrite"]
 
@@ -162,6 +162,11 @@ def find(program: Program, models: model.Facts, group: process_group.Facts, fetc
             if index.is_call_to(c, _INPUT) and late(c) and not finder.exempt(c) and not in_worker_code(index, c)
         ),
         _configs_read(index, late),
+        tuple(
+            line
+            for line in files.removals_after_looks(index)
+            if late(line) and not finder.exempt(line) and not in_worker_code(index, line)
+        ),
     )
 
 

@@ -74,3 +74,6 @@ class Facts:
     # ``wandb.init(...)`` (rank 0's) where every rank reads ``wandb.config``: the others get a run that logs
     # nothing, with rank 0's settings (a sweep's among them)
     shared_configs: tuple[cst.Call, ...] = ()
+    # ``if os.path.isdir(d): shutil.rmtree(d)``: removed on rank 0, the others wait (a second removal fails, or
+    # takes what rank 0 has made since)
+    removals: tuple[cst.SimpleStatementLine, ...] = ()

@@ -44,6 +44,12 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     for stmt in facts.read_back:
         checkpoints.barrier_after(plan, stmt)
         plan.change(stmt, "dist.barrier() after the write: the file is read back later")
+    for line in facts.removals:
+        if line in plan.rank_zero_only:  # (one that a save's own removal already put there)
+            continue
+        plan.on_rank_zero(line)
+        checkpoints.barrier_after(plan, line, "the others wait until rank 0 has removed it")
+        plan.change(line, "removed on global rank 0 only (the others wait for it)")
     for stmt in facts.fresh_folders:
         plan.on_rank_zero(stmt)
         checkpoints.barrier_after(plan, stmt, "the others use the folder rank 0 just made")

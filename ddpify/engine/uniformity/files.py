@@ -70,6 +70,25 @@ def raced_checks(index: Index) -> Iterator[cst.Call]:
                 yield call
 
 
+def removals_after_looks(index: Index) -> Iterator[cst.SimpleStatementLine]:
+    """The lines that only remove a path under an ``if`` that looks at it (``if os.path.isdir(log_dir):
+    shutil.rmtree(log_dir)``): every rank that looks before another has removed it would remove it too, and
+    fail, or take what that rank has made there since."""
+    for stmt in index.nodes_of(cst.If):
+        if not isinstance(stmt, cst.If):
+            continue
+        paths = {_text(index, queried(index, call)) for call in _queries(index, stmt.test)} - {None}
+        for line in index.children.get(stmt.body, ()):  # (the index's own form of a one-line body too)
+            if (
+                isinstance(line, cst.SimpleStatementLine)
+                and len(line.body) == 1
+                and isinstance(small := line.body[0], cst.Expr)
+                and _removes(index, small.value)
+                and any(_changes(index, small.value, path) for path in paths if path is not None)
+            ):
+                yield line
+
+
 def _queries(index: Index, test: cst.BaseExpression) -> Iterator[cst.Call]:
     for node in index.walk(test):
         if isinstance(node, cst.Call) and queried(index, node) is not None:
@@ -162,6 +181,19 @@ def _harmless(index: Index, stmt: cst.If, path: str) -> bool:
             ):
                 return False
     return True
+
+
+# Changes that fail, or take what another rank has made, where another rank got there first.
+_REMOVALS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
+
+
+def _removes(index: Index, call: cst.BaseExpression) -> bool:
+    """``shutil.rmtree(p)``, ``os.remove(p)``, ``p.unlink()``: unlike making a folder, not the same whichever rank
+    goes first."""
+    return isinstance(call, cst.Call) and (
+        index.is_call_to(call, _REMOVALS)
+        or (isinstance(call.func, cst.Attribute) and call.func.attr.value in ("unlink", "rmdir"))
+    )
 
 
 _RANK_WORDS = ("rank", "master", "main_process", "is_main", "local_root")
