@@ -806,7 +806,13 @@ class Index(ProgramClasses):
                 else:
                     leaves.append(each)
         found: list[tuple[cst.FunctionDef, int]] = []
+        looked_up = False
         for leaf in leaves:
+            held = self._looked_up_in_a_module(leaf)
+            if held:  # ``objective = getattr(objectives, args.obj)``: any function of that module of the program
+                found += [(function, 0) for function in held if (function, 0) not in found]
+                looked_up = True
+                continue
             function = self.function_named(leaf, self.scope_of(leaf))
             if function is None and isinstance(leaf, cst.Name):  # ``fit_fn = fit`` after ``fit = a if c else b``
                 chosen = self._functions_chosen(leaf, self.scope_of(leaf), depth + 1)
@@ -817,7 +823,30 @@ class Index(ProgramClasses):
                 return []
             if (function, 0) not in found:
                 found.append((function, 0))
-        return found if len(found) > 1 else []
+        return found if len(found) > 1 or looked_up else []
+
+    def _looked_up_in_a_module(self, value: cst.BaseExpression) -> list[cst.FunctionDef]:
+        """The functions of a module of the program that ``getattr(module, name)`` may give: the one ``name``
+        spells, or, for a name computed at run time, every function the module defines, in source order."""
+        if not (
+            isinstance(value, cst.Call)
+            and self.is_call_to(value, frozenset({"builtins.getattr"}))
+            and len(value.args) in (2, 3)
+            and not any(a.star or a.keyword for a in value.args)
+        ):
+            return []
+        held = value.args[0].value
+        modules = [self.module_names[q] for q in sorted(self.qualified_names(held)) if q in self.module_names]
+        if len(modules) != 1 or self.function_named(held, self.scope_of(held)) is not None:
+            return []
+        functions = sorted(
+            (f for (scope, name), f in self.functions.items() if scope is modules[0] and not name.startswith("_")),
+            key=self.order.__getitem__,
+        )
+        name = value.args[1].value
+        if isinstance(name, cst.SimpleString):
+            return [f for f in functions if f.name.value == name.evaluated_value]
+        return functions
 
     def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
         """The calls that run ``function`` (resolved once for every call, on first use)."""

@@ -94,6 +94,8 @@ def trains_in_sync(script: Path) -> None:
         pytest.param("solver_imported_in_each_of_three_branches", "-o", marks=pytest.mark.exhaustive),
         pytest.param("evaluation_counts_added_up_by_the_program", "-o", marks=pytest.mark.exhaustive),
         pytest.param("classes_reexported_by_a_package_left_unused", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("objective_looked_up_by_name_in_a_module", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("data_parallel_in_a_builder_whose_caller_moves_the_model", "-o", marks=pytest.mark.exhaustive),
     ],
 )
 def test_a_converted_program_trains_in_sync(case: str, how: str, tmp_path: Path, run_ddpify: RunDdpify) -> None:
