@@ -873,7 +873,7 @@ class _Finder:
         rewraps = self.freezing.unfrozen_after(target, insert_after)
         unwrap = tuple(dict.fromkeys(unwrap + self.reads.stored_after(target, insert_after)))
         frozen = self.freezing.frozen_when_wrapped(target, insert_after)
-        if frozen is False and self.freezing.may_hold_no_parameter(target):
+        if frozen is False and self.freezing.may_hold_no_parameter(target, insert_after):
             frozen = None
         if frozen is None:  # frozen unless a run-time condition unfroze it: wrap it at run time
             return Model(

@@ -13,6 +13,7 @@ import ddpify.engine.match as m
 from ddpify import torch_api
 from ddpify.concerns.model.codes import UNFROZEN_AFTER_WRAP
 from ddpify.concerns.model.reads import WrapperReads
+from ddpify.engine import gates
 from ddpify.engine.index import Ref
 from ddpify.engine.program import Program
 
@@ -146,12 +147,39 @@ class Freezing:
             found.append(statement)
         return tuple(found)
 
-    def may_hold_no_parameter(self, target: Ref) -> bool:
+    def may_hold_no_parameter(self, target: Ref, wrap: cst.BaseStatement) -> bool:
         """The value at ``target`` is one of several classes of the program, one of which cannot be seen to hold a
         parameter (``criterion = ProxyAnchor(...)`` under one setting, ``MultiSimilarityLoss()`` of a library's
-        loss under another): DDP refuses a module without one, so the wrap asks at run time."""
-        classes = list(dict.fromkeys(self.index.constructed_classes(target)))
-        return len(classes) > 1 and not all(self._holds_parameters(cls) for cls in classes)
+        loss under another), and the optimizer takes its parameters only under a test (``if args.loss ==
+        "proxy": groups.append({"params": criterion.parameters()})``): DDP refuses a module without one, so the
+        wrap asks at run time."""
+        index = self.index
+        classes = list(dict.fromkeys(index.constructed_classes(target)))
+        if len(classes) < 2 or all(self._holds_parameters(cls) for cls in classes):
+            return False
+        reads = [
+            read
+            for read in index.mentions(index.scope_of(wrap), target)
+            if isinstance(attribute := index.parent(read), cst.Attribute)
+            and attribute.value is read
+            and attribute.attr.value == "parameters"
+            and next(index.enclosing_loops(read), None) is None  # where the optimizer is set up, not a warm-up's
+        ]
+        if not reads or not all(self._conditional(read, wrap) for read in reads):
+            return False
+        # ``if opt.optim == "adamw": AdamW(model.parameters()) else: SGD(model.parameters())``: taken either way
+        for read in reads:
+            chain = next((a for a in index.ancestors(read) if isinstance(a, cst.If)), None)
+            while chain is not None and isinstance(up := index.parent(chain), cst.If) and up.orelse is chain:
+                chain = up
+            arms = gates.branches(chain) if chain is not None else []
+            if (
+                chain is not None
+                and isinstance(_last_else(chain), cst.Else)
+                and all(any(index.inside(other, arm) for other in reads) for arm in arms)
+            ):
+                return False
+        return True
 
     def _holds_parameters(self, cls: cst.ClassDef, depth: int = 0) -> bool:
         """``__init__`` of the class (or of a base) builds an ``nn.Parameter``, a layer of torch with weights, or a
@@ -246,3 +274,11 @@ def _makes_trainable(node: cst.CSTNode, names: frozenset[str] | None, value: boo
         and receiver_is(node.func.value)
         and m.matches(node, arguments)
     )
+
+
+def _last_else(chain: cst.If) -> cst.If | cst.Else | None:
+    """The ``else`` that ends an ``if``/``elif`` chain, if it has one."""
+    current: cst.If | cst.Else | None = chain
+    while isinstance(current, cst.If):
+        current = current.orelse
+    return current
