@@ -846,7 +846,13 @@ class Index(ProgramClasses):
         name = value.args[1].value
         if isinstance(name, cst.SimpleString):
             return [f for f in functions if f.name.value == name.evaluated_value]
-        return functions
+        # not the module's own helpers, which its functions call by name (``compute_split(x, k)``)
+        called = {
+            node.func.value
+            for node in self.walk(modules[0])
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
+        }
+        return [f for f in functions if f.name.value not in called]
 
     def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
         """The calls that run ``function`` (resolved once for every call, on first use)."""
