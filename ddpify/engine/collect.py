@@ -586,6 +586,12 @@ def _collect_registry_calls(index: Index, returns: dict[cst.FunctionDef, list[cs
                     _argument_flows(index, call, init, 1, returns)
             for function in index.registry_functions(call.func):  # ``OPTIMIZERS[name](model.parameters())``
                 _argument_flows(index, call, function, 0, returns)
+        elif isinstance(call.func, cst.Name) and index.runs(call, index.scope_of(call)) is None:
+            # ``trainer = TRAINERS[cfg.name]``, then ``trainer(cfg, model, loader)``
+            for cls in index.registry_classes_named(call.func):
+                init = index.method(cls, "__init__")
+                if init is not None:
+                    _argument_flows(index, call, init, 1, returns)
 
 
 def _argument_flows(

@@ -716,6 +716,15 @@ class Index(ProgramClasses):
         finally:
             self._following.discard(value)
 
+    def registry_classes_named(self, func: cst.Name) -> list[cst.ClassDef]:
+        """The classes a name given an entry of a registry may hold (``trainer = TRAINERS[cfg.name]``); [] where
+        no value it is given is a registry's entry."""
+        ref = self.ref_of(func, self.scope_of(func))
+        values = [value for _, value in self.values_assigned(ref)] if ref is not None else []
+        if not any(isinstance(value, cst.Subscript) for value in values):
+            return []
+        return self._classes_chosen(func)
+
     def _classes_chosen(self, func: cst.BaseExpression) -> list[cst.ClassDef]:
         """``Agent = SmallAgent if args.small else SharedAgent`` (or one class in each branch of an ``if``),
         then ``Agent(lr)``: each class of the program the name may hold, in source order; [] unless every
@@ -727,6 +736,12 @@ class Index(ProgramClasses):
             each = pending.pop(0)
             if isinstance(each, cst.IfExp):
                 pending += [each.body, each.orelse]
+                continue
+            if isinstance(each, cst.Subscript):  # ``trainer = TRAINERS[args.code]``, then ``trainer(args, model)``
+                held = self.registry_classes(each)
+                if not held:
+                    return []
+                found += [cls for cls in held if cls not in found]
                 continue
             cls = self.local_class(each)
             if cls is None:

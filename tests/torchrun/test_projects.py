@@ -95,6 +95,7 @@ def trains_in_sync(script: Path) -> None:
         pytest.param("evaluation_counts_added_up_by_the_program", "-o", marks=pytest.mark.exhaustive),
         pytest.param("classes_reexported_by_a_package_left_unused", "-o", marks=pytest.mark.exhaustive),
         pytest.param("objective_looked_up_by_name_in_a_module", "-o", marks=pytest.mark.exhaustive),
+        pytest.param("trainer_class_taken_from_a_registry_into_a_name", "-o", marks=pytest.mark.exhaustive),
         pytest.param("data_parallel_in_a_builder_whose_caller_moves_the_model", "-o", marks=pytest.mark.exhaustive),
     ],
 )
