@@ -540,7 +540,7 @@ class ForwardChecks:
             for node in own
             if isinstance(node.func, cst.Attribute)
             and m.matches(node.func.value, m.Name(self_name))
-            and (cls, node.func.attr.value) not in index.functions
+            and index.method(cls, node.func.attr.value) is None  # (a method of its own or a base class's)
         ]
         # ``nn.parallel.data_parallel(self.main, x, gpus)`` runs ``self.main`` as ``self.main(x)`` does
         calls += [
@@ -615,7 +615,7 @@ class ForwardChecks:
                 type(node) is cst.Call
                 and isinstance(node.func, cst.Attribute)
                 and m.matches(node.func.value, m.Name(self_name))
-                and (cls, node.func.attr.value) in index.functions
+                and index.method(cls, node.func.attr.value) is not None
             ):
                 continue
             methods = self._run_by(cls, frozenset({node.func.attr.value}))
@@ -673,7 +673,7 @@ class ForwardChecks:
                 isinstance(call, cst.Call)
                 and isinstance(call.func, cst.Attribute)
                 and m.matches(call.func.value, m.Name(self_name))
-                and (cls, call.func.attr.value) not in index.functions
+                and index.method(cls, call.func.attr.value) is None
             ):
                 continue
             for sub in self._field_classes(cls, call.func.attr.value):
@@ -1239,7 +1239,7 @@ class ForwardChecks:
                 if (
                     isinstance(owner, cst.Attribute)
                     and m.matches(owner.value, m.Name(self_name))
-                    and (cls, owner.attr.value) not in self.index.functions
+                    and self.index.method(cls, owner.attr.value) is None
                 ):
                     return True
             if not isinstance(node, cst.Call):
@@ -1251,7 +1251,7 @@ class ForwardChecks:
                 isinstance(func, cst.Attribute)
                 and m.matches(func.value, m.Name(self_name))
                 and func.attr.value not in _COMPUTES_NOTHING
-                and ((cls, func.attr.value) not in self.index.functions or func.attr.value == "forward")
+                and (self.index.method(cls, func.attr.value) is None or func.attr.value == "forward")
             ) or (isinstance(func, cst.Name) and func.value in _names_of_self(method, self_name)):
                 return True
             if (  # ``self.decoder.reconstruct_error(x, z)``: a method of a submodule ``__init__`` builds or gets
@@ -1266,7 +1266,7 @@ class ForwardChecks:
                 depth < 3
                 and isinstance(func, cst.Attribute)
                 and m.matches(func.value, m.Name(self_name))
-                and (inner := self.index.functions.get((cls, func.attr.value))) is not None
+                and (inner := self.index.method(cls, func.attr.value)) is not None  # (its own or a base's)
                 and inner is not method
                 and self._runs_submodules(inner, cls, depth + 1)
             ):

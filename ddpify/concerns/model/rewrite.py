@@ -57,6 +57,7 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
     stripped: set[cst.Call] = set()  # ``load_state_dict`` calls that load the input's DataParallel checkpoints
     copied: set[cst.BaseStatement] = set()  # statements after which rank 0's parameters are copied
     trained = facts.refs
+    routed: set[cst.Call] = set()
     for model in facts.models:
         arguments = ", device_ids=[torch.cuda.current_device()]" if model.on_cuda else ""
         if options.find_unused_parameters or model.unused is not None:
@@ -112,7 +113,9 @@ def rewrite(facts: Facts, plan: EditPlan, options: Options) -> None:
         for read in model.unwrap:
             _unwrap(plan, model, read)
         for call in model.through_forward:
-            _through_forward(plan, call)
+            if call not in routed:  # (one call that several models' wraps reach, each a setting's)
+                routed.add(call)
+                _through_forward(plan, call)
         if _had_data_parallel(plan, facts, model):
             _load_old_checkpoints(plan, model.lineage, stripped)
     for call in facts.data_parallel:
@@ -543,7 +546,9 @@ def _through_forward(plan: EditPlan, call: cst.Call) -> None:
 
     def route(node: cst.CSTNode) -> cst.CSTNode:
         original = cast(cst.Call, node)
-        receiver = cast(cst.Attribute, original.func).value
+        if not isinstance(original.func, cst.Attribute):
+            return original  # routed already (two models' wraps reach the same call)
+        receiver = original.func.value
         head = [cst.Arg(receiver), cst.Arg(cst.SimpleString(f'"{name}"'))]
         return original.with_changes(
             func=cst.Name(helper), args=with_comma(head) + list(original.args) if original.args else head
