@@ -50,8 +50,17 @@ CHANGES = frozenset(
     }
 )
 CHANGE_METHODS = frozenset({"mkdir", "rmdir", "unlink", "touch"})
-# What an ``if`` may also do and stay harmless whichever branch a rank takes.
+# What an ``if`` may also do and stay harmless whichever branch a rank takes: say so.
 _REPORTS = frozenset({"builtins.print"})
+_LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "exception"})
+
+
+def _reports(index: Index, call: cst.BaseExpression) -> bool:
+    """``print(...)``, ``logging.info(...)`` or ``logger.warning(...)``."""
+    return isinstance(call, cst.Call) and (
+        index.is_call_to(call, _REPORTS)
+        or (isinstance(call.func, cst.Attribute) and call.func.attr.value in _LOG_METHODS)
+    )
 
 
 def raced_checks(index: Index) -> Iterator[cst.Call]:
@@ -177,7 +186,7 @@ def _harmless(index: Index, stmt: cst.If, path: str) -> bool:
             return False
         for small in line.body:
             if not isinstance(small, cst.Expr) or not (
-                _changes(index, small.value, path) or index.is_call_to(small.value, _REPORTS)
+                _changes(index, small.value, path) or _reports(index, small.value)
             ):
                 return False
     return True
