@@ -166,6 +166,16 @@ OUTPUT_HIDDEN_IN_AN_OBJECT = Code(
     "raises when their gradients come",
     "return the outputs as a tuple, a dict or a dataclass (`@dataclass` on that class), then convert",
 )
+UNUSED_AND_USED_OUTSIDE = Code(
+    "DDP325",
+    Severity.ERROR,
+    "model",
+    "some parameters of the model may get no gradient in a step (find_unused_parameters=True), and the training "
+    "step also uses a part of the model outside its forward (its weights handed to a loss): DDP takes that part "
+    "for unused after each forward, then raises when its gradients come",
+    "run that part inside forward (return what the loss needs), or make every parameter get a gradient in every "
+    "step, then convert",
+)
 BUFFER_UPDATED_FROM_THE_BATCH = Code(
     "DDP324",
     Severity.WARNING,
@@ -198,5 +208,6 @@ CODES = (
     TWO_METHODS_ONE_BACKWARD,
     WRAPPED_INSIDE_A_MODULE,
     OUTPUT_HIDDEN_IN_AN_OBJECT,
+    UNUSED_AND_USED_OUTSIDE,
     BUFFER_UPDATED_FROM_THE_BATCH,
 )

@@ -33,6 +33,7 @@ from ddpify.concerns.model.codes import (
     TWO_METHODS_ONE_BACKWARD,
     UNFROZEN_AFTER_WRAP,
     UNTRACEABLE_OPTIMIZER,
+    UNUSED_AND_USED_OUTSIDE,
     WRAPPED_INSIDE_A_MODULE,
 )
 from ddpify.concerns.model.facts import Facts, Model
@@ -628,6 +629,15 @@ class _Finder:
                     if unused is not None and self.forward.refuse_returned_parameter(model, classes, unused):
                         continue
                     if unused is not None and self._refuse_two_methods_one_backward(model, through_forward, unused):
+                        continue
+                    if unused is not None and (outside := self.forward.part_used_outside(classes)) is not None:
+                        self.program.report(
+                            model.insert_after,
+                            UNUSED_AND_USED_OUTSIDE,
+                            f"{unused}, so `{model.expression}` would need find_unused_parameters=True, but the "
+                            f"training step also uses `{model.expression}.{outside}` outside its forward: DDP would "
+                            "take its parameters for unused after each forward and raise when their gradients come",
+                        )
                         continue
                     borrowed = self.outputs.forwards_for_another_model(model, classes)
                     unwrap = tuple(

@@ -1007,6 +1007,14 @@ class ForwardChecks:
                 return f"forward() uses what `{self_name}.{name}` computes only detached"
         return None
 
+    def part_used_outside(self, classes: set[cst.ClassDef]) -> str | None:
+        """A part of the model (``self.decoder``) that the training step uses from outside forward, if any."""
+        for cls in sorted(classes, key=self.index.order.__getitem__):
+            for name in self._fields(cls)[0]:
+                if self._run_outside_in_training(cls, name):
+                    return name
+        return None
+
     def _run_outside_in_training(self, cls: cst.ClassDef, name: str) -> bool:
         """Whether the training step reads the field ``name`` of a ``cls`` model from outside its class
         (``model.linear(h)`` in a likelihood helper the loop calls): that part gets a gradient in every step,
@@ -1227,6 +1235,25 @@ class ForwardChecks:
             found |= frontier
         return found
 
+    def _part_method_computes_nothing(self, cls: cst.ClassDef, field: str, name: str, depth: int) -> bool:
+        """``self.rnn.init_hidden(bsz)``, where every class of the program that ``__init__`` builds for ``rnn``
+        has that method and none of them runs a submodule in it (it makes zeros)."""
+        classes = [
+            sub
+            for _, each, value in self._init_fields(cls)
+            if each == field and isinstance(value, cst.Call)
+            for sub in self.index.classes_built(value)
+        ]
+        methods = [self.index.method(sub, name) for sub in classes]
+        return (
+            depth < 3
+            and bool(classes)
+            and all(
+                method is not None and not self._runs_submodules(method, sub, depth + 1)
+                for method, sub in zip(methods, classes, strict=True)
+            )
+        )
+
     def _runs_submodules(self, method: cst.FunctionDef, cls: cst.ClassDef, depth: int = 0) -> bool:
         """Whether ``method`` computes with the model's parameters: it runs a submodule, reads a
         submodule's weights (``self.users.weight``), or calls a method of the class that does."""
@@ -1260,6 +1287,7 @@ class ForwardChecks:
                 and m.matches(func.value.value, m.Name(self_name))
                 and func.value.attr.value in {name for names in self._fields(cls) for name in names}
                 and func.attr.value not in _COMPUTES_NOTHING
+                and not self._part_method_computes_nothing(cls, func.value.attr.value, func.attr.value, depth)
             ):
                 return True
             if (  # ``self.propagate()``, a method of the class that does
