@@ -630,7 +630,7 @@ class _Finder:
                         continue
                     if unused is not None and self._refuse_two_methods_one_backward(model, through_forward, unused):
                         continue
-                    if unused is not None and (outside := self.forward.part_used_outside(classes)) is not None:
+                    if unused is not None and (outside := self.forward.part_used_outside(classes, model)) is not None:
                         self.program.report(
                             model.insert_after,
                             UNUSED_AND_USED_OUTSIDE,

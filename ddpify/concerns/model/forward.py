@@ -1007,21 +1007,29 @@ class ForwardChecks:
                 return f"forward() uses what `{self_name}.{name}` computes only detached"
         return None
 
-    def part_used_outside(self, classes: set[cst.ClassDef]) -> str | None:
-        """A part of the model (``self.decoder``) that the training step uses from outside forward, if any."""
-        for cls in sorted(classes, key=self.index.order.__getitem__):
+    def part_used_outside(self, classes: set[cst.ClassDef], model: Model) -> str | None:
+        """A part of the model (``model.decoder``) that the training step uses from outside forward, if any:
+        read through the model itself (a place of its lineage), not any ``x.decoder`` of the program."""
+        index = self.index
+        lineage = set(index.lineage(model.ref))
+        for cls in sorted(classes, key=index.order.__getitem__):
             for name in self._fields(cls)[0]:
-                if self._run_outside_in_training(cls, name):
+                reads = [
+                    read
+                    for read in index.attributes.get(name, ())
+                    if index.ref_of(read.value, index.scope_of(read)) in lineage
+                ]
+                if reads and self._run_outside_in_training(cls, name, reads):
                     return name
         return None
 
-    def _run_outside_in_training(self, cls: cst.ClassDef, name: str) -> bool:
+    def _run_outside_in_training(self, cls: cst.ClassDef, name: str, reads: list[cst.Attribute] | None = None) -> bool:
         """Whether the training step reads the field ``name`` of a ``cls`` model from outside its class
         (``model.linear(h)`` in a likelihood helper the loop calls): that part gets a gradient in every step,
         not through forward, and marking it unused (``find_unused_parameters``) makes DDP see it ready twice."""
         index = self.index
         own = {f for f, c in index.class_of.items() if c is cls}
-        for read in index.attributes.get(name, ()):
+        for read in index.attributes.get(name, ()) if reads is None else reads:
             function = next((a for a in index.ancestors(read) if isinstance(a, cst.FunctionDef)), None)
             if function is not None and index.method_scope(function) in own:
                 continue  # (a method of the class, or a function nested in one)
