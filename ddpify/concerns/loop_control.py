@@ -33,6 +33,7 @@ import libcst as cst
 
 from ddpify.concerns import data, model
 from ddpify.concerns.data import ranks
+from ddpify.diagnostics import Code, Severity
 from ddpify.engine import uniformity
 from ddpify.engine.edits import EditPlan, fresh
 from ddpify.engine.index import Index
@@ -43,7 +44,15 @@ from ddpify.engine.uniformity.files import queried
 from ddpify.engine.values import built_by
 from ddpify.result import Options
 
-CODES = ()
+SWALLOWED_STEP = Code(
+    "DDP230",
+    Severity.WARNING,
+    "loop_control",
+    "an exception raised inside the training step is caught and the loop goes on (`except Exception: continue`): "
+    "a rank that raises leaves the step's gradient all-reduce, and the other ranks wait in it for good",
+    "let the exception propagate (torchrun then stops every rank), or catch only what every rank raises alike",
+)
+CODES = (SWALLOWED_STEP,)
 PLATEAU_SCHEDULERS = frozenset(
     {"torch.optim.lr_scheduler.ReduceLROnPlateau", "torch.optim.lr_scheduler.lr_scheduler.ReduceLROnPlateau"}
 )
@@ -78,6 +87,14 @@ class Facts:
 def find(program: Program, models: model.Facts, loaders: data.Facts) -> Facts:
     varying = ranks.rank_local(program.index, loaders)
     finder = _Finder(program, varying)
+    for handler in finder.swallowed_steps():
+        program.report(
+            handler,
+            SWALLOWED_STEP,
+            "this handler catches an exception of the training step and the loop goes on: a rank that raises "
+            "(out of memory, a bad batch) leaves the gradient all-reduce, and the other ranks wait in it for good; "
+            "let it propagate, and torchrun stops every rank",
+        )
     if not models.models:
         return Facts(tuple(finder.rank_local_exits()), rank_local=varying)
     return Facts(
@@ -224,6 +241,27 @@ class _Finder:
                 if tests:
                     found.add(node)
                     yield node, tuple(tests)
+
+    def swallowed_steps(self) -> Iterator[cst.ExceptHandler]:
+        """``try: loss = model(x); loss.backward(); opt.step() / except Exception: continue`` in a training loop:
+        each handler of a ``try`` around the step that catches what one rank alone may raise and does not raise
+        again."""
+        index = self.index
+        for loop in index.loops:
+            if not index.trains(loop.body):
+                continue
+            for attempt in index.walk(loop.body):
+                if not (
+                    isinstance(attempt, cst.Try)
+                    and next(index.enclosing_loops(attempt), None) is loop
+                    and index.trains(attempt.body)
+                ):
+                    continue
+                for handler in attempt.handlers:
+                    if not _not_own(index, handler) and not any(
+                        isinstance(node, cst.Raise) for node in index.walk(handler.body)
+                    ):
+                        yield handler
 
     def rank_local_skips(self) -> Iterator[tuple[cst.Continue, tuple[cst.If, ...]]]:
         """``if not torch.isfinite(loss): continue`` before the backward pass: the rank that skips joins the
