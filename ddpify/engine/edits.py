@@ -52,6 +52,8 @@ class EditPlan:
         default_factory=lambda: defaultdict(list)
     )
     after: dict[cst.BaseStatement, list[Statement]] = field(default_factory=lambda: defaultdict(list))
+    # where each statement (or builder) inserted before an anchor was asked for, so that both kinds keep one order
+    order_of_insertion: dict[int, int] = field(default_factory=dict)
     rank_zero_only: list[cst.BaseStatement] = field(default_factory=list)
     removed: set[cst.BaseStatement] = field(default_factory=set)
     inlined: set[cst.If] = field(default_factory=set)  # an ``if`` replaced by its own body
@@ -121,11 +123,15 @@ class EditPlan:
         self.replacements[node].append(rewrite)
 
     def insert_before(self, anchor: cst.BaseStatement, *stmts: Statement) -> None:
+        for stmt in stmts:
+            self.order_of_insertion[id(stmt)] = len(self.order_of_insertion)
         self.before[anchor].extend(stmts)
 
     def insert_before_built(self, anchor: cst.BaseStatement, build: Callable[[], Statement]) -> None:
         """Insert before ``anchor`` the statement ``build()`` makes once the nodes inside ``anchor`` are
-        edited: a statement that moves an expression out of ``anchor`` keeps the other edits inside it."""
+        edited: a statement that moves an expression out of ``anchor`` keeps the other edits inside it. It
+        comes where it was asked for among the statements inserted there."""
+        self.order_of_insertion[id(build)] = len(self.order_of_insertion)
         self.built_before[anchor].append(build)
 
     def insert_after(self, anchor: cst.BaseStatement, *stmts: Statement) -> None:
@@ -507,10 +513,12 @@ class _Applier(cst.CSTTransformer):
 
         for original, changed in zip(originals, updated):
             new = statement(changed)
-            before = [
+            entries: list[Statement | Callable[[], Statement]] = [
                 *self.plan.before.get(original, []),
-                *(build() for build in self.plan.built_before.get(original, [])),
+                *self.plan.built_before.get(original, []),
             ]
+            entries.sort(key=lambda entry: self.plan.order_of_insertion.get(id(entry), 0))
+            before = [entry() if callable(entry) else entry for entry in entries]
             after = self.plan.after.get(original, [])
             if carried and original not in self.plan.removed:
                 new = new.with_changes(leading_lines=[*carried, *new.leading_lines])

@@ -6,7 +6,7 @@ by :mod:`.streams`, and ``random_split`` is seeded by :mod:`.seeds`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import takewhile
 from typing import cast
 
@@ -29,7 +29,7 @@ from ddpify.concerns.data.facts import (
 from ddpify.concerns.data.seeds import seed_order, seed_split
 from ddpify.concerns.data.streams import define_shard, shard_stream
 from ddpify.concerns.samplers import define_wrapper, needs_wrapper, sample_entries, sampler_rngs, share
-from ddpify.engine.edits import EditPlan, fresh, insert_arg, statement, without_keyword
+from ddpify.engine.edits import EditPlan, Statement, fresh, insert_arg, statement, without_keyword
 from ddpify.engine.index import Index
 from ddpify.engine.syntax import argument
 from ddpify.engine.values import attribute_values, gpu_count, loader_batch_size
@@ -153,8 +153,7 @@ def _add_sampler(
     if not isinstance(dataset, (cst.Name, cst.Attribute)):
         name = fresh("dataset" if loader.evaluated else "train_dataset", index.identifiers | taken)
         taken.add(name)
-        _hoist(plan, stmt, f"{name} = {index.module.code_for_node(dataset)}")
-        plan.replace(dataset, _name(name))
+        _hoist_edited(plan, stmt, name, dataset)
         dataset_code = name
     else:
         dataset_code = index.module.code_for_node(dataset)
@@ -336,8 +335,7 @@ def _sampler_by_default(plan: EditPlan, loader: Loader, taken: set[str]) -> None
     else:
         dataset_code = fresh("train_dataset", index.identifiers | taken)
         taken.add(dataset_code)
-        _hoist(plan, stmt, f"{dataset_code} = {code(dataset)}")
-        plan.replace(dataset, _name(dataset_code))
+        _hoist_edited(plan, stmt, dataset_code, dataset)
     shuffle = f'{holder}.pop("shuffle", False)' if loader.spread_keys and "shuffle" in loader.spread_keys else "False"
     test = plan.with_group(call, f'"sampler" not in {holder}')
     _hoist(
@@ -399,10 +397,30 @@ def _drop_last(plan: EditPlan, loader: Loader) -> None:
     )
 
 
+def _hoist_edited(plan: EditPlan, stmt: cst.BaseStatement, name: str, expr: cst.BaseExpression) -> None:
+    """``name = <expr>`` on its own line just before ``stmt``, and ``name`` in its place: ``expr`` as the other
+    edits leave it (``MyDataset(items, seen=model.module.seen)``), not as the input spells it."""
+    edited: list[cst.BaseExpression] = []
+
+    def keep(node: cst.CSTNode) -> cst.CSTNode:
+        edited.append(cast(cst.BaseExpression, node))
+        return cst.Name(name)
+
+    def assign(leading: Sequence[cst.EmptyLine] = statement(stmt).leading_lines) -> Statement:
+        line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], edited[-1])])
+        return line.with_changes(leading_lines=leading) if first else line
+
+    first = not plan.before.get(stmt) and not plan.built_before.get(stmt)
+    if first:
+        plan.replace(stmt, lambda n: statement(n).with_changes(leading_lines=()))
+    plan.insert_before_built(stmt, assign)
+    plan.replace(expr, keep)
+
+
 def _hoist(plan: EditPlan, stmt: cst.BaseStatement, code: str) -> None:
     """Compute ``code`` on its own line just before ``stmt`` (which hands over its blank lines and comments)."""
     line = cst.parse_statement(f"{code}\n")
-    if not plan.before.get(stmt):
+    if not plan.before.get(stmt) and not plan.built_before.get(stmt):
         line = line.with_changes(leading_lines=statement(stmt).leading_lines)
         plan.replace(stmt, lambda n: statement(n).with_changes(leading_lines=()))
     plan.insert_before(stmt, line)
