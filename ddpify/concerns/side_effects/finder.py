@@ -10,7 +10,7 @@ import libcst as cst
 from ddpify import torch_api
 from ddpify.concerns import checkpoints
 from ddpify.concerns.side_effects.facts import FILE_USE_NOT_GATED, OUTPUT_RUNS_WORK
-from ddpify.engine.index import Ref, Scope
+from ddpify.engine.index import Index, Ref, Scope
 from ddpify.engine.program import Program
 from ddpify.engine.syntax import argument, single_target
 from ddpify.engine.values import built_by, never_runs
@@ -179,6 +179,8 @@ class Finder:
             c for c in index.calls if index.is_call_to(c, torch_api.LOGGER_FACTORIES) and _assigned(index.parent(c))
         )
         for stmt in index.statements:
+            if _after_a_leap(index, stmt):
+                continue  # ``raise NotImplementedError`` then ``print(...)``: it never runs, and stays as it is
             kinds = {self._output_kind(small, tracker_refs, logger_refs) for small in stmt.body}
             if len(kinds) == 1 and (kind := kinds.pop()) is not None:
                 work = self._work_calls(stmt, model_refs)
@@ -603,6 +605,20 @@ def _writes(open_call: cst.Call, modes: str = "wax") -> bool:
         mode is not None
         and isinstance(mode.value, cst.SimpleString)
         and bool(set(str(mode.value.evaluated_value)) & set(modes))
+    )
+
+
+def _after_a_leap(index: Index, stmt: cst.BaseStatement) -> bool:
+    """Whether a ``raise``, ``return``, ``break`` or ``continue`` comes before ``stmt`` in its own block."""
+    block = index.parent(stmt)
+    body = list(getattr(block, "body", ()))
+    if stmt not in body:
+        return False
+    return any(
+        isinstance(small, cst.Raise | cst.Return | cst.Break | cst.Continue)
+        for earlier in body[: body.index(stmt)]
+        if isinstance(earlier, cst.SimpleStatementLine)
+        for small in earlier.body
     )
 
 
