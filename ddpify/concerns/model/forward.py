@@ -881,12 +881,27 @@ class ForwardChecks:
                             yield init, cast(cst.Attribute, field).attr.value, value
 
     def _parameter_fields(self, cls: cst.ClassDef) -> set[str]:
-        """The fields ``__init__`` of the class (or of a base) sets to ``nn.Parameter(...)``."""
-        return {
+        """The fields ``__init__`` of the class (or of a base) sets to ``nn.Parameter(...)``, also through
+        ``self.register_parameter("bias", nn.Parameter(...))``."""
+        index = self.index
+        found = {
             name
             for _, name, value in self._init_fields(cls)
-            if isinstance(value, cst.Call) and self.index.qualified_names(value.func) & torch_api.PARAMETER_CLASSES
+            if isinstance(value, cst.Call) and index.qualified_names(value.func) & torch_api.PARAMETER_CLASSES
         }
+        for owner in index.ancestry(cls):
+            init = index.functions.get((owner, "__init__"))
+            for node in index.walk(init.body) if init is not None else ():
+                if (
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value == "register_parameter"
+                    and node.args
+                    and isinstance(node.args[0].value, cst.SimpleString)
+                    and isinstance(name := node.args[0].value.evaluated_value, str)
+                ):
+                    found.add(name)
+        return found
 
     def _parameter_free_fields(self, cls: cst.ClassDef) -> set[str]:
         """The fields ``__init__`` of the class (or of a base) sets to a layer of torch with no parameters
