@@ -26,6 +26,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 WEIGHTS = Path(__file__).parent / "record_weights.py"
 
 CASES = [
+    "model/model_of_a_dict_built_only_under_a_setting",
     "model/model_attribute_read_by_a_data_set_built_in_the_loader_call",
     "data/loader_built_with_a_batch_sampler_or_shuffled_by_a_setting",
     "model/backbone_frozen_in_its_init_then_unfrozen_after_a_warm_up",

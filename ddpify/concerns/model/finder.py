@@ -1653,7 +1653,15 @@ class _Finder:
         """Whether ``target`` is bound after the ``if`` on every path: before it, or in each of its branches."""
         index = self.index
         scope = target.scope
-        if not isinstance(scope, cst.FunctionDef | cst.Module) or index.scope_of(branches) is not scope:
+        method = index.scope_of(branches)
+        if isinstance(scope, cst.ClassDef) and isinstance(method, cst.FunctionDef):
+            # a field (``self.models["mask"]``) bound in this method only inside the ``if``: not bound after it
+            # on every path (``if opt.predictive_mask: self.models["mask"] = Mask()``)
+            stored = [read for read in index.mentions(method, target) if index.stored(read)]
+            if stored and not any(index.after(branches, b) for b in stored):
+                return self._bound_in_each_branch(branches, stored)
+            return True
+        if not isinstance(scope, cst.FunctionDef | cst.Module) or method is not scope:
             return True  # a global read in a function, a field: bound elsewhere, not by these branches
         if isinstance(scope, cst.FunctionDef) and (
             target.path in parameter_names(scope) or target.path in {p.name.value for p in scope.params.kwonly_params}
@@ -1662,6 +1670,11 @@ class _Finder:
         bindings = [read for read in index.mentions(scope, target) if index.stored(read)]
         if any(index.after(branches, b) for b in bindings) or self._entry_of_a_dict_before(branches, target):
             return True
+        return self._bound_in_each_branch(branches, bindings)
+
+    def _bound_in_each_branch(self, branches: cst.If, bindings: list[cst.BaseExpression]) -> bool:
+        """Whether each branch of ``branches``, an ``else`` among them, holds one of ``bindings``."""
+        index = self.index
         branch: cst.If | cst.Else | None = branches
         while isinstance(branch, cst.If):
             if not any(index.inside(b, branch.body) for b in bindings):
