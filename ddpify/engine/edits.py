@@ -46,14 +46,12 @@ class EditPlan:
     replacements: dict[cst.CSTNode, list[Callable[[cst.CSTNode], cst.CSTNode]]] = field(
         default_factory=lambda: defaultdict(list)
     )
-    before: dict[cst.BaseStatement, list[Statement]] = field(default_factory=lambda: defaultdict(list))
-    # statements made when their anchor's block is rebuilt, from nodes other edits have made by then
-    built_before: dict[cst.BaseStatement, list[Callable[[], Statement]]] = field(
+    # statements to insert before each anchor, in the order asked for; a builder among them makes its statement
+    # once the nodes inside the anchor are edited (see insert_before_built)
+    before: dict[cst.BaseStatement, list[Statement | Callable[[], Statement]]] = field(
         default_factory=lambda: defaultdict(list)
     )
     after: dict[cst.BaseStatement, list[Statement]] = field(default_factory=lambda: defaultdict(list))
-    # where each statement (or builder) inserted before an anchor was asked for, so that both kinds keep one order
-    order_of_insertion: dict[int, int] = field(default_factory=dict)
     rank_zero_only: list[cst.BaseStatement] = field(default_factory=list)
     removed: set[cst.BaseStatement] = field(default_factory=set)
     inlined: set[cst.If] = field(default_factory=set)  # an ``if`` replaced by its own body
@@ -123,16 +121,13 @@ class EditPlan:
         self.replacements[node].append(rewrite)
 
     def insert_before(self, anchor: cst.BaseStatement, *stmts: Statement) -> None:
-        for stmt in stmts:
-            self.order_of_insertion[id(stmt)] = len(self.order_of_insertion)
         self.before[anchor].extend(stmts)
 
     def insert_before_built(self, anchor: cst.BaseStatement, build: Callable[[], Statement]) -> None:
         """Insert before ``anchor`` the statement ``build()`` makes once the nodes inside ``anchor`` are
         edited: a statement that moves an expression out of ``anchor`` keeps the other edits inside it. It
         comes where it was asked for among the statements inserted there."""
-        self.order_of_insertion[id(build)] = len(self.order_of_insertion)
-        self.built_before[anchor].append(build)
+        self.before[anchor].append(build)
 
     def insert_after(self, anchor: cst.BaseStatement, *stmts: Statement) -> None:
         self.after[anchor].extend(stmts)
@@ -231,11 +226,7 @@ def apply_program(plan: EditPlan) -> dict[cst.Module, cst.Module]:
         if needed:
             _place_imports(plan, module, needed)
         if used or needed:  # the helpers and imports are placed at the module's own top-level statements
-            placed = [
-                stmt
-                for stmt in module.body
-                if stmt in plan.replacements or stmt in plan.before or stmt in plan.built_before
-            ]
+            placed = [stmt for stmt in module.body if stmt in plan.replacements or stmt in plan.before]
             draft = _apply(plan, module, [*by_module[module], *everywhere, *placed], rank_zero)
         result[module] = draft
     return result
@@ -327,7 +318,6 @@ def _edited_by_module(plan: EditPlan) -> dict[cst.Module | None, list[cst.CSTNod
 def _edited_nodes(plan: EditPlan) -> Iterator[cst.CSTNode]:
     yield from plan.replacements
     yield from plan.before
-    yield from plan.built_before
     yield from plan.after
     yield from plan.removed
     yield from plan.inlined
@@ -450,10 +440,7 @@ def _ifs_run_on_rank_zero(plan: EditPlan, here: list[cst.CSTNode], guarded: set[
             and owner.orelse is None
             and owner.body is block
             and owner is not plan.index.main_guard
-            and all(
-                s in guarded and not plan.before.get(s) and not plan.built_before.get(s) and not plan.after.get(s)
-                for s in block.body
-            )
+            and all(s in guarded and not plan.before.get(s) and not plan.after.get(s) for s in block.body)
         ):
             merged.add(owner)
     return merged
@@ -513,12 +500,7 @@ class _Applier(cst.CSTTransformer):
 
         for original, changed in zip(originals, updated):
             new = statement(changed)
-            entries: list[Statement | Callable[[], Statement]] = [
-                *self.plan.before.get(original, []),
-                *self.plan.built_before.get(original, []),
-            ]
-            entries.sort(key=lambda entry: self.plan.order_of_insertion.get(id(entry), 0))
-            before = [entry() if callable(entry) else entry for entry in entries]
+            before = [entry() if callable(entry) else entry for entry in self.plan.before.get(original, [])]
             after = self.plan.after.get(original, [])
             if carried and original not in self.plan.removed:
                 new = new.with_changes(leading_lines=[*carried, *new.leading_lines])

@@ -410,7 +410,7 @@ def _hoist_edited(plan: EditPlan, stmt: cst.BaseStatement, name: str, expr: cst.
         line = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], edited[-1])])
         return line.with_changes(leading_lines=leading) if first else line
 
-    first = not plan.before.get(stmt) and not plan.built_before.get(stmt)
+    first = not plan.before.get(stmt)
     if first:
         plan.replace(stmt, lambda n: statement(n).with_changes(leading_lines=()))
     plan.insert_before_built(stmt, assign)
@@ -420,7 +420,7 @@ def _hoist_edited(plan: EditPlan, stmt: cst.BaseStatement, name: str, expr: cst.
 def _hoist(plan: EditPlan, stmt: cst.BaseStatement, code: str) -> None:
     """Compute ``code`` on its own line just before ``stmt`` (which hands over its blank lines and comments)."""
     line = cst.parse_statement(f"{code}\n")
-    if not plan.before.get(stmt) and not plan.built_before.get(stmt):
+    if not plan.before.get(stmt):
         line = line.with_changes(leading_lines=statement(stmt).leading_lines)
         plan.replace(stmt, lambda n: statement(n).with_changes(leading_lines=()))
     plan.insert_before(stmt, line)
