@@ -78,9 +78,9 @@ def gate_in_function(index: Index, node: cst.CSTNode) -> Gate | None:
         if isinstance(ancestor, cst.If) and child is not ancestor.test:
             if child is ancestor.body:
                 if _is_setting(index, ancestor) and _has_alternative(index, ancestor):
-                    return Gate(ancestor.body, ancestor.test, _chain_of(index, ancestor))
+                    return Gate(ancestor.body, ancestor.test, chain_of(index, ancestor))
             elif isinstance(child, cst.Else) and _is_setting(index, ancestor):
-                return Gate(child.body, ancestor.test, _chain_of(index, ancestor), orelse=True)
+                return Gate(child.body, ancestor.test, chain_of(index, ancestor), orelse=True)
         child = ancestor
     return None
 
@@ -116,7 +116,7 @@ def passed_over_trains(index: Index, chain: cst.If) -> bool:
     return False
 
 
-def _chain_of(index: Index, stmt: cst.If) -> cst.If:
+def chain_of(index: Index, stmt: cst.If) -> cst.If:
     """The outermost ``if`` of the ``elif`` chain that ``stmt`` belongs to."""
     while isinstance(parent := index.parent(stmt), cst.If) and parent.orelse is stmt:
         stmt = parent

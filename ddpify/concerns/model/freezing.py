@@ -169,14 +169,12 @@ class Freezing:
             return False
         # ``if opt.optim == "adamw": AdamW(model.parameters()) else: SGD(model.parameters())``: taken either way
         for read in reads:
-            chain = next((a for a in index.ancestors(read) if isinstance(a, cst.If)), None)
-            while chain is not None and isinstance(up := index.parent(chain), cst.If) and up.orelse is chain:
-                chain = up
-            arms = gates.branches(chain) if chain is not None else []
-            if (
-                chain is not None
-                and isinstance(_last_else(chain), cst.Else)
-                and all(any(index.inside(other, arm) for other in reads) for arm in arms)
+            innermost = next((a for a in index.ancestors(read) if isinstance(a, cst.If)), None)
+            if innermost is None:
+                continue
+            chain = gates.chain_of(index, innermost)
+            if isinstance(_last_else(chain), cst.Else) and all(
+                any(index.inside(other, arm) for other in reads) for arm in gates.branches(chain)
             ):
                 return False
         return True

@@ -598,9 +598,10 @@ _FILE_OPENERS = frozenset(
 )
 
 
-def _writes(open_call: cst.Call, modes: str = "wax") -> bool:
-    """``open(path, "w")`` (or "a", "x", with or without "b" / "+")."""
-    mode = argument(open_call, "mode", 1)
+def _writes(open_call: cst.Call, modes: str = "wax", position: int = 1) -> bool:
+    """``open(path, "w")`` (or "a", "x", with or without "b" / "+"); pathlib's ``path.open("w")`` gives the
+    mode first (``position`` 0)."""
+    mode = argument(open_call, "mode", position)
     return (
         mode is not None
         and isinstance(mode.value, cst.SimpleString)
@@ -626,11 +627,9 @@ def _path_opened_for_writing(call: cst.Call) -> bool:
     """``path.open("wb")`` (pathlib: the mode comes first), ``mode=`` spelled or not."""
     if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "open"):
         return False
-    mode = argument(call, "mode", 0)
-    if mode is None or not isinstance(mode.value, cst.SimpleString):
-        return False
-    text = str(mode.value.evaluated_value)
-    return bool(text) and set(text) <= set("rwaxbt+") and bool(set(text) & set("wax"))
+    mode = argument(call, "mode", 0)  # a mode, not a member's name (``archive.open("weights.txt")``)
+    text = str(mode.value.evaluated_value) if mode is not None and isinstance(mode.value, cst.SimpleString) else ""
+    return bool(text) and set(text) <= set("rwaxbt+") and _writes(call, position=0)
 
 
 def _assigned(node: cst.CSTNode | None) -> bool:

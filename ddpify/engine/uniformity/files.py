@@ -26,6 +26,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from ddpify import torch_api
 from ddpify.engine.index import Index
 
 # Calls that tell whether a path exists; their path is the first argument.
@@ -52,7 +53,7 @@ CHANGES = frozenset(
 CHANGE_METHODS = frozenset({"mkdir", "rmdir", "unlink", "touch"})
 # What an ``if`` may also do and stay harmless whichever branch a rank takes: say so.
 _REPORTS = frozenset({"builtins.print"})
-_LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "exception"})
+_LOG_METHODS = torch_api.LOGGER_METHODS - {"log"}  # (``x.log(...)`` alone may be arithmetic)
 
 
 def _reports(index: Index, call: cst.BaseExpression) -> bool:
